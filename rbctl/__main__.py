@@ -1,0 +1,3 @@
+from rbctl.cli import main
+
+main()
