@@ -1,0 +1,589 @@
+"""The one grader of rbctl: training rewards and evaluation both call `grade`.
+
+Contract
+1. The answer of a completion is the content of its LAST ``\\boxed{...}`` (or ``\\fbox{...}``,
+   or ``\\boxed 5`` without braces). If that last box is unclosed (a truncated generation) there is
+   no answer: we do not fall back to an earlier box.
+2. The extracted answer and the gold answer are both parsed by math-verify (each wrapped in
+   ``\\boxed{}`` so that a bare gold string such as ``025`` or ``336^\\circ`` goes through the same
+   LaTeX path as a model answer) and compared with ``math_verify.verify(gold, pred)``.
+   math-verify supplies: fractions vs decimals, ``\\dfrac``, leading zeros, ``^\\circ``, ``x = 5``
+   vs ``5``, thousands separators, intervals, percentages, ``\\sqrt``, ``\\pi``.
+3. Multiple-choice letters: math-verify compares ``B``, ``(B)``, ``\\text{(B)}`` as the symbol
+   ``b``. One addition of ours: when the gold is a single letter A-E, a prediction that starts with
+   a parenthesised letter (``\\textbf{(B) }12``, the AMC style) is reduced to that letter.
+4. Hard time limit: math-verify's own timeout uses ``signal.alarm``, which works only in the main
+   thread and cannot interrupt C code (Python's big-integer ``pow`` in ``9^{9^{9}}`` never
+   returns to the interpreter). So the comparison runs in a persistent worker subprocess
+   (one per concurrently grading thread, reused across calls); on time-out the worker is killed
+   with SIGKILL and a fresh one is started for the next call. Worker start-up (about 0.5 s) is not
+   charged to the call's time budget. Before anything reaches sympy, cheap pre-checks reject
+   answers that could not finish anyway (longer than 1000 characters, braces nested deeper than
+   50, numeric power towers or factorials with more than 10^6 digits); they are reported as
+   ``timeout`` with the reason in ``detail``.
+5. A time-out, a worker crash or a math-verify exception counts as NOT correct and is reported in
+   ``GradeResult.status`` (``timeout`` / ``error``) so evaluation can count them. There is no
+   catch-all fallback to string comparison.
+
+Linux/macOS only (the worker is read with ``select`` on a pipe).
+"""
+
+from __future__ import annotations
+
+import atexit
+import math
+import os
+import pickle
+import re
+import select
+import signal
+import struct
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+# Pre-check limits. Real final answers are short and shallow; these bounds are far above any
+# answer in AIME/AMC/MATH/GSM8K yet far below what makes sympy hang.
+MAX_ANSWER_CHARS = 1000
+MAX_BRACE_DEPTH = 50
+MAX_RESULT_DIGITS = 1e6  # 3^{10^6} (477k digits) grades in 0.15 s; 9^{9^9} (3.7e8 digits) hangs.
+WORKER_STARTUP_TIMEOUT_S = 120.0  # importing sympy on a loaded 2-core machine can take a while
+WORKER_MEMORY_LIMIT_BYTES = 4 << 30  # a runaway sympy expansion raises MemoryError, not an OOM kill
+STATUSES = ("ok", "no_answer", "timeout", "error")
+
+
+@dataclass(frozen=True)
+class GradeResult:
+    """Verdict of one grading call.
+
+    status: ``ok`` (compared; ``correct`` is the verdict), ``no_answer`` (no boxed answer),
+    ``timeout`` (exceeded ``timeout_s`` or rejected by a pre-check), ``error`` (math-verify raised,
+    the gold did not parse, or the worker died). Only ``ok`` can be correct.
+    """
+
+    correct: bool
+    extracted: str | None
+    status: str
+    detail: str = ""
+
+
+# ---------------------------------------------------------------------------------------------
+# Extraction (pure Python, linear time in the completion length)
+# ---------------------------------------------------------------------------------------------
+
+_BOX_COMMANDS = ("\\boxed", "\\fbox")
+
+
+def _last_box_start(text: str) -> tuple[int, int] | None:
+    """Position of the last ``\\boxed``/``\\fbox`` command that is not a prefix of a longer name.
+
+    Returns (start of the command, index just after its name) or None.
+    """
+    best: tuple[int, int] | None = None
+    for cmd in _BOX_COMMANDS:
+        end = len(text)
+        while True:
+            i = text.rfind(cmd, 0, end)
+            if i < 0:
+                break
+            j = i + len(cmd)
+            # `\boxedx` is another command; only `{`, whitespace or end of text may follow.
+            if j >= len(text) or text[j] == "{" or text[j].isspace():
+                if best is None or i > best[0]:
+                    best = (i, j)
+                break
+            end = i + len(cmd) - 1
+    return best
+
+
+def _braced_group(text: str, open_idx: int) -> str | None:
+    """Content of the brace group opening at ``text[open_idx] == "{"``; None if unclosed.
+
+    A backslash escapes the next character, so ``\\{`` and ``\\}`` (set braces) do not count and
+    ``\\\\{`` (a LaTeX line break, then a group) does.
+    """
+    depth = 0
+    i = open_idx
+    n = len(text)
+    while i < n:
+        ch = text[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                return text[open_idx + 1 : i]
+        i += 1
+    return None
+
+
+def extract_boxed(text: str) -> str | None:
+    """Content of the LAST ``\\boxed{...}`` / ``\\fbox{...}`` / ``\\boxed X`` in ``text``.
+
+    Nested braces are matched; the content is returned stripped. ``\\boxed 5$`` (no braces) yields
+    the text up to the next ``$`` or newline. Returns None if there is no box or the last box is
+    never closed.
+    """
+    found = _last_box_start(text)
+    if found is None:
+        return None
+    _, j = found
+    k = j
+    while k < len(text) and text[k].isspace():
+        k += 1
+    if k < len(text) and text[k] == "{":
+        content = _braced_group(text, k)
+        return None if content is None else content.strip()
+    if k == j:  # `\boxed` at the very end of the text
+        return None
+    # `\boxed 5` form (as in Qwen2.5-Math's extractor): up to `$` or end of line.
+    m = re.match(r"[^$\n]*", text[k:])
+    content = m.group(0).strip().rstrip(".")
+    return content or None
+
+
+# ---------------------------------------------------------------------------------------------
+# Pre-checks (pure Python): reject inputs that would hang sympy before they reach it
+# ---------------------------------------------------------------------------------------------
+
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+_BIG_FACTORIAL = re.compile(r"(\d{6,})\s*!")
+
+
+def _brace_depth(s: str) -> int:
+    depth = best = 0
+    for ch in s:
+        if ch == "{":
+            depth += 1
+            best = max(best, depth)
+        elif ch == "}":
+            depth -= 1
+    return best
+
+
+def _log10_literal(number: str) -> float:
+    """log10 of a decimal literal (0 for zero), without overflowing on 400-digit literals."""
+    integer = number.split(".")[0].lstrip("0")
+    if len(integer) > 300:
+        return len(integer) - 1 + math.log10(float("0." + integer[:17]) * 10)
+    value = float(number)
+    return math.log10(value) if value > 0 else 0.0
+
+
+def _tower_log10(s: str, i: int) -> tuple[float, int] | None:
+    """log10 of the numeric power tower starting at ``s[i]`` (``9^{9^{9}}``, ``10^{100}``).
+
+    Grammar: number [ ``^`` ( digit | ``{`` tower ``}`` ) ]. Uses log10(b^E) = E * log10(b), with
+    E = 10^log10(E) capped to inf, so no big number is ever built. Returns (log10 value, end) or
+    None when the text at ``i`` is not a number.
+    """
+    m = _NUMBER.match(s, i)
+    if m is None:
+        return None
+    base_log = _log10_literal(m.group(0))
+    j = m.end()
+    while j < len(s) and s[j] == " ":
+        j += 1
+    if j >= len(s) or s[j] != "^":
+        return base_log, m.end()
+    j += 1
+    while j < len(s) and s[j] == " ":
+        j += 1
+    if j < len(s) and s[j].isdigit():  # LaTeX `9^99` is 9^9 * 9: a single-digit exponent
+        exp_log, end = math.log10(int(s[j])) if s[j] != "0" else -math.inf, j + 1
+    elif j < len(s) and s[j] == "{":
+        inner = _tower_log10(s, j + 1)
+        if inner is None:
+            return base_log, m.end()
+        exp_log, k = inner
+        while k < len(s) and s[k] == " ":
+            k += 1
+        if k >= len(s) or s[k] != "}":  # exponent is not purely numeric, e.g. `2^{n+1}`
+            return base_log, m.end()
+        end = k + 1
+    else:
+        return base_log, m.end()
+    if base_log <= 0:  # base <= 1: the power does not grow
+        return 0.0, end
+    exponent = math.inf if exp_log > 300 else 10.0**exp_log
+    return exponent * base_log, end
+
+
+def precheck(answer: str) -> str | None:
+    """Why ``answer`` must not be handed to sympy, or None if it may be.
+
+    Checks: length > MAX_ANSWER_CHARS; brace depth > MAX_BRACE_DEPTH; a numeric power tower or
+    factorial with more than MAX_RESULT_DIGITS digits.
+    """
+    if len(answer) > MAX_ANSWER_CHARS:
+        return f"answer has {len(answer)} characters (> {MAX_ANSWER_CHARS})"
+    depth = _brace_depth(answer)
+    if depth > MAX_BRACE_DEPTH:
+        return f"braces nested {depth} deep (> {MAX_BRACE_DEPTH})"
+    for m in _NUMBER.finditer(answer):
+        tower = _tower_log10(answer, m.start())
+        if tower is not None and tower[0] > MAX_RESULT_DIGITS:
+            digits = "more than 10^300" if math.isinf(tower[0]) else f"~{tower[0]:.3g}"
+            return f"power tower at {answer[m.start():m.start() + 20]!r} has {digits} digits"
+    m = _BIG_FACTORIAL.search(answer)
+    if m is not None and int(m.group(1)) > 100_000:
+        return f"factorial of {m.group(1)}"
+    return None
+
+
+_CHOICE_GOLD = re.compile(r"^\(?([A-E])\)?$")
+_CHOICE_PRED = re.compile(r"^\(([A-E])\)")
+_TEXT_CMD = re.compile(r"\\(?:text|textbf|mathrm|mathbf)\s*\{([^{}]*)\}")
+
+
+def _strip_text_commands(s: str) -> str:
+    return _TEXT_CMD.sub(r"\1", s).replace("$", "").strip()
+
+
+def choice_letter(gold: str) -> str | None:
+    """The letter of a multiple-choice gold answer (``B``, ``(B)``, ``\\text{(B)}``), else None."""
+    m = _CHOICE_GOLD.match(_strip_text_commands(gold))
+    return m.group(1) if m else None
+
+
+# ---------------------------------------------------------------------------------------------
+# Worker subprocess: runs math-verify; the parent enforces the time limit by killing it
+# ---------------------------------------------------------------------------------------------
+
+_HEADER = struct.Struct("<I")
+
+
+def _write_msg(fd: int, obj: object) -> None:
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    payload = _HEADER.pack(len(data)) + data
+    view = memoryview(payload)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _read_exact(fd: int, n: int, deadline: float | None) -> bytes | None:
+    """Read n bytes from fd; None on EOF. Raises TimeoutError when ``deadline`` passes."""
+    chunks = []
+    while n > 0:
+        if deadline is not None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError
+            ready, _, _ = select.select([fd], [], [], remaining)
+            if not ready:
+                raise TimeoutError
+        chunk = os.read(fd, n)
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+def _read_msg(fd: int, deadline: float | None) -> object | None:
+    header = _read_exact(fd, _HEADER.size, deadline)
+    if header is None:
+        return None
+    body = _read_exact(fd, _HEADER.unpack(header)[0], deadline)
+    return None if body is None else pickle.loads(body)
+
+
+def _worker_main() -> None:  # pragma: no cover - runs in the subprocess
+    """Serve requests ``(op, a, b, timeout_s)`` from stdin; reply ``(status, correct, detail)``."""
+    proto_in, proto_out = 0, os.dup(1)
+    os.dup2(2, 1)  # stray prints from sympy must not corrupt the protocol on stdout
+    sys.stdout = sys.stderr
+    # Ctrl-C is the parent's to handle (it kills us at exit); a traceback from here is noise.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY_LIMIT_BYTES, resource.RLIM_INFINITY))
+    except (ImportError, ValueError, OSError):
+        pass  # the limit is a safeguard, not needed for correctness
+    import logging
+
+    import math_verify  # noqa: F401  (import cost paid before the "ready" message)
+
+    # We pass timeouts of None to math-verify (the parent enforces the limit); silence its
+    # warning that then says "you must provide the logic for timeout interruption yourself".
+    logging.getLogger("math_verify").setLevel(logging.ERROR)
+    _compare("grade", "1", "1")  # warm up sympy and latex2sympy caches
+    _write_msg(proto_out, ("ready", os.getpid()))
+    while True:
+        req = _read_msg(proto_in, None)
+        if req is None:
+            return  # parent closed the pipe
+        op, a, b, timeout_s = req
+        _arm_cpu_backstop(timeout_s)
+        try:
+            reply = _compare(op, a, b)
+        except Exception as exc:  # reported to the caller as status "error", never as a verdict
+            reply = ("error", False, f"{type(exc).__name__}: {str(exc)[:300]}")
+        _write_msg(proto_out, reply)
+
+
+def _arm_cpu_backstop(timeout_s: float) -> None:  # pragma: no cover - runs in the subprocess
+    """Let the kernel kill this worker (SIGXCPU) if a job overruns by far.
+
+    The parent kills a timed-out worker itself; this only matters if the parent died first, so
+    that an orphaned worker stuck in ``9^{9^{9}}`` does not spin forever.
+    """
+    try:
+        import resource
+
+        used = resource.getrusage(resource.RUSAGE_SELF)
+        cpu = used.ru_utime + used.ru_stime
+        resource.setrlimit(resource.RLIMIT_CPU, (int(cpu + timeout_s) + 30, resource.RLIM_INFINITY))
+    except (ImportError, ValueError, OSError):
+        pass
+
+
+@lru_cache(maxsize=4096)
+def _parse(answer: str) -> tuple:  # pragma: no cover - runs in the subprocess
+    """math-verify parse of a bare answer; cached because GRPO grades G samples per gold."""
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse
+
+    config = [LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()]
+    return tuple(
+        parse("\\boxed{" + answer + "}", extraction_config=config, parsing_timeout=None, raise_on_error=True)
+    )
+
+
+def _verify_any(gold: tuple, pred: tuple) -> tuple[bool, str]:  # pragma: no cover - subprocess
+    """math-verify over all (gold, pred) parse pairs; returns (equal, first error or "")."""
+    from math_verify import verify
+
+    first_error = ""
+    for g in gold:
+        for p in pred:
+            try:
+                if verify(g, p, timeout_seconds=None, raise_on_error=True):
+                    return True, ""
+            except Exception as exc:  # one pair failing must not hide another pair that matches
+                first_error = first_error or f"{type(exc).__name__}: {str(exc)[:300]}"
+    return False, first_error
+
+
+def _compare(op: str, a: str, b: str) -> tuple[str, bool, str]:  # pragma: no cover - subprocess
+    """``grade``: a = gold, b = prediction. ``equiv``: equal in either direction."""
+    pa, pb = _parse(a), _parse(b)
+    if op == "grade":
+        if not pa:
+            return "error", False, f"gold answer {a[:80]!r} did not parse"
+        if not pb:
+            return "ok", False, "prediction did not parse"
+        equal, err = _verify_any(pa, pb)
+    else:
+        if not pa or not pb:
+            return "ok", False, "an answer did not parse"
+        equal, err = _verify_any(pa, pb)
+        if not equal:
+            # math-verify is asymmetric (gold `5` matches `x=5`); votes must not depend on order.
+            equal, err2 = _verify_any(pb, pa)
+            err = err or err2
+    if equal:
+        return "ok", True, ""
+    if err:
+        return "error", False, err
+    return "ok", False, ""
+
+
+class _Worker:
+    """One grading subprocess. Used by one thread at a time (the pool hands it out)."""
+
+    def __init__(self) -> None:
+        package_parent = str(Path(__file__).resolve().parents[1])
+        code = "import sys; sys.path.insert(0, sys.argv[1]); from rbctl.grading import _worker_main; _worker_main()"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", code, package_parent],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            close_fds=True,
+        )
+        self.ready = False
+
+    def wait_ready(self) -> None:
+        """Block until the worker has imported math-verify (not charged to any call's budget)."""
+        if self.ready:
+            return
+        try:
+            msg = _read_msg(self.proc.stdout.fileno(), time.monotonic() + WORKER_STARTUP_TIMEOUT_S)
+        except TimeoutError:
+            msg = None
+        if not (isinstance(msg, tuple) and msg and msg[0] == "ready"):
+            self.kill()
+            raise RuntimeError("rbctl grading worker failed to start (is math-verify installed?)")
+        self.ready = True
+
+    def request(self, op: str, a: str, b: str, timeout_s: float) -> tuple[str, bool, str]:
+        """Send one job; on time-out or death the worker is killed and must not be reused."""
+        try:
+            _write_msg(self.proc.stdin.fileno(), (op, a, b, timeout_s))
+        except OSError:  # BrokenPipeError: the worker died between calls
+            code = self.kill()
+            return "error", False, f"grading worker died (exit code {code})"
+        try:
+            reply = _read_msg(self.proc.stdout.fileno(), time.monotonic() + timeout_s)
+        except TimeoutError:
+            self.kill()
+            return "timeout", False, f"no verdict within {timeout_s:g} s; worker killed"
+        if reply is None:
+            code = self.kill()
+            return "error", False, f"grading worker died (exit code {code})"
+        return reply
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> int | None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        code = self.proc.wait()
+        for f in (self.proc.stdin, self.proc.stdout):
+            try:
+                f.close()
+            except OSError:
+                pass
+        return code
+
+
+class _WorkerPool:
+    """Idle workers shared by all threads; a thread takes one per call and gives it back."""
+
+    def __init__(self, max_idle: int) -> None:
+        self.lock = threading.Lock()
+        self.idle: list[_Worker] = []
+        self.max_idle = max_idle
+
+    def acquire(self) -> _Worker:
+        with self.lock:
+            worker = self.idle.pop() if self.idle else None
+        if worker is not None and not worker.alive:
+            worker.kill()  # died while idle: reap it and close its pipes
+            worker = None
+        if worker is None:
+            worker = _Worker()
+        worker.wait_ready()
+        return worker
+
+    def release(self, worker: _Worker) -> None:
+        if not worker.alive:
+            # Killed after a time-out: start its replacement now so that its import time overlaps
+            # with whatever the caller does next instead of delaying the next call.
+            worker = _Worker()
+        with self.lock:
+            if len(self.idle) < self.max_idle:
+                self.idle.append(worker)
+                return
+        worker.kill()
+
+    def close(self) -> None:
+        with self.lock:
+            workers, self.idle = self.idle, []
+        for w in workers:
+            w.kill()
+
+
+_POOL = _WorkerPool(max_idle=max(2, os.cpu_count() or 2))
+atexit.register(lambda: _POOL.close())
+
+
+def _reset_pool_in_child() -> None:
+    # A forked child must not share pipes to its parent's workers; it starts its own.
+    global _POOL
+    _POOL = _WorkerPool(max_idle=_POOL.max_idle)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_pool_in_child)
+
+
+def _run(op: str, a: str, b: str, timeout_s: float) -> tuple[str, bool, str]:
+    worker = _POOL.acquire()
+    try:
+        return worker.request(op, a, b, timeout_s)
+    finally:
+        _POOL.release(worker)
+
+
+def warm_up() -> None:
+    """Start one worker now (about 0.5 s), e.g. before timing-sensitive grading."""
+    _POOL.release(_POOL.acquire())
+
+
+# ---------------------------------------------------------------------------------------------
+# Public API
+# ---------------------------------------------------------------------------------------------
+
+
+def grade_answer(extracted: str, answer: str, timeout_s: float = 5.0) -> GradeResult:
+    """Compare an already extracted answer with the gold ``answer`` (see module docstring)."""
+    if not extracted.strip():
+        return GradeResult(False, extracted, "no_answer", "empty box")
+    for text, who in ((extracted, "prediction"), (answer, "gold")):
+        reason = precheck(text)
+        if reason is not None:
+            return GradeResult(False, extracted, "timeout", f"pre-check rejected {who}: {reason}")
+    gold_letter = choice_letter(answer)
+    if gold_letter is not None:
+        m = _CHOICE_PRED.match(_strip_text_commands(extracted))
+        if m is not None:
+            return GradeResult(m.group(1) == gold_letter, extracted, "ok", "choice letter")
+    status, correct, detail = _run("grade", answer, extracted, timeout_s)
+    return GradeResult(correct, extracted, status, detail)
+
+
+def grade_detailed(completion: str, answer: str, timeout_s: float = 5.0) -> GradeResult:
+    """Grade the last boxed answer of ``completion`` against ``answer``, with status."""
+    extracted = extract_boxed(completion)
+    if extracted is None:
+        return GradeResult(False, None, "no_answer")
+    return grade_answer(extracted, answer, timeout_s)
+
+
+def grade(completion: str, answer: str, timeout_s: float = 5.0) -> bool:
+    """True iff the last boxed answer of ``completion`` equals ``answer`` per math-verify."""
+    return grade_detailed(completion, answer, timeout_s).correct
+
+
+def grade_many(
+    completions: list[str], answers: list[str], timeout_s: float = 5.0, workers: int | None = None
+) -> list[GradeResult]:
+    """``grade_detailed`` over pairs, ``workers`` at a time (default: one per CPU core).
+
+    Each thread holds its own worker subprocess, so the sympy work runs in parallel.
+    """
+    if len(completions) != len(answers):
+        raise ValueError(f"{len(completions)} completions but {len(answers)} answers")
+    workers = max(1, min(workers or os.cpu_count() or 1, len(completions)))
+    if workers == 1:
+        return [grade_detailed(c, a, timeout_s) for c, a in zip(completions, answers)]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(lambda ca: grade_detailed(ca[0], ca[1], timeout_s), zip(completions, answers)))
+
+
+def answers_equivalent(a: str | None, b: str | None, timeout_s: float = 5.0) -> bool:
+    """Whether two extracted answers vote together in majority voting.
+
+    Identical strings are equal (reflexivity, no sympy needed); otherwise math-verify in either
+    direction. None, pre-check rejections, time-outs and errors are "not equivalent".
+    """
+    if a is None or b is None:
+        return False
+    if a.strip() == b.strip():
+        return bool(a.strip())
+    if precheck(a) is not None or precheck(b) is not None:
+        return False
+    status, equal, _ = _run("equiv", a, b, timeout_s)
+    return status == "ok" and equal

@@ -1,0 +1,286 @@
+"""Tests of rbctl.grading: verdict table, extraction, pre-checks, and the hard time limit."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rbctl import grading
+from rbctl.grading import (
+    GradeResult,
+    answers_equivalent,
+    extract_boxed,
+    grade,
+    grade_detailed,
+    grade_many,
+    precheck,
+    warm_up,
+)
+
+# Grace for process kill + select wake-up on a loaded 2-core machine; worker start-up is excluded
+# from the budget by calling warm_up() before each timed call.
+SLACK_S = 0.5
+
+# (completion, gold, expected verdict)
+VERDICTS = [
+    # fractions vs decimals, \dfrac
+    (r"\boxed{0.5}", r"\frac{1}{2}", True),
+    (r"\boxed{\frac12}", "0.5", True),
+    (r"\boxed{0.6}", r"\frac{1}{2}", False),
+    (r"\boxed{\dfrac{3}{4}}", "0.75", True),
+    (r"\boxed{\dfrac{3}{4}}", r"\frac{4}{3}", False),
+    (r"\boxed{1/2}", r"\frac{1}{2}", True),
+    # leading zeros (AIME gold answers keep them)
+    (r"\boxed{25}", "025", True),
+    (r"\boxed{025}", "25", True),
+    (r"\boxed{52}", "025", False),
+    # degrees (aime25-19 gold is 336^\circ)
+    (r"\boxed{336}", r"336^\circ", True),
+    (r"\boxed{336^\circ}", "336", True),
+    (r"\boxed{335}", r"336^\circ", False),
+    # assignments
+    (r"\boxed{x = 5}", "5", True),
+    (r"\boxed{5}", "x=5", True),
+    (r"\boxed{x=-5}", "5", False),
+    # thousands separators
+    (r"\boxed{1,080}", "1080", True),
+    (r"\boxed{1080}", "1,080", True),
+    (r"\boxed{1,800}", "1080", False),
+    # intervals
+    (r"\boxed{[1, 2)}", "[1,2)", True),
+    (r"\boxed{(1,2]}", "[1,2)", False),
+    (r"\boxed{(-\infty, 3]}", r"(-\infty,3]", True),
+    # multiple-choice letters
+    (r"\boxed{\text{(B)}}", "B", True),
+    (r"\boxed{B}", r"\text{(B)}", True),
+    (r"\boxed{\textbf{(B) }12}", "B", True),
+    (r"\boxed{\text{(C)}}", "B", False),
+    (r"\boxed{(D) 7}", "B", False),
+    # negatives
+    (r"\boxed{-3}", "-3", True),
+    (r"\boxed{3}", "-3", False),
+    (r"\boxed{-\frac{1}{2}}", "-0.5", True),
+    # square roots
+    (r"\boxed{2\sqrt{2}}", r"\sqrt{8}", True),
+    (r"\boxed{\frac{\sqrt{3}}{2}}", r"\frac{1}{2}\sqrt{3}", True),
+    (r"\boxed{\sqrt{2}}", "2", False),
+    # pi
+    (r"\boxed{2\pi}", r"2\pi", True),
+    (r"\boxed{\pi/2}", r"\frac{\pi}{2}", True),
+    (r"\boxed{3.14}", r"\pi", False),
+    # sets, percent, units, polynomials, powers
+    (r"\boxed{\{1,2\}}", r"\{2,1\}", True),
+    (r"\boxed{50\%}", "50", True),
+    (r"\boxed{18 \text{ dollars}}", "18", True),
+    (r"\boxed{(x+1)^2}", "x^2+2x+1", True),
+    (r"\boxed{(x-1)^2}", "x^2+2x+1", False),
+    (r"\boxed{2^{10}}", "1024", True),
+    # extraction: the LAST box counts, nesting, \fbox, brace-less \boxed
+    (r"first \boxed{3}, finally \boxed{5}.", "5", True),
+    (r"first \boxed{5}, finally \boxed{3}.", "5", False),
+    (r"$\boxed{\frac{1}{\sqrt{4}}}$", "0.5", True),
+    (r"\fbox{7}", "7", True),
+    (r"so the answer is $\boxed 7$.", "7", True),
+    (r"The answer is 5.", "5", False),  # no box
+    (r"\boxed{5} and then \boxed{6", "5", False),  # last box unclosed: no answer
+    (r"\boxed{}", "5", False),
+]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _worker_ready():
+    warm_up()
+
+
+@pytest.mark.parametrize(("completion", "gold", "expected"), VERDICTS)
+def test_verdict_table(completion: str, gold: str, expected: bool) -> None:
+    result = grade_detailed(completion, gold)
+    assert result.correct is expected, result
+    assert grade(completion, gold) is expected
+    assert result.status in grading.STATUSES
+
+
+def test_statuses_are_reported() -> None:
+    assert grade_detailed("no box here", "5") == GradeResult(False, None, "no_answer")
+    assert grade_detailed(r"\boxed{}", "5").status == "no_answer"
+    ok = grade_detailed(r"\boxed{6}", "5")
+    assert (ok.correct, ok.extracted, ok.status) == (False, "6", "ok")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (r"\boxed{\frac{a}{b}}", r"\frac{a}{b}"),
+        (r"\boxed{\{1,2\}}", r"\{1,2\}"),  # escaped set braces do not close the box
+        (r"a \boxed{1} b \fbox{2} c", "2"),
+        (r"a \fbox{2} b \boxed{ 3 } c", "3"),
+        (r"\boxed 42$ end", "42"),
+        (r"\boxed{5}}}}", "5"),
+        (r"\boxed{5", None),
+        (r"\boxed", None),
+        (r"\boxedx{5}", None),  # another command, not a box
+        ("nothing", None),
+    ],
+)
+def test_extract_boxed(text: str, expected: str | None) -> None:
+    assert extract_boxed(text) == expected
+
+
+# Balanced brace strings: text leaves, grouped `{...}` and concatenated.
+BALANCED = st.recursive(
+    st.text(alphabet="0123456789x+-=,. ", max_size=5),
+    lambda inner: st.one_of(st.builds("{{{}}}".format, inner), st.builds(str.__add__, inner, inner)),
+    max_leaves=10,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(BALANCED)
+def test_extract_boxed_returns_balanced_content(content: str) -> None:
+    assert extract_boxed("We get " + r"\boxed{" + content + "} as the answer.") == content.strip()
+
+
+def test_precheck_rejects_pathological_and_keeps_real_answers() -> None:
+    assert precheck("9^{9^{9^{9^{9}}}}") is not None
+    assert precheck("9^{9^{9}}") is not None  # 9^387420489: ~3.7e8 digits
+    assert precheck("10^{10^{10}}") is not None
+    assert precheck("2^{100000000}") is not None  # 3.0e7 digits
+    assert precheck("1000000!") is not None
+    assert precheck("x" * 1001) is not None
+    assert precheck("{" * 51 + "1" + "}" * 51) is not None
+    for fine in ["2^{2^{n}}", "10^{100}", "3^{1000}", "2^{2^{20}}", r"\frac{9^{9}}{2}", "1,000,000", "100!", "9" * 400]:
+        assert precheck(fine) is None, fine
+
+
+ADVERSARIAL = [
+    pytest.param(r"\boxed{9^{9^{9^{9^{9}}}}}", "1", id="power-tower"),
+    pytest.param(r"\boxed{9^{9^{9}}}", "1", id="tower-of-3"),
+    pytest.param(r"\boxed{" + "{" * 500 + "1" + "}" * 500 + "}", "1", id="500-nested-braces"),
+    pytest.param(r"\boxed{" + "1+" * 50_000 + "1}", "1", id="100k-char-answer"),
+    pytest.param("x" * 100_000 + r"\boxed{5}", "5", id="100k-char-completion"),
+    pytest.param(r"\boxed{" * 14_000, "1", id="100k-unclosed-boxes"),
+    pytest.param("}" * 50_000 + r"\boxed{{{1}" + "{" * 50_000, "1", id="unbalanced-braces"),
+    pytest.param(r"\boxed{(x+1)^{3000}}", "1", id="slow-sympy-expand"),  # > 10 s in sympy
+]
+
+
+@pytest.mark.parametrize(("completion", "gold"), ADVERSARIAL)
+def test_adversarial_inputs_return_within_time_limit(completion: str, gold: str) -> None:
+    timeout_s = 1.0
+    warm_up()
+    start = time.monotonic()
+    result = grade_detailed(completion, gold, timeout_s=timeout_s)
+    elapsed = time.monotonic() - start
+    assert elapsed < timeout_s + SLACK_S, (elapsed, result)
+    assert result.correct == (gold == "5")  # only the 100k-char completion holds a right answer
+
+
+def test_hard_timeout_kills_worker_and_next_call_works() -> None:
+    warm_up()
+    start = time.monotonic()
+    result = grade_detailed(r"\boxed{(x+1)^{3000}}", "1", timeout_s=0.5)
+    elapsed = time.monotonic() - start
+    assert (result.correct, result.status) == (False, "timeout")
+    assert 0.5 <= elapsed < 0.5 + SLACK_S
+    assert grade_detailed(r"\boxed{\frac{1}{2}}", "0.5") == GradeResult(True, r"\frac{1}{2}", "ok")
+
+
+def test_timeout_from_non_main_thread() -> None:
+    warm_up()
+    out: dict[str, object] = {}
+
+    def run() -> None:
+        start = time.monotonic()
+        out["result"] = grade_detailed(r"\boxed{(x+1)^{3000}}", "1", timeout_s=0.5)
+        out["elapsed"] = time.monotonic() - start
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(timeout=10)
+    assert not thread.is_alive()
+    assert out["result"].status == "timeout"
+    assert out["elapsed"] < 0.5 + SLACK_S
+
+
+def test_concurrent_threads_each_get_their_own_verdict() -> None:
+    cases = [(rf"\boxed{{{i}}}", f"{i:03d}", True) for i in range(6)] + [
+        (rf"\boxed{{{i + 1}}}", str(i), False) for i in range(6)
+    ]
+    results = grade_many([c for c, _, _ in cases], [g for _, g, _ in cases], workers=3)
+    assert [r.correct for r in results] == [e for _, _, e in cases]
+
+
+def test_worker_death_is_an_error_not_a_verdict() -> None:
+    worker = grading._POOL.acquire()
+    worker.proc.kill()  # dies from outside, e.g. the OOM killer
+    worker.proc.wait()
+    status, correct, detail = worker.request("grade", "1", "1", 1.0)
+    assert (status, correct) == ("error", False)
+    assert "died" in detail
+    grading._POOL.release(worker)  # replaced by a fresh worker
+    assert grade(r"\boxed{1}", "1")
+
+
+def test_unparseable_gold_is_an_error() -> None:
+    result = grade_detailed(r"\boxed{5}", "")
+    assert (result.correct, result.status) == (False, "error")
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "expected"),
+    [
+        ("0.5", r"\frac{1}{2}", True),
+        (r"\frac{1}{2}", "0.5", True),
+        ("5", "x=5", True),
+        ("x=5", "5", True),  # symmetric although math-verify's verify is not
+        ("025", "25", True),
+        ("3", "4", False),
+        ("7", "7", True),
+        (None, "7", False),
+        ("9^{9^{9}}", "1", False),  # pre-check: not equivalent, no hang
+    ],
+)
+def test_answers_equivalent(a: str | None, b: str | None, expected: bool) -> None:
+    assert answers_equivalent(a, b) is expected
+
+
+def _mixed_cases(n: int, seed: int = 0) -> list[tuple[str, str]]:
+    """n distinct (completion, gold) pairs over the answer kinds of the verdict table."""
+    rng = random.Random(seed)
+    makers = [
+        lambda k: (rf"The answer is \boxed{{{k}}}.", str(k)),
+        lambda k: (rf"\boxed{{{k}}}", f"{k + 1:03d}"),
+        lambda k: (rf"\boxed{{\frac{{{k}}}{{{k + 1}}}}}", rf"\frac{{{k}}}{{{k + 1}}}"),
+        lambda k: (rf"\boxed{{{k / 4}}}", rf"\dfrac{{{k}}}{{4}}"),
+        lambda k: (rf"\boxed{{{k}\sqrt{{2}}}}", rf"\sqrt{{{2 * k * k}}}"),
+        lambda k: (rf"\boxed{{x = {k}}}", str(k)),
+        lambda k: (rf"\boxed{{{k}^\circ}}", rf"{k}^\circ"),
+        lambda k: (rf"\boxed{{{k % 9}, {k % 9 + 1}}}", f"{k % 9 + 1},{k % 9}"),
+    ]
+    ks = rng.sample(range(1, 100_000), n)
+    return [makers[i % len(makers)](k) for i, k in enumerate(ks)]
+
+
+@pytest.mark.slow
+def test_throughput_200_mixed_cases() -> None:
+    """Grader speed; run with `pytest -m slow -s tests/test_grading.py -k throughput`."""
+    cases = _mixed_cases(200)
+    warm_up()
+    start = time.perf_counter()
+    results = [grade_detailed(c, g) for c, g in cases]
+    rate = len(cases) / (time.perf_counter() - start)
+    other = _mixed_cases(200, seed=1)
+    grade_many([r"\boxed{1}"] * 8, ["1"] * 8)  # start one worker per core before timing
+    start = time.perf_counter()
+    many = grade_many([c for c, _ in other], [g for _, g in other])
+    rate_many = len(many) / (time.perf_counter() - start)
+    print(f"\ngrader: {rate:.0f} problems/s sequential, {rate_many:.0f}/s with grade_many")
+    # every 2nd maker of 8 (the off-by-one) is wrong: 200 - 25 = 175 correct
+    assert sum(r.correct for r in results) == 175
+    assert all(r.status == "ok" for r in results)
+    assert rate > 50
