@@ -1,0 +1,235 @@
+"""Advantage estimators, reward budgeting and the nominal sharpness κ (pure functions, no I/O).
+
+This module is the plug-in: a user of another framework needs only `compute_advantages`
+(or `budget_rewards`) on a `[P, G]` tensor of rewards — P prompts, G rollouts each.
+Every formula here is the one in METHOD.md; the docstrings restate it.
+
+    >>> import torch
+    >>> from rbctl.algo import compute_advantages
+    >>> r = torch.tensor([[1., 0., 0., 0.]])
+    >>> compute_advantages(r, "grpo", budget=1.0)      # K=1 correct of G=4: gap B/K = 1
+    tensor([[ 0.7500, -0.2500, -0.2500, -0.2500]])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from rbctl.errors import UserError
+
+# METHOD.md: GRPO divides by (std + 1e-6); the same epsilon guards batch whitening.
+STD_EPS = 1e-6
+
+
+def _check_rewards(rewards: torch.Tensor) -> None:
+    if rewards.dim() != 2:
+        raise UserError(f"rewards must be a [P, G] tensor, got shape {tuple(rewards.shape)}")
+    if rewards.shape[1] < 2:
+        raise UserError(f"group size G must be at least 2 to centre rewards, got G={rewards.shape[1]}")
+    if not torch.isfinite(rewards).all():
+        raise UserError("rewards contain NaN or inf")
+
+
+def _group_centre(r: torch.Tensor) -> torch.Tensor:
+    """r_i − mean(r) within each group.  [P, G] -> [P, G]"""
+    return r - r.mean(dim=1, keepdim=True)
+
+
+def _group_std_scale(centred: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+    """Divide by (unbiased group std + 1e-6). A group of equal rewards has centred == 0, so 0, never NaN."""
+    return centred / (r.std(dim=1, keepdim=True) + STD_EPS)
+
+
+def _loo_centre(r: torch.Tensor) -> torch.Tensor:
+    """r_i − mean_{j≠i} r_j = G/(G−1) · (r_i − mean(r))."""
+    g = r.shape[1]
+    return _group_centre(r) * (g / (g - 1))
+
+
+def _batch_whiten(x: torch.Tensor) -> torch.Tensor:
+    """(x − mean(x)) / (std(x) + 1e-6) with one mean and one unbiased std over the whole batch."""
+    if x.numel() < 2:
+        return x - x.mean()
+    return (x - x.mean()) / (x.std() + STD_EPS)
+
+
+# --- estimators: rewards [P, G] -> advantages [P, G] -------------------------------------------
+
+
+def grpo(r: torch.Tensor, budgeted: bool = False) -> torch.Tensor:
+    """GRPO: A_i = (r_i − mean(r)) / (std(r) + 1e-6).
+
+    Budgeted: A_i = r̃_i − mean(r̃) — no per-group std scaling, which would cancel the budget
+    exactly for binary rewards (METHOD.md, "Reward budgeting")."""
+    centred = _group_centre(r)
+    return centred if budgeted else _group_std_scale(centred, r)
+
+
+def dr_grpo(r: torch.Tensor, budgeted: bool = False) -> torch.Tensor:
+    """Dr.GRPO: A_i = r_i − mean(r) (no std scaling, so budgeting only changes the rewards)."""
+    return _group_centre(r)
+
+
+def rloo(r: torch.Tensor, budgeted: bool = False) -> torch.Tensor:
+    """RLOO: A_i = r_i − mean_{j≠i}(r_j) = G/(G−1)·(r_i − mean(r))."""
+    return _loo_centre(r)
+
+
+def reinforce_pp(r: torch.Tensor, budgeted: bool = False) -> torch.Tensor:
+    """REINFORCE++ (group baseline): A = r_i − mean(r), then whitened with one mean/std over the batch.
+
+    The batch whitening is a single scalar rescaling of the whole batch, not a per-group std,
+    so it is kept under budgeting (METHOD.md)."""
+    return _batch_whiten(_group_centre(r))
+
+
+@dataclass(frozen=True)
+class Estimator:
+    """An advantage estimator and the loss aggregation METHOD.md pairs it with by default."""
+
+    fn: Callable[[torch.Tensor, bool], torch.Tensor]
+    default_loss_agg: str
+
+
+ESTIMATORS: dict[str, Estimator] = {
+    "grpo": Estimator(grpo, "seq-mean-token-mean"),
+    "dr_grpo": Estimator(dr_grpo, "seq-mean-token-sum-norm"),
+    "rloo": Estimator(rloo, "token-mean"),
+    "reinforce_pp": Estimator(reinforce_pp, "token-mean"),
+}
+
+
+def get_estimator(name: str) -> Estimator:
+    try:
+        return ESTIMATORS[name]
+    except KeyError:
+        raise UserError(f"unknown estimator '{name}'; valid: {', '.join(ESTIMATORS)}") from None
+
+
+# --- reward budgeting ----------------------------------------------------------------------------
+
+
+def budget_rewards(rewards: torch.Tensor, budget: float, shift: float = 0.0) -> torch.Tensor:
+    """Split a fixed budget B among each prompt's rollouts in proportion to the shifted reward.
+
+        r̃_i = B · (r_i + c) / Σ_j (r_j + c)   when Σ_j (r_j + c) > 0
+        r̃_i = 0                                 when Σ_j (r_j + c) = 0
+
+    rewards: [P, G]; budget B > 0; shift c ≥ 0 with every r_i + c ≥ 0 (a reward below −c is an
+    error, never a silent clamp). Each row of the result sums to B when it earned anything.
+    """
+    _check_rewards(rewards)
+    if not budget > 0:
+        raise UserError(f"budget must be > 0, got {budget}")
+    if shift < 0:
+        raise UserError(f"shift must be >= 0, got {shift}")
+    shifted = rewards + shift
+    if (shifted < 0).any():
+        worst = rewards.min().item()
+        raise UserError(
+            f"reward {worst:g} is below -shift (shift={shift:g}); raise algo.shift so every r + c >= 0"
+        )
+    total = shifted.sum(dim=1, keepdim=True)
+    earned = total > 0
+    safe_total = torch.where(earned, total, torch.ones_like(total))
+    return torch.where(earned, budget * shifted / safe_total, torch.zeros_like(shifted))
+
+
+def compute_advantages(
+    rewards: torch.Tensor,
+    estimator: str,
+    budget: float | None = None,
+    shift: float = 0.0,
+) -> torch.Tensor:
+    """Advantages [P, G] from rewards [P, G] with one of `ESTIMATORS`, optionally budgeted.
+
+    budget=None: the base estimator as METHOD.md's table defines it.
+    budget=B:   r̃ = budget_rewards(r, B, shift), then the base estimator's centring of r̃
+                without its per-group std scaling.
+    """
+    _check_rewards(rewards)
+    est = get_estimator(estimator)
+    rewards = rewards.float()
+    if budget is None:
+        return est.fn(rewards, False)
+    return est.fn(budget_rewards(rewards, budget, shift), True)
+
+
+# --- sharpness -----------------------------------------------------------------------------------
+
+
+def sharpness_per_prompt(rewards: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """Per-prompt sharpness: how much of a reward gap becomes a gap in `values`.
+
+        (mean v over rollouts with r above the group mean − mean v over those below)
+        / (mean r above − mean r below)
+
+    With values = advantages this is the nominal κ; with values = d_i = log π_new(y_i) −
+    log π_old(y_i) (summed over response tokens) it is κ_eff (METHOD.md, "Sharpness").
+    rewards, values: [P, G] -> [P]; NaN for prompts whose rewards are all equal (not mixed).
+    """
+    _check_rewards(rewards)
+    rewards = rewards.double()
+    values = values.double()
+    mean = rewards.mean(dim=1, keepdim=True)
+    above = rewards > mean
+    below = rewards < mean
+    mixed = above.any(dim=1) & below.any(dim=1)
+
+    def masked_mean(x: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+        return (x * m).sum(dim=1) / m.sum(dim=1).clamp(min=1)
+
+    value_gap = masked_mean(values, above) - masked_mean(values, below)
+    reward_gap = masked_mean(rewards, above) - masked_mean(rewards, below)
+    kappa = value_gap / torch.where(mixed, reward_gap, torch.ones_like(reward_gap))
+    return torch.where(mixed, kappa, torch.full_like(kappa, float("nan"))).float()
+
+
+def kappa(rewards: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:
+    """Nominal sharpness κ per prompt [P] (NaN where the group's rewards are all equal).
+
+    Binary rewards: GRPO 1/(σ̂ + 1e-6), Dr.GRPO 1, RLOO G/(G−1), budget B/K."""
+    return sharpness_per_prompt(rewards, advantages)
+
+
+def kappa_eff(rewards: torch.Tensor, logratio_sums: torch.Tensor) -> torch.Tensor:
+    """Measured sharpness κ_eff per prompt [P] from d_i = Σ_t (log π_new − log π_old) over response tokens."""
+    return sharpness_per_prompt(rewards, logratio_sums)
+
+
+def nanmean_or_none(x: torch.Tensor) -> float | None:
+    """Mean over the finite entries (the mixed prompts), or None when there are none."""
+    finite = x[torch.isfinite(x)]
+    return None if finite.numel() == 0 else float(finite.mean())
+
+
+@dataclass
+class GroupStats:
+    """Per-step group statistics: the fractions of prompts whose rollouts all agree."""
+
+    frac_all_correct: float
+    frac_all_wrong: float
+    frac_mixed: float
+
+
+def group_stats(correct: torch.Tensor) -> GroupStats:
+    """correct: bool [P, G] -> fractions of prompts all correct / all wrong / mixed."""
+    c = correct.bool()
+    all_c = c.all(dim=1).float().mean().item()
+    all_w = (~c).all(dim=1).float().mean().item()
+    return GroupStats(all_c, all_w, 1.0 - all_c - all_w)
+
+
+def advantage_gap(correct: torch.Tensor, advantages: torch.Tensor) -> float | None:
+    """Mean over mixed prompts of (mean A of correct rollouts − mean A of wrong ones); None if none mixed."""
+    c = correct.bool()
+    mixed = c.any(dim=1) & (~c).any(dim=1)
+    if not mixed.any():
+        return None
+    a = advantages.double()
+    pos = (a * c).sum(1) / c.sum(1).clamp(min=1)
+    neg = (a * ~c).sum(1) / (~c).sum(1).clamp(min=1)
+    return float((pos - neg)[mixed].mean())

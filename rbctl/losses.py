@@ -1,0 +1,126 @@
+"""Token-level quantities and the policy loss: log-probs, entropy, loss aggregation, PPO surrogate, KL.
+
+Shapes: N sequences (P prompts × G rollouts) of T response tokens; `mask` [N, T] is 1 on response
+tokens (up to and including EOS) and 0 on padding. Every aggregation is written as a weight per
+token, normalised over the *whole optimizer batch*, so that splitting a batch into micro-batches
+(gradient accumulation) gives the same gradient as one pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from rbctl.errors import UserError
+
+# --- per-token quantities --------------------------------------------------------------------------
+
+
+def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """log π(y_t | context) at the sampling temperature. logits [N, T, V], tokens [N, T] -> [N, T]."""
+    logp = torch.log_softmax(logits.float() / temperature, dim=-1)
+    return logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+
+
+def token_entropy(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """H_t = −Σ_v π(v|ctx) log π(v|ctx) over the full vocabulary at the sampling temperature.
+
+    logits [N, T, V] -> [N, T]. Computed as logsumexp(z) − Σ_v softmax(z)_v z_v, which never
+    forms log 0 for tokens with vanishing probability (METHOD.md, "Entropy")."""
+    z = logits.float() / temperature
+    p = torch.softmax(z, dim=-1)
+    return torch.logsumexp(z, dim=-1) - (p * z).sum(dim=-1)
+
+
+# --- loss aggregation ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BatchNorm:
+    """Normalisers of the whole optimizer batch (all micro-batches together)."""
+
+    n_seqs: int  # N sequences in the optimizer batch
+    n_tokens: int  # response tokens in the optimizer batch
+    max_new_tokens: int  # the rollout's token limit (Dr.GRPO's constant divisor)
+
+
+def token_mean_weights(mask: torch.Tensor, norm: BatchNorm) -> torch.Tensor:
+    """`token-mean`: Σ_{i,t} l_it / Σ_{i,t} 1. Every token weighs the same, so long responses
+    weigh more in total (length bias towards long sequences' tokens; DAPO's choice)."""
+    return mask / max(norm.n_tokens, 1)
+
+
+def seq_mean_token_mean_weights(mask: torch.Tensor, norm: BatchNorm) -> torch.Tensor:
+    """`seq-mean-token-mean`: mean_i (Σ_t l_it / |y_i|). Each sequence weighs the same, so a token of a
+    short response weighs more than one of a long response (GRPO's length bias: short wrong answers
+    are penalised harder than long wrong ones)."""
+    lengths = mask.sum(dim=1, keepdim=True).clamp(min=1)
+    return mask / lengths / max(norm.n_seqs, 1)
+
+
+def seq_mean_token_sum_norm_weights(mask: torch.Tensor, norm: BatchNorm) -> torch.Tensor:
+    """`seq-mean-token-sum-norm`: mean_i (Σ_t l_it / max_new_tokens). A constant divisor, so no
+    length bias (Dr.GRPO). verl's mode of the same name divides the batch sum by T only, which is
+    this value times N — a constant factor absorbed by the learning rate."""
+    return mask / float(norm.max_new_tokens) / max(norm.n_seqs, 1)
+
+
+LOSS_AGG = {
+    "token-mean": token_mean_weights,
+    "seq-mean-token-mean": seq_mean_token_mean_weights,
+    "seq-mean-token-sum-norm": seq_mean_token_sum_norm_weights,
+}
+
+
+def aggregation_weights(mask: torch.Tensor, mode: str, norm: BatchNorm) -> torch.Tensor:
+    """Per-token weights [N, T] so that loss = Σ weights · l_it is the aggregated loss of `mode`."""
+    try:
+        return LOSS_AGG[mode](mask.float(), norm)
+    except KeyError:
+        raise UserError(f"unknown loss aggregation '{mode}'; valid: {', '.join(LOSS_AGG)}") from None
+
+
+# --- PPO surrogate, KL ---------------------------------------------------------------------------
+
+
+@dataclass
+class PolicyLossOut:
+    loss_mat: torch.Tensor  # [N, T] per-token clipped surrogate loss (to be aggregated)
+    clipped_low: torch.Tensor  # [N, T] bool: ratio < 1 − ε_low where A < 0 (the clip binds)
+    clipped_high: torch.Tensor  # [N, T] bool: ratio > 1 + ε_high where A > 0 (the clip binds)
+
+
+def ppo_clip_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    eps_low: float,
+    eps_high: float,
+) -> PolicyLossOut:
+    """PPO clipped surrogate, per token: max(−A·ρ, −A·clip(ρ, 1−ε_low, 1+ε_high)), ρ = exp(logp − old).
+
+    logp, old_logp [N, T]; advantages [N] (one per sequence, broadcast over its tokens).
+    ε_high > ε_low is "clip-higher" (DAPO)."""
+    adv = advantages.unsqueeze(-1).to(logp.dtype)
+    ratio = torch.exp(logp - old_logp)
+    unclipped = -adv * ratio
+    clipped = -adv * torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)
+    return PolicyLossOut(
+        loss_mat=torch.maximum(unclipped, clipped),
+        clipped_low=(ratio < 1.0 - eps_low) & (adv < 0),
+        clipped_high=(ratio > 1.0 + eps_high) & (adv > 0),
+    )
+
+
+def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """Schulman's k3 estimator of KL(π_θ || π_ref) per token: exp(q) − q − 1 with q = ref − logp (≥ 0)."""
+    q = ref_logp - logp
+    return torch.exp(q) - q - 1.0
+
+
+def adaptive_alpha(alpha: float, entropy: float, target: float, delta: float, lo: float, hi: float) -> float:
+    """α ← clip(α + δ·sign(H* − H), α_min, α_max): raise the bonus when entropy is below target."""
+    diff = target - entropy
+    sign = (diff > 0) - (diff < 0)
+    return min(max(alpha + delta * sign, lo), hi)
