@@ -1,0 +1,106 @@
+"""Loading a policy and its tokenizer: a Hugging Face hub id, a local directory, a GGUF file,
+an rbctl run directory (its latest checkpoint), or `builtin` (the embedded default's warm start).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from rbctl.errors import UserError
+
+BUILTIN_MARKER = "rbctl_builtin.json"  # present in the built-in policy's directory and its checkpoints
+
+
+@dataclass
+class LoadedPolicy:
+    model: torch.nn.Module
+    tokenizer: object
+    source: str  # what was loaded, resolved (a path or hub id)
+    builtin: bool  # the embedded default's policy (uses the built-in task's prompt format)
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise UserError(f"model.device is '{device}' but CUDA is not available on this machine")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    if dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" and torch.cuda.is_bf16_supported() else torch.float32
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    ckpts = sorted((run_dir / "checkpoints").glob("step_*"))
+    ckpts = [c for c in ckpts if (c / "model" / "config.json").exists()]
+    return ckpts[-1] / "model" if ckpts else None
+
+
+def resolve_source(name_or_path: str, step: int | None = None) -> tuple[str, str | None]:
+    """(directory or hub id, gguf file name or None). Run directories resolve to a checkpoint."""
+    p = Path(name_or_path).expanduser()
+    if p.is_file():
+        if p.suffix != ".gguf":
+            raise UserError(f"model path {p} is a file but not a .gguf file; give a model directory or a GGUF file")
+        return str(p.parent), p.name
+    if p.is_dir():
+        if (p / "metrics.jsonl").exists() or (p / "checkpoints").is_dir():
+            if step is not None:
+                ck = p / "checkpoints" / f"step_{step:06d}" / "model"
+                if not (ck / "config.json").exists():
+                    raise UserError(f"run directory {p} has no checkpoint for step {step}")
+                return str(ck), None
+            ck = latest_checkpoint(p)
+            if ck is None:
+                raise UserError(f"run directory {p} has no checkpoint yet")
+            return str(ck), None
+        if not (p / "config.json").exists():
+            raise UserError(f"{p} is not a model directory (no config.json) nor an rbctl run directory")
+        return str(p), None
+    if name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") > 1:
+        raise UserError(f"model path {name_or_path} does not exist")
+    return name_or_path, None  # a hub id
+
+
+def load_policy(
+    name_or_path: str,
+    *,
+    device: str = "auto",
+    dtype: str = "auto",
+    builtin_task=None,
+    builtin_warm_start=None,
+    step: int | None = None,
+    log=print,
+) -> LoadedPolicy:
+    """Load model and tokenizer. `builtin` trains (once) and loads the cached warm-started policy."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf = None
+    if name_or_path == "builtin":
+        from rbctl import builtin
+
+        src = str(builtin.warm_started(builtin_task or builtin.TaskSpec(), builtin_warm_start or builtin.WarmStartSpec(), log=log))
+    else:
+        src, gguf = resolve_source(name_or_path, step)
+    dev = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, dev)
+    kwargs = {"gguf_file": gguf} if gguf else {}
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(src, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(src, dtype=torch_dtype, **kwargs)
+    except OSError as e:  # hub id not found / offline / not a model
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        hint = " (offline: set HF_HUB_OFFLINE=1 and use a cached model, a local path or a GGUF file)" if not os.path.exists(src) else ""
+        raise UserError(f"cannot load model '{name_or_path}': {first}{hint}") from None
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model.to(dev)
+    is_builtin = (Path(src) / BUILTIN_MARKER).exists()
+    return LoadedPolicy(model=model, tokenizer=tokenizer, source=src + (f"/{gguf}" if gguf else ""), builtin=is_builtin)
