@@ -1,0 +1,225 @@
+"""The training config: one validated, typed schema; YAML presets in configs/ plus `--set` overrides.
+
+Every field has a one-line description. What is written to RUN_DIR/config.yaml is the resolved
+config the trainer used (defaults filled in, estimator-dependent defaults made explicit).
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from rbctl.errors import UserError
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelCfg(Section):
+    name: str = Field("builtin", description="Hub id, local dir, GGUF file, run dir, or 'builtin' (the embedded default's warm-started tiny policy).")
+    device: str = Field("auto", description="'auto' (cuda if available, else cpu), 'cpu', 'cuda', 'cuda:N'.")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="Parameter dtype; auto = bf16 on GPUs that support it, else float32.")
+    gradient_checkpointing: bool = Field(False, description="Trade compute for activation memory on large models.")
+
+
+class BuiltinTaskCfg(Section):
+    num_keys: int = Field(8, ge=2, le=16, description="Letters in the random function (difficulty of one look-up).")
+    min_hops: int = Field(1, ge=1, le=9, description="Fewest hops of a problem.")
+    max_hops: int = Field(6, ge=1, le=9, description="Most hops of a problem (difficulty spread).")
+    train_size: int = Field(4096, ge=1, description="Problems in the fixed training pool.")
+    test_size: int = Field(256, ge=1, description="Problems in the held-out test split (benchmark 'builtin').")
+    seed: int = Field(1234, description="Task seed: the same problems for every arm and run seed.")
+    demo_error: float = Field(0.2, ge=0.0, lt=1.0, description="Warm start: probability that a demonstration hop is wrong.")
+    warm_start_steps: int = Field(1200, ge=0, description="Warm start: supervised steps on noisy demonstrations (cached).")
+
+    @model_validator(mode="after")
+    def _hops(self):
+        if self.min_hops > self.max_hops:
+            raise ValueError("min_hops must be <= max_hops")
+        return self
+
+
+class DataCfg(Section):
+    source: str = Field("builtin", description="'builtin', a Hugging Face dataset id, or a local .jsonl/.parquet file.")
+    hf_config: Optional[str] = Field(None, description="Dataset config name (for a Hugging Face dataset id).")
+    split: str = Field("train", description="Dataset split.")
+    problem_field: str = Field("problem", description="Record field holding the problem text (dotted path allowed).")
+    answer_field: str = Field("answer", description="Record field holding the gold answer (dotted path allowed).")
+    template: Literal["auto", "chat", "plain", "builtin"] = Field("auto", description="Prompt template: auto = builtin for the built-in policy, else the chat template if the tokenizer has one, else plain.")
+    instruction: str = Field("Please reason step by step, and put your final answer within \\boxed{}.", description="Appended to each problem (not used by the built-in task).")
+    builtin: BuiltinTaskCfg = Field(default_factory=BuiltinTaskCfg, description="The built-in task (source: builtin).")
+
+
+class RolloutCfg(Section):
+    engine: Literal["hf", "vllm"] = Field("hf", description="Rollout engine: transformers generation, or vLLM (GPU, optional extra).")
+    prompts_per_step: int = Field(16, ge=1, description="P: prompts per optimizer step.")
+    group_size: int = Field(8, ge=2, description="G: rollouts per prompt (>= 2 to centre rewards).")
+    max_new_tokens: int = Field(20, ge=1, description="Token limit of a response (also Dr.GRPO's divisor).")
+    temperature: float = Field(1.0, gt=0.0, description="Sampling temperature (> 0: RL needs on-policy samples); log-probs and entropy use it too.")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling threshold.")
+    max_batch: int = Field(512, ge=1, description="Most sequences per generate call.")
+
+
+class EntropyCfg(Section):
+    mode: Literal["none", "static", "adaptive"] = Field("none", description="Entropy bonus: none, static alpha, or adaptive toward a target.")
+    alpha: float = Field(0.0, ge=0.0, description="Bonus coefficient α (loss −= α·H); the starting α when adaptive.")
+    target: float = Field(0.3, ge=0.0, description="Adaptive: target entropy H* (nats per token).")
+    delta: float = Field(0.001, ge=0.0, description="Adaptive: step δ of α per optimizer step.")
+    alpha_min: float = Field(0.0, ge=0.0, description="Adaptive: lower bound of α.")
+    alpha_max: float = Field(0.1, ge=0.0, description="Adaptive: upper bound of α.")
+
+
+class AlgoCfg(Section):
+    estimator: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp"] = Field("grpo", description="Advantage estimator (METHOD.md).")
+    budget: Optional[float] = Field(None, gt=0.0, description="Reward budget B per prompt; null = no budgeting.")
+    shift: float = Field(0.0, ge=0.0, description="Reward shift c for budgeting (every r + c must be >= 0).")
+    loss_agg: Optional[Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]] = Field(None, description="Loss aggregation; null = the estimator's default (METHOD.md).")
+    clip_low: float = Field(0.2, ge=0.0, lt=1.0, description="PPO ε_low: ratio floor 1 − ε_low.")
+    clip_high: float = Field(0.28, ge=0.0, description="PPO ε_high: ratio ceiling 1 + ε_high (> ε_low is clip-higher).")
+    kl_coef: float = Field(0.0, ge=0.0, description="Coefficient of the k3 KL to the frozen initial policy (0 = no KL term).")
+    log_kl: bool = Field(True, description="Keep a frozen reference to log the KL even when kl_coef is 0 (an extra forward pass).")
+    ppo_epochs: int = Field(1, ge=1, description="Optimizer steps per rollout batch.")
+    micro_batch_size: int = Field(0, ge=0, description="Sequences per forward/backward (gradient accumulation); 0 = whole batch.")
+    entropy: EntropyCfg = Field(default_factory=EntropyCfg, description="Entropy bonus (the ablation arm).")
+
+
+class OptimCfg(Section):
+    lr: float = Field(1e-3, gt=0.0, description="AdamW learning rate.")
+    weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay.")
+    beta1: float = Field(0.9, ge=0.0, lt=1.0, description="AdamW β1.")
+    beta2: float = Field(0.999, ge=0.0, lt=1.0, description="AdamW β2.")
+    warmup_steps: int = Field(0, ge=0, description="Linear learning-rate warm-up steps.")
+    schedule: Literal["constant", "cosine"] = Field("constant", description="Learning-rate schedule after warm-up.")
+    max_grad_norm: float = Field(1.0, gt=0.0, description="Gradient clipping by global norm.")
+
+
+class EvalDuringTrainingCfg(Section):
+    every: int = Field(0, ge=0, description="Evaluate every k steps (and at the last step); 0 = never.")
+    benchmarks: list[str] = Field(default_factory=lambda: ["builtin"], description="Benchmarks for periodic evaluation.")
+    n: int = Field(4, ge=1, description="Samples per problem.")
+    limit: Optional[int] = Field(64, ge=1, description="Problems per benchmark (null = all).")
+    temperature: float = Field(1.0, ge=0.0, description="Sampling temperature of evaluation (0 = greedy).")
+    max_new_tokens: Optional[int] = Field(None, ge=1, description="Null = rollout.max_new_tokens.")
+
+
+class LogCfg(Section):
+    tensorboard: bool = Field(False, description="Also log to TensorBoard (RUN_DIR/tb).")
+    wandb: bool = Field(False, description="Also log to Weights & Biases.")
+    wandb_project: str = Field("rbctl", description="W&B project.")
+    wandb_mode: Literal["online", "offline"] = Field("offline", description="W&B mode.")
+
+
+class TrainConfig(Section):
+    seed: int = Field(0, description="Run seed: prompt order, sampling and initialisation of anything random.")
+    steps: int = Field(100, ge=1, description="Optimizer steps (one rollout batch each).")
+    threads: int = Field(0, ge=0, description="torch CPU threads; 0 = torch's default.")
+    kappa_eff_every: int = Field(1, ge=0, description="Measure κ_eff every k steps (one extra forward pass); 0 = never.")
+    save_every: int = Field(50, ge=1, description="Checkpoint every k steps (and at the last step).")
+    keep_checkpoints: int = Field(2, ge=1, description="Checkpoints kept on disk (oldest deleted).")
+    sample_every: int = Field(10, ge=1, description="Write a sample of rollouts to samples.jsonl every k steps.")
+    samples_per_log: int = Field(4, ge=1, description="Rollouts written each time.")
+    model: ModelCfg = Field(default_factory=ModelCfg, description="Policy model.")
+    data: DataCfg = Field(default_factory=DataCfg, description="Training prompts.")
+    rollout: RolloutCfg = Field(default_factory=RolloutCfg, description="Sampling.")
+    algo: AlgoCfg = Field(default_factory=AlgoCfg, description="Estimator, budget, loss.")
+    optim: OptimCfg = Field(default_factory=OptimCfg, description="Optimizer.")
+    eval: EvalDuringTrainingCfg = Field(default_factory=EvalDuringTrainingCfg, description="Periodic held-out evaluation.")
+    log: LogCfg = Field(default_factory=LogCfg, description="Trackers besides metrics.jsonl.")
+
+    @model_validator(mode="after")
+    def _resolve(self):
+        # One source of truth: the estimator's default aggregation is written into the config.
+        if self.algo.loss_agg is None:
+            from rbctl.algo import ESTIMATORS
+
+            self.algo.loss_agg = ESTIMATORS[self.algo.estimator].default_loss_agg
+        if self.algo.entropy.mode == "static" and self.algo.entropy.alpha <= 0:
+            raise ValueError("algo.entropy.alpha must be > 0 when algo.entropy.mode is 'static'")
+        return self
+
+
+# --- loading, overrides, errors ------------------------------------------------------------------
+
+
+def _all_keys(model: type[BaseModel], prefix: str = "") -> list[str]:
+    keys = []
+    for name, f in model.model_fields.items():
+        keys.append(prefix + name)
+        ann = f.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            keys.extend(_all_keys(ann, prefix + name + "."))
+    return keys
+
+
+def _format_error(err: ValidationError, model: type[BaseModel], source: str) -> str:
+    e = err.errors()[0]
+    loc = ".".join(str(p) for p in e["loc"])
+    if e["type"] == "extra_forbidden":
+        close = difflib.get_close_matches(loc, _all_keys(model), n=1, cutoff=0.6)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        return f"{source}: unknown config key '{loc}'{hint}"
+    msg = e["msg"].removeprefix("Value error, ")
+    if loc:
+        return f"{source}: config key '{loc}': {msg} (got {e.get('input')!r})"
+    return f"{source}: {msg}"
+
+
+def parse_override(item: str) -> tuple[list[str], Any]:
+    if "=" not in item:
+        raise UserError(f"--set '{item}': expected key.path=value")
+    key, raw = item.split("=", 1)
+    try:
+        value = yaml.safe_load(raw) if raw != "" else ""
+    except yaml.YAMLError:
+        value = raw
+    return key.strip().split("."), value
+
+
+def apply_overrides(data: dict, overrides: list[str]) -> dict:
+    for item in overrides:
+        path, value = parse_override(item)
+        node = data
+        for part in path[:-1]:
+            nxt = node.setdefault(part, {})
+            if not isinstance(nxt, dict):
+                raise UserError(f"--set '{item}': '{part}' is not a section")
+            node = nxt
+        node[path[-1]] = value
+    return data
+
+
+def read_yaml(path: Path) -> dict:
+    path = Path(path)
+    if not path.exists():
+        raise UserError(f"config file {path} does not exist")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise UserError(f"{path}{where}: invalid YAML ({getattr(e, 'problem', e)})") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: the top level must be a mapping of config keys")
+    return data
+
+
+def validate(schema: type[BaseModel], data: dict, source: str):
+    try:
+        return schema.model_validate(data)
+    except ValidationError as e:
+        raise UserError(_format_error(e, schema, source)) from None
+
+
+def load_train_config(path: Path | None, overrides: list[str] = ()) -> TrainConfig:
+    data = read_yaml(path) if path is not None else {}
+    data = apply_overrides(data, list(overrides))
+    return validate(TrainConfig, data, str(path) if path else "config")
+
+
+def dump_config(cfg: BaseModel) -> str:
+    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)

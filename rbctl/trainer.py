@@ -1,0 +1,627 @@
+"""The training loop: rollouts → rewards → advantages (± budget) → PPO-clipped update → κ_eff.
+
+How one step runs (and where it departs from a textbook GRPO loop):
+1. P prompts are taken in a seeded order (a fresh permutation of the pool each epoch), and G
+   rollouts each are sampled with a seed derived from (run seed, step): a resumed run samples
+   exactly what an uninterrupted one would.
+2. Rewards: the built-in task's exact checker, or the shared math grader (`rbctl.grading`).
+3. Advantages from `rbctl.algo.compute_advantages` ([P, G] → [P, G]), broadcast over tokens.
+4. `ppo_epochs` optimizer steps on the batch. The log-probs of the first epoch's forward pass are
+   the behaviour policy's (nothing has changed yet), so no separate "old log-prob" pass is run.
+   Entropy and the KL to the reference are logged from that same pre-update forward pass.
+5. κ_eff (every `kappa_eff_every` steps): one more forward pass after the update gives
+   d_i = Σ_t log π_new − log π_old per rollout (METHOD.md).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import platform
+import random
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from rbctl import __version__, algo
+from rbctl.config import TrainConfig, dump_config, validate
+from rbctl.errors import UserError
+from rbctl.losses import (
+    BatchNorm,
+    adaptive_alpha,
+    aggregation_weights,
+    k3_kl,
+    ppo_clip_loss,
+    token_entropy,
+    token_logprobs,
+)
+from rbctl.rollout import SamplingParams
+from rbctl.tracking import Tracker, append_jsonl, read_jsonl, truncate_jsonl
+
+CKPT_DONE = "COMPLETE"  # written last into a checkpoint directory: its absence marks a torn checkpoint
+
+
+# --- batches -------------------------------------------------------------------------------------
+
+
+@dataclass
+class RolloutBatch:
+    """N = P·G sequences, prompt-major (prompt p's rollouts are rows p·G … p·G+G−1)."""
+
+    input_ids: torch.Tensor  # [N, Lp + Lr] left-padded prompt, then right-padded response
+    attention_mask: torch.Tensor  # [N, Lp + Lr]
+    response_ids: torch.Tensor  # [N, Lr]
+    response_mask: torch.Tensor  # [N, Lr] 1 on response tokens up to and including EOS
+    prompt_width: int  # Lp
+    rewards: torch.Tensor  # [P, G]
+    correct: torch.Tensor  # [P, G] bool
+    advantages: torch.Tensor  # [P, G]
+
+    @property
+    def n(self) -> int:
+        return self.input_ids.shape[0]
+
+
+def build_batch(prompts: list[list[int]], samples, pad_id: int) -> tuple[torch.Tensor, ...]:
+    """Token tensors for the training forward pass from prompts and their samples."""
+    rows = [(prompts[p], s.token_ids) for p, group in enumerate(samples) for s in group]
+    lp = max(len(p) for p, _ in rows)
+    lr = max(1, max(len(r) for _, r in rows))
+    n = len(rows)
+    ids = torch.full((n, lp + lr), pad_id, dtype=torch.long)
+    attn = torch.zeros((n, lp + lr), dtype=torch.long)
+    resp = torch.full((n, lr), pad_id, dtype=torch.long)
+    rmask = torch.zeros((n, lr), dtype=torch.float32)
+    for i, (p, r) in enumerate(rows):
+        ids[i, lp - len(p): lp] = torch.tensor(p)
+        attn[i, lp - len(p): lp] = 1
+        if r:
+            ids[i, lp: lp + len(r)] = torch.tensor(r)
+            attn[i, lp: lp + len(r)] = 1
+            resp[i, : len(r)] = torch.tensor(r)
+            rmask[i, : len(r)] = 1.0
+    return ids, attn, resp, rmask, lp
+
+
+def response_logits(model, input_ids, attention_mask, prompt_width: int) -> torch.Tensor:
+    """Logits that predict each response token: [n, Lr, V]. Position ids follow the attention mask,
+    as in generation, so left padding does not shift positions."""
+    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    lr = input_ids.shape[1] - prompt_width
+    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                use_cache=False, logits_to_keep=lr + 1)
+    return out.logits[:, :-1]
+
+
+# --- data and rewards ----------------------------------------------------------------------------
+
+
+def load_training_problems(cfg: TrainConfig):
+    from rbctl import benchmarks, builtin
+
+    d = cfg.data
+    if d.source == "builtin":
+        return builtin.problems(task_spec(cfg), "train")
+    fields = f"@{d.problem_field},{d.answer_field}"
+    if d.source.endswith((".jsonl", ".parquet")) or Path(d.source).exists():
+        return benchmarks.load_benchmark(f"file:{d.source}{fields}")
+    cfg_part = f":{d.hf_config}" if d.hf_config else ""
+    return benchmarks.load_benchmark(f"hf:{d.source}{cfg_part}:{d.split}{fields}")
+
+
+def task_spec(cfg: TrainConfig):
+    from rbctl.builtin import TaskSpec
+
+    b = cfg.data.builtin
+    return TaskSpec(num_keys=b.num_keys, min_hops=b.min_hops, max_hops=b.max_hops,
+                    train_size=b.train_size, test_size=b.test_size, seed=b.seed)
+
+
+def warm_start_spec(cfg: TrainConfig):
+    from rbctl.builtin import WarmStartSpec
+
+    b = cfg.data.builtin
+    return WarmStartSpec(demo_error=b.demo_error, steps=b.warm_start_steps)
+
+
+def reward_function(cfg: TrainConfig, builtin_policy: bool):
+    """(completion, answer) -> (reward, correct). The built-in task has its own exact checker."""
+    if cfg.data.source == "builtin":
+        from rbctl.builtin import check
+    else:
+        from rbctl.grading import grade as check
+
+    def fn(completion: str, answer: str) -> tuple[float, bool]:
+        ok = bool(check(completion, answer))
+        return float(ok), ok
+
+    return fn
+
+
+def prompt_order(seed: int, step: int, per_step: int, pool: int) -> list[int]:
+    """Indices of step `step`'s prompts: a seeded permutation of the pool per epoch, read in order."""
+    out = []
+    for i in range((step - 1) * per_step, step * per_step):
+        epoch, pos = divmod(i, pool)
+        perm = np.random.default_rng([seed, epoch]).permutation(pool)
+        out.append(int(perm[pos]))
+    return out
+
+
+def step_seed(seed: int, step: int) -> int:
+    return int(np.random.default_rng([seed, step, 7]).integers(2**31 - 1))
+
+
+# --- run directory -------------------------------------------------------------------------------
+
+
+def provenance(cfg: TrainConfig, device: torch.device) -> dict:
+    import transformers
+
+    def git_commit():
+        try:
+            root = Path(__file__).resolve().parents[1]
+            return subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
+                                  text=True, timeout=5).stdout.strip() or None
+        except (OSError, subprocess.SubprocessError):
+            return None
+
+    return {
+        "rbctl": __version__,
+        "git_commit": git_commit(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "platform": platform.platform(),
+        "device": str(device),
+        "cuda": torch.cuda.get_device_name(0) if device.type == "cuda" else None,
+        "threads": torch.get_num_threads(),
+        "seed": cfg.seed,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+
+def write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def comparable(cfg: TrainConfig) -> dict:
+    """The config without the keys that may change across a resume (more steps, logging)."""
+    d = cfg.model_dump(mode="json")
+    for k in ("steps", "log", "threads"):
+        d.pop(k, None)
+    return d
+
+
+def prepare_run_dir(cfg: TrainConfig, run_dir: Path, force: bool) -> int:
+    """Create or check the run directory; return the step of the checkpoint to resume from (0 = fresh)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    cfg_path = run_dir / "config.yaml"
+    if cfg_path.exists():
+        import yaml
+
+        old = validate(TrainConfig, yaml.safe_load(cfg_path.read_text()) or {}, str(cfg_path))
+        if comparable(old) != comparable(cfg) and not force:
+            diff = [k for k in _flat(comparable(cfg)) if _flat(comparable(cfg)).get(k) != _flat(comparable(old)).get(k)]
+            raise UserError(f"run directory {run_dir} was made with a different config ({', '.join(diff[:4])}); "
+                            "use another -o or --force")
+    write_atomic(cfg_path, dump_config(cfg))
+    return last_good_checkpoint_step(run_dir)
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[prefix + k] = v
+    return out
+
+
+def checkpoint_dirs(run_dir: Path) -> list[Path]:
+    return sorted(p for p in (run_dir / "checkpoints").glob("step_*") if p.is_dir() and not p.name.endswith(".tmp"))
+
+
+def last_good_checkpoint_step(run_dir: Path) -> int:
+    for ck in reversed(checkpoint_dirs(run_dir)):
+        if (ck / CKPT_DONE).exists() and (ck / "trainer_state.pt").exists():
+            return int(ck.name.split("_")[1])
+        print(f"warning: skipping incomplete checkpoint {ck}")
+    return 0
+
+
+def save_checkpoint(run_dir: Path, step: int, model, tokenizer, state: dict, keep: int, builtin_marker: Path | None) -> None:
+    final = run_dir / "checkpoints" / f"step_{step:06d}"
+    tmp = final.with_name(final.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    (tmp / "model").mkdir(parents=True)
+    model.save_pretrained(tmp / "model", safe_serialization=True)
+    tokenizer.save_pretrained(tmp / "model")
+    if builtin_marker is not None and builtin_marker.exists():
+        shutil.copy(builtin_marker, tmp / "model" / builtin_marker.name)
+    torch.save(state, tmp / "trainer_state.pt")
+    (tmp / CKPT_DONE).write_text(str(step))
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    for old in checkpoint_dirs(run_dir)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+# --- the trainer ---------------------------------------------------------------------------------
+
+
+class Trainer:
+    def __init__(self, cfg: TrainConfig, run_dir: Path, log=print):
+        from rbctl.models import load_policy
+
+        self.cfg = cfg
+        self.run_dir = Path(run_dir)
+        self.log = log
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        if cfg.rollout.engine == "vllm":
+            raise UserError("rollout.engine 'vllm' is not available yet (scale-out issue); use 'hf'")
+        self.resume_step = last_good_checkpoint_step(self.run_dir)
+        load_kwargs = dict(device=cfg.model.device, dtype=cfg.model.dtype, log=log,
+                           builtin_task=task_spec(cfg), builtin_warm_start=warm_start_spec(cfg))
+        base = load_policy(cfg.model.name, **load_kwargs)
+        self.base_source = base.source
+        self.builtin = base.builtin
+        self.tokenizer = base.tokenizer
+        self.device = next(base.model.parameters()).device
+        torch.manual_seed(cfg.seed)
+        self.ref = None
+        if cfg.algo.kl_coef > 0 or cfg.algo.log_kl:
+            self.ref = copy.deepcopy(base.model).eval().requires_grad_(False)
+        if self.resume_step:
+            ck = self.run_dir / "checkpoints" / f"step_{self.resume_step:06d}"
+            self.model = load_policy(str(ck / "model"), **load_kwargs).model
+        else:
+            self.model = base.model
+        del base
+        if cfg.model.gradient_checkpointing:
+            self.model.gradient_checkpointing_enable()
+        self.model.train()
+        o = cfg.optim
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=o.lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay)
+        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, self._lr_lambda)
+        self.alpha = cfg.algo.entropy.alpha
+        self.nonfinite_in_row = 0
+        if self.resume_step:
+            state = torch.load(ck / "trainer_state.pt", weights_only=False)
+            self.opt.load_state_dict(state["optimizer"])
+            self.sched.load_state_dict(state["scheduler"])
+            self.alpha = state["alpha"]
+            torch.set_rng_state(state["torch_rng"])
+            random.setstate(state["python_rng"])
+            np.random.set_state(state["numpy_rng"])
+        self.problems = load_training_problems(cfg)
+        if not self.problems:
+            raise UserError("the training data has no problems")
+        from rbctl.prompting import resolve_template
+
+        self.template = resolve_template(self.tokenizer, cfg.data.template, builtin_model=self.builtin)
+        self._prompt_cache: dict[int, list[int]] = {}
+        self.reward_fn = reward_function(cfg, self.builtin)
+        from rbctl.rollout import HFEngine
+
+        self.engine = HFEngine(self.model, self.tokenizer, max_batch=cfg.rollout.max_batch)
+        self.pad_id = self.engine.pad_id
+
+    def _lr_lambda(self, s: int) -> float:
+        o = self.cfg.optim
+        if o.warmup_steps and s < o.warmup_steps:
+            return (s + 1) / o.warmup_steps
+        if o.schedule == "cosine":
+            span = max(1, self.cfg.steps - o.warmup_steps)
+            return 0.5 * (1 + math.cos(math.pi * min(1.0, (s - o.warmup_steps) / span)))
+        return 1.0
+
+    def prompt_ids(self, idx: int) -> list[int]:
+        """Prompts are encoded once and cached: no re-tokenisation per step."""
+        if idx not in self._prompt_cache:
+            from rbctl.prompting import encode_prompts
+
+            self._prompt_cache[idx] = encode_prompts(self.tokenizer, [self.problems[idx].problem], self.template,
+                                                     self.cfg.data.instruction)[0]
+        return self._prompt_cache[idx]
+
+    # -- one step --
+
+    def rollout(self, step: int):
+        c = self.cfg
+        idx = prompt_order(c.seed, step, c.rollout.prompts_per_step, len(self.problems))
+        prompts = [self.prompt_ids(i) for i in idx]
+        params = SamplingParams(n=c.rollout.group_size, temperature=c.rollout.temperature, top_p=c.rollout.top_p,
+                                max_new_tokens=c.rollout.max_new_tokens, seed=step_seed(c.seed, step))
+        samples = self.engine.generate(prompts, params)
+        rewards = torch.zeros(len(idx), c.rollout.group_size)
+        correct = torch.zeros(len(idx), c.rollout.group_size, dtype=torch.bool)
+        for p, group in enumerate(samples):
+            for g, s in enumerate(group):
+                rewards[p, g], correct[p, g] = self.reward_fn(s.text, self.problems[idx[p]].answer)
+        adv = algo.compute_advantages(rewards, c.algo.estimator, c.algo.budget, c.algo.shift)
+        ids, attn, resp, rmask, lp = build_batch(prompts, samples, self.pad_id)
+        batch = RolloutBatch(ids, attn, resp, rmask, lp, rewards, correct, adv)
+        return batch, idx, samples
+
+    def _micro_batches(self, n: int) -> list[slice]:
+        mb = self.cfg.algo.micro_batch_size or n
+        return [slice(i, min(i + mb, n)) for i in range(0, n, mb)]
+
+    def _forward_logp(self, model, batch: RolloutBatch, sl: slice, with_entropy: bool, entropy_grad: bool):
+        dev = self.device
+        logits = response_logits(model, batch.input_ids[sl].to(dev), batch.attention_mask[sl].to(dev), batch.prompt_width)
+        t = self.cfg.rollout.temperature
+        logp = token_logprobs(logits, batch.response_ids[sl].to(dev), t)
+        ent = None
+        if with_entropy:
+            if entropy_grad:
+                ent = token_entropy(logits, t)
+            else:
+                with torch.no_grad():
+                    ent = token_entropy(logits.detach(), t)
+        return logp, ent
+
+    def update(self, batch: RolloutBatch) -> dict:
+        c = self.cfg
+        dev = self.device
+        a = c.algo
+        mask_all = batch.response_mask
+        norm = BatchNorm(n_seqs=batch.n, n_tokens=int(mask_all.sum().item()), max_new_tokens=c.rollout.max_new_tokens)
+        adv_flat = batch.advantages.reshape(-1)
+        slices = self._micro_batches(batch.n)
+        old_logp: list[torch.Tensor] = []
+        ref_logp: list[torch.Tensor | None] = []
+        if self.ref is not None:
+            with torch.no_grad():
+                for sl in slices:
+                    ref_logp.append(self._forward_logp(self.ref, batch, sl, False, False)[0])
+        entropy_on = a.entropy.mode != "none"
+        stats = {"entropy_sum": 0.0, "kl_sum": 0.0, "clip_low": 0.0, "clip_high": 0.0, "loss": 0.0, "grad_norm": []}
+        skipped = 0
+        for epoch in range(a.ppo_epochs):
+            self.opt.zero_grad(set_to_none=True)
+            loss_total = 0.0
+            for k, sl in enumerate(slices):
+                mask = batch.response_mask[sl].to(dev)
+                logp, ent = self._forward_logp(self.model, batch, sl, with_entropy=(epoch == 0 or entropy_on),
+                                               entropy_grad=entropy_on)
+                if epoch == 0:
+                    old_logp.append(logp.detach())  # behaviour policy = the model before any update
+                pg = ppo_clip_loss(logp, old_logp[k], adv_flat[sl].to(dev), a.clip_low, a.clip_high)
+                w = aggregation_weights(mask, a.loss_agg, norm)
+                loss_mat = pg.loss_mat
+                kl = None
+                if self.ref is not None:
+                    kl = k3_kl(logp, ref_logp[k])
+                    if a.kl_coef > 0:
+                        loss_mat = loss_mat + a.kl_coef * kl
+                if entropy_on:
+                    loss_mat = loss_mat - self.alpha * ent
+                loss = (w * loss_mat).sum()
+                loss.backward()
+                loss_total += loss.item()
+                tok = mask.sum().item()
+                stats["clip_low"] += (pg.clipped_low.float() * mask).sum().item() / max(norm.n_tokens, 1) / a.ppo_epochs
+                stats["clip_high"] += (pg.clipped_high.float() * mask).sum().item() / max(norm.n_tokens, 1) / a.ppo_epochs
+                if epoch == 0:
+                    stats["entropy_sum"] += (ent.detach() * mask).sum().item()
+                    if kl is not None:
+                        stats["kl_sum"] += (kl.detach() * mask).sum().item()
+                del tok
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.optim.max_grad_norm)
+            if not (math.isfinite(loss_total) and torch.isfinite(grad_norm)):
+                self.opt.zero_grad(set_to_none=True)
+                skipped += 1
+                continue  # never step on a non-finite loss or gradient
+            self.opt.step()
+            stats["grad_norm"].append(grad_norm.item())
+            stats["loss"] += loss_total / a.ppo_epochs
+        self.sched.step()
+        n_tok = max(norm.n_tokens, 1)
+        return {
+            "old_logp": old_logp,
+            "slices": slices,
+            "entropy": stats["entropy_sum"] / n_tok,
+            "kl": stats["kl_sum"] / n_tok if self.ref is not None else None,
+            "clip/frac_low": stats["clip_low"],
+            "clip/frac_high": stats["clip_high"],
+            "loss/total": stats["loss"],
+            "grad_norm": float(np.mean(stats["grad_norm"])) if stats["grad_norm"] else None,
+            "nonfinite/skipped": skipped,
+        }
+
+    @torch.no_grad()
+    def logratio_sums(self, batch: RolloutBatch, old_logp: list[torch.Tensor], slices: list[slice]) -> torch.Tensor:
+        """d_i = Σ_t (log π_new − log π_old) over each rollout's response tokens, as [P, G]."""
+        d = []
+        for k, sl in enumerate(slices):
+            logp, _ = self._forward_logp(self.model, batch, sl, False, False)
+            mask = batch.response_mask[sl].to(self.device)
+            d.append(((logp - old_logp[k]) * mask).sum(-1).cpu())
+        return torch.cat(d).reshape(batch.rewards.shape)
+
+    def step(self, step: int) -> tuple[dict, list]:
+        c = self.cfg
+        t0 = time.perf_counter()
+        batch, idx, samples = self.rollout(step)
+        t1 = time.perf_counter()
+        upd = self.update(batch)
+        t2 = time.perf_counter()
+        kappa_eff = None
+        if c.kappa_eff_every and step % c.kappa_eff_every == 0:
+            d = self.logratio_sums(batch, upd["old_logp"], upd["slices"])
+            kappa_eff = algo.nanmean_or_none(algo.kappa_eff(batch.rewards, d))
+        t3 = time.perf_counter()
+        lr_used = self.opt.param_groups[0]["lr"]
+        ent_cfg = c.algo.entropy
+        alpha_used = self.alpha
+        if ent_cfg.mode == "adaptive":
+            self.alpha = adaptive_alpha(self.alpha, upd["entropy"], ent_cfg.target, ent_cfg.delta,
+                                        ent_cfg.alpha_min, ent_cfg.alpha_max)
+        gs = algo.group_stats(batch.correct)
+        kappa_p = algo.kappa(batch.rewards, batch.advantages)
+        resp_len = batch.response_mask.sum(-1)
+        gen_tokens = int(resp_len.sum().item())
+        finished = [s.finished for g in samples for s in g]
+        step_s = t3 - t0
+        metrics = {
+            "reward/mean": batch.rewards.mean().item(),
+            "acc/mean": batch.correct.float().mean().item(),
+            "entropy": upd["entropy"],
+            "kappa": algo.nanmean_or_none(kappa_p),
+            "kappa_eff": kappa_eff,
+            "adv/gap": algo.advantage_gap(batch.correct, batch.advantages),
+            "adv/abs_mean": batch.advantages.abs().mean().item(),
+            "groups/frac_all_correct": gs.frac_all_correct,
+            "groups/frac_all_wrong": gs.frac_all_wrong,
+            "groups/frac_mixed": gs.frac_mixed,
+            "clip/frac_low": upd["clip/frac_low"],
+            "clip/frac_high": upd["clip/frac_high"],
+            "kl": upd["kl"],
+            "loss/total": upd["loss/total"],
+            "entropy/alpha": alpha_used if ent_cfg.mode != "none" else 0.0,
+            "response/len_mean": resp_len.float().mean().item(),
+            "response/frac_truncated": 1.0 - float(np.mean(finished)),
+            "grad_norm": upd["grad_norm"],
+            "nonfinite/skipped": upd["nonfinite/skipped"],
+            "lr": lr_used,
+            "time/step_s": step_s,
+            "time/rollout_s": t1 - t0,
+            "time/train_s": t2 - t1,
+            "time/kappa_eff_s": t3 - t2,
+            "throughput/tokens_per_s": gen_tokens / step_s if step_s > 0 else None,
+        }
+        rows = []
+        for p, group in enumerate(samples):
+            for g, s in enumerate(group):
+                rows.append({"step": step, "prompt_id": self.problems[idx[p]].id, "problem": self.problems[idx[p]].problem,
+                             "answer": self.problems[idx[p]].answer, "completion": s.text,
+                             "reward": batch.rewards[p, g].item(), "advantage": batch.advantages[p, g].item()})
+        return metrics, rows
+
+    def state(self, step: int) -> dict:
+        return {
+            "step": step,
+            "optimizer": self.opt.state_dict(),
+            "scheduler": self.sched.state_dict(),
+            "alpha": self.alpha,
+            "torch_rng": torch.get_rng_state(),
+            "python_rng": random.getstate(),
+            "numpy_rng": np.random.get_state(),
+        }
+
+
+MAX_NONFINITE_IN_ROW = 3  # a run whose loss is non-finite this many steps in a row is broken, not unlucky
+
+
+def train(cfg: TrainConfig, run_dir: Path, force: bool = False, progress: bool = True, log=print,
+          on_step=None) -> list[dict]:
+    """Train (or resume) the run in `run_dir`; returns the metrics of the steps run now."""
+    run_dir = Path(run_dir)
+    prepare_run_dir(cfg, run_dir, force)
+    tr = Trainer(cfg, run_dir, log=log)
+    start = tr.resume_step
+    # Lines written after the checkpoint we resume from are redone: drop them (and a torn last line).
+    for name in ("metrics.jsonl", "samples.jsonl", "eval.jsonl"):
+        truncate_jsonl(run_dir / name, lambda r: r.get("step", 0) <= start)
+    if start == 0 or not (run_dir / "provenance.json").exists():
+        write_atomic(run_dir / "provenance.json", json.dumps(provenance(cfg, tr.device), indent=2))
+    if start >= cfg.steps:
+        log(f"run {run_dir} is already complete ({start} steps)")
+        return []
+    if start:
+        log(f"resuming {run_dir} from step {start}")
+    tracker = Tracker(run_dir, cfg.log.tensorboard, cfg.log.wandb, cfg.log.wandb_project, cfg.log.wandb_mode,
+                      config=cfg.model_dump(mode="json"))
+    marker = Path(tr.base_source) / "rbctl_builtin.json" if tr.builtin else None
+    done: list[dict] = []
+    display = _Display(cfg.steps, start, enabled=progress)
+    nonfinite_row = 0
+    try:
+        with display:
+            for step in range(start + 1, cfg.steps + 1):
+                metrics, rows = tr.step(step)
+                nonfinite_row = nonfinite_row + 1 if metrics["nonfinite/skipped"] else 0
+                if nonfinite_row >= MAX_NONFINITE_IN_ROW:
+                    raise UserError(f"loss or gradient non-finite for {nonfinite_row} steps in a row at step {step}; "
+                                    "lower optim.lr or check the rewards (no checkpoint with NaN was written)")
+                if cfg.eval.every and (step % cfg.eval.every == 0 or step == cfg.steps):
+                    _periodic_eval(tr, cfg, run_dir, step, metrics)
+                tracker.log(step, metrics)
+                if step % cfg.sample_every == 0 or step == 1:
+                    for r in rows[: cfg.samples_per_log]:
+                        append_jsonl(run_dir / "samples.jsonl", r)
+                if step % cfg.save_every == 0 or step == cfg.steps:
+                    save_checkpoint(run_dir, step, tr.model, tr.tokenizer, tr.state(step), cfg.keep_checkpoints, marker)
+                done.append({"step": step, **metrics})
+                display.update(step, metrics)
+                if on_step is not None:
+                    on_step(step, metrics)
+    finally:
+        tracker.close()
+    return done
+
+
+def _periodic_eval(tr: Trainer, cfg: TrainConfig, run_dir: Path, step: int, metrics: dict) -> None:
+    """Held-out evaluation during training; one line per benchmark in RUN_DIR/eval.jsonl."""
+    from rbctl.evaluate import EvalConfig, evaluate_policy, periodic_eval_line
+    from rbctl.models import LoadedPolicy
+
+    e = cfg.eval
+    ecfg = EvalConfig(benchmarks=e.benchmarks, n=e.n, temperature=e.temperature, limit=e.limit,
+                      max_new_tokens=e.max_new_tokens or cfg.rollout.max_new_tokens, seed=cfg.seed,
+                      template=cfg.data.template, instruction=cfg.data.instruction)
+    policy = LoadedPolicy(tr.model, tr.tokenizer, tr.base_source, tr.builtin)
+    t = time.perf_counter()
+    results = evaluate_policy(policy, ecfg, run_dir / "eval" / "periodic" / f"step_{step:06d}", quiet=True)
+    metrics["time/eval_s"] = time.perf_counter() - t
+    for line in periodic_eval_line(results, step):
+        append_jsonl(run_dir / "eval.jsonl", line)
+    tr.model.train()
+
+
+class _Display:
+    """A Rich progress bar with live reward, entropy and κ_eff."""
+
+    def __init__(self, total: int, start: int, enabled: bool):
+        self.enabled = enabled
+        self.total, self.start = total, start
+        self.last_keff = None
+
+    def __enter__(self):
+        if self.enabled:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+            self.progress = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
+                                     TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TimeRemainingColumn())
+            self.progress.__enter__()
+            self.task = self.progress.add_task("train", total=self.total, completed=self.start, info="")
+        return self
+
+    def update(self, step: int, m: dict) -> None:
+        if not self.enabled:
+            return
+        if m.get("kappa_eff") is not None:
+            self.last_keff = m["kappa_eff"]
+        keff = f"{self.last_keff:.3g}" if self.last_keff is not None else "–"
+        info = f"reward {m['reward/mean']:.3f}  entropy {m['entropy']:.3f}  κ_eff {keff}"
+        self.progress.update(self.task, completed=step, info=info)
+
+    def __exit__(self, *exc):
+        if self.enabled:
+            self.progress.__exit__(*exc)
