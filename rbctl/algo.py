@@ -34,8 +34,13 @@ def _check_rewards(rewards: torch.Tensor) -> None:
 
 
 def _group_centre(r: torch.Tensor) -> torch.Tensor:
-    """r_i − mean(r) within each group.  [P, G] -> [P, G]"""
-    return r - r.mean(dim=1, keepdim=True)
+    """r_i − mean(r) within each group.  [P, G] -> [P, G]
+
+    A group of equal rewards gets exact zeros: in float32, r − mean(r) leaves ~1e-8 residues that
+    GRPO's division by (std + 1e-6) would blow up to O(1) advantages for non-binary rewards."""
+    centred = r - r.mean(dim=1, keepdim=True)
+    equal = (r == r[:, :1]).all(dim=1, keepdim=True)
+    return torch.where(equal, torch.zeros_like(centred), centred)
 
 
 def _group_std_scale(centred: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
@@ -50,10 +55,13 @@ def _loo_centre(r: torch.Tensor) -> torch.Tensor:
 
 
 def _batch_whiten(x: torch.Tensor) -> torch.Tensor:
-    """(x − mean(x)) / (std(x) + 1e-6) with one mean and one unbiased std over the whole batch."""
+    """x / (std(x) + 1e-6) with one unbiased std over the whole batch.
+
+    x is group-centred, so its batch mean is 0 and subtracting it (as whitening does) would only
+    add float residues to groups whose advantages are exactly 0."""
     if x.numel() < 2:
-        return x - x.mean()
-    return (x - x.mean()) / (x.std() + STD_EPS)
+        return x
+    return x / (x.std() + STD_EPS)
 
 
 # --- estimators: rewards [P, G] -> advantages [P, G] -------------------------------------------
@@ -220,7 +228,8 @@ def group_stats(correct: torch.Tensor) -> GroupStats:
     c = correct.bool()
     all_c = c.all(dim=1).float().mean().item()
     all_w = (~c).all(dim=1).float().mean().item()
-    return GroupStats(all_c, all_w, 1.0 - all_c - all_w)
+    mixed = (c.any(dim=1) & (~c).any(dim=1)).float().mean().item()
+    return GroupStats(all_c, all_w, mixed)
 
 
 def advantage_gap(correct: torch.Tensor, advantages: torch.Tensor) -> float | None:

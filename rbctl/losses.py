@@ -30,7 +30,8 @@ def token_entropy(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tenso
     forms log 0 for tokens with vanishing probability (METHOD.md, "Entropy")."""
     z = logits.float() / temperature
     p = torch.softmax(z, dim=-1)
-    return torch.logsumexp(z, dim=-1) - (p * z).sum(dim=-1)
+    # A −inf logit (masked vocabulary) has p = 0; 0·(−inf) would be NaN, so those terms are zeroed.
+    return torch.logsumexp(z, dim=-1) - (p * z.masked_fill(p == 0, 0.0)).sum(dim=-1)
 
 
 # --- loss aggregation ----------------------------------------------------------------------------
