@@ -108,10 +108,36 @@ def eval_(
 
 @app.command()
 def ablate(
-    sweep: Optional[Path] = typer.Argument(None, help="Sweep YAML; default configs/ablate_quickstart.yaml."),
+    sweep: Optional[Path] = typer.Argument(None, help="Sweep YAML. Default: configs/ablate_quickstart.yaml, then a report."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Sweep directory (default runs/<sweep file name>)."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Runs in parallel (default: the sweep's `jobs`)."),
+    force: bool = typer.Option(False, "--force", help="Reuse a sweep directory made by a different sweep."),
+    no_report: bool = typer.Option(False, "--no-report", help="Do not write the report at the end."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress display."),
 ) -> None:
-    """Run a declared grid of arms × seeds (and evaluate each run), resumable."""
-    raise UserError("rbctl ablate is not implemented yet")
+    """Run a declared grid of arms × seeds, each run followed by its evaluation; resumable.
+
+    Re-running on the same directory skips finished runs and resumes partial ones. With no SWEEP
+    argument it runs the default sweep on the embedded default and writes its report."""
+    import time
+
+    from rbctl.ablate import DEFAULT_SWEEP, run_sweep, summarize_state
+
+    path = sweep or DEFAULT_SWEEP
+    sweep_dir = out or Path("runs") / Path(path).stem
+    t0 = time.perf_counter()
+    state = run_sweep(path, sweep_dir, jobs=jobs, force=force, progress=not quiet)
+    done, total, failed = summarize_state(state)
+    minutes = (time.perf_counter() - t0) / 60
+    typer.echo(f"sweep finished: {done}/{total} runs done in {minutes:.1f} min -> {sweep_dir}")
+    for key, err in failed:
+        typer.secho(f"  failed: {key}: {err}", fg=typer.colors.RED)
+    if not no_report:
+        from rbctl.report import make_report
+
+        typer.echo(f"report: {make_report([sweep_dir], sweep_dir / 'report')}")
+    if failed:
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -122,29 +148,34 @@ def report(
     raise UserError("rbctl report is not implemented yet")
 
 
-def main() -> None:
-    _quiet_libraries()
+def run(argv: Optional[List[str]] = None) -> int:
+    """Run the CLI and return its exit code: 0 ok, 2 bad input (one line on stderr), 1 failed runs."""
+    try:  # typer >= 0.20 vendors click as typer._click
+        from typer._click import exceptions as click_exc
+    except ImportError:  # pragma: no cover
+        from click import exceptions as click_exc
+
     try:
-        app(standalone_mode=False)
+        rc = app(args=argv, standalone_mode=False)
+        return rc if isinstance(rc, int) else 0
     except UserError as e:
         if _DEBUG["on"]:
             raise
         typer.secho(f"error: {e}", err=True, fg=typer.colors.RED)
-        sys.exit(2)
+        return 2
+    except click_exc.ClickException as e:  # usage errors: click's own one-line message
+        e.show()
+        return 2
+    except click_exc.Abort:
+        return 1
     except KeyboardInterrupt:
         typer.secho("interrupted; completed steps and checkpoints are kept on disk", err=True)
-        sys.exit(130)
-    except SystemExit:
-        raise
-    except Exception as e:  # click usage errors are handled below, everything else is a bug: show it
-        import click
+        return 130
 
-        if isinstance(e, click.exceptions.ClickException):
-            e.show()
-            sys.exit(2)
-        if isinstance(e, (click.exceptions.Abort,)):
-            sys.exit(1)
-        raise
+
+def main() -> None:
+    _quiet_libraries()
+    sys.exit(run())
 
 
 if __name__ == "__main__":

@@ -1,0 +1,310 @@
+"""Declared sweeps: arms × seeds, each an independent training run followed by its evaluation.
+
+A sweep file names a base training config, arms (each a set of dotted-key overrides of it),
+seeds and an evaluation spec. Every (arm, seed) runs in its own run directory
+`SWEEP/runs/<arm>/seed_<s>/` in a worker process; a failed run is recorded with its error and
+does not stop the others; `state.json` records each run's status; a second `rbctl ablate` on the
+same directory is refused while the first holds its lock; re-running skips finished runs and
+resumes partial ones from their last checkpoint.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+import traceback
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+from pydantic import Field, field_validator
+
+from rbctl.config import Section, TrainConfig, apply_overrides, read_yaml, validate
+from rbctl.errors import UserError
+
+# Arms must get equal compute: these keys may differ between arms only when the sweep says so.
+COMPUTE_KEYS = ("steps", "rollout.prompts_per_step", "rollout.group_size", "rollout.max_new_tokens", "algo.ppo_epochs")
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_SWEEP = REPO_ROOT / "configs" / "ablate_quickstart.yaml"
+DEFAULT_OUT = Path("runs") / "ablate_quickstart"
+
+
+class SweepEval(Section):
+    benchmarks: list[str] = Field(default_factory=lambda: ["builtin"], description="Benchmarks of each run's final evaluation.")
+    n: int = Field(8, ge=1, description="Samples per problem (n >= 8 gives pass@k curves up to k = 8).")
+    temperature: float = Field(1.0, ge=0.0, description="Sampling temperature (0 = greedy).")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling threshold.")
+    max_new_tokens: Optional[int] = Field(None, ge=1, description="Null = the training config's rollout.max_new_tokens.")
+    limit: Optional[int] = Field(None, ge=1, description="Problems per benchmark (null = all).")
+    data_dir: Optional[str] = Field(None, description="Local benchmark JSONL directory (else RBCTL_DATA_DIR or the Hub).")
+
+
+class SweepConfig(Section):
+    name: str = Field("sweep", description="Sweep name (shown in reports).")
+    base: str = Field(..., description="Base training config YAML, relative to the sweep file.")
+    set: dict[str, Any] = Field(default_factory=dict, description="Overrides applied to the base for every arm.")
+    seeds: list[int] = Field(default_factory=lambda: [0], description="Run seeds; every arm runs every seed.")
+    arms: dict[str, dict[str, Any]] = Field(..., description="Arm name -> dotted-key overrides of the base config.")
+    eval: SweepEval = Field(default_factory=SweepEval, description="Final evaluation of every run.")
+    jobs: int = Field(2, ge=1, description="Runs in parallel (worker processes); threads are divided between them.")
+    allow_unequal_compute: bool = Field(False, description="Allow arms to differ in steps, P, G, max_new_tokens or ppo_epochs.")
+
+    @field_validator("arms")
+    @classmethod
+    def _names(cls, arms):
+        if not arms:
+            raise ValueError("a sweep needs at least one arm")
+        for name in arms:
+            if not name or "/" in name or name.startswith("."):
+                raise ValueError(f"arm name '{name}' is not a valid directory name")
+        return arms
+
+
+def _flat_get(d: dict, dotted: str):
+    for part in dotted.split("."):
+        d = d[part]
+    return d
+
+
+def load_sweep(path: Path) -> tuple[SweepConfig, dict[str, TrainConfig]]:
+    """Validate the sweep file and every arm's resolved training config (errors name the arm and key)."""
+    path = Path(path)
+    sweep = validate(SweepConfig, read_yaml(path), str(path))
+    base_path = (path.parent / sweep.base).resolve()
+    base = read_yaml(base_path)
+    configs = {}
+    for arm, overrides in sweep.arms.items():
+        data = apply_overrides(json.loads(json.dumps(base)), [f"{k}={json.dumps(v)}" for k, v in {**sweep.set, **(overrides or {})}.items()])
+        try:
+            configs[arm] = validate(TrainConfig, data, f"{path} arm '{arm}'")
+        except UserError as e:
+            raise UserError(str(e)) from None
+    if not sweep.allow_unequal_compute:
+        first_arm, first = next(iter(configs.items()))
+        for arm, cfg in configs.items():
+            for key in COMPUTE_KEYS:
+                a, b = _flat_get(first.model_dump(), key), _flat_get(cfg.model_dump(), key)
+                if a != b:
+                    raise UserError(f"{path}: arm '{arm}' sets {key}={b} but arm '{first_arm}' has {a}; arms must get "
+                                    "equal compute (set allow_unequal_compute: true to override)")
+    return sweep, configs
+
+
+def arm_metadata(cfg: TrainConfig) -> dict:
+    """Baseline and variant of an arm, derived from its config (what the report groups by)."""
+    if cfg.algo.budget is not None:
+        variant = "budget"
+    elif cfg.algo.entropy.mode != "none":
+        variant = f"entropy_{cfg.algo.entropy.mode}"
+    else:
+        variant = "base"
+    return {"baseline": cfg.algo.estimator, "variant": variant}
+
+
+def run_key(arm: str, seed: int) -> str:
+    return f"{arm}/seed_{seed}"
+
+
+# --- state ----------------------------------------------------------------------------------------
+
+
+def read_state(sweep_dir: Path) -> dict:
+    p = sweep_dir / "state.json"
+    if not p.exists():
+        return {"runs": {}}
+    try:
+        return json.loads(p.read_text())
+    except json.JSONDecodeError:
+        return {"runs": {}}  # a torn state file is rebuilt from the run directories
+
+
+def write_state(sweep_dir: Path, state: dict) -> None:
+    tmp = sweep_dir / "state.json.tmp"
+    tmp.write_text(json.dumps(state, indent=2))
+    os.replace(tmp, sweep_dir / "state.json")
+
+
+def final_eval_done(run_dir: Path, steps: int, benchmarks: list[str]) -> bool:
+    from rbctl.evaluate import _dir_name
+
+    ev = run_dir / "eval" / f"step_{steps:06d}"
+    return all((ev / _dir_name(b) / "summary.json").exists() for b in benchmarks)
+
+
+class SweepLock:
+    """An exclusive lock on the sweep directory, released by the OS when the process dies."""
+
+    def __init__(self, sweep_dir: Path):
+        self.path = sweep_dir / ".ablate.lock"
+
+    def __enter__(self):
+        self.f = open(self.path, "a+")
+        try:
+            fcntl.flock(self.f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.f.seek(0)
+            pid = self.f.read().strip() or "?"
+            raise UserError(f"sweep directory {self.path.parent} is in use by another rbctl ablate (pid {pid})") from None
+        self.f.seek(0)
+        self.f.truncate()
+        self.f.write(str(os.getpid()))
+        self.f.flush()
+        return self
+
+    def __exit__(self, *exc):
+        fcntl.flock(self.f, fcntl.LOCK_UN)
+        self.f.close()
+
+
+# --- worker ---------------------------------------------------------------------------------------
+
+
+def _run_one(run_dir: str, cfg_dict: dict, meta: dict, eval_dict: dict, threads: int, queue) -> dict:
+    """One (arm, seed): train (or resume), then evaluate the final checkpoint. Runs in a worker process."""
+    import torch
+
+    torch.set_num_threads(max(1, threads))
+    from rbctl.cli import _quiet_libraries
+
+    _quiet_libraries()
+    key = f"{meta['arm']}/seed_{meta['seed']}"
+    try:
+        from rbctl.evaluate import EvalConfig, run_eval
+        from rbctl.trainer import train
+
+        cfg = TrainConfig.model_validate(cfg_dict)
+        rd = Path(run_dir)
+        rd.mkdir(parents=True, exist_ok=True)
+        (rd / "run.json").write_text(json.dumps(meta, indent=2))
+
+        def on_step(step, m):
+            queue.put((key, "step", step, {"reward": m["reward/mean"], "entropy": m["entropy"]}))
+
+        train(cfg, rd, progress=False, log=lambda *a: None, on_step=on_step)
+        queue.put((key, "eval", cfg.steps, {}))
+        e = SweepEval.model_validate(eval_dict)
+        ecfg = EvalConfig(benchmarks=e.benchmarks, n=e.n, temperature=e.temperature, top_p=e.top_p,
+                          max_new_tokens=e.max_new_tokens or cfg.rollout.max_new_tokens, limit=e.limit,
+                          data_dir=e.data_dir, seed=cfg.seed, template=cfg.data.template,
+                          instruction=cfg.data.instruction, device=cfg.model.device)
+        run_eval(str(rd), ecfg, quiet=True)
+        return {"key": key, "status": "done", "error": None}
+    except BaseException as e:  # a failed run is reported, never allowed to stop the sweep
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        tb = traceback.format_exc()
+        try:
+            (Path(run_dir) / "error.txt").write_text(tb)
+        except OSError:
+            pass
+        return {"key": key, "status": "failed", "error": f"{type(e).__name__}: {msg}"}
+
+
+# --- the sweep ------------------------------------------------------------------------------------
+
+
+def run_sweep(sweep_path: Path, sweep_dir: Path, jobs: int | None = None, force: bool = False,
+              progress: bool = True, log=print) -> dict:
+    """Run (or resume) every (arm, seed) of the sweep; returns the final state."""
+    sweep, configs = load_sweep(sweep_path)
+    jobs = jobs or sweep.jobs
+    sweep_dir = Path(sweep_dir)
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    resolved = {"sweep": sweep.model_dump(mode="json"), "configs": {a: c.model_dump(mode="json") for a, c in configs.items()}}
+    with SweepLock(sweep_dir):
+        saved = sweep_dir / "sweep.yaml"
+        if saved.exists() and not force:
+            old = yaml.safe_load(saved.read_text()) or {}
+            if old.get("configs") != resolved["configs"] or old.get("sweep", {}).get("eval") != resolved["sweep"]["eval"]:
+                raise UserError(f"sweep directory {sweep_dir} holds a different sweep; use another -o or --force")
+        saved.write_text(yaml.safe_dump(resolved, sort_keys=False))
+        state = read_state(sweep_dir)
+        todo = []
+        for arm, cfg in configs.items():
+            for seed in sweep.seeds:
+                key = run_key(arm, seed)
+                rd = sweep_dir / "runs" / arm / f"seed_{seed}"
+                rcfg = cfg.model_copy(update={"seed": seed})
+                if final_eval_done(rd, rcfg.steps, sweep.eval.benchmarks) and state["runs"].get(key, {}).get("status") == "done":
+                    continue
+                meta = {"arm": arm, "seed": seed, "sweep": sweep.name, **arm_metadata(rcfg)}
+                todo.append((key, rd, rcfg, meta))
+                state["runs"][key] = {"status": "pending", "error": None}
+        write_state(sweep_dir, state)
+        total_runs = len(configs) * len(sweep.seeds)
+        log(f"sweep '{sweep.name}': {total_runs} runs ({len(configs)} arms × {len(sweep.seeds)} seeds), "
+            f"{total_runs - len(todo)} already finished, {len(todo)} to run with {jobs} parallel jobs")
+        if todo:
+            _prepare_shared(configs, log)
+            _execute(todo, sweep, sweep_dir, state, jobs, progress)
+        return state
+
+
+def _prepare_shared(configs: dict[str, TrainConfig], log) -> None:
+    """Build the cached warm start once, before the workers start, instead of in every worker."""
+    from rbctl.trainer import task_spec, warm_start_spec
+
+    for cfg in configs.values():
+        if cfg.model.name == "builtin":
+            from rbctl import builtin
+
+            builtin.warm_started(task_spec(cfg), warm_start_spec(cfg), log=log)
+
+
+def _execute(todo, sweep: SweepConfig, sweep_dir: Path, state: dict, jobs: int, progress: bool) -> None:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    ctx = get_context("spawn")  # fresh interpreters: no inherited OpenMP thread pools
+    manager = ctx.Manager()
+    queue = manager.Queue()
+    threads = max(1, (os.cpu_count() or 1) // min(jobs, len(todo)))
+    prog = Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("{task.fields[info]}"), TimeElapsedColumn(), disable=not progress)
+    tasks = {key: prog.add_task(key, total=cfg.steps, info="pending") for key, _, cfg, _ in todo}
+    with prog, ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, max_tasks_per_child=1) as pool:
+        futures = {pool.submit(_run_one, str(rd), cfg.model_dump(mode="json"), meta,
+                               sweep.eval.model_dump(mode="json"), threads, queue): key
+                   for key, rd, cfg, meta in todo}
+        pending = set(futures)
+        while pending:
+            _drain(queue, prog, tasks)
+            finished = [f for f in pending if f.done()]
+            for f in finished:
+                pending.discard(f)
+                key = futures[f]
+                try:
+                    res = f.result()
+                except BaseException as e:  # the worker process itself died (killed, out of memory)
+                    res = {"key": key, "status": "failed", "error": f"worker died: {type(e).__name__}: {e}"}
+                state["runs"][key] = {"status": res["status"], "error": res["error"]}
+                write_state(sweep_dir, state)
+                info = "[green]done" if res["status"] == "done" else f"[red]failed: {res['error'][:60]}"
+                prog.update(tasks[key], info=info)
+            if pending:
+                time.sleep(0.2)
+        _drain(queue, prog, tasks)
+    manager.shutdown()
+
+
+def _drain(queue, prog, tasks) -> None:
+    while True:
+        try:
+            key, kind, step, m = queue.get_nowait()
+        except Exception:
+            return
+        if key not in tasks:
+            continue
+        if kind == "step":
+            prog.update(tasks[key], completed=step, info=f"reward {m['reward']:.3f}  entropy {m['entropy']:.3f}")
+        else:
+            prog.update(tasks[key], completed=step, info="evaluating")
+
+
+def summarize_state(state: dict) -> tuple[int, int, list[tuple[str, str]]]:
+    runs = state["runs"]
+    done = sum(1 for r in runs.values() if r["status"] == "done")
+    failed = [(k, r["error"]) for k, r in runs.items() if r["status"] == "failed"]
+    return done, len(runs), failed

@@ -1,0 +1,57 @@
+"""Shared fixtures: an isolated cache for the built-in policy's warm start, and a tiny training config."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+SHARED_BENCHMARKS = Path(os.environ.get("RBCTL_SHARED_BENCHMARKS", Path(__file__).resolve().parents[2] / "shared" / "benchmarks"))
+
+
+@pytest.fixture(scope="session")
+def rbctl_cache(tmp_path_factory) -> Path:
+    """Warm starts built by tests go to a temporary cache, never the user's."""
+    path = tmp_path_factory.mktemp("rbctl_cache")
+    old = os.environ.get("RBCTL_CACHE")
+    os.environ["RBCTL_CACHE"] = str(path)
+    yield path
+    if old is None:
+        os.environ.pop("RBCTL_CACHE", None)
+    else:
+        os.environ["RBCTL_CACHE"] = old
+
+
+# A small task and a short warm start (~10 s on 2 cores): 1–2 hops over 4 letters, so the
+# briefly trained policy is right often enough that groups are mixed and advantages nonzero.
+TINY_TRAIN = {
+    "seed": 0,
+    "steps": 4,
+    "threads": 1,
+    "kappa_eff_every": 1,
+    "save_every": 2,
+    "sample_every": 1,
+    "model": {"name": "builtin", "device": "cpu"},
+    "data": {"source": "builtin", "builtin": {"num_keys": 4, "min_hops": 1, "max_hops": 2, "train_size": 256,
+                                              "test_size": 32, "warm_start_steps": 300}},
+    "rollout": {"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 10},
+    "algo": {"estimator": "grpo", "log_kl": True},
+    "optim": {"lr": 1e-3},
+    "eval": {"every": 0},
+}
+
+
+@pytest.fixture
+def tiny_config(rbctl_cache):
+    import copy
+
+    from rbctl.config import TrainConfig
+
+    def make(**overrides):
+        from rbctl.config import apply_overrides
+
+        data = apply_overrides(copy.deepcopy(TINY_TRAIN), [f"{k.replace('__', '.')}={v}" for k, v in overrides.items()])
+        return TrainConfig.model_validate(data)
+
+    return make
