@@ -160,6 +160,17 @@ class SweepLock:
         self.f.close()
 
 
+def final_eval(cfg: TrainConfig, run_dir: Path, ecfg) -> dict:
+    """Evaluate the run's final checkpoint into RUN_DIR/eval/step_XXXXXX/ (where `report` looks)."""
+    from rbctl.evaluate import evaluate_policy
+    from rbctl.models import load_policy
+    from rbctl.trainer import eval_problems
+
+    policy = load_policy(str(run_dir), device=cfg.model.device, dtype=cfg.model.dtype, step=cfg.steps, log=lambda *a: None)
+    problems = eval_problems(cfg, ecfg.benchmarks, ecfg.limit, ecfg.data_dir)
+    return evaluate_policy(policy, ecfg, run_dir / "eval" / f"step_{cfg.steps:06d}", step=cfg.steps, problems=problems)
+
+
 # --- worker ---------------------------------------------------------------------------------------
 
 
@@ -173,7 +184,7 @@ def _run_one(run_dir: str, cfg_dict: dict, meta: dict, eval_dict: dict, threads:
     _quiet_libraries()
     key = f"{meta['arm']}/seed_{meta['seed']}"
     try:
-        from rbctl.evaluate import EvalConfig, run_eval
+        from rbctl.evaluate import EvalConfig
         from rbctl.trainer import train
 
         cfg = TrainConfig.model_validate(cfg_dict)
@@ -191,7 +202,7 @@ def _run_one(run_dir: str, cfg_dict: dict, meta: dict, eval_dict: dict, threads:
                           max_new_tokens=e.max_new_tokens or cfg.rollout.max_new_tokens, limit=e.limit,
                           data_dir=e.data_dir, seed=cfg.seed, template=cfg.data.template,
                           instruction=cfg.data.instruction, device=cfg.model.device)
-        run_eval(str(rd), ecfg, quiet=True)
+        final_eval(cfg, rd, ecfg)
         return {"key": key, "status": "done", "error": None}
     except BaseException as e:  # a failed run is reported, never allowed to stop the sweep
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__

@@ -143,9 +143,23 @@ def ablate(
 @app.command()
 def report(
     dirs: List[Path] = typer.Argument(..., help="Run or sweep directories."),
+    out: Optional[Path] = typer.Option(
+        None, "--out", "-o", help="Output folder [default: SWEEP/report for a single sweep directory; required otherwise]."
+    ),
 ) -> None:
-    """Comparison plots and tables from run and sweep directories."""
-    raise UserError("rbctl report is not implemented yet")
+    """Comparison plots and tables from run and sweep directories.
+
+    Writes OUT/report.md (generated summary, tables, figures), OUT/tables/*.{csv,md,tex},
+    OUT/figures/*.{png,svg} and OUT/data/*.csv; prints a table of final scores and the report's path."""
+    from rich.console import Console
+
+    from rbctl.report import final_scores_table, make_report
+
+    path = make_report(dirs, out)
+    table = final_scores_table(path.parent)
+    if table is not None:
+        Console().print(table)
+    typer.echo(str(path))
 
 
 def run(argv: Optional[List[str]] = None) -> int:

@@ -99,6 +99,12 @@ def load_policy(
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         hint = " (offline: set HF_HUB_OFFLINE=1 and use a cached model, a local path or a GGUF file)" if not os.path.exists(src) else ""
         raise UserError(f"cannot load model '{name_or_path}': {first}{hint}") from None
+    if gguf:
+        # GGUF weights are dequantized on load: the model trains and saves as ordinary weights.
+        model.hf_quantizer = None
+        model.is_quantized = False
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     model.to(dev)

@@ -320,6 +320,7 @@ class Trainer:
 
         self.engine = HFEngine(self.model, self.tokenizer, max_batch=cfg.rollout.max_batch)
         self.pad_id = self.engine.pad_id
+        self.eval_problems = None  # loaded at the first periodic evaluation
 
     def _lr_lambda(self, s: int) -> float:
         o = self.cfg.optim
@@ -577,20 +578,38 @@ def train(cfg: TrainConfig, run_dir: Path, force: bool = False, progress: bool =
     return done
 
 
+def eval_problems(cfg: TrainConfig, benchmarks: list[str], limit: int | None, data_dir: str | None = None) -> dict:
+    """Problems of each benchmark; `builtin` is this run's own task (its settings), not the default one."""
+    from rbctl import builtin
+    from rbctl.benchmarks import load_benchmark
+
+    out = {}
+    for name in benchmarks:
+        if name == "builtin":
+            probs = builtin.problems(task_spec(cfg), "test")
+            out[name] = probs[:limit] if limit else probs
+        else:
+            out[name] = load_benchmark(name, data_dir=data_dir, limit=limit)
+    return out
+
+
 def _periodic_eval(tr: Trainer, cfg: TrainConfig, run_dir: Path, step: int, metrics: dict) -> None:
     """Held-out evaluation during training; one line per benchmark in RUN_DIR/eval.jsonl."""
-    from rbctl.evaluate import EvalConfig, evaluate_policy, periodic_eval_line
+    from rbctl.evaluate import EvalConfig, evaluate_policy, periodic_eval_lines
     from rbctl.models import LoadedPolicy
 
     e = cfg.eval
     ecfg = EvalConfig(benchmarks=e.benchmarks, n=e.n, temperature=e.temperature, limit=e.limit,
                       max_new_tokens=e.max_new_tokens or cfg.rollout.max_new_tokens, seed=cfg.seed,
                       template=cfg.data.template, instruction=cfg.data.instruction)
+    if tr.eval_problems is None:
+        tr.eval_problems = eval_problems(cfg, e.benchmarks, e.limit)
     policy = LoadedPolicy(tr.model, tr.tokenizer, tr.base_source, tr.builtin)
     t = time.perf_counter()
-    results = evaluate_policy(policy, ecfg, run_dir / "eval" / "periodic" / f"step_{step:06d}", quiet=True)
+    results = evaluate_policy(policy, ecfg, run_dir / "eval" / "periodic" / f"step_{step:06d}", step=step,
+                              problems=tr.eval_problems)
     metrics["time/eval_s"] = time.perf_counter() - t
-    for line in periodic_eval_line(results, step):
+    for line in periodic_eval_lines(results, step):
         append_jsonl(run_dir / "eval.jsonl", line)
     tr.model.train()
 

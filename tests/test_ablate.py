@@ -1,0 +1,88 @@
+"""Sweeps: expansion and validation, failures that don't stop the others, the lock, and resume."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from rbctl.ablate import SweepLock, load_sweep, read_state, run_sweep
+from rbctl.errors import UserError
+from tests.conftest import TINY_TRAIN
+
+
+def _write_sweep(tmp_path, arms, seeds=(0,), **extra):
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump({**TINY_TRAIN, "steps": 2}))
+    sweep = {"name": "t", "base": "base.yaml", "seeds": list(seeds), "arms": arms,
+             "eval": {"benchmarks": ["builtin"], "n": 2, "limit": 4}, "jobs": 2, **extra}
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(sweep, sort_keys=False))
+    return path
+
+
+def test_sweep_expands_arms_over_the_base(tmp_path):
+    path = _write_sweep(tmp_path, {"grpo": {}, "grpo_budget": {"algo.budget": 2.0}, "rloo": {"algo.estimator": "rloo"}})
+    sweep, configs = load_sweep(path)
+    assert list(configs) == ["grpo", "grpo_budget", "rloo"]
+    assert configs["grpo"].algo.budget is None and configs["grpo_budget"].algo.budget == 2.0
+    assert configs["rloo"].algo.loss_agg == "token-mean"  # the estimator's default, resolved per arm
+    assert configs["grpo"].algo.loss_agg == "seq-mean-token-mean"
+    assert configs["grpo"].steps == 2
+
+
+def test_unknown_key_in_an_arm_names_the_arm_and_key(tmp_path):
+    path = _write_sweep(tmp_path, {"grpo": {}, "typo": {"algo.buget": 1.0}})
+    with pytest.raises(UserError, match=r"arm 'typo'.*'algo.buget'.*did you mean 'algo.budget'"):
+        load_sweep(path)
+
+
+def test_arms_with_unequal_compute_are_refused(tmp_path):
+    path = _write_sweep(tmp_path, {"grpo": {}, "big": {"rollout.group_size": 8}})
+    with pytest.raises(UserError, match="arm 'big' sets rollout.group_size=8.*equal compute"):
+        load_sweep(path)
+
+
+def test_default_sweep_is_valid_and_fair():
+    from rbctl.ablate import DEFAULT_SWEEP, arm_metadata
+
+    sweep, configs = load_sweep(DEFAULT_SWEEP)
+    assert len(configs) >= 4 and len(sweep.seeds) >= 3
+    variants = {(c.algo.estimator, arm_metadata(c)["variant"]) for c in configs.values()}
+    for est in {c.algo.estimator for c in configs.values()}:  # every baseline with and without budget
+        assert (est, "base") in variants and (est, "budget") in variants
+    assert ("grpo", "entropy_static") in variants and ("grpo", "entropy_adaptive") in variants
+    assert sweep.eval.n >= 8
+
+
+def test_sweep_runs_isolates_failures_and_resumes_only_missing_work(tmp_path, rbctl_cache):
+    path = _write_sweep(tmp_path, {"grpo": {}, "grpo_budget": {"algo.budget": 1.0},
+                                   "broken": {"data.source": str(tmp_path / "missing.jsonl")}})
+    out = tmp_path / "sweep"
+    state = run_sweep(path, out, progress=False, log=lambda *a: None)
+    runs = state["runs"]
+    assert runs["grpo/seed_0"]["status"] == "done" and runs["grpo_budget/seed_0"]["status"] == "done"
+    assert runs["broken/seed_0"]["status"] == "failed" and "missing.jsonl" in runs["broken/seed_0"]["error"]
+    done_run = out / "runs" / "grpo" / "seed_0"
+    summary = json.loads((done_run / "eval" / "step_000002" / "builtin" / "summary.json").read_text())
+    assert summary["n"] == 2 and summary["num_problems"] == 4
+    assert json.loads((done_run / "run.json").read_text())["variant"] == "base"
+
+    # Lose one finished run: a re-run redoes that one (and retries the failed one) only.
+    import shutil
+
+    shutil.rmtree(out / "runs" / "grpo_budget")
+    before = (done_run / "metrics.jsonl").stat().st_mtime_ns
+    state = run_sweep(path, out, progress=False, log=lambda *a: None)
+    assert state["runs"]["grpo_budget/seed_0"]["status"] == "done"
+    assert (done_run / "metrics.jsonl").stat().st_mtime_ns == before
+    assert read_state(out)["runs"]["broken/seed_0"]["status"] == "failed"
+
+
+def test_a_second_ablate_on_a_locked_directory_is_refused(tmp_path):
+    path = _write_sweep(tmp_path, {"grpo": {}})
+    out = tmp_path / "sweep"
+    out.mkdir()
+    with SweepLock(out):
+        with pytest.raises(UserError, match="in use by another rbctl ablate"):
+            run_sweep(path, out, progress=False, log=lambda *a: None)
