@@ -1,0 +1,62 @@
+"""The grader under attack: generated LaTeX-ish strings never raise and always return in time."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rbctl.grading import STATUSES, grade_detailed
+
+TIMEOUT_S = 2.0
+SLACK_S = 1.5  # a killed worker is replaced; the replacement's start is not part of the call's limit
+
+ATOMS = st.sampled_from([
+    "1", "0", "-3", "025", "3.14", "1,000", "x", "y", "\\pi", "e", "\\infty", "\\frac{1}{2}", "\\dfrac{3}{4}",
+    "\\sqrt{2}", "^\\circ", "\\text{(B)}", "(1,2)", "[0,1)", "\\{1,2\\}", "x=5", "\\le", "+", "-", "*", "/", "^",
+    "{", "}", "(", ")", "\\", "\\boxed{", "\\left(", "\\right)", "9^{9^{9^{9}}}", "10^{100000}", "!", "\\cdot",
+    "\\begin{pmatrix}", "\\end{pmatrix}", "&", "\\\\", "%", "$", "\\mathrm{", " ",
+])
+
+
+@st.composite
+def latexish(draw):
+    parts = draw(st.lists(st.one_of(ATOMS, st.text(max_size=8)), min_size=0, max_size=30))
+    s = "".join(parts)
+    kind = draw(st.integers(0, 9))
+    if kind == 0:  # deep nesting
+        depth = draw(st.integers(50, 600))
+        s = "{" * depth + s + "}" * draw(st.integers(0, depth))
+    elif kind == 1:  # very long
+        s = s * draw(st.integers(100, 2000))
+    elif kind == 2:  # huge exponent towers
+        s = "^".join(["9"] * draw(st.integers(3, 12)))
+    return s
+
+
+EXAMPLES = int(os.environ.get("RBCTL_GRADER_FUZZ_EXAMPLES", "200"))
+
+
+def _check(completion: str, answer: str) -> None:
+    t = time.perf_counter()
+    res = grade_detailed(completion, answer, timeout_s=TIMEOUT_S)
+    elapsed = time.perf_counter() - t
+    assert res.status in STATUSES
+    assert isinstance(res.correct, bool)
+    assert elapsed < TIMEOUT_S + SLACK_S, (elapsed, completion[:80], answer[:80])
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@given(body=latexish(), answer=latexish())
+def test_grader_never_raises_and_returns_in_time(body, answer):
+    _check(f"so the answer is \\boxed{{{body}}}", answer)
+
+
+@pytest.mark.slow
+@settings(max_examples=1000, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@given(body=latexish(), answer=latexish(), raw=st.text(max_size=200))
+def test_grader_fuzz_1000(body, answer, raw):
+    _check(f"\\boxed{{{body}}} {raw}", answer)
