@@ -17,6 +17,7 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
+from rbctl.faults import kill_and_resume_training, kill_when, logged_steps
 from tests.conftest import TINY_TRAIN
 
 STEPS = 10
@@ -29,14 +30,10 @@ def _config(tmp_path: Path) -> Path:
     return path
 
 
-def _train_cmd(cfg: Path, run: Path) -> list[str]:
-    return [sys.executable, "-m", "rbctl", "train", str(cfg), "-o", str(run), "-q"]
+from rbctl.faults import train_cmd as _train_cmd  # noqa: E402
 
 
-def _metrics_steps(run: Path) -> list[int]:
-    from rbctl.tracking import read_jsonl
-
-    return [r["step"] for r in read_jsonl(run / "metrics.jsonl")]
+_metrics_steps = logged_steps
 
 
 def _final_weights(run: Path) -> dict:
@@ -62,26 +59,8 @@ def test_sigkill_at_random_moments_then_resume_equals_an_uninterrupted_run(rbctl
     subprocess.run(_train_cmd(cfg, straight), check=True, env=env, timeout=300)
 
     run = tmp_path / "killed"
-    rng = random.Random(0)
-    kills = 0
-    for attempt in range(12):
-        proc = subprocess.Popen(_train_cmd(cfg, run), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        # Kill once some progress exists: after a random number of new metric lines.
-        target = len(_metrics_steps(run)) + rng.randint(1, 3)
-        deadline = time.time() + 120
-        while proc.poll() is None and time.time() < deadline:
-            if len(_metrics_steps(run)) >= target:
-                time.sleep(rng.uniform(0.0, 0.3))  # land anywhere, a checkpoint write included
-                break
-            time.sleep(0.02)
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGKILL)
-            proc.wait()
-            kills += 1
-        else:
-            break
-    subprocess.run(_train_cmd(cfg, run), check=True, env=env, timeout=300)  # finish whatever is left
-    assert kills >= 2
+    kills, resumes_ok = kill_and_resume_training(cfg, run, kills=4, seed=0, env=env)
+    assert kills >= 2 and resumes_ok == kills
     assert _metrics_steps(run) == list(range(1, STEPS + 1))  # no duplicated or missing step
     a, b = _final_weights(straight), _final_weights(run)
     assert all(torch.equal(a[k], b[k]) for k in a)
@@ -122,3 +101,29 @@ def test_torn_checkpoint_and_torn_metrics_line_are_skipped_on_resume(tiny_config
 
 def _steps(run):
     return [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.slow
+def test_sigkill_mid_sweep_then_rerun_does_only_the_missing_work(rbctl_cache, tmp_path):
+    from rbctl.ablate import read_state
+
+    _warm(rbctl_cache, tmp_path)
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump({**TINY_TRAIN, "steps": 4}))
+    sweep = {"name": "k", "base": "base.yaml", "seeds": [0, 1], "arms": {"grpo": {}, "grpo_budget": {"algo.budget": 1.0}},
+             "eval": {"benchmarks": ["builtin"], "n": 2, "limit": 4}, "jobs": 1}
+    (tmp_path / "sweep.yaml").write_text(yaml.safe_dump(sweep, sort_keys=False))
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "rbctl", "ablate", str(tmp_path / "sweep.yaml"), "-o", str(out), "-q", "--no-report"]
+    env = {**os.environ, "RBCTL_CACHE": str(rbctl_cache)}
+
+    def one_done():
+        return any(r["status"] == "done" for r in read_state(out)["runs"].values()) if (out / "state.json").exists() else False
+
+    assert kill_when(cmd, one_done, random.Random(1), env) == "killed"
+    finished = [k for k, r in read_state(out)["runs"].items() if r["status"] == "done"]
+    mtimes = {k: (out / "runs" / k / "metrics.jsonl").stat().st_mtime_ns for k in finished}
+    subprocess.run(cmd, check=True, env=env, timeout=600, stdout=subprocess.DEVNULL)
+    state = read_state(out)
+    assert all(r["status"] == "done" for r in state["runs"].values()) and len(state["runs"]) == 4
+    for k, m in mtimes.items():  # finished runs were not redone
+        assert (out / "runs" / k / "metrics.jsonl").stat().st_mtime_ns == m
