@@ -25,6 +25,7 @@ from pydantic import Field, field_validator
 
 from rbctl.config import Section, TrainConfig, apply_overrides, read_yaml, validate
 from rbctl.errors import UserError
+from rbctl.fsutil import write_atomic
 
 # Arms must get equal compute: these keys may differ between arms only when the sweep says so.
 COMPUTE_KEYS = ("steps", "rollout.prompts_per_step", "rollout.group_size", "rollout.max_new_tokens", "algo.ppo_epochs")
@@ -123,9 +124,7 @@ def read_state(sweep_dir: Path) -> dict:
 
 
 def write_state(sweep_dir: Path, state: dict) -> None:
-    tmp = sweep_dir / "state.json.tmp"
-    tmp.write_text(json.dumps(state, indent=2))
-    os.replace(tmp, sweep_dir / "state.json")
+    write_atomic(sweep_dir / "state.json", json.dumps(state, indent=2))
 
 
 def final_eval_done(run_dir: Path, steps: int, benchmarks: list[str]) -> bool:
@@ -190,7 +189,7 @@ def _run_one(run_dir: str, cfg_dict: dict, meta: dict, eval_dict: dict, threads:
         cfg = TrainConfig.model_validate(cfg_dict)
         rd = Path(run_dir)
         rd.mkdir(parents=True, exist_ok=True)
-        (rd / "run.json").write_text(json.dumps(meta, indent=2))
+        write_atomic(rd / "run.json", json.dumps(meta, indent=2))
 
         def on_step(step, m):
             queue.put((key, "step", step, {"reward": m["reward/mean"], "entropy": m["entropy"]}))
@@ -208,7 +207,7 @@ def _run_one(run_dir: str, cfg_dict: dict, meta: dict, eval_dict: dict, threads:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         tb = traceback.format_exc()
         try:
-            (Path(run_dir) / "error.txt").write_text(tb)
+            write_atomic(Path(run_dir) / "error.txt", tb)
         except OSError:
             pass
         return {"key": key, "status": "failed", "error": f"{type(e).__name__}: {msg}"}
@@ -231,7 +230,7 @@ def run_sweep(sweep_path: Path, sweep_dir: Path, jobs: int | None = None, force:
             old = yaml.safe_load(saved.read_text()) or {}
             if old.get("configs") != resolved["configs"] or old.get("sweep", {}).get("eval") != resolved["sweep"]["eval"]:
                 raise UserError(f"sweep directory {sweep_dir} holds a different sweep; use another -o or --force")
-        saved.write_text(yaml.safe_dump(resolved, sort_keys=False))
+        write_atomic(saved, yaml.safe_dump(resolved, sort_keys=False))
         state = read_state(sweep_dir)
         todo = []
         for arm, cfg in configs.items():

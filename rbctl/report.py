@@ -41,6 +41,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from rbctl.fsutil import atomic_output, write_atomic
 from rbctl.errors import UserError
 from rbctl.evalmetrics import bootstrap_ci_2d, pass_at_k
 from rbctl.tracking import read_jsonl
@@ -429,8 +430,10 @@ def _figure():
 
 def _save(fig, figures_dir: Path, slug: str) -> Path:
     png = figures_dir / f"{slug}.png"
-    fig.savefig(png, dpi=120)
-    fig.savefig(figures_dir / f"{slug}.svg", metadata={"Date": None})  # no timestamp: reproducible files
+    with atomic_output(png) as tmp:
+        fig.savefig(tmp, dpi=120, format="png")
+    with atomic_output(figures_dir / f"{slug}.svg") as tmp:
+        fig.savefig(tmp, format="svg", metadata={"Date": None})  # no timestamp: reproducible files
     return png
 
 
@@ -512,10 +515,10 @@ def latex_table(df: pd.DataFrame) -> str:
 
 def write_table(numbers: pd.DataFrame, shown: pd.DataFrame, tables_dir: Path, name: str) -> str:
     """CSV of ``numbers``; Markdown and LaTeX of ``shown`` (the same results, formatted). Returns the Markdown."""
-    numbers.to_csv(tables_dir / f"{name}.csv", index=False)
+    write_atomic(tables_dir / f"{name}.csv", numbers.to_csv(index=False))
     md = markdown_table(shown)
-    (tables_dir / f"{name}.md").write_text(md)
-    (tables_dir / f"{name}.tex").write_text(latex_table(shown))
+    write_atomic(tables_dir / f"{name}.md", md)
+    write_atomic(tables_dir / f"{name}.tex", latex_table(shown))
     return md
 
 
@@ -626,7 +629,7 @@ class _Report:
                     "seeds × problems. avg@n is the mean fraction of correct samples (pass@1 from n samples); "
                     "pass@k is unbiased, at k = n.", "", write_table(numbers, shown, self.tables_dir, "final_scores")]
         curves = pd.DataFrame(curve_rows)
-        curves.to_csv(self.data_dir / "pass_at_k.csv", index=False)
+        write_atomic(self.data_dir / "pass_at_k.csv", curves.to_csv(index=False))
         for bench in self.benchmarks:
             c = curves[curves["benchmark"] == bench]
             fig = plot_pass_at_k({a: g for a, g in c.groupby("arm", sort=True)}, self.colors, bench)
@@ -793,8 +796,8 @@ class _Report:
             png = _save(plot_trajectory(bands, self.colors, spec.title, spec.ylabel), self.figures_dir, f"traj_{spec.slug}")
             self.md += [f"![{spec.title}](figures/{png.name})", ""]
         if data:
-            pd.concat(data)[["arm", "metric", "step", "mean", "lo", "hi", "seeds"]].to_csv(
-                self.data_dir / "trajectories.csv", index=False)
+            write_atomic(self.data_dir / "trajectories.csv",
+                         pd.concat(data)[["arm", "metric", "step", "mean", "lo", "hi", "seeds"]].to_csv(index=False))
 
     def write(self, dirs: list[Path]) -> Path:
         self.runs_section()
@@ -809,7 +812,7 @@ class _Report:
             head.append("- Incomplete: " + "; ".join(f"{i.name} ({i.status})" for i in self.issues) + ".")
         head.append("")
         path = self.out / "report.md"
-        path.write_text("\n".join(head + self.md))
+        write_atomic(path, "\n".join(head + self.md))
         return path
 
 

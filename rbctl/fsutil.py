@@ -1,0 +1,34 @@
+"""Crash-safe file output: write to a temporary file beside the target, flush, fsync, rename.
+
+A reader (or a resumed run) sees either the old file or the complete new one, never a torn one.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from pathlib import Path
+
+
+@contextmanager
+def atomic_output(path: Path | str):
+    """Yield a temporary path to write; on success it replaces `path` atomically, on error it is removed."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        yield tmp
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def write_atomic(path: Path | str, data: str | bytes) -> None:
+    with atomic_output(path) as tmp:
+        if isinstance(data, bytes):
+            tmp.write_bytes(data)
+        else:
+            tmp.write_text(data)
