@@ -1,0 +1,98 @@
+"""Data-parallel training with torch.distributed: one process per device, prompts split across ranks.
+
+Launch with `torchrun --nproc-per-node N -m rbctl train CONFIG -o RUN_DIR` (or `rbctl train
+--nproc N`, which runs that command). Each rank samples the rollouts of its share of the step's
+P prompts — a prompt's G rollouts never split across ranks — then rewards are gathered so that
+advantages (batch whitening included) and metrics are computed on the global batch, and DDP
+averages gradients. Loss normalisers (token and sequence counts) are global, and each rank's loss
+is scaled by the world size, so the update equals a single-process step on the same global batch.
+Only rank 0 writes the run directory.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from rbctl.errors import UserError
+
+
+@dataclass(frozen=True)
+class DistContext:
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def shard(self, n: int) -> slice:
+        """This rank's contiguous share of n items (n must divide evenly)."""
+        if n % self.world:
+            raise UserError(f"rollout.prompts_per_step={n} must be divisible by the number of processes ({self.world})")
+        k = n // self.world
+        return slice(self.rank * k, (self.rank + 1) * k)
+
+    def sum(self, *values: float) -> list[float]:
+        """Sum scalars over ranks (identity on one process)."""
+        if not self.enabled:
+            return list(values)
+        t = torch.tensor(values, dtype=torch.float64, device=self.comm_device)
+        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+        return t.tolist()
+
+    def gather_rows(self, x: torch.Tensor) -> torch.Tensor:
+        """Concatenate equal-shaped tensors from every rank along dim 0, in rank order."""
+        if not self.enabled:
+            return x
+        xs = [torch.empty_like(x, device=self.comm_device) for _ in range(self.world)]
+        dist.all_gather(xs, x.to(self.comm_device))
+        return torch.cat(xs).to(x.device)
+
+    def gather_objects(self, obj) -> list:
+        if not self.enabled:
+            return [obj]
+        out = [None] * self.world
+        dist.all_gather_object(out, obj)
+        return out
+
+    @property
+    def comm_device(self) -> torch.device:
+        return torch.device("cuda", self.local_rank) if dist.get_backend() == "nccl" else torch.device("cpu")
+
+    def barrier(self) -> None:
+        if self.enabled:
+            dist.barrier()
+
+
+def init_from_env() -> DistContext:
+    """Join the process group torchrun describes in the environment (a single process otherwise)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return DistContext()
+    rank, local = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+    if not dist.is_initialized():
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        if backend == "nccl":
+            torch.cuda.set_device(local)
+        dist.init_process_group(backend=backend)
+    return DistContext(rank=rank, world=world, local_rank=local)
+
+
+def torchrun_command(nproc: int, argv: list[str]) -> list[str]:
+    """The torchrun command that runs `rbctl <argv>` on `nproc` local processes."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", "-m", "rbctl", *argv]
+
+
+def launch(nproc: int, argv: list[str]) -> int:
+    return subprocess.call(torchrun_command(nproc, argv))
