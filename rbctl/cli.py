@@ -70,25 +70,37 @@ def eval_(
     model: str = typer.Argument(..., help="Hub id, local model dir, GGUF file, rbctl run directory, or 'builtin'."),
     benchmarks: str = typer.Option(
         "amc23,aime24,aime25", "--benchmarks", "-b",
-        help="Comma-separated: amc23, aime24, aime25, gsm8k, builtin, file:PATH.jsonl[@problem,answer], hf:ID[:config]:split.",
+        help="Comma-separated: amc23, aime24, aime25, gsm8k, builtin, or custom file:PATH.jsonl, "
+        "hf:DATASET_ID:CONFIG:SPLIT (optionally followed by @PROBLEM_FIELD,ANSWER_FIELD).",
     ),
-    n: Optional[int] = typer.Option(None, "--n", help="Samples per problem [default: 1]."),
+    n: Optional[int] = typer.Option(None, "--n", help="Samples per problem (default: 1)."),
     out: Optional[Path] = typer.Option(
-        None, "--out", "-o", help="Output folder [default: RUN_DIR/eval/step_XXXXXX for a run directory, else runs/eval/<model>]."
+        None, "--out", "-o",
+        help="Output folder (default: RUN_DIR/eval/step_XXXXXX for a run directory, else runs/eval/<model>).",
     ),
-    step: Optional[int] = typer.Option(None, "--step", help="Checkpoint step of a run directory [default: latest]."),
-    temperature: Optional[float] = typer.Option(None, "--temperature", help="[default: 0 (greedy) if n=1, else 0.6]."),
-    top_p: Optional[float] = typer.Option(None, "--top-p", help="[default: 1.0 if greedy, else 0.95]."),
-    max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", help="[default: 1024; 32 for the built-in policy]."),
-    seed: Optional[int] = typer.Option(None, "--seed", help="Sampling seed [default: 0]."),
-    template: Optional[str] = typer.Option(None, "--template", help="auto, chat, plain or builtin [default: auto]."),
-    instruction: Optional[str] = typer.Option(None, "--instruction", help="Appended to each problem [default: the \\boxed{} instruction]."),
+    step: Optional[int] = typer.Option(None, "--step", help="Checkpoint step of a run directory (default: latest)."),
+    temperature: Optional[float] = typer.Option(
+        None, "--temperature", help="Sampling temperature (default: 0 = greedy if n=1, else 0.6)."
+    ),
+    top_p: Optional[float] = typer.Option(None, "--top-p", help="Nucleus mass (default: 1.0 if greedy, else 0.95)."),
+    max_new_tokens: Optional[int] = typer.Option(
+        None, "--max-new-tokens", help="Most generated tokens per sample (default: 1024; 32 for the built-in policy)."
+    ),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Sampling seed (default: 0)."),
+    template: Optional[str] = typer.Option(None, "--template", help="auto, chat, plain or builtin (default: auto)."),
+    instruction: Optional[str] = typer.Option(
+        None, "--instruction", help="Appended to each problem (default: the \\boxed{} instruction)."
+    ),
     limit: Optional[int] = typer.Option(None, "--limit", help="Only the first LIMIT problems of each benchmark."),
-    data_dir: Optional[Path] = typer.Option(None, "--data-dir", envvar="RBCTL_DATA_DIR", help="Folder with <benchmark>.jsonl files."),
-    engine: Optional[str] = typer.Option(None, "--engine", help="hf or vllm [default: hf]."),
-    batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Most sequences per generate call [default: 256 GPU, 64 CPU]."),
-    device: Optional[str] = typer.Option(None, "--device", help="auto, cpu, cuda, cuda:N [default: auto]."),
-    dtype: Optional[str] = typer.Option(None, "--dtype", help="auto, float32, bfloat16, float16 [default: auto]."),
+    data_dir: Optional[Path] = typer.Option(
+        None, "--data-dir", envvar="RBCTL_DATA_DIR", help="Folder with <benchmark>.jsonl files."
+    ),
+    engine: Optional[str] = typer.Option(None, "--engine", help="hf or vllm (default: hf)."),
+    batch_size: Optional[int] = typer.Option(
+        None, "--batch-size", help="Most sequences per generate call (default: 256 GPU, 64 CPU)."
+    ),
+    device: Optional[str] = typer.Option(None, "--device", help="auto, cpu, cuda, cuda:N (default: auto)."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="auto, float32, bfloat16, float16 (default: auto)."),
 ) -> None:
     """Evaluate a model on AMC23, AIME24, AIME25, GSM8K or the built-in task.
 

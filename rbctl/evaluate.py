@@ -14,10 +14,10 @@ Grading: the ``builtin`` benchmark is checked exactly by ``rbctl.builtin.check``
 equality; every other benchmark goes through ``rbctl.grading`` (math-verify) and votes with
 ``answers_equivalent``.
 
-Engines: anything with ``generate(prompt_ids, SamplingParams) -> list[list[Sample]]`` (`Engine`).
-``hf`` is ``rbctl.rollout.HFEngine``; ``vllm`` is ``rbctl.vllm_engine.VLLMEngine``, constructed like
-``HFEngine`` as ``VLLMEngine(model, tokenizer, max_batch=...)``. A trainer may also pass its own
-engine instance to `evaluate_policy`.
+Engines: anything with ``generate(prompt_ids, SamplingParams) -> list[list[Sample]]`` (`Engine`),
+built by `build_engine`: ``hf`` is ``rbctl.rollout.HFEngine``, ``vllm`` is
+``rbctl.vllm_engine.VLLMEngine`` (it loads ``policy.source`` and syncs the in-memory weights).
+A trainer may pass its own engine instance to `evaluate_policy` instead.
 """
 
 from __future__ import annotations
@@ -128,30 +128,51 @@ def engine_class(name: str) -> type:
 
         return HFEngine
     if name == "vllm":
+        import importlib.util
+
         try:
             from rbctl.vllm_engine import VLLMEngine
         except ModuleNotFoundError as e:
-            if e.name == "rbctl.vllm_engine":
-                raise UserError("the vllm engine is built by the scale-out work; use --engine hf") from None
-            if e.name == "vllm":
-                raise UserError("the vllm engine needs vLLM: pip install 'rbctl[vllm]' (or use --engine hf)") from None
-            raise
+            if e.name != "rbctl.vllm_engine":
+                raise
+            raise UserError("the vllm engine is built by the scale-out work; use --engine hf") from None
+        if importlib.util.find_spec("vllm") is None:
+            raise UserError("the vllm engine needs vLLM and a GPU: pip install 'rbctl[vllm]' (or use --engine hf)")
         return VLLMEngine
     raise UserError(f"unknown engine {name!r}; valid: hf, vllm")
+
+
+def build_engine(name: str, policy: LoadedPolicy, batch_size: int, seed: int = 0) -> Engine:
+    """An engine over ``policy``. ``hf`` generates ``batch_size`` sequences per call; vLLM schedules
+    its own batches, loads ``policy.source`` and then pushes the in-memory weights."""
+    cls = engine_class(name)
+    if name == "hf":
+        return cls(policy.model, policy.tokenizer, max_batch=batch_size)
+    dtype = str(next(policy.model.parameters()).dtype).removeprefix("torch.")
+    return cls(policy.model, policy.tokenizer, model_name_or_path=policy.source, dtype=dtype, seed=seed)
 
 
 def load_problems(cfg: EvalConfig) -> dict[str, list[Problem]]:
     """Problems of every benchmark in ``cfg``, in order; unknown names and missing data fail here."""
     from rbctl import builtin
-    from rbctl.benchmarks import load_benchmark
+    from rbctl.benchmarks import get_benchmark, load_benchmark
 
     builtin.register_benchmark()  # so that `builtin` is also listed among the valid names
+    for name in cfg.benchmarks:  # every name is checked before any data is read
+        if not _is_custom_spec(name):
+            get_benchmark(name)
     return {name: load_benchmark(name, data_dir=cfg.data_dir, limit=cfg.limit) for name in cfg.benchmarks}
 
 
 # ---------------------------------------------------------------------------------------------
 # Evaluation
 # ---------------------------------------------------------------------------------------------
+
+
+def default_batch_size(device_type: str) -> int:
+    """Sequences per generate call when not given: 256 on a GPU; 64 on CPU, where SmolLM2-135M
+    ran 5x slower at 256 than at 64 (python -m rbctl.bench_eval --batch-sizes 16,64,256)."""
+    return 256 if device_type == "cuda" else 64
 
 
 def evaluate_policy(
@@ -174,15 +195,23 @@ def evaluate_policy(
 
     problems = problems if problems is not None else load_problems(cfg)
     device = next(policy.model.parameters()).device
-    batch_size = cfg.batch_size or (256 if device.type == "cuda" else 64)
+    batch_size = cfg.batch_size or default_batch_size(device.type)
     if engine is None:
-        engine = engine_class(cfg.engine)(policy.model, policy.tokenizer, max_batch=batch_size)
+        engine = build_engine(cfg.engine, policy, batch_size, cfg.seed)
     template = resolve_template(policy.tokenizer, cfg.template, policy.builtin)
     instruction = None if template == "builtin" else cfg.instruction
     params = SamplingParams(
         n=cfg.n, temperature=cfg.temperature, top_p=cfg.top_p, seed=cfg.seed,
         max_new_tokens=cfg.max_new_tokens or (BUILTIN_MAX_NEW_TOKENS if policy.builtin else 1024),
     )
+    param = next(policy.model.parameters())
+    protocol = {
+        "engine": getattr(engine, "name", type(engine).__name__),
+        "n": params.n, "temperature": params.temperature, "top_p": params.top_p,
+        "max_new_tokens": params.max_new_tokens, "seed": params.seed, "batch_size": batch_size,
+        "template": template, "instruction": instruction, "grader_timeout_s": cfg.grader_timeout_s,
+        "versions": _versions(), "device": str(device), "dtype": str(param.dtype).removeprefix("torch."),
+    }
     results = {}
     for name, probs in problems.items():
         t0 = time.perf_counter()
@@ -191,14 +220,9 @@ def evaluate_policy(
         gen_s = time.perf_counter() - t0
         grades = _grade(name, probs, samples, cfg.grader_timeout_s, progress)
         protocol = {
-            "engine": getattr(engine, "name", type(engine).__name__),
-            "n": params.n, "temperature": params.temperature, "top_p": params.top_p,
-            "max_new_tokens": params.max_new_tokens, "seed": params.seed, "batch_size": batch_size,
-            "template": template, "example_prompt": render_prompt(policy.tokenizer, probs[0].problem, template, instruction or ""),
-            "instruction": instruction,
+            **protocol,
+            "example_prompt": render_prompt(policy.tokenizer, probs[0].problem, template, instruction or ""),
             "grader": "rbctl.builtin.check" if name == BUILTIN_BENCHMARK else "rbctl.grading (math-verify)",
-            "grader_timeout_s": cfg.grader_timeout_s,
-            "versions": _versions(), "device": str(device), "dtype": str(next(policy.model.parameters()).dtype).removeprefix("torch."),
         }
         summary = _summarize(name, probs, samples, grades, policy.source, step, protocol)
         summary["time_s"] = round(time.perf_counter() - t0, 3)
@@ -220,7 +244,8 @@ def _generate(engine: Engine, prompts, params, batch_size, progress, name) -> li
         chunk = prompts[start:start + per_call]
         out = engine.generate(chunk, replace(params, seed=None if params.seed is None else params.seed + c))
         if len(out) != len(chunk) or any(len(per) != params.n for per in out):
-            raise RuntimeError(f"engine returned {[len(p) for p in out]} samples for {len(chunk)} prompts × n={params.n}")
+            counts = [len(per) for per in out]
+            raise RuntimeError(f"engine returned {counts} samples for {len(chunk)} prompts, n={params.n} each")
         samples.extend(out)
         if progress:
             progress.advance(task, len(chunk))
@@ -239,8 +264,10 @@ def _grade(name: str, probs, samples, timeout_s: float, progress) -> list[list[G
     for start in range(0, len(texts), GRADE_CHUNK):
         t, g = texts[start:start + GRADE_CHUNK], golds[start:start + GRADE_CHUNK]
         if name == BUILTIN_BENCHMARK:
-            extracted = [builtin.extract_answer(x) for x in t]
-            flat += [GradeResult(e == gold, e, "ok" if e is not None else "no_answer") for e, gold in zip(extracted, g)]
+            for text, gold in zip(t, g):
+                extracted = builtin.extract_answer(text)
+                status = "ok" if extracted is not None else "no_answer"
+                flat.append(GradeResult(builtin.check(text, gold), extracted, status))
         else:
             flat += grade_many(t, g, timeout_s=timeout_s)
         if progress:
@@ -305,11 +332,17 @@ def write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def _is_custom_spec(name: str) -> bool:
+    """``file:…``, ``hf:…`` or a path to a .jsonl/.parquet file (rbctl.benchmarks' custom specs)."""
+    return name.startswith(("file:", "hf:")) or name.split("@")[0].endswith((".jsonl", ".parquet"))
+
+
 def _dir_name(benchmark: str) -> str:
-    """A folder name for a benchmark or custom spec (``file:data/x.jsonl`` -> ``x``)."""
-    if benchmark.startswith(("file:", "hf:")) or ".jsonl" in benchmark or ".parquet" in benchmark:
-        body = benchmark.split(":", 1)[1] if benchmark.startswith(("file:", "hf:")) else benchmark
-        benchmark = re.sub(r"\.(jsonl|parquet)(@.*)?$", "", body.split("@")[0]).rstrip("/").split("/")[-1] or body
+    """A folder name for a benchmark or custom spec (``file:data/x.jsonl@q,a`` -> ``x``,
+    ``hf:openai/gsm8k:main:test`` -> ``gsm8k_main_test``)."""
+    if _is_custom_spec(benchmark):
+        body = benchmark.removeprefix("file:").removeprefix("hf:").split("@")[0]
+        benchmark = re.sub(r"\.(jsonl|parquet)$", "", body.rstrip("/").split("/")[-1]).replace(":", "_")
     return sanitize(benchmark)
 
 
@@ -388,7 +421,9 @@ def results_table(results: dict[str, dict]):
     return table
 
 
-def run_eval(model: str, cfg: EvalConfig, out_dir: Path | None = None, step: int | None = None, console=None) -> dict[str, dict]:
+def run_eval(
+    model: str, cfg: EvalConfig, out_dir: Path | None = None, step: int | None = None, console=None
+) -> dict[str, dict]:
     """Load ``model`` (hub id, dir, GGUF file, run directory, or ``builtin``) and evaluate it.
 
     For a run directory, ``step`` picks the checkpoint (default: the latest) and the default

@@ -1,0 +1,228 @@
+"""Tests of rbctl.evaluate and `rbctl eval`, with a tiny random policy over the built-in tokenizer
+(the cached warm start is never trained here) or a scripted engine. The Hub is never contacted."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from rbctl import benchmarks, builtin, evaluate
+from rbctl.errors import UserError
+from rbctl.evaluate import (
+    build_config,
+    engine_class,
+    evaluate_policy,
+    periodic_eval_lines,
+)
+from rbctl.models import BUILTIN_MARKER, LoadedPolicy
+from rbctl.rollout import Sample
+
+SHARED = Path(os.environ.get("RBCTL_SHARED_BENCHMARKS", Path(__file__).resolve().parents[2] / "shared" / "benchmarks"))
+needs_shared = pytest.mark.skipif(
+    not (SHARED / "amc23.jsonl").is_file(),
+    reason=f"shared benchmark files not found in {SHARED} (set RBCTL_SHARED_BENCHMARKS)",
+)
+SUMMARY_KEYS = {
+    "benchmark", "model", "step", "n", "num_problems", "metrics", "per_problem", "grader",
+    "truncated", "mean_new_tokens", "protocol", "time_s", "tokens_per_s",
+}
+SAMPLE_KEYS = {"id", "sample", "completion", "extracted", "gold", "correct", "status", "finished", "num_tokens"}
+
+
+@pytest.fixture(autouse=True)
+def _no_hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(benchmarks, "hub_reachable", lambda timeout_s=0: False)
+    monkeypatch.delenv("RBCTL_DATA_DIR", raising=False)
+    monkeypatch.setenv("RBCTL_CACHE", str(tmp_path / "cache"))  # a test must never train the warm start
+
+
+def tiny_model_and_tokenizer():
+    torch.manual_seed(0)
+    spec = builtin.TaskSpec()
+    tok = builtin.build_tokenizer(spec)
+    model = builtin.build_model(spec, builtin.WarmStartSpec(hidden_size=16, layers=1, heads=2), len(tok))
+    return model, tok
+
+
+@pytest.fixture(scope="module")
+def tiny() -> LoadedPolicy:
+    model, tok = tiny_model_and_tokenizer()
+    return LoadedPolicy(model=model, tokenizer=tok, source="tiny", builtin=True)
+
+
+def read_samples(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_builtin_outputs_match_samples(tiny: LoadedPolicy, tmp_path: Path) -> None:
+    # batch_size 4 with n=3 gives one prompt per generate call: 4 calls, seeds 0..3.
+    cfg = build_config(benchmarks=["builtin"], n=3, limit=4, temperature=1.0, max_new_tokens=8, batch_size=4)
+    results = evaluate_policy(tiny, cfg, tmp_path, step=5)
+    summary = json.loads((tmp_path / "builtin" / "summary.json").read_text())
+    assert summary == json.loads(json.dumps(results["builtin"]))
+    assert set(summary) == SUMMARY_KEYS
+    assert (summary["benchmark"], summary["model"], summary["step"], summary["n"], summary["num_problems"]) == (
+        "builtin", "tiny", 5, 3, 4)
+    # default_ks(3) == [1, 2, 3]
+    assert list(summary["metrics"]) == ["avg@n", "pass@1", "pass@2", "pass@3", "maj@1", "maj@2", "maj@3"]
+    assert all(set(v) == {"value", "ci_low", "ci_high"} for v in summary["metrics"].values())
+
+    samples = read_samples(tmp_path / "builtin" / "samples.jsonl")
+    assert len(samples) == 12 and all(set(s) == SAMPLE_KEYS for s in samples)
+    ids = [p.id for p in builtin.problems(builtin.TaskSpec(), "test")[:4]]
+    assert [(s["id"], s["sample"]) for s in samples] == [(i, j) for i in ids for j in range(3)]
+    assert all(s["num_tokens"] <= 8 and s["extracted"] == builtin.extract_answer(s["completion"]) for s in samples)
+    assert all(s["correct"] == builtin.check(s["completion"], s["gold"]) for s in samples)
+    mean_correct = sum(s["correct"] for s in samples) / 12
+    assert summary["metrics"]["avg@n"]["value"] == pytest.approx(mean_correct)
+    assert summary["metrics"]["pass@1"]["value"] == pytest.approx(mean_correct)
+    assert [p["correct"] for p in summary["per_problem"]] == [
+        sum(s["correct"] for s in samples if s["id"] == i) for i in ids]
+    assert summary["grader"]["ok"] + summary["grader"]["no_answer"] == 12
+    assert summary["grader"]["no_answer"] == sum(s["extracted"] is None for s in samples)
+    proto = summary["protocol"]
+    assert (proto["engine"], proto["template"], proto["temperature"], proto["max_new_tokens"], proto["batch_size"]) == (
+        "hf", "builtin", 1.0, 8, 4)
+    assert proto["example_prompt"] == builtin.format_problem(builtin.problems(builtin.TaskSpec(), "test")[0].problem)
+    assert proto["instruction"] is None  # the built-in template has none
+    assert set(proto["versions"]) == {"rbctl", "torch", "transformers", "math-verify"}
+
+    lines = periodic_eval_lines(results, step=5)
+    values = {k: v["value"] for k, v in summary["metrics"].items()}
+    assert lines == [{"step": 5, "benchmark": "builtin", **values, "n": 3}]
+
+
+def test_greedy_is_deterministic(tiny: LoadedPolicy, tmp_path: Path) -> None:
+    cfg = build_config(benchmarks=["builtin"], limit=3, max_new_tokens=6)
+    assert (cfg.n, cfg.temperature, cfg.top_p) == (1, 0.0, 1.0)
+    evaluate_policy(tiny, cfg, tmp_path / "a")
+    evaluate_policy(tiny, cfg.model_copy(update={"seed": 123}), tmp_path / "b")
+    a = read_samples(tmp_path / "a" / "builtin" / "samples.jsonl")
+    b = read_samples(tmp_path / "b" / "builtin" / "samples.jsonl")
+    assert len(a) == 3 and [s["completion"] for s in a] == [s["completion"] for s in b]
+
+
+def test_config_defaults_and_errors() -> None:
+    assert (build_config(n=4).temperature, build_config(n=4).top_p) == (0.6, 0.95)
+    assert build_config(n=4, temperature=0).top_p == 1.0
+    assert build_config(temperature=1.0).top_p == 0.95
+    assert build_config().benchmarks == ["amc23", "aime24", "aime25"]
+    with pytest.raises(UserError, match="--top-p"):
+        build_config(top_p=1.5)
+    with pytest.raises(UserError, match="--bogus"):
+        build_config(bogus=1)
+
+
+def test_vllm_engine_without_vllm_is_a_clear_error() -> None:
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is installed")
+    with pytest.raises(UserError, match="--engine hf"):
+        engine_class("vllm")
+
+
+def test_build_engine_passes_the_policy_to_vllm(tiny: LoadedPolicy, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+
+    class FakeVLLM:
+        def __init__(self, model, tokenizer, **kwargs):
+            calls.append((model, tokenizer, kwargs))
+
+    monkeypatch.setattr(evaluate, "engine_class", lambda name: FakeVLLM)
+    evaluate.build_engine("vllm", tiny, batch_size=8, seed=3)
+    assert calls == [(tiny.model, tiny.tokenizer, {"model_name_or_path": "tiny", "dtype": "float32", "seed": 3})]
+
+
+class ScriptedEngine:
+    """Returns fixed completions: ``script[problem_index]`` is the list of n texts."""
+
+    name = "scripted"
+
+    def __init__(self, script: list[list[str]]):
+        self.script = script
+        self.seen = 0
+
+    def generate(self, prompts, params):
+        out = []
+        for texts in self.script[self.seen:self.seen + len(prompts)]:
+            out.append([Sample(self.seen, [7] * (i + 1), t, finished=True) for i, t in enumerate(texts[:params.n])])
+            self.seen += 1
+        return out
+
+
+def test_math_metrics_by_hand(tiny: LoadedPolicy, tmp_path: Path) -> None:
+    data = tmp_path / "my_test.jsonl"
+    data.write_text(json.dumps({"id": "p0", "problem": "x", "answer": "27"}) + "\n"
+                    + json.dumps({"id": "p1", "problem": "y", "answer": "1/2"}) + "\n")
+    script = [
+        ["so \\boxed{27}", "no box", "\\boxed{26}", "\\boxed{26}"],  # c=1
+        ["\\boxed{3}", "\\boxed{0.5}", "\\boxed{\\frac{1}{2}}", "\\boxed{2/4}"],  # c=3; 0.5, 1/2, 2/4 vote together
+    ]
+    cfg = build_config(benchmarks=[f"file:{data}"], n=4)
+    summary = evaluate_policy(tiny, cfg, tmp_path / "out", engine=ScriptedEngine(script))[f"file:{data}"]
+    values = {k: v["value"] for k, v in summary["metrics"].items()}
+    assert values == pytest.approx({
+        "avg@n": 0.5,  # (1/4 + 3/4) / 2
+        "pass@1": 0.5,
+        "pass@2": 0.75,  # p0: 1 - C(3,2)/C(4,2) = 1 - 3/6; p1: n-c = 1 < 2 -> 1
+        "pass@4": 1.0,
+        "maj@1": 0.5,  # p0 "27" right; p1 "3" wrong
+        "maj@2": 0.5,  # p0 "27" vs none -> right; p1 "3" vs "0.5" tie -> first ("3") wrong
+        "maj@4": 0.5,  # p0 "26" x2 beats "27" -> wrong; p1 three equivalent halves -> right
+    })
+    assert summary["grader"] == {"ok": 7, "no_answer": 1, "timeout": 0, "error": 0}
+    assert [p["correct"] for p in summary["per_problem"]] == [1, 3]
+    assert summary["protocol"]["engine"] == "scripted"
+    samples = read_samples(tmp_path / "out" / "my_test" / "samples.jsonl")
+    assert [s["extracted"] for s in samples[:4]] == ["27", None, "26", "26"]
+    assert summary["mean_new_tokens"] == 2.5  # token lists of length 1..4
+
+
+@needs_shared
+def test_amc23_from_shared_data_dir(tiny: LoadedPolicy, tmp_path: Path) -> None:
+    cfg = build_config(benchmarks=["amc23"], limit=2, max_new_tokens=4, data_dir=str(SHARED), template="plain")
+    summary = evaluate_policy(tiny, cfg, tmp_path)["amc23"]
+    assert [p["id"] for p in summary["per_problem"]] == ["amc23-0", "amc23-1"]
+    # the character tokenizer has no backslash, so no sample can hold a \boxed answer
+    assert summary["grader"] == {"ok": 0, "no_answer": 2, "timeout": 0, "error": 0}
+    assert summary["protocol"]["example_prompt"].endswith("\\boxed{}.\n")
+    samples = read_samples(tmp_path / "amc23" / "samples.jsonl")
+    assert [s["gold"] for s in samples] == ["27", "36"]
+
+
+def test_cli_on_run_dir_writes_under_the_checkpoint_step(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from rbctl.cli import app
+
+    run_dir = tmp_path / "run"
+    ckpt = run_dir / "checkpoints" / "step_000007" / "model"
+    model, tok = tiny_model_and_tokenizer()
+    model.save_pretrained(ckpt)
+    tok.save_pretrained(ckpt)
+    (ckpt / BUILTIN_MARKER).write_text("{}")
+    (run_dir / "metrics.jsonl").write_text("")
+    result = CliRunner().invoke(app, ["eval", str(run_dir), "-b", "builtin", "--limit", "2", "--n", "2",
+                                      "--max-new-tokens", "4", "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((run_dir / "eval" / "step_000007" / "builtin" / "summary.json").read_text())
+    assert (summary["step"], summary["n"], summary["num_problems"], summary["model"]) == (7, 2, 2, str(ckpt))
+    assert (summary["protocol"]["temperature"], summary["protocol"]["max_new_tokens"]) == (0.6, 4)
+    assert "avg@n" in result.output
+
+
+def test_cli_unknown_benchmark_is_one_line_exit_2(tmp_path: Path) -> None:
+    # "builtin" would train the warm start if the benchmark were checked after loading the model
+    env = {**os.environ, "RBCTL_CACHE": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-m", "rbctl", "eval", "builtin", "--benchmarks", "amc23,nope"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "unknown benchmark 'nope'" in lines[0] and "builtin" in lines[0]
+    assert proc.stdout == ""
