@@ -221,6 +221,15 @@ def sft_warm_start(spec: TaskSpec, ws: WarmStartSpec):
     return model, tok
 
 
+def task_spec_of(model_dir: Path) -> TaskSpec | None:
+    """The task settings a built-in policy directory (warm start or checkpoint) records, else None."""
+    marker = Path(model_dir) / "rbctl_builtin.json"
+    if not marker.exists():
+        return None
+    task = json.loads(marker.read_text()).get("task")
+    return TaskSpec(**task) if task else None
+
+
 def register_benchmark(spec: TaskSpec | None = None) -> None:
     """Register the built-in task's test split as the benchmark `builtin`."""
     spec = spec or TaskSpec()

@@ -152,12 +152,15 @@ def build_engine(name: str, policy: LoadedPolicy, batch_size: int, seed: int = 0
     return cls(policy.model, policy.tokenizer, model_name_or_path=policy.source, dtype=dtype, seed=seed)
 
 
-def load_problems(cfg: EvalConfig) -> dict[str, list[Problem]]:
-    """Problems of every benchmark in ``cfg``, in order; unknown names and missing data fail here."""
+def load_problems(cfg: EvalConfig, task_spec=None) -> dict[str, list[Problem]]:
+    """Problems of every benchmark in ``cfg``, in order; unknown names and missing data fail here.
+
+    ``task_spec``: the built-in task's settings of the policy under evaluation (default settings
+    when None), so that ``builtin`` is the test split of the task the policy was trained on."""
     from rbctl import builtin
     from rbctl.benchmarks import get_benchmark, load_benchmark
 
-    builtin.register_benchmark()  # so that `builtin` is also listed among the valid names
+    builtin.register_benchmark(task_spec)  # so that `builtin` is also listed among the valid names
     for name in cfg.benchmarks:  # every name is checked before any data is read
         if not _is_custom_spec(name):
             get_benchmark(name)
@@ -421,6 +424,19 @@ def results_table(results: dict[str, dict]):
     return table
 
 
+def _builtin_task_of(model: str, step: int | None):
+    """The built-in task settings recorded with a built-in policy (a run dir or its checkpoint), else None."""
+    from rbctl.builtin import task_spec_of
+    from rbctl.models import resolve_source
+
+    if model == "builtin":
+        return None
+    try:
+        return task_spec_of(Path(resolve_source(model, step)[0]))
+    except UserError:
+        return None
+
+
 def run_eval(
     model: str, cfg: EvalConfig, out_dir: Path | None = None, step: int | None = None, console=None
 ) -> dict[str, dict]:
@@ -436,7 +452,7 @@ def run_eval(
 
     console = console or Console()
     engine_class(cfg.engine)
-    problems = load_problems(cfg)  # unknown benchmarks and missing data fail before the model loads
+    problems = load_problems(cfg, _builtin_task_of(model, step))  # bad names/data fail before the model loads
     ckpt_step = step
     if model != "builtin" and is_run_dir(Path(model).expanduser()):
         ckpt_step = checkpoint_step(resolve_source(model, step)[0])
