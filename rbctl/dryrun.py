@@ -1,0 +1,385 @@
+"""A training recipe's plan, offline: what would run, and what one step costs, without a GPU.
+
+`dry_run(cfg)` resolves what it can from local files and the Hugging Face cache (never the
+network: `try_to_load_from_cache` / `scan_cache_dir` only) and returns a printable plan:
+model, data, estimator, budget, P, G, steps, engine, and per step
+
+    tokens          T = P · G · (mean prompt tokens + max_new_tokens)       (upper bound)
+    rollout FLOPs   2 · N · T                                                (forward only)
+    training FLOPs  6 · N · T · ppo_epochs                                   (forward + backward)
+    extra forwards  2 · N · T for the reference model (kl_coef > 0 or log_kl),
+                    2 · N · T / kappa_eff_every for κ_eff
+
+N counts every parameter (the usual 2N / 6N rule; attention's L² term is left out). Where each
+number comes from is printed beside it: N from the cached model config (exact count on the meta
+device), else a table of known sizes; prompt tokens from the cached tokenizer on cached data,
+else ≈ 4 characters per token of the cached data, else a stated assumption.
+
+    python -m rbctl.dryrun configs/paper_qwen3_8b.yaml [--set key=value ...]
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rbctl.config import TrainConfig
+
+# Parameter counts of models the recipes name, for when their config is not cached
+# (both computed from the published configs: embeddings + layers, tied or not).
+KNOWN_SIZES = {
+    "Qwen/Qwen3-8B": 8.2e9,
+    "meta-llama/Llama-3.2-3B-Instruct": 3.2e9,
+    "meta-llama/Llama-3.2-3B": 3.2e9,
+}
+ASSUMED_PROMPT_TOKENS = 200  # a competition problem + instruction + chat template: ~100–300 tokens
+CHARS_PER_TOKEN = 4.0  # English text with BPE tokenizers
+SAMPLE_RECORDS = 256  # records read to estimate prompt length
+DATA_SUFFIXES = (".parquet", ".jsonl", ".json")
+
+
+@dataclass
+class Resolved:
+    """What was found offline, each with where it came from."""
+
+    model_dir: Path | None = None
+    model_note: str = ""
+    n_params: float | None = None
+    n_source: str = "unknown"
+    tokenizer: object | None = None
+    data_files: list[Path] = field(default_factory=list)
+    data_note: str = ""
+    records: list[dict] | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+# --- the Hugging Face cache (read only) ----------------------------------------------------------
+
+
+def _cached_model_dir(repo_id: str, cache_dir) -> Path | None:
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        path = try_to_load_from_cache(repo_id, "config.json", cache_dir=cache_dir)
+    except Exception:  # an id that is not a valid repo id, an unreadable cache: not cached
+        return None
+    return Path(path).parent if isinstance(path, str) else None
+
+
+def _cached_dataset_files(repo_id: str, cache_dir) -> list[Path]:
+    """Data files of the newest cached snapshot of a Hub dataset (no download)."""
+    from huggingface_hub import scan_cache_dir
+
+    try:
+        info = scan_cache_dir(cache_dir)
+    except Exception:  # no cache directory at all
+        return []
+    for repo in info.repos:
+        if repo.repo_type == "dataset" and repo.repo_id == repo_id and repo.revisions:
+            rev = max(repo.revisions, key=lambda r: ("main" in r.refs, r.last_modified))
+            return sorted(f.file_path for f in rev.files if f.file_path.suffix in DATA_SUFFIXES)
+    return []
+
+
+def _read_some(path: Path, limit: int) -> list[dict]:
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        pf = pq.ParquetFile(path)
+        rows: list[dict] = []
+        for batch in pf.iter_batches(batch_size=limit):
+            rows.extend(batch.to_pylist())
+            break
+        return rows[:limit]
+    text = path.read_text(encoding="utf-8")
+    try:
+        data = json.loads(text)  # a .json file: a list of records, or {"data": [...]}
+        if isinstance(data, dict):
+            data = next((v for v in data.values() if isinstance(v, list)), [])
+        return [r for r in data[:limit] if isinstance(r, dict)]
+    except json.JSONDecodeError:  # JSON lines
+        rows = []
+        for line in text.splitlines():
+            if line.strip():
+                rows.append(json.loads(line))
+            if len(rows) >= limit:
+                break
+        return rows
+
+
+def _get_field(record: dict, dotted: str):
+    from rbctl.benchmarks import _get_field
+
+    return _get_field(record, dotted)
+
+
+# --- resolution ----------------------------------------------------------------------------------
+
+
+def _count_params(config) -> float:
+    """Exact parameter count of a model config, built on the meta device (no memory, no weights)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    return float(sum(p.numel() for p in model.parameters()))
+
+
+def _load_tokenizer(model_dir: Path):
+    if not any((model_dir / f).exists() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
+        return None
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(model_dir))
+    except Exception:
+        return None
+
+
+def _resolve_model(cfg: TrainConfig, r: Resolved, cache_dir) -> None:
+    name = cfg.model.name
+    if name == "builtin":
+        from rbctl import builtin
+        from rbctl.trainer import task_spec, warm_start_spec
+
+        spec, ws = task_spec(cfg), warm_start_spec(cfg)
+        r.tokenizer = builtin.build_tokenizer(spec)
+        model = builtin.build_model(spec, ws, len(r.tokenizer))
+        r.n_params, r.n_source = float(sum(p.numel() for p in model.parameters())), "built in code"
+        cached = (builtin.warm_start_path(spec, ws) / "config.json").exists()
+        r.model_note = "the built-in policy" + ("" if cached else " (its warm start is trained at the first run, ~1 min)")
+        return
+    p = Path(name).expanduser()
+    if p.exists():
+        from rbctl.models import resolve_source
+
+        try:
+            src, gguf = resolve_source(name)
+        except Exception as e:
+            r.warnings.append(str(e))
+            r.model_note = "a local path that is not a model"
+            return
+        r.model_dir = Path(src)
+        r.model_note = f"local {'GGUF file' if gguf else 'directory'} {src}"
+    else:
+        r.model_dir = _cached_model_dir(name, cache_dir)
+        r.model_note = f"in the local Hugging Face cache ({r.model_dir})" if r.model_dir else "not in the local Hugging Face cache"
+    if r.model_dir is not None and (r.model_dir / "config.json").exists():
+        from transformers import AutoConfig
+
+        try:
+            r.n_params = _count_params(AutoConfig.from_pretrained(str(r.model_dir)))
+            r.n_source = "counted from the cached config"
+        except Exception as e:
+            r.warnings.append(f"cannot build the model config of {name}: {type(e).__name__}: {e}")
+        r.tokenizer = _load_tokenizer(r.model_dir)
+    if r.n_params is None and name in KNOWN_SIZES:
+        r.n_params, r.n_source = KNOWN_SIZES[name], "table of known sizes"
+    if r.n_params is None:
+        r.warnings.append(f"parameter count of '{name}' unknown (not cached, not in the table): no FLOP estimate")
+    elif r.model_dir is None and not p.exists():
+        r.warnings.append(f"'{name}' is not cached: the first run downloads ≈ {_gb(r.n_params * 2)} of bf16 weights "
+                          "(offline machines: cache it first, or point model.name at a local directory)")
+
+
+def _resolve_data(cfg: TrainConfig, r: Resolved, cache_dir) -> None:
+    d = cfg.data
+    if d.source == "builtin":
+        from rbctl import builtin
+        from rbctl.trainer import task_spec
+
+        probs = builtin.problems(task_spec(cfg), "train")
+        r.records = [{"problem": q.problem, "answer": q.answer} for q in probs[:SAMPLE_RECORDS]]
+        r.data_note = f"the built-in task ({len(probs)} training problems, generated in code)"
+        return
+    p = Path(d.source).expanduser()
+    if p.exists() or d.source.endswith((".jsonl", ".parquet")):
+        if not p.exists():
+            r.warnings.append(f"data file {p} does not exist")
+            r.data_note = "a local file that does not exist"
+            return
+        r.data_files, r.data_note = [p], f"local file {p}"
+    else:
+        r.data_files = _cached_dataset_files(d.source, cache_dir)
+        split = f" [{d.hf_config + ', ' if d.hf_config else ''}{d.split}]"
+        if r.data_files:
+            r.data_note = f"Hub dataset {d.source}{split}, in the local Hugging Face cache ({len(r.data_files)} data files)"
+        else:
+            r.data_note = f"Hub dataset {d.source}{split}, not in the local Hugging Face cache"
+            r.warnings.append(f"dataset '{d.source}' is not cached: the first run downloads it")
+            return
+    split_files = [f for f in r.data_files if d.split in f.name] or r.data_files
+    try:
+        r.records = _read_some(split_files[0], SAMPLE_RECORDS)
+    except Exception as e:
+        r.warnings.append(f"cannot read {split_files[0]}: {type(e).__name__}: {e}")
+        return
+    if r.records:
+        missing = [f for f in (d.problem_field, d.answer_field) if not _has(r.records[0], f)]
+        if missing:
+            r.warnings.append(f"data records lack field(s) {', '.join(missing)}; they have: {', '.join(map(str, r.records[0]))}")
+            r.records = None
+
+
+def _has(record: dict, dotted: str) -> bool:
+    try:
+        _get_field(record, dotted)
+        return True
+    except KeyError:
+        return False
+
+
+def _prompt_tokens(cfg: TrainConfig, r: Resolved) -> tuple[float, str]:
+    """Mean prompt length in tokens, and how it was obtained."""
+    from rbctl.prompting import encode_prompts, render_prompt, resolve_template
+
+    if r.records:
+        problems = [str(_get_field(rec, cfg.data.problem_field)) for rec in r.records]
+        if r.tokenizer is not None:
+            template = resolve_template(r.tokenizer, cfg.data.template, builtin_model=cfg.model.name == "builtin")
+            ids = encode_prompts(r.tokenizer, problems, template, cfg.data.instruction)
+            return sum(map(len, ids)) / len(ids), f"measured: {template} template and the tokenizer on {len(ids)} records"
+        texts = [render_prompt(None, q, "plain", cfg.data.instruction) for q in problems]
+        chars = sum(map(len, texts)) / len(texts)
+        return chars / CHARS_PER_TOKEN, (f"≈ {CHARS_PER_TOKEN:g} characters per token over {len(texts)} cached records; "
+                                         "no cached tokenizer, chat-template tokens not counted")
+    return float(ASSUMED_PROMPT_TOKENS), ("an assumption, no data cached: a competition math problem with the "
+                                          "instruction and chat template is ~100–300 tokens")
+
+
+# --- the plan ------------------------------------------------------------------------------------
+
+
+def _sci(x: float) -> str:
+    return f"{x:.2e}"
+
+
+def _gb(nbytes: float) -> str:
+    return f"{nbytes / 1e9:.1f} GB" if nbytes >= 1e8 else f"{nbytes / 1e6:.1f} MB"
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """Per-step token and FLOP estimates (upper bounds: every response runs to max_new_tokens)."""
+
+    prompt_tokens: float
+    tokens: float
+    rollout_flops: float | None
+    train_flops: float | None
+    ref_flops: float | None
+    kappa_flops: float | None
+
+    @property
+    def total_flops(self) -> float | None:
+        parts = (self.rollout_flops, self.train_flops, self.ref_flops, self.kappa_flops)
+        return None if self.rollout_flops is None else sum(parts)
+
+
+def step_cost(cfg: TrainConfig, prompt_tokens: float, n_params: float | None) -> StepCost:
+    ro, a = cfg.rollout, cfg.algo
+    tokens = ro.prompts_per_step * ro.group_size * (prompt_tokens + ro.max_new_tokens)
+    if n_params is None:
+        return StepCost(prompt_tokens, tokens, None, None, None, None)
+    has_ref = a.kl_coef > 0 or a.log_kl
+    return StepCost(
+        prompt_tokens, tokens,
+        rollout_flops=2 * n_params * tokens,
+        train_flops=6 * n_params * tokens * a.ppo_epochs,
+        ref_flops=2 * n_params * tokens if has_ref else 0.0,
+        kappa_flops=2 * n_params * tokens / cfg.kappa_eff_every if cfg.kappa_eff_every else 0.0,
+    )
+
+
+def _machine_line(cfg: TrainConfig) -> str:
+    import torch
+
+    cuda = torch.cuda.is_available()
+    vllm = importlib.util.find_spec("vllm") is not None
+    parts = [f"CUDA {'available' if cuda else 'not available'}"]
+    if cfg.rollout.engine == "vllm":
+        parts.append(f"vLLM {'installed' if vllm else 'not installed'}")
+    ready = (cuda or cfg.model.device == "cpu") and (cfg.rollout.engine != "vllm" or (cuda and vllm))
+    return ", ".join(parts) + ("" if ready else " (plan only: this machine cannot run it)")
+
+
+def dry_run(cfg: TrainConfig, *, source: str | None = None, cache_dir: str | Path | None = None) -> str:
+    """The printable plan of a validated training config, resolved offline (nothing is downloaded).
+    `cache_dir` is the Hugging Face hub cache to look in (default: the user's)."""
+    r = Resolved()
+    _resolve_model(cfg, r, cache_dir)
+    _resolve_data(cfg, r, cache_dir)
+    ptok, ptok_src = _prompt_tokens(cfg, r)
+    c = step_cost(cfg, ptok, r.n_params)
+    ro, a, o = cfg.rollout, cfg.algo, cfg.optim
+    P, G = ro.prompts_per_step, ro.group_size
+
+    lines = [f"rbctl dry run{': ' + source if source else ''} (offline: nothing downloaded, nothing trained)", ""]
+
+    def row(label: str, text: str) -> None:
+        lines.append(f"{label:<14}{text}")
+
+    row("model", f"{cfg.model.name}: {r.model_note}")
+    if r.n_params is not None:
+        row("", f"N ≈ {_sci(r.n_params)} parameters ({r.n_source}); dtype {cfg.model.dtype}, device {cfg.model.device}"
+                + (", gradient checkpointing" if cfg.model.gradient_checkpointing else ""))
+    row("data", r.data_note)
+    if cfg.data.source != "builtin":
+        row("", f"fields problem='{cfg.data.problem_field}', answer='{cfg.data.answer_field}'; template {cfg.data.template}")
+    budget = f"budget B = {a.budget:g}, shift c = {a.shift:g}" if a.budget is not None else "no budget"
+    row("algorithm", f"{a.estimator}, {budget}; loss {a.loss_agg}; clip ε {a.clip_low:g}/{a.clip_high:g}; "
+                     f"KL coef {a.kl_coef:g}{' (logged)' if a.log_kl else ''}; entropy bonus {a.entropy.mode}")
+    row("rollout", f"engine {ro.engine}; P = {P} prompts × G = {G} rollouts; max_new_tokens {ro.max_new_tokens}; "
+                   f"temperature {ro.temperature:g}, top_p {ro.top_p:g}")
+    kappa = f"κ_eff every {cfg.kappa_eff_every} steps" if cfg.kappa_eff_every else "κ_eff never"
+    row("schedule", f"{cfg.steps} steps × {a.ppo_epochs} PPO epoch(s); lr {o.lr:g} ({o.schedule}, warm-up {o.warmup_steps}); "
+                    f"{kappa}; checkpoint every {cfg.save_every}")
+    ev = cfg.eval
+    row("eval", f"every {ev.every} steps on {', '.join(ev.benchmarks)} (n {ev.n}, temperature {ev.temperature:g})"
+        if ev.every else "no periodic evaluation")
+    lines += ["", "per step (upper bound: every response runs to max_new_tokens)"]
+    row("  prompt", f"{ptok:.0f} tokens per prompt ({ptok_src})")
+    row("  tokens", f"P·G·(prompt + max_new) = {P}·{G}·({ptok:.0f} + {ro.max_new_tokens}) = {_sci(c.tokens)}")
+    if c.total_flops is not None:
+        row("  rollout", f"2·N·tokens = {_sci(c.rollout_flops)} FLOPs")
+        row("  training", f"6·N·tokens·ppo_epochs = {_sci(c.train_flops)} FLOPs")
+        row("  extra", f"reference {_sci(c.ref_flops)} + κ_eff {_sci(c.kappa_flops)} FLOPs (forward passes)")
+        row("  total", f"{_sci(c.total_flops)} FLOPs per step, {_sci(c.total_flops * cfg.steps)} for {cfg.steps} steps")
+        half = cfg.model.dtype in ("bfloat16", "float16") or (cfg.model.dtype == "auto" and cfg.model.device != "cpu")
+        bytes_per = 2 if half else 4
+        train_state = r.n_params * bytes_per * 4  # weights, gradients, AdamW's two moments (param dtype)
+        ref = r.n_params * bytes_per if (a.kl_coef > 0 or a.log_kl) else 0.0
+        row("memory", f"weights + grads + AdamW ≈ {_gb(train_state)}" + (f", reference copy {_gb(ref)}" if ref else "")
+            + " (full-parameter training, before activations and the rollout engine)")
+    else:
+        row("  FLOPs", "unknown (no parameter count)")
+    row("this machine", _machine_line(cfg))
+    if r.warnings:
+        lines += ["", "warnings"] + [f"  - {w}" for w in r.warnings]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    from rbctl.config import load_train_config
+    from rbctl.errors import UserError
+
+    ap = argparse.ArgumentParser(prog="python -m rbctl.dryrun", description="Print a training recipe's plan, offline.")
+    ap.add_argument("config", type=Path)
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    args = ap.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # belt and braces: nothing here should touch the network
+    try:
+        print(dry_run(load_train_config(args.config, args.overrides), source=str(args.config)), end="")
+    except UserError as e:
+        print(f"error: {e}")
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

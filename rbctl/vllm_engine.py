@@ -1,0 +1,297 @@
+"""The `vllm` rollout engine: a vLLM `LLM` colocated in the training process, same interface as `HFEngine`.
+
+How it follows the colocated-vLLM pattern of TRL's GRPOTrainer (`trl/generation/vllm_generation.py`,
+TRL 1.16, vLLM 0.22–0.31), and where it departs:
+1. The engine runs in-process (`distributed_executor_backend="external_launcher"`, a world of one),
+   so the policy's tensors are copied into vLLM's model by `model.load_weights(...)` with no
+   serialisation: `llm.llm_engine.model_executor.driver_worker.model_runner.model`.
+2. Log-probs are vLLM's `processed_logprobs` (after temperature and top-p), the distribution the
+   tokens were sampled from; the trainer's `token_logprobs(logits, tokens, temperature)` is the same
+   quantity when `top_p = 1`. With top_p < 1 the engine's are renormalised over the nucleus and
+   the two differ by design (see `logprob_mismatch`).
+3. `sync_weights(model)` after every optimizer step (and once before the first generation, so a
+   resumed or LoRA policy is what samples). LoRA adapters are merged into the copy (W + ΔW per
+   layer, out of place; TRL merges and unmerges in place, which rounds the base weights each step).
+4. Optional sleep mode: between generations vLLM releases its weights and KV cache (`sleep(level=2)`);
+   the next `sync_weights` or `generate` wakes them up and re-pushes the current weights.
+5. Seeds: one per prompt, derived from (step seed, prompt index); vLLM gives the n samples of a
+   prompt seed + 0 … seed + n − 1. Same seeds, same samples on the same hardware and batch.
+6. Stopping: vLLM is given the same EOS ids as `HFEngine` (`stop_token_ids`), the stop token is
+   kept in `token_ids` (vLLM keeps it; only the text drops it), and the text is decoded by rbctl's
+   tokenizer exactly as `HFEngine` decodes it, so the grader sees the same string from either engine.
+
+Also here: `logprob_mismatch` (the metric `rollout/logprob_diff`) and `tis_weights` (truncated
+importance sampling) — the two pure functions that deal with engine and trainer disagreeing.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+
+import numpy as np
+import torch
+
+from rbctl.errors import UserError
+from rbctl.rollout import Sample, SamplingParams, _cut_at_eos, _eos_ids
+
+VLLM_MISSING = "rollout.engine 'vllm' needs vLLM and a GPU: pip install 'rbctl[vllm]'"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def prompt_seed(seed: int, prompt_index: int) -> int:
+    """A 31-bit seed per prompt from the step's seed: the n samples of prompt p then use
+    prompt_seed + 0 … n − 1 (vLLM's fan-out), so no two (prompt, sample) pairs share a stream."""
+    return int(np.random.SeedSequence([seed, prompt_index]).generate_state(1)[0] >> 1)
+
+
+def _peft_named_params(model):
+    """(name, tensor) pairs of a PEFT LoRA model with the adapters merged, under the base model's
+    names (as TRL names them: strip 'base_model.model.' and '.base_layer', drop the adapter's own
+    tensors). Merged out of place, W + ΔW layer by layer, so the trained base weights never take
+    the rounding of a merge/unmerge round trip."""
+    lora_layers = {}
+    for mod_name, mod in model.named_modules():
+        if hasattr(mod, "get_delta_weight") and hasattr(mod, "base_layer"):
+            if any(getattr(mod, "use_dora", {}).get(a, False) for a in mod.active_adapters):
+                raise UserError("the vllm engine's weight sync does not support DoRA adapters; use plain LoRA")
+            lora_layers[f"{mod_name}.base_layer.weight"] = mod
+    skip = getattr(model, "prefix", "lora_")
+    for name, param in model.named_parameters():
+        t = param.data
+        if name in lora_layers:
+            mod = lora_layers[name]
+            for a in mod.active_adapters:
+                if a in getattr(mod, "lora_A", {}) or a in getattr(mod, "lora_embedding_A", {}):
+                    t = t + mod.get_delta_weight(a).to(t.dtype)
+        name = name.removeprefix("base_model.model.").replace(".base_layer", "")
+        if skip in name or "original_module" in name:
+            continue
+        yield name.replace("modules_to_save.default.", ""), t
+
+
+def _sampling_params_cls():
+    """vllm.SamplingParams (a function so that tests can stand in for it without vLLM installed)."""
+    try:
+        from vllm import SamplingParams as VSamplingParams
+    except ImportError:
+        raise UserError(VLLM_MISSING) from None
+    return VSamplingParams
+
+
+def _is_peft(model) -> bool:
+    return hasattr(model, "peft_config") and hasattr(model, "active_adapters")
+
+
+def _vllm_model(llm):
+    """vLLM's in-process nn.Module (it has `load_weights(iterable of (name, tensor))`)."""
+    engine = getattr(llm, "llm_engine", None)
+    executor = getattr(engine, "model_executor", None)
+    if executor is None:
+        raise RuntimeError("vLLM runs its engine in another process; the colocated engine needs it in-process "
+                           "(LLM(..., distributed_executor_backend='external_launcher'))")
+    worker = executor.driver_worker
+    runner = getattr(worker, "model_runner", None) or worker.worker.model_runner
+    return runner.model
+
+
+class VLLMEngine:
+    """Sampling with a colocated vLLM `LLM`. `generate` has `HFEngine.generate`'s signature and result."""
+
+    name = "vllm"
+
+    def __init__(self, model, tokenizer, *, model_name_or_path: str, gpu_memory_utilization: float = 0.5,
+                 sleep_mode: bool = False, dtype: str = "bfloat16", seed: int = 0,
+                 max_model_len: int | None = None, llm=None):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.eos_ids = _eos_ids(model, tokenizer)
+        # vLLM also stops on the tokenizer's EOS where generation_config does not list it
+        self.stop_ids = set(self.eos_ids) | ({tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set())
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_ids[0]
+        self.sleep_mode = sleep_mode
+        built = llm is None
+        if built:
+            llm = self._build_llm(model_name_or_path, gpu_memory_utilization, sleep_mode, dtype, seed, max_model_len)
+        self.llm = llm
+        # what vLLM has released (level-2 sleep releases both); an LLM built here starts asleep
+        self._sleeping: set[str] = {"weights", "kv_cache"} if built and sleep_mode else set()
+        # The LLM loaded its weights from model_name_or_path; the policy may differ (a resumed
+        # checkpoint, a LoRA adapter), so the first generation pushes the policy's own weights.
+        self._stale = True
+
+    @staticmethod
+    def _build_llm(path, gpu_memory_utilization, sleep_mode, dtype, seed, max_model_len):
+        try:
+            import vllm
+        except ImportError:
+            raise UserError(VLLM_MISSING) from None
+        if not torch.cuda.is_available():
+            raise UserError(VLLM_MISSING)
+        # external_launcher: a torch.distributed world of one, the engine in this process (TRL's setup).
+        for k, v in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+                     "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}.items():
+            os.environ.setdefault(k, v)
+        os.environ.setdefault("MASTER_PORT", str(_free_port()))
+        llm = vllm.LLM(
+            model=str(path),
+            dtype=dtype,
+            gpu_memory_utilization=gpu_memory_utilization,
+            enable_sleep_mode=sleep_mode,
+            seed=seed,
+            max_model_len=max_model_len,
+            distributed_executor_backend="external_launcher",
+            logprobs_mode="processed_logprobs",  # after temperature: what the trainer's old log-probs measure
+        )
+        if sleep_mode:
+            llm.sleep(level=2)  # the first sync_weights wakes it with the policy's weights
+        return llm
+
+    # -- memory phases --
+
+    def sleep(self) -> None:
+        """Release vLLM's GPU memory (weights and KV cache) for the training phase; no-op unless sleep_mode.
+        vLLM sleeps only when fully awake; half awake (fresh weights, KV cache asleep) it stays as is."""
+        if self.sleep_mode and not self._sleeping:
+            self.llm.sleep(level=2)  # level 2 drops the weights too: they are re-pushed at the next sync
+            self._sleeping = {"weights", "kv_cache"}
+            self._stale = True
+
+    def wake_up(self, tags: list[str]) -> None:
+        """Re-allocate what `sleep` released ("weights", "kv_cache"); only what is asleep is woken."""
+        todo = [t for t in tags if t in self._sleeping]
+        if todo:
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()  # hand the training phase's cached blocks back first
+            self.llm.wake_up(tags=todo)
+            self._sleeping -= set(todo)
+
+    # -- weights --
+
+    @torch.no_grad()
+    def sync_weights(self, model=None) -> int:
+        """Copy the policy's current weights into vLLM (call after every optimizer step).
+        Returns the number of tensors loaded."""
+        if model is not None:
+            self.model = model
+        model = self.model
+        self.wake_up(["weights"])
+        target = _vllm_model(self.llm)
+        n = 0
+        named = _peft_named_params(model) if _is_peft(model) else ((k, p.data) for k, p in model.named_parameters())
+        for name, t in named:  # one tensor at a time: never a second copy of the model
+            target.load_weights([(name, t)])
+            n += 1
+        self.llm.reset_prefix_cache()  # cached prompt KV was computed with the old weights
+        self._stale = False
+        return n
+
+    # -- sampling --
+
+    def _vllm_params(self, params: SamplingParams, prompt_index: int):
+        greedy = params.temperature <= 0
+        return _sampling_params_cls()(
+            n=params.n,
+            temperature=0.0 if greedy else params.temperature,
+            top_p=1.0 if greedy else params.top_p,
+            max_tokens=params.max_new_tokens,
+            seed=None if params.seed is None else prompt_seed(params.seed, prompt_index),
+            logprobs=0,  # the sampled token's log-prob only
+            stop_token_ids=list(self.eos_ids),
+        )
+
+    @torch.no_grad()
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Sample]]:
+        if self._stale:
+            self.sync_weights()
+        self.wake_up(["kv_cache"])
+        inputs = [{"prompt_token_ids": list(p)} for p in prompts]  # vLLM's TokensPrompt (a TypedDict)
+        sps = [self._vllm_params(params, i) for i in range(len(prompts))]
+        outputs = self.llm.generate(inputs, sampling_params=sps, use_tqdm=False)
+        if len(outputs) != len(prompts):
+            raise RuntimeError(f"vLLM returned {len(outputs)} outputs for {len(prompts)} prompts")
+        result: list[list[Sample]] = []
+        for p, out in enumerate(outputs):
+            got = getattr(out, "prompt_token_ids", None)
+            if got is not None and list(got) != list(prompts[p]):
+                raise RuntimeError(f"vLLM output {p} belongs to another prompt: outputs are not in prompt order")
+            comps = sorted(out.outputs, key=lambda c: c.index)
+            if len(comps) != params.n:
+                raise RuntimeError(f"vLLM returned {len(comps)} completions for prompt {p}, expected {params.n}")
+            result.append([self._sample(p, c) for c in comps])
+        self.sleep()
+        return result
+
+    def _sample(self, p: int, comp) -> Sample:
+        toks = [int(t) for t in comp.token_ids]
+        lps = None
+        if comp.logprobs is not None:
+            # one {token_id: Logprob} per position (a list, or vLLM's FlatLogprobs acting as one)
+            lps = [float(pos[t].logprob) for t, pos in zip(toks, comp.logprobs)]
+        finished = comp.finish_reason == "stop"  # we pass no stop strings: "stop" means a stop token
+        if finished and (not toks or toks[-1] not in self.stop_ids):
+            # vLLM keeps the stop token in token_ids; if a version did not, the EOS would silently
+            # drop out of training and the policy would never be taught to stop
+            raise RuntimeError(f"vLLM finished a completion without its stop token in token_ids "
+                               f"(last ids {toks[-3:]}, stop ids {sorted(self.stop_ids)})")
+        kept, _ = _cut_at_eos(toks, self.eos_ids)  # as HFEngine: up to and including the first EOS
+        if lps is not None:
+            lps = lps[: len(kept)]
+        text = self.tokenizer.decode(kept, skip_special_tokens=True)
+        return Sample(p, kept, text, finished, lps)
+
+
+# --- engine vs trainer ---------------------------------------------------------------------------
+
+
+def engine_logprobs_tensor(samples: list[list[Sample]], width: int) -> torch.Tensor:
+    """Engine log-probs laid out like `build_batch`'s response tokens: [N = P·G, width], prompt-major,
+    right-padded with 0. Every sample must carry `logprobs`."""
+    rows = [s for group in samples for s in group]
+    out = torch.zeros(len(rows), width, dtype=torch.float32)
+    for i, s in enumerate(rows):
+        if s.logprobs is None:
+            raise ValueError(f"sample {i} has no engine log-probs")
+        if s.logprobs:
+            out[i, : len(s.logprobs)] = torch.tensor(s.logprobs, dtype=torch.float32)
+    return out
+
+
+def logprob_mismatch(engine_logprobs: torch.Tensor, trainer_logprobs: torch.Tensor, mask: torch.Tensor) -> float:
+    """Mean absolute log-prob difference over response tokens (the metric `rollout/logprob_diff`):
+
+        Σ_t m_t · |log π_engine(y_t) − log π_trainer(y_t)| / Σ_t m_t
+
+    All tensors [N, T]; `mask` is 1 on response tokens, 0 on padding. 0 when there are no tokens.
+    Same weights in both: the gap is numerics alone (kernels, bf16, batch shapes), plus top-p
+    renormalisation when top_p < 1 (the engine's log-probs are over the nucleus).
+    """
+    m = mask.to(torch.float64)
+    n = m.sum()
+    if n == 0:
+        return 0.0
+    diff = (engine_logprobs.to(torch.float64) - trainer_logprobs.to(torch.float64)).abs()
+    return float((diff * m).sum() / n)
+
+
+def tis_weights(trainer_old_logp: torch.Tensor, engine_logp: torch.Tensor, cap: float) -> torch.Tensor:
+    """Truncated importance sampling weights per token (Yao et al. 2025, "Your Efficient RL Framework
+    Secretly Brings You Off-Policy RL Training"; verl's `tis_imp_ratio_cap`):
+
+        w_t = min( π_old(y_t) / π_engine(y_t), C ) = min( exp(log π_old − log π_engine), C )
+
+    The tokens were sampled by the engine, the PPO ratio is taken against the trainer's π_old, so
+    each token's policy-gradient loss is multiplied by w_t (a constant: no gradient flows through
+    it). Shapes [N, T] → [N, T]; padding positions come out as whatever their inputs give (mask them).
+    """
+    if not cap > 0:
+        raise ValueError(f"TIS cap must be > 0, got {cap}")
+    log_ratio = (trainer_old_logp - engine_logp).detach()
+    # min(exp(x), C) = exp(min(x, log C)): the same value with no overflow to inf
+    return torch.exp(torch.clamp(log_ratio, max=math.log(cap)))

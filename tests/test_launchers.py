@@ -1,0 +1,153 @@
+"""`submit_runs` through submitit's debug and local executors with trivial jobs (no training), the
+Slurm options it writes (with a stand-in `srun` so that no cluster is needed), and throttling."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from rbctl.errors import UserError
+from rbctl.launchers import LauncherCfg, NullQueue, make_executor, submit_runs
+
+pytest.importorskip("submitit")
+
+
+# Jobs are pickled by reference: module-level functions only.
+
+def square(key, x):
+    return {"key": key, "status": "done", "error": None, "value": x * x}
+
+
+def boom(key):
+    raise ValueError(f"bad input for {key}\nsecond line not shown")
+
+
+def exit_hard(key):
+    os._exit(3)  # the job process dies without a result (as when killed)
+
+
+def not_a_result(key):
+    return 42
+
+
+def uses_queue(key, queue):
+    queue.put((key, "step", 1, {}))  # as ablate._run_one does with its progress queue
+    return {"key": key, "status": "done", "error": None}
+
+
+def test_debug_collects_results_and_a_failure_does_not_stop_the_others(tmp_path):
+    seen = []
+    jobs = [("a/seed_0", square, ("a/seed_0", 3)), ("b/seed_0", boom, ("b/seed_0",)),
+            ("c/seed_0", square, ("c/seed_0", 4)), ("d/seed_0", not_a_result, ("d/seed_0",)),
+            ("e/seed_0", uses_queue, ("e/seed_0", NullQueue()))]
+    res = submit_runs(jobs, {"cluster": "debug"}, folder=tmp_path, on_result=lambda k, r: seen.append(k), log=lambda *a: None)
+    assert list(res) == [k for k, _, _ in jobs]  # in the order given
+    assert res["a/seed_0"] == {"key": "a/seed_0", "status": "done", "error": None, "value": 9}
+    assert res["c/seed_0"]["value"] == 16
+    assert res["b/seed_0"] == {"key": "b/seed_0", "status": "failed", "error": "ValueError: bad input for b/seed_0"}
+    assert res["d/seed_0"]["status"] == "failed" and "not a result dict" in res["d/seed_0"]["error"]
+    assert res["e/seed_0"]["status"] == "done"
+    assert sorted(seen) == sorted(res)  # every result reported as it arrived
+
+
+def test_local_subprocesses_collect_results_errors_and_dead_jobs(tmp_path, monkeypatch):
+    from submitit.local.local import LocalJob
+
+    monkeypatch.setattr(LocalJob, "_results_timeout_s", 0)  # submitit waits 15 s for a slow shared FS
+    jobs = [("ok", square, ("ok", 5)), ("raises", boom, ("raises",)), ("dies", exit_hard, ("dies",))]
+    cfg = LauncherCfg(cluster="local", gpus_per_node=0, cpus_per_task=1, timeout_min=2, poll_s=0.2)
+    res = submit_runs(jobs, cfg, folder=tmp_path, log=lambda *a: None)
+    assert res["ok"]["status"] == "done" and res["ok"]["value"] == 25
+    assert res["raises"]["error"] == "ValueError: bad input for raises"
+    assert res["dies"]["status"] == "failed"
+    assert res["dies"]["error"].startswith("job ") and "died without a result" in res["dies"]["error"]
+    assert str(tmp_path) in res["dies"]["error"]  # points at its logs
+
+
+class _FakeJob:
+    def __init__(self, log, key, fn, args, polls):
+        self.log, self.key, self.fn, self.args, self.polls, self.job_id = log, key, fn, args, polls, key
+
+    def done(self):
+        self.polls -= 1
+        return self.polls <= 0
+
+    def result(self):
+        self.log.append(("end", self.key))
+        return self.fn(self.key, *self.args)
+
+
+class _FakeExecutor:
+    cluster = "local"
+
+    def __init__(self):
+        self.log = []
+
+    def submit(self, guarded, key, fn, args):
+        self.log.append(("start", key))
+        return _FakeJob(self.log, key, fn, args, polls=2)
+
+
+def test_max_parallel_throttles_local_submission(tmp_path, monkeypatch):
+    ex = _FakeExecutor()
+    monkeypatch.setattr("rbctl.launchers.make_executor", lambda cfg, folder: ex)
+    jobs = [(f"r{i}", lambda key, x: square(key, x), (i,)) for i in range(5)]
+    res = submit_runs(jobs, LauncherCfg(cluster="local", max_parallel=2, poll_s=0.001), folder=tmp_path)
+    assert [r["value"] for r in res.values()] == [0, 1, 4, 9, 16]
+    running = peak = 0
+    for kind, _ in ex.log:
+        running += 1 if kind == "start" else -1
+        peak = max(peak, running)
+    assert peak == 2
+
+
+def test_slurm_options_reach_the_sbatch_script(tmp_path, monkeypatch):
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    (fake_bin / "srun").write_text("#!/bin/sh\nexit 1\n")
+    (fake_bin / "srun").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake_bin}{os.pathsep}{os.environ['PATH']}")
+    cfg = LauncherCfg(cluster="slurm", partition="gpu", account="lab", gpus_per_node=1, cpus_per_task=8,
+                      mem_gb=64, timeout_min=720, max_parallel=4, setup=["source .venv/bin/activate"],
+                      slurm_additional={"gres": "gpu:h100:1"})
+    ex = make_executor(cfg, tmp_path / "submitit")
+    script = ex._executor._make_submission_file_text("python -m job", "uid")
+    for line in ["--partition=gpu", "--account=lab", "--gpus-per-node=1", "--cpus-per-task=8", "--mem=64GB",
+                 "--time=720", "--gres=gpu:h100:1", "--job-name=rbctl"]:
+        assert f"#SBATCH {line}" in script
+    assert "source .venv/bin/activate" in script
+    assert ex._executor.max_num_timeout == 3  # requeues after timeout/preemption
+    assert ex._executor.parameters["array_parallelism"] == 4
+
+
+def test_slurm_without_srun_is_a_user_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no srun anywhere
+    with pytest.raises(UserError, match="launcher.cluster 'slurm'"):
+        make_executor(LauncherCfg(cluster="slurm"), tmp_path)
+
+
+def test_without_submitit_a_user_error(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "submitit", None)  # import submitit raises ImportError
+    with pytest.raises(UserError, match="pip install submitit"):
+        submit_runs([("a", square, ("a", 1))], {"cluster": "debug"}, folder=tmp_path)
+
+
+def test_launcher_section_is_validated():
+    with pytest.raises(Exception, match="partiton"):
+        LauncherCfg.model_validate({"partiton": "gpu"})
+    with pytest.raises(ValueError, match="unique"):
+        submit_runs([("a", square, ("a", 1)), ("a", square, ("a", 2))], {"cluster": "debug"}, folder=Path("unused"))
+
+
+def test_timeout_or_preemption_requeues_the_same_call_and_lets_systemexit_through():
+    from rbctl.launchers import _Guarded
+
+    g = _Guarded()
+    again = g.checkpoint("k", square, ("k", 2))  # what submitit calls on USR2 before requeueing
+    assert again.function is g and again.args == ("k", square, ("k", 2))
+    assert again.result()["value"] == 4  # the requeued job runs the same (resuming) call
+    with pytest.raises(SystemExit):  # submitit exits a requeued job this way: it must not become a result
+        g("k", sys.exit, (1,))

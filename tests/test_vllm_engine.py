@@ -1,0 +1,473 @@
+"""The vLLM engine adapter, driven against a stand-in with vLLM's interface (no GPU, no vLLM), plus
+`gpu` tests that run the real thing on a small model, and hand-computed checks of
+`logprob_mismatch` and `tis_weights`."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from rbctl import vllm_engine
+from rbctl.errors import UserError
+from rbctl.rollout import Sample, SamplingParams
+from rbctl.vllm_engine import (
+    VLLM_MISSING,
+    VLLMEngine,
+    engine_logprobs_tensor,
+    logprob_mismatch,
+    prompt_seed,
+    tis_weights,
+)
+
+# --- a stand-in for vLLM --------------------------------------------------------------------------
+
+
+@dataclass
+class FakeLogprob:  # vllm.logprobs.Logprob
+    logprob: float
+    rank: int | None = 1
+    decoded_token: str | None = None
+
+
+@dataclass
+class FakeCompletion:  # vllm.outputs.CompletionOutput
+    index: int
+    text: str
+    token_ids: list[int]
+    cumulative_logprob: float | None
+    logprobs: list[dict[int, FakeLogprob]] | None
+    finish_reason: str | None
+    stop_reason: int | str | None = None
+
+
+@dataclass
+class FakeRequestOutput:  # vllm.outputs.RequestOutput
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list[int]
+    outputs: list[FakeCompletion]
+    finished: bool = True
+
+
+class FakeSamplingParams:  # vllm.SamplingParams: keyword arguments only
+    def __init__(self, **kwargs):
+        self.kwargs = kwargs
+        self.__dict__.update(kwargs)
+
+
+class FakeVLLMModel:
+    def __init__(self):
+        self.loaded: dict[str, torch.Tensor] = {}
+        self.calls = 0
+
+    def load_weights(self, weights):
+        for name, t in weights:
+            self.loaded[name] = t.detach().clone()
+        self.calls += 1
+
+
+EOS = 2  # the built-in tokenizer's </s>
+
+
+def token_logprob(p: int, i: int, t: int) -> float:
+    """The stand-in's log-prob of token t at position t of sample i of prompt p (distinct values)."""
+    return -(0.1 * (p + 1) + 0.01 * (i + 1) + 0.001 * (t + 1))
+
+
+class FakeLLM:
+    """Returns, for prompt p and sample i, tokens `script(p, i)` = (token ids, finish_reason); records
+    every call. `shuffle_outputs` returns completions out of index order (vLLM gives no promise)."""
+
+    def __init__(self, script, shuffle_outputs: bool = False, reverse_requests: bool = False):
+        self.script = script
+        self.shuffle_outputs = shuffle_outputs
+        self.reverse_requests = reverse_requests
+        self.model = FakeVLLMModel()
+        self.llm_engine = SimpleNamespace(model_executor=SimpleNamespace(
+            driver_worker=SimpleNamespace(model_runner=SimpleNamespace(model=self.model))))
+        self.calls: list[tuple] = []
+        self.generate_inputs = None
+        self.sampling_params = None
+
+    def generate(self, prompts, sampling_params=None, use_tqdm=True):
+        self.calls.append(("generate",))
+        self.generate_inputs = prompts
+        self.sampling_params = sampling_params
+        outs = []
+        for p, (prompt, sp) in enumerate(zip(prompts, sampling_params)):
+            comps = []
+            for i in range(sp.n):
+                toks, reason = self.script(p, i)
+                lps = [{t: FakeLogprob(token_logprob(p, i, k))} for k, t in enumerate(toks)]
+                comps.append(FakeCompletion(i, "<vllm text, unused>", list(toks),
+                                            sum(d[t].logprob for d, t in zip(lps, toks)), lps, reason))
+            if self.shuffle_outputs:
+                comps = comps[::-1]
+            outs.append(FakeRequestOutput(str(p), None, prompt["prompt_token_ids"], comps))
+        return outs[::-1] if self.reverse_requests else outs
+
+    def sleep(self, level=1):
+        self.calls.append(("sleep", level))
+
+    def wake_up(self, tags=None):
+        self.calls.append(("wake_up", tuple(tags) if tags else None))
+
+    def reset_prefix_cache(self):
+        self.calls.append(("reset_prefix_cache",))
+
+
+@pytest.fixture(autouse=True)
+def fake_sampling_params(monkeypatch):
+    monkeypatch.setattr(vllm_engine, "_sampling_params_cls", lambda: FakeSamplingParams)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """A tiny Llama over the built-in character tokenizer (EOS id 2)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from rbctl.builtin import TaskSpec, build_tokenizer
+
+    tok = build_tokenizer(TaskSpec())
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64,
+                      pad_token_id=0, bos_token_id=1, eos_token_id=EOS, tie_word_embeddings=True)
+    return LlamaForCausalLM(cfg), tok
+
+
+def make_engine(tiny, script, **kw):
+    model, tok = tiny
+    fake_kw = {k: kw.pop(k) for k in ("shuffle_outputs", "reverse_requests") if k in kw}
+    llm = FakeLLM(script, **fake_kw)
+    return VLLMEngine(model, tok, model_name_or_path="unused", llm=llm, **kw), llm
+
+
+def letters(tok, s: str) -> list[int]:
+    return tok(s, add_special_tokens=False)["input_ids"]
+
+
+# --- ordering, mapping, stopping ------------------------------------------------------------------
+
+
+def test_outputs_in_prompt_order_with_n_per_prompt_sorted_by_index(tiny):
+    _, tok = tiny
+    a, b = letters(tok, "a")[0], letters(tok, "b")[0]
+    # sample i of prompt p is [a]*(p+1) + [b]*(i+1) + EOS: its content names its (p, i)
+    eng, llm = make_engine(tiny, lambda p, i: ([a] * (p + 1) + [b] * (i + 1) + [EOS], "stop"), shuffle_outputs=True)
+    prompts = [letters(tok, "ab"), letters(tok, "cd"), letters(tok, "ab")]  # a repeated prompt too
+    out = eng.generate(prompts, SamplingParams(n=4, temperature=1.0, max_new_tokens=8, seed=3))
+    assert [len(g) for g in out] == [4, 4, 4]
+    for p, group in enumerate(out):
+        for i, s in enumerate(group):
+            assert s.prompt_index == p
+            assert s.token_ids == [a] * (p + 1) + [b] * (i + 1) + [EOS]
+    assert [x["prompt_token_ids"] for x in llm.generate_inputs] == prompts  # token-id prompts, in order
+
+
+def test_requests_out_of_prompt_order_are_an_error(tiny):
+    eng, _ = make_engine(tiny, lambda p, i: ([5, EOS], "stop"), reverse_requests=True)
+    with pytest.raises(RuntimeError, match="prompt order"):
+        eng.generate([[5, 6], [7, 8]], SamplingParams(n=1))
+
+
+def test_sampling_parameters_are_mapped(tiny):
+    eng, llm = make_engine(tiny, lambda p, i: ([5, EOS], "stop"))
+    eng.generate([[5], [6], [7]], SamplingParams(n=3, temperature=0.7, top_p=0.9, max_new_tokens=33, seed=11))
+    assert len(llm.sampling_params) == 3  # one per prompt: each has its own seed
+    for p, sp in enumerate(llm.sampling_params):
+        assert sp.kwargs == dict(n=3, temperature=0.7, top_p=0.9, max_tokens=33, seed=prompt_seed(11, p),
+                                 logprobs=0, stop_token_ids=[EOS])
+    seeds = [sp.seed for sp in llm.sampling_params]
+    # children use seed + 0..n−1: no two (prompt, sample) streams coincide
+    streams = {s + i for s in seeds for i in range(3)}
+    assert len(streams) == 9
+
+
+def test_greedy_and_unseeded(tiny):
+    eng, llm = make_engine(tiny, lambda p, i: ([5, EOS], "stop"))
+    eng.generate([[5]], SamplingParams(n=2, temperature=0.0, top_p=0.5, max_new_tokens=4, seed=None))
+    sp = llm.sampling_params[0]
+    assert (sp.temperature, sp.top_p, sp.seed) == (0.0, 1.0, None)
+
+
+def test_prompt_seed_depends_on_step_seed_and_prompt():
+    assert prompt_seed(1, 0) == prompt_seed(1, 0)
+    assert len({prompt_seed(s, p) for s in range(4) for p in range(4)}) == 16
+    assert all(0 <= prompt_seed(s, 0) < 2**31 for s in range(10))
+
+
+def test_eos_kept_finished_flags_text_and_logprobs(tiny):
+    _, tok = tiny
+    a, b = letters(tok, "a")[0], letters(tok, "b")[0]
+    script = {0: ([a, b, EOS], "stop"), 1: ([a, a, b], "length")}
+    eng, _ = make_engine(tiny, lambda p, i: script[p])
+    out = eng.generate([[a], [b]], SamplingParams(n=1, max_new_tokens=3))
+    done, cut = out[0][0], out[1][0]
+    assert done.token_ids == [a, b, EOS] and done.finished  # EOS kept, as HFEngine keeps it
+    assert cut.token_ids == [a, a, b] and not cut.finished  # hit max_new_tokens
+    assert done.text == "ab" and cut.text == "aab"  # decoded by rbctl's tokenizer, EOS skipped
+    assert done.logprobs == pytest.approx([token_logprob(0, 0, k) for k in range(3)])
+    assert cut.logprobs == pytest.approx([token_logprob(1, 0, k) for k in range(3)])
+
+
+def test_finished_without_its_stop_token_is_an_error(tiny):
+    eng, _ = make_engine(tiny, lambda p, i: ([5, 6], "stop"))
+    with pytest.raises(RuntimeError, match="stop token"):
+        eng.generate([[5]], SamplingParams(n=1, max_new_tokens=4))
+
+
+def test_no_logprobs_from_engine_gives_none(tiny):
+    eng, llm = make_engine(tiny, lambda p, i: ([5, EOS], "stop"))
+    orig = llm.generate
+
+    def without_logprobs(*a, **k):
+        outs = orig(*a, **k)
+        for o in outs:
+            for c in o.outputs:
+                c.logprobs = None
+        return outs
+
+    llm.generate = without_logprobs
+    assert eng.generate([[5]], SamplingParams(n=1))[0][0].logprobs is None
+
+
+# --- weights -------------------------------------------------------------------------------------
+
+
+def test_sync_weights_loads_every_parameter_and_resets_the_prefix_cache(tiny):
+    model, _ = tiny
+    eng, llm = make_engine(tiny, lambda p, i: ([5, EOS], "stop"))
+    n = eng.sync_weights(model)
+    names = [name for name, _ in model.named_parameters()]
+    assert n == len(names) and set(llm.model.loaded) == set(names)
+    for name, p in model.named_parameters():
+        assert torch.equal(llm.model.loaded[name], p.detach())
+    assert llm.calls[-1] == ("reset_prefix_cache",)
+
+
+def test_first_generate_pushes_the_policy_then_only_sync_does(tiny):
+    eng, llm = make_engine(tiny, lambda p, i: ([5, EOS], "stop"))
+    params = SamplingParams(n=1)
+    eng.generate([[5]], params)
+    assert llm.model.calls > 0  # the LLM's own checkpoint may not be the policy (resume, LoRA)
+    loads = llm.model.calls
+    eng.generate([[5]], params)
+    assert llm.model.calls == loads  # no sleep mode: weights stay valid between steps
+    eng.sync_weights()
+    assert llm.model.calls == 2 * loads
+
+
+def test_sync_weights_merges_peft_adapters_under_base_names(tiny):
+    import copy
+
+    from peft import LoraConfig, get_peft_model
+
+    base, tok = tiny
+    model = get_peft_model(copy.deepcopy(base), LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"]))
+    q = model.base_model.model.model.layers[0].self_attn.q_proj
+    torch.nn.init.normal_(q.lora_B["default"].weight)  # B = 0 at init would make the merge a no-op
+    w0 = q.base_layer.weight.detach().clone()
+    merged = w0 + (q.lora_B["default"].weight @ q.lora_A["default"].weight) * (4 / 2)  # W + (α/r)·BA
+    llm = FakeLLM(lambda p, i: ([5, EOS], "stop"))
+    eng = VLLMEngine(model, tok, model_name_or_path="unused", llm=llm)
+    eng.sync_weights()
+    assert set(llm.model.loaded) == {name for name, _ in base.named_parameters()}
+    assert torch.allclose(llm.model.loaded["model.layers.0.self_attn.q_proj.weight"], merged, atol=1e-6)
+    assert torch.equal(q.base_layer.weight, w0)  # merged out of place: the trained weights are untouched
+    assert not q.merged
+
+
+def test_sleep_mode_sleeps_after_generate_and_wakes_what_is_needed(tiny):
+    eng, llm = make_engine(tiny, lambda p, i: ([5, EOS], "stop"), sleep_mode=True)  # an injected LLM is awake
+    params = SamplingParams(n=1)
+
+    def phases():
+        got = [c for c in llm.calls if c[0] != "reset_prefix_cache"]
+        llm.calls.clear()
+        return got
+
+    eng.generate([[5]], params)
+    assert phases() == [("generate",), ("sleep", 2)]  # the training phase gets the memory
+    eng.sync_weights()  # after the optimizer step: the weights wake up to be overwritten
+    eng.generate([[5]], params)  # the KV cache wakes for sampling
+    assert phases() == [("wake_up", ("weights",)), ("wake_up", ("kv_cache",)), ("generate",), ("sleep", 2)]
+    eng.sync_weights()
+    eng.sync_weights()  # already awake: no second wake-up
+    assert phases() == [("wake_up", ("weights",))]
+    eng.generate([[5]], params)
+    phases()
+    loads = llm.model.calls
+    eng.generate([[5]], params)  # no sync since the last sleep: level 2 dropped the weights, so re-push
+    assert llm.model.calls > loads
+    assert phases() == [("wake_up", ("weights",)), ("wake_up", ("kv_cache",)), ("generate",), ("sleep", 2)]
+
+
+def test_without_sleep_mode_nothing_sleeps(tiny):
+    eng, llm = make_engine(tiny, lambda p, i: ([5, EOS], "stop"))
+    eng.generate([[5]], SamplingParams(n=1))
+    eng.sleep()
+    assert not [c for c in llm.calls if c[0] in ("sleep", "wake_up")]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
+def test_without_vllm_a_user_error_says_how_to_install(tiny, monkeypatch):
+    monkeypatch.undo()  # the real _sampling_params_cls
+    model, tok = tiny
+    with pytest.raises(UserError) as e:
+        VLLMEngine(model, tok, model_name_or_path="x")
+    assert str(e.value) == VLLM_MISSING == "rollout.engine 'vllm' needs vLLM and a GPU: pip install 'rbctl[vllm]'"
+
+
+# --- engine vs trainer ----------------------------------------------------------------------------
+
+
+def test_engine_logprobs_tensor_layout():
+    samples = [[Sample(0, [5, 6], "", True, [-1.0, -2.0]), Sample(0, [5], "", False, [-0.5])],
+               [Sample(1, [], "", False, [])]]
+    got = engine_logprobs_tensor(samples, width=3)
+    assert torch.equal(got, torch.tensor([[-1.0, -2.0, 0.0], [-0.5, 0.0, 0.0], [0.0, 0.0, 0.0]]))
+    with pytest.raises(ValueError):
+        engine_logprobs_tensor([[Sample(0, [5], "", True, None)]], width=1)
+
+
+def test_logprob_mismatch_hand_computed():
+    engine = torch.tensor([[-1.0, -2.0, -0.5], [-0.1, -0.2, -9.0]])
+    trainer = torch.tensor([[-1.5, -2.0, -3.0], [-0.4, -0.2, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 0.0]])
+    # response tokens: |−1−(−1.5)| = 0.5, 0, |−0.1−(−0.4)| = 0.3, 0 → 0.8 / 4 = 0.2 (padding ignored)
+    assert logprob_mismatch(engine, trainer, mask) == pytest.approx(0.2)
+    assert logprob_mismatch(engine, engine, mask) == 0.0
+    assert logprob_mismatch(engine, trainer, torch.zeros_like(mask)) == 0.0
+
+
+def test_tis_weights_hand_computed():
+    old = torch.tensor([[-1.0, -2.0, -0.5, -4.0]], requires_grad=True)
+    eng = torch.tensor([[-1.5, -1.0, -0.5, -7.0]])
+    # old − engine = 0.5, −1, 0, 3 → exp: 1.6487, 0.3679, 1, 20.09 → capped at C = 2: 1.6487, 0.3679, 1, 2
+    w = tis_weights(old, eng, cap=2.0)
+    assert w.tolist()[0] == pytest.approx([math.exp(0.5), math.exp(-1.0), 1.0, 2.0])
+    assert not w.requires_grad  # a constant weight on the loss
+    big = tis_weights(torch.tensor([0.0]), torch.tensor([-1000.0]), cap=5.0)
+    assert big.item() == pytest.approx(5.0)  # no overflow to inf before the cap
+    with pytest.raises(ValueError):
+        tis_weights(old, eng, cap=0.0)
+
+
+# --- the real thing (GPU + vLLM) ------------------------------------------------------------------
+
+GPU_MODEL = os.environ.get("RBCTL_VLLM_TEST_MODEL", "Qwen/Qwen2.5-0.5B-Instruct")
+needs_gpu = pytest.mark.skipif(not (torch.cuda.is_available() and importlib.util.find_spec("vllm")),
+                               reason="needs CUDA and vLLM")
+
+
+@pytest.fixture(scope="module")
+def real(request):
+    """One colocated engine per test module (vLLM's in-process world can hold one), with sleep mode on
+    so that every test also goes through sleep / wake-up / re-push."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(GPU_MODEL)
+    model = AutoModelForCausalLM.from_pretrained(GPU_MODEL, dtype=torch.bfloat16).cuda()
+    eng = VLLMEngine(model, tok, model_name_or_path=GPU_MODEL, gpu_memory_utilization=0.3, sleep_mode=True,
+                     dtype="bfloat16", seed=0, max_model_len=1024)
+    return eng, model, tok
+
+
+@pytest.fixture
+def real_vllm(real, monkeypatch):
+    monkeypatch.undo()  # the real vllm.SamplingParams
+    return real
+
+
+def _chat_prompts(tok, questions):
+    from rbctl.prompting import encode_prompts
+
+    return encode_prompts(tok, questions, "chat", instruction="")
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_real_generate_shapes_eos_and_logprobs(real_vllm):
+    eng, _, tok = real_vllm
+    prompts = _chat_prompts(tok, ["What is 2+3? Answer with one number.", "Name a colour in one word."])
+    out = eng.generate(prompts, SamplingParams(n=3, temperature=1.0, max_new_tokens=48, seed=1))
+    assert [len(g) for g in out] == [3, 3]
+    finished = 0
+    for p, group in enumerate(out):
+        for s in group:
+            assert s.prompt_index == p and 0 < len(s.token_ids) <= 48
+            assert len(s.logprobs) == len(s.token_ids) and all(lp <= 0 for lp in s.logprobs)
+            if s.finished:
+                finished += 1
+                assert s.token_ids[-1] in eng.eos_ids  # vLLM keeps the EOS id in token_ids
+    assert finished > 0  # short answers to short questions end with EOS
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_real_seeded_sampling_repeats(real_vllm):
+    eng, _, tok = real_vllm
+    prompts = _chat_prompts(tok, ["Write a random word."])
+    params = SamplingParams(n=4, temperature=1.0, max_new_tokens=16, seed=7)
+    a = [s.token_ids for s in eng.generate(prompts, params)[0]]
+    b = [s.token_ids for s in eng.generate(prompts, params)[0]]
+    assert a == b
+    assert len({tuple(x) for x in a}) > 1  # the n samples differ from each other
+
+
+def _trainer_logprobs(model, prompt, response, temperature):
+    ids = torch.tensor([prompt + response], device="cuda")
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, len(prompt) - 1: -1].float() / temperature
+    return torch.log_softmax(logits, -1).gather(-1, torch.tensor(response, device="cuda")[:, None]).squeeze(-1).cpu()
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_real_logprobs_match_the_trainer_and_tis_is_near_one(real_vllm):
+    eng, model, tok = real_vllm
+    prompts = _chat_prompts(tok, ["Count from 1 to 5."])
+    t = 0.8
+    s = eng.generate(prompts, SamplingParams(n=2, temperature=t, top_p=1.0, max_new_tokens=24, seed=3))[0]
+    for sample in s:
+        trainer = _trainer_logprobs(model, prompts[0], sample.token_ids, t)
+        engine = torch.tensor(sample.logprobs)
+        mask = torch.ones_like(engine)
+        # same weights, processed (temperature-scaled) log-probs: only bf16 kernel noise remains;
+        # a temperature or weight mismatch gives differences of order 0.1–1
+        assert logprob_mismatch(engine, trainer, mask) < 0.05
+        assert tis_weights(trainer, engine, cap=2.0).mean().item() == pytest.approx(1.0, abs=0.05)
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_real_sync_weights_changes_what_vllm_samples(real_vllm):
+    eng, model, tok = real_vllm
+    prompts = _chat_prompts(tok, ["Say hello."])
+    greedy = SamplingParams(n=1, temperature=0.0, max_new_tokens=8)
+    before = eng.generate(prompts, greedy)[0][0].token_ids
+    with torch.no_grad():
+        saved = {n: p.detach().clone() for n, p in model.named_parameters() if ".mlp." in n}
+        for n, p in model.named_parameters():
+            if ".mlp.down_proj" in n:
+                p.mul_(0.0)  # a different policy: every MLP silenced
+    try:
+        eng.sync_weights(model)
+        after = eng.generate(prompts, greedy)[0][0].token_ids
+        with torch.no_grad():
+            hf = model.generate(torch.tensor([prompts[0]], device="cuda"), max_new_tokens=4, do_sample=False)
+        assert after != before
+        assert after[:1] == hf[0, len(prompts[0]):].tolist()[:1]  # vLLM now runs the trainer's weights
+    finally:
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                if n in saved:
+                    p.copy_(saved[n])
+        eng.sync_weights(model)
