@@ -24,6 +24,7 @@ import yaml
 from pydantic import Field, field_validator
 
 from rbctl.config import Section, TrainConfig, apply_overrides, read_yaml, validate
+from rbctl.launchers import LauncherCfg
 from rbctl.errors import UserError
 from rbctl.fsutil import write_atomic
 
@@ -53,6 +54,7 @@ class SweepConfig(Section):
     eval: SweepEval = Field(default_factory=SweepEval, description="Final evaluation of every run.")
     jobs: int = Field(2, ge=1, description="Runs in parallel (worker processes); threads are divided between them.")
     allow_unequal_compute: bool = Field(False, description="Allow arms to differ in steps, P, G, max_new_tokens or ppo_epochs.")
+    launcher: Optional[LauncherCfg] = Field(None, description="submitit settings for `--launcher submitit` (Slurm, or its local mode).")
 
     @field_validator("arms")
     @classmethod
@@ -203,7 +205,7 @@ def _run_one(run_dir: str, cfg_dict: dict, meta: dict, eval_dict: dict, threads:
                           instruction=cfg.data.instruction, device=cfg.model.device)
         final_eval(cfg, rd, ecfg)
         return {"key": key, "status": "done", "error": None}
-    except BaseException as e:  # a failed run is reported, never allowed to stop the sweep
+    except Exception as e:  # a failed run is reported, never allowed to stop the sweep (SystemExit passes: submitit requeues that way)
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         tb = traceback.format_exc()
         try:
@@ -217,7 +219,7 @@ def _run_one(run_dir: str, cfg_dict: dict, meta: dict, eval_dict: dict, threads:
 
 
 def run_sweep(sweep_path: Path, sweep_dir: Path, jobs: int | None = None, force: bool = False,
-              progress: bool = True, log=print) -> dict:
+              progress: bool = True, log=print, launcher: str = "local") -> dict:
     """Run (or resume) every (arm, seed) of the sweep; returns the final state."""
     sweep, configs = load_sweep(sweep_path)
     jobs = jobs or sweep.jobs
@@ -249,7 +251,10 @@ def run_sweep(sweep_path: Path, sweep_dir: Path, jobs: int | None = None, force:
             f"{total_runs - len(todo)} already finished, {len(todo)} to run with {jobs} parallel jobs")
         if todo:
             _prepare_shared(configs, log)
-            _execute(todo, sweep, sweep_dir, state, jobs, progress)
+            if launcher == "submitit":
+                _execute_submitit(todo, sweep, sweep_dir, state, log)
+            else:
+                _execute(todo, sweep, sweep_dir, state, jobs, progress)
         return state
 
 
@@ -297,6 +302,22 @@ def _execute(todo, sweep: SweepConfig, sweep_dir: Path, state: dict, jobs: int, 
                 time.sleep(0.2)
         _drain(queue, prog, tasks)
     manager.shutdown()
+
+
+def _execute_submitit(todo, sweep: SweepConfig, sweep_dir: Path, state: dict, log) -> None:
+    """Run the jobs through submitit (Slurm, or its local/debug executors) instead of the process pool."""
+    from rbctl.launchers import NullQueue, submit_runs
+
+    lcfg = sweep.launcher or LauncherCfg()
+    jobs = [(key, _run_one, (str(rd), cfg.model_dump(mode="json"), meta, sweep.eval.model_dump(mode="json"),
+                             lcfg.cpus_per_task, NullQueue())) for key, rd, cfg, meta in todo]
+
+    def record(key, res):
+        state["runs"][key] = {"status": res["status"], "error": res["error"]}
+        write_state(sweep_dir, state)
+        log(f"{key}: {res['status']}" + (f" ({res['error']})" if res["error"] else ""))
+
+    submit_runs(jobs, lcfg, folder=Path(lcfg.folder) if lcfg.folder else sweep_dir / "submitit", on_result=record, log=log)
 
 
 def _drain(queue, prog, tasks) -> None:

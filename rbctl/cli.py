@@ -125,6 +125,7 @@ def ablate(
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Runs in parallel (default: the sweep's `jobs`)."),
     force: bool = typer.Option(False, "--force", help="Reuse a sweep directory made by a different sweep."),
     no_report: bool = typer.Option(False, "--no-report", help="Do not write the report at the end."),
+    launcher: str = typer.Option("local", "--launcher", help="local (worker processes here) or submitit (Slurm, or submitit's local mode; settings from the sweep's `launcher:` section)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress display."),
 ) -> None:
     """Run a declared grid of arms × seeds, each run followed by its evaluation; resumable.
@@ -138,7 +139,9 @@ def ablate(
     path = sweep or DEFAULT_SWEEP
     sweep_dir = out or Path("runs") / Path(path).stem
     t0 = time.perf_counter()
-    state = run_sweep(path, sweep_dir, jobs=jobs, force=force, progress=not quiet)
+    if launcher not in ("local", "submitit"):
+        raise UserError(f"--launcher must be 'local' or 'submitit', got '{launcher}'")
+    state = run_sweep(path, sweep_dir, jobs=jobs, force=force, progress=not quiet, launcher=launcher)
     done, total, failed = summarize_state(state)
     minutes = (time.perf_counter() - t0) / 60
     typer.echo(f"sweep finished: {done}/{total} runs done in {minutes:.1f} min -> {sweep_dir}")

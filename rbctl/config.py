@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import difflib
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -20,11 +20,20 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
+class LoraCfg(Section):
+    r: int = Field(16, ge=1, description="LoRA rank.")
+    alpha: float = Field(32.0, gt=0.0, description="LoRA scaling α (the update is scaled by α/r).")
+    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="LoRA dropout.")
+    target_modules: Union[list[str], str] = Field("all-linear", description="Modules that get adapters: a list of names, or 'all-linear'.")
+
+
 class ModelCfg(Section):
     name: str = Field("builtin", description="Hub id, local dir, GGUF file, run dir, or 'builtin' (the embedded default's warm-started tiny policy).")
     device: str = Field("auto", description="'auto' (cuda if available, else cpu), 'cpu', 'cuda', 'cuda:N'.")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="Parameter dtype; auto = bf16 on GPUs that support it, else float32.")
     gradient_checkpointing: bool = Field(False, description="Trade compute for activation memory on large models.")
+    autocast_bf16: bool = Field(True, description="On CUDA with float32 parameters: run forward passes under bf16 autocast (fp32 master weights).")
+    lora: Optional[LoraCfg] = Field(None, description="Train LoRA adapters (peft) instead of all weights; the KL reference is then the adapter-disabled base.")
 
 
 class BuiltinTaskCfg(Section):
@@ -55,6 +64,12 @@ class DataCfg(Section):
     builtin: BuiltinTaskCfg = Field(default_factory=BuiltinTaskCfg, description="The built-in task (source: builtin).")
 
 
+class VllmCfg(Section):
+    gpu_memory_utilization: float = Field(0.5, gt=0.0, le=1.0, description="Share of GPU memory vLLM may take (colocated with training).")
+    sleep_mode: bool = Field(False, description="Free vLLM's memory between rollout phases (vLLM sleep/wake).")
+    max_model_len: Optional[int] = Field(None, ge=1, description="vLLM context length; null = the model's.")
+
+
 class RolloutCfg(Section):
     engine: Literal["hf", "vllm"] = Field("hf", description="Rollout engine: transformers generation, or vLLM (GPU, optional extra).")
     prompts_per_step: int = Field(16, ge=1, description="P: prompts per optimizer step.")
@@ -63,6 +78,7 @@ class RolloutCfg(Section):
     temperature: float = Field(1.0, gt=0.0, description="Sampling temperature (> 0: RL needs on-policy samples); log-probs and entropy use it too.")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling threshold.")
     max_batch: int = Field(512, ge=1, description="Most sequences per generate call.")
+    vllm: VllmCfg = Field(default_factory=VllmCfg, description="vLLM engine settings (engine: vllm).")
 
 
 class EntropyCfg(Section):
@@ -84,6 +100,7 @@ class AlgoCfg(Section):
     kl_coef: float = Field(0.0, ge=0.0, description="Coefficient of the k3 KL to the frozen initial policy (0 = no KL term).")
     log_kl: bool = Field(True, description="Keep a frozen reference to log the KL even when kl_coef is 0 (an extra forward pass).")
     ppo_epochs: int = Field(1, ge=1, description="Optimizer steps per rollout batch.")
+    tis_cap: Optional[float] = Field(None, gt=0.0, description="Truncated importance sampling cap C for engine/trainer log-prob mismatch (vLLM); null = off.")
     micro_batch_size: int = Field(0, ge=0, description="Sequences per forward/backward (gradient accumulation); 0 = whole batch.")
     entropy: EntropyCfg = Field(default_factory=EntropyCfg, description="Entropy bonus (the ablation arm).")
 
@@ -118,6 +135,7 @@ class TrainConfig(Section):
     seed: int = Field(0, description="Run seed: prompt order, sampling and initialisation of anything random.")
     steps: int = Field(100, ge=1, description="Optimizer steps (one rollout batch each).")
     threads: int = Field(0, ge=0, description="torch CPU threads; 0 = torch's default.")
+    max_nonfinite_steps: int = Field(3, ge=1, description="Stop the run after this many steps in a row with a non-finite loss or gradient (each is skipped).")
     kappa_eff_every: int = Field(1, ge=0, description="Measure κ_eff every k steps (one extra forward pass); 0 = never.")
     save_every: int = Field(50, ge=1, description="Checkpoint every k steps (and at the last step).")
     keep_checkpoints: int = Field(2, ge=1, description="Checkpoints kept on disk (oldest deleted).")
@@ -138,6 +156,8 @@ class TrainConfig(Section):
             from rbctl.algo import ESTIMATORS
 
             self.algo.loss_agg = ESTIMATORS[self.algo.estimator].default_loss_agg
+        if self.algo.tis_cap is not None and self.rollout.engine != "vllm":
+            raise ValueError("algo.tis_cap corrects vLLM/trainer log-prob mismatch: it needs rollout.engine 'vllm'")
         if self.algo.entropy.mode == "static" and self.algo.entropy.alpha <= 0:
             raise ValueError("algo.entropy.alpha must be > 0 when algo.entropy.mode is 'static'")
         return self

@@ -86,3 +86,15 @@ def test_a_second_ablate_on_a_locked_directory_is_refused(tmp_path):
     with SweepLock(out):
         with pytest.raises(UserError, match="in use by another rbctl ablate"):
             run_sweep(path, out, progress=False, log=lambda *a: None)
+
+
+def test_sweep_through_submitit_local_mode(tmp_path, rbctl_cache):
+    pytest.importorskip("submitit")
+    path = _write_sweep(tmp_path, {"grpo": {}, "broken": {"data.source": str(tmp_path / "missing.jsonl")}},
+                        launcher={"cluster": "local", "cpus_per_task": 1, "poll_s": 0.5})
+    out = tmp_path / "sweep"
+    state = run_sweep(path, out, progress=False, log=lambda *a: None, launcher="submitit")
+    assert state["runs"]["grpo/seed_0"]["status"] == "done"
+    assert state["runs"]["broken/seed_0"]["status"] == "failed"
+    assert (out / "runs" / "grpo" / "seed_0" / "eval" / "step_000002" / "builtin" / "summary.json").exists()
+    assert read_state(out)["runs"]["grpo/seed_0"]["status"] == "done"
