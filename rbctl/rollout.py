@@ -3,10 +3,23 @@
 An engine takes prompt token ids and `SamplingParams` and returns, for each prompt, n `Sample`s.
 `hf` runs `transformers` generation (KV cache, temperature, top_p, EOS) on CPU or one GPU;
 `vllm` (rbctl.vllm_engine, the scale-out issue) implements the same `generate` signature.
+
+On CPU, for a plain decoder-only model (see `prefix_cache_supported`) and a generation config
+that adds no logits processor of its own, `hf` runs its own sampling loop instead of
+`model.generate`. It samples from the same distribution — the same forward pass with a KV cache,
+logits in float32, `TemperatureLogitsWarper` then `TopPLogitsWarper` (transformers' own), softmax,
+multinomial (argmax when greedy), stop at EOS or max_new_tokens — and does less work:
+1. each prompt is run once, not n times: its KV cache is repeated n times after the prefill;
+2. a sequence that has emitted EOS leaves the batch (its rows are dropped from the cache), so
+   later decoding steps run only the unfinished sequences.
+Random draws are spread over rows differently than in `generate`, so a seed gives other (equally
+distributed) samples than `generate` would; greedy decoding gives the same tokens.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 from dataclasses import dataclass, field
 
 import torch
@@ -52,8 +65,106 @@ def left_pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Te
     return ids, mask
 
 
+def position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Positions that follow the attention mask, as in generation: left padding does not shift them."""
+    return (attention_mask.cumsum(-1) - 1).clamp(min=0)
+
+
+# Generation-config keys that add no logits processor (or that every call overrides), and settings
+# at their neutral value: a model whose generation config sets anything else (a repetition penalty,
+# suppressed tokens, ...) samples with `generate`.
+_PLAIN_GENERATION_KEYS = {
+    "bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id", "transformers_version",
+    "_from_model_config", "max_length", "max_new_tokens", "do_sample", "temperature", "top_p", "top_k",
+    "use_cache", "output_attentions", "output_hidden_states", "output_scores", "output_logits",
+    "return_dict_in_generate",
+}
+_NEUTRAL_GENERATION_VALUES = {
+    "repetition_penalty": 1.0, "encoder_repetition_penalty": 1.0, "no_repeat_ngram_size": 0,
+    "encoder_no_repeat_ngram_size": 0, "min_length": 0, "typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0,
+    "num_beams": 1, "num_beam_groups": 1, "num_return_sequences": 1, "renormalize_logits": False,
+}
+
+
+def plain_generation_config(gen_cfg) -> bool:
+    """True when `gen_cfg` adds nothing to sampling beyond what rbctl passes (temperature, top_p, EOS)."""
+    if gen_cfg is None:
+        return True
+    return all(k in _PLAIN_GENERATION_KEYS or v is None or _NEUTRAL_GENERATION_VALUES.get(k, object()) == v
+               for k, v in gen_cfg.to_diff_dict().items())
+
+
+@functools.lru_cache(maxsize=None)
+def _forward_params(model_cls: type) -> frozenset[str]:
+    """Argument names of a model class's forward (looked up once per class: inspect is slow)."""
+    return frozenset(inspect.signature(model_cls.forward).parameters)
+
+
+def _cache_kwarg(model) -> str | None:
+    """Name of the forward argument that takes a KV cache (transformers renamed it), or None."""
+    params = _forward_params(type(model))
+    for name in ("cache", "past_key_values"):
+        if name in params:
+            return name
+    return None
+
+
+def new_cache(model):
+    """An empty DynamicCache laid out for `model` (sliding-window layers included where it has them)."""
+    from transformers import DynamicCache
+
+    try:
+        return DynamicCache(config=model.config)
+    except TypeError:  # transformers < 4.56 builds layers lazily
+        return DynamicCache()
+
+
+def prefix_cache_supported(model) -> bool:
+    """Whether `model` can run a prefix once and continue from its DynamicCache as generation does,
+    with the cache's rows repeated or dropped: a decoder-only model that prepares its generation
+    inputs the standard way (no multimodal, M-RoPE or recurrent state) and takes position ids."""
+    from transformers.generation.utils import GenerationMixin
+
+    if getattr(model.config, "is_encoder_decoder", False):
+        return False
+    if getattr(type(model), "prepare_inputs_for_generation", None) is not GenerationMixin.prepare_inputs_for_generation:
+        return False
+    if "position_ids" not in _forward_params(type(model)) or _cache_kwarg(model) is None:
+        return False
+    from transformers import cache_utils
+
+    plain = tuple(getattr(cache_utils, n) for n in ("DynamicLayer", "DynamicSlidingWindowLayer")
+                  if hasattr(cache_utils, n))
+    return all(type(layer) in plain for layer in getattr(new_cache(model), "layers", []))
+
+
+def forward_with_cache(model, input_ids, attention_mask, positions, cache, logits_to_keep: int = 0):
+    """One forward pass that reads and extends `cache`; `attention_mask` covers cache + input."""
+    kwargs = {_cache_kwarg(model): cache, "use_cache": True}
+    if logits_to_keep and "logits_to_keep" in _forward_params(type(model)):
+        kwargs["logits_to_keep"] = logits_to_keep
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions, **kwargs).logits
+    return logits[:, -logits_to_keep:] if logits_to_keep else logits
+
+
+def next_tokens(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """Token choice of `generate` from last-position logits [B, V]: argmax when greedy, else a draw
+    from softmax of the temperature-scaled, nucleus-filtered float32 logits (transformers' warpers)."""
+    from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
+
+    scores = logits.float()
+    if params.temperature <= 0:
+        return scores.argmax(dim=-1)
+    if params.temperature != 1.0:
+        scores = TemperatureLogitsWarper(params.temperature)(None, scores)
+    if params.top_p < 1.0:
+        scores = TopPLogitsWarper(params.top_p)(None, scores)
+    return torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
+
+
 class HFEngine:
-    """Batched sampling with `model.generate`. `max_batch` caps sequences per generate call."""
+    """Batched sampling on a transformers model. `max_batch` caps sequences per call; on CPU a lean
+    sampling loop replaces `model.generate` where it is equivalent (module docstring)."""
 
     name = "hf"
 
@@ -63,6 +174,13 @@ class HFEngine:
         self.max_batch = max_batch
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else _eos_ids(model, tokenizer)[0]
         self.eos_ids = _eos_ids(model, tokenizer)
+        self.fast = self._fast_path_ok()
+
+    def _fast_path_ok(self) -> bool:
+        if next(self.model.parameters()).device.type != "cpu":
+            return False  # measured on CPU only; on GPUs `generate` (or vLLM) is used
+        return plain_generation_config(getattr(self.model, "generation_config", None)) \
+            and prefix_cache_supported(self.model)
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Sample]]:
@@ -76,20 +194,10 @@ class HFEngine:
         try:
             for start in range(0, len(prompts), per_call):
                 chunk = prompts[start:start + per_call]
-                ids, mask = left_pad(chunk, self.pad_id)
-                gen_kwargs = dict(
-                    max_new_tokens=params.max_new_tokens,
-                    num_return_sequences=params.n,
-                    pad_token_id=self.pad_id,
-                    eos_token_id=self.eos_ids,
-                    use_cache=True,
-                )
-                if params.temperature > 0:
-                    gen_kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=0)
+                if self.fast:
+                    responses = self._sample(chunk, params, device)
                 else:
-                    gen_kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-                seqs = self.model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **gen_kwargs)
-                responses = seqs[:, ids.shape[1]:].tolist()
+                    responses = self._hf_generate(chunk, params, device)
                 for j, resp in enumerate(responses):
                     p = start + j // params.n
                     if j % params.n == 0:
@@ -100,6 +208,52 @@ class HFEngine:
         finally:
             self.model.train(was_training)
         return out
+
+    def _sample(self, chunk: list[list[int]], params: SamplingParams, device) -> list[list[int]]:
+        """Response token lists [B·n] (prompt-major), each up to its first EOS or max_new_tokens."""
+        n, eos = params.n, torch.tensor(self.eos_ids, device=device)
+        ids, mask = left_pad(chunk, self.pad_id)
+        ids, mask = ids.to(device), mask.to(device)
+        cache = new_cache(self.model)
+        logits = forward_with_cache(self.model, ids, mask, position_ids(mask), cache, logits_to_keep=1)[:, -1]
+        cache.batch_repeat_interleave(n)  # [B, …] -> [B·n, …]: prompt b's rows are b·n … b·n+n−1
+        logits, mask = logits.repeat_interleave(n, 0), mask.repeat_interleave(n, 0)
+        pos = mask.sum(-1, keepdim=True)  # position of the first response token, [B·n, 1]
+        tokens = torch.full((len(chunk) * n, params.max_new_tokens), self.pad_id, dtype=torch.long, device=device)
+        rows = torch.arange(len(chunk) * n, device=device)  # active row i is sequence rows[i]
+        for t in range(params.max_new_tokens):
+            nxt = next_tokens(logits, params)
+            tokens[rows, t] = nxt
+            if t + 1 == params.max_new_tokens:
+                break
+            done = torch.isin(nxt, eos)
+            if done.any():
+                keep = (~done).nonzero().squeeze(1)
+                if keep.numel() == 0:
+                    break
+                cache.batch_select_indices(keep)
+                rows, nxt, mask, pos = rows[keep], nxt[keep], mask[keep], pos[keep]
+            mask = torch.cat([mask, mask.new_ones(len(rows), 1)], dim=1)
+            logits = forward_with_cache(self.model, nxt[:, None], mask, pos, cache, logits_to_keep=1)[:, -1]
+            pos = pos + 1
+        return tokens.tolist()
+
+    def _hf_generate(self, chunk: list[list[int]], params: SamplingParams, device) -> list[list[int]]:
+        """Response token lists [B·n] from `model.generate` (padding after EOS included)."""
+        ids, mask = left_pad(chunk, self.pad_id)
+        gen_kwargs = dict(
+            max_new_tokens=params.max_new_tokens,
+            num_return_sequences=params.n,
+            pad_token_id=self.pad_id,
+            eos_token_id=self.eos_ids,
+            use_cache=True,
+        )
+        if params.temperature > 0:
+            gen_kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=0)
+        else:
+            gen_kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        seqs = self.model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **gen_kwargs)
+        return seqs[:, ids.shape[1]:].tolist()
 
 
 def _cut_at_eos(tokens: list[int], eos_ids: list[int]) -> tuple[list[int], bool]:

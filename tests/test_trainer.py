@@ -49,6 +49,8 @@ def test_smoke_run_changes_parameters_and_logs_every_metric(tiny_config, tmp_pat
     assert any(not torch.equal(start[k], end[k]) for k in start)
     for name in ("config.yaml", "provenance.json", "samples.jsonl"):
         assert (run / name).exists()
+    # the checkpoint records its task, so `rbctl eval RUN --benchmarks builtin` tests on that task
+    assert builtin.task_spec_of(run / "checkpoints" / "step_000004" / "model") == task_spec(cfg)
     prov = json.loads((run / "provenance.json").read_text())
     assert prov["seed"] == 0 and prov["torch"] == torch.__version__
 
@@ -123,3 +125,35 @@ def test_response_logits_are_invariant_to_left_padding():
         la = response_logits(model, alone[0], alone[1], alone[4])[0]
         lb = response_logits(model, padded[0], padded[1], padded[4])[0]
     torch.testing.assert_close(la, lb, atol=1e-5, rtol=1e-5)
+
+
+def test_shared_prompt_forward_gives_the_logits_and_gradients_of_the_full_forward():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from rbctl.rollout import Sample
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=16, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=32))
+    # Two prompts of different lengths (left padding), G = 3 responses each, of different lengths.
+    prompts = [[3, 4, 5], [3, 4, 5, 8, 9, 10]]
+    resp = [[[6, 7, 2], [6], [11, 12, 13, 2]], [[7, 2], [14, 6, 6, 6, 2], [9]]]
+    samples = [[Sample(p, r, "", True) for r in group] for p, group in enumerate(resp)]
+    ids, attn, rids, rmask, lp = build_batch(prompts, samples, pad_id=0)
+
+    def run(group_size):
+        model.zero_grad()
+        logits = response_logits(model, ids, attn, lp, group_size=group_size)
+        logp = torch.log_softmax(logits, -1).gather(-1, rids.unsqueeze(-1)).squeeze(-1)
+        (logp * rmask).sum().backward()
+        return logits.detach() * rmask.unsqueeze(-1), [p.grad.clone() for p in model.parameters()]
+
+    full, g_full = run(1)
+    shared, g_shared = run(3)
+    torch.testing.assert_close(shared, full)
+    for a, b in zip(g_shared, g_full):
+        torch.testing.assert_close(a, b)
+    # Rows that do not come in groups of one prompt fall back to the full forward.
+    swapped = torch.cat([ids[1:2], ids[:1], ids[2:]])
+    torch.testing.assert_close(response_logits(model, swapped, torch.cat([attn[1:2], attn[:1], attn[2:]]), lp, 3),
+                               response_logits(model, swapped, torch.cat([attn[1:2], attn[:1], attn[2:]]), lp, 1))

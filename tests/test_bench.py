@@ -1,0 +1,51 @@
+"""The side-by-side benchmark's bookkeeping (no timing): medians and FLOP/s by hand, and the TRL config."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from rbctl import bench
+
+
+def _step(step_s, rollout_s, train_tokens, run_tokens, reward=0.5):
+    return {"step_s": step_s, "rollout_s": rollout_s, "rollout_tokens": 40, "train_tokens": train_tokens,
+            "run_tokens": run_tokens, "reward": reward}
+
+
+def test_summary_is_the_median_of_the_measured_steps():
+    warm, last = _step(9.0, 9.0, 1, 1), _step(9.0, 0.1, 1, 1)  # left out: the warm-up and the last step
+    run = {"steps": [warm, _step(1.0, 0.4, 120, 60), _step(2.0, 0.5, 120, 60), last],
+           "params": 1000, "extra_forwards": 1.0, "peak_rss_mib": 100.0}
+    s = bench.summarise([run, {**run, "peak_rss_mib": 150.0}], warmup=1, matmul_flops=1e7)
+    assert s["n_steps"] == 4
+    assert s["step_s"] == pytest.approx(1.5)  # median of 1, 1, 2, 2
+    assert s["train_s"] == pytest.approx(1.05)  # training phase = step − rollout: 0.6, 0.6, 1.5, 1.5
+    assert s["train_tok_s"] == pytest.approx(140.0)  # 120/0.6 = 200 and 120/1.5 = 80
+    # (6 + 2·1)·1000·120 / 0.6 = 1.6e6 and / 1.5 = 0.64e6: median 1.12e6, a fraction 0.112 of 1e7.
+    assert s["train_flops"] == pytest.approx(1.12e6)
+    assert s["flops_frac"] == pytest.approx(0.112)
+    assert s["run_flops"] == pytest.approx(0.56e6)  # half the tokens run through the model
+    assert s["peak_rss_mib"] == 150.0
+
+
+def test_extra_forward_passes_count_the_reference_and_kappa_eff():
+    cfg = bench.workload_config(steps=4, threads=1, log_kl=True)
+    assert bench.extra_forward_passes(cfg, "rbctl") == 2.0
+    cfg = bench.workload_config(steps=4, threads=1, log_kl=False)
+    assert bench.extra_forward_passes(cfg, "rbctl") == 1.0
+    assert bench.extra_forward_passes(cfg, "trl") == 0.0
+
+
+@pytest.mark.skipif(importlib.util.find_spec("trl") is None, reason="TRL is an optional extra")
+def test_trl_config_mirrors_the_quickstart(tmp_path):
+    cfg = bench.workload_config(steps=5, threads=1, log_kl=False)
+    t = bench.trl_config(cfg, str(tmp_path), seed=0)
+    r, a = cfg.rollout, cfg.algo
+    assert t.per_device_train_batch_size == r.prompts_per_step * r.group_size == 128
+    assert (t.num_generations, t.max_completion_length, t.temperature, t.top_p) == (8, 20, 1.0, 1.0)
+    assert (t.learning_rate, t.max_grad_norm, t.max_steps) == (cfg.optim.lr, cfg.optim.max_grad_norm, 5)
+    assert (t.beta, t.num_iterations, t.epsilon, t.epsilon_high) == (0.0, 1, a.clip_low, a.clip_high)
+    assert t.loss_type == "grpo" and t.scale_rewards == "group" and not t.use_vllm
+    assert t.save_strategy == "no" and t.report_to == [] and t.use_cpu

@@ -1,0 +1,125 @@
+"""The `hf` engine's own CPU sampling loop against `model.generate` and against the distribution it
+must sample from."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rbctl.rollout import HFEngine, SamplingParams
+
+EOS = 2
+
+
+def _tiny_llama(seed: int = 0):
+    """A random 2-layer Llama over 12 tokens. initializer_range 0.5 spreads the next-token
+    distribution (entropy ≈ 1.3–1.9 nats of a possible 2.5), so temperature and top_p matter."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(LlamaConfig(vocab_size=12, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                                        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64,
+                                        pad_token_id=0, bos_token_id=1, eos_token_id=EOS,
+                                        initializer_range=0.5)).eval()
+
+
+class _Tok:
+    pad_token_id = 0
+    eos_token_id = EOS
+
+    def decode(self, ids, skip_special_tokens=True):
+        return " ".join(map(str, ids))
+
+
+def _engines(model):
+    fast, slow = HFEngine(model, _Tok()), HFEngine(model, _Tok())
+    slow.fast = False  # the reference: model.generate
+    assert fast.fast
+    return fast, slow
+
+
+# Prompts of different lengths (so the batch is left-padded).
+PROMPTS = [[1, 5, 6, 7], [1, 3], [1, 9, 8, 4, 11, 10], [1, 4, 4]]
+
+
+def test_greedy_fast_loop_gives_the_tokens_of_generate():
+    finished = set()
+    for seed in range(4):
+        fast, slow = _engines(_tiny_llama(seed))
+        params = SamplingParams(n=1, temperature=0.0, max_new_tokens=12)
+        a, b = fast.generate(PROMPTS, params), slow.generate(PROMPTS, params)
+        assert [[(s.token_ids, s.finished, s.text) for s in g] for g in a] == \
+               [[(s.token_ids, s.finished, s.text) for s in g] for g in b]
+        finished |= {s.finished for g in a for s in g}
+    assert finished == {True, False}  # some sequences end at EOS (and leave the batch), some run to the limit
+
+
+def test_greedy_with_n_copies_repeats_the_single_answer():
+    fast, _ = _engines(_tiny_llama(1))
+    one = fast.generate(PROMPTS, SamplingParams(n=1, temperature=0.0, max_new_tokens=8))
+    three = fast.generate(PROMPTS, SamplingParams(n=3, temperature=0.0, max_new_tokens=8))
+    assert [[s.token_ids for s in g] for g in three] == [[g[0].token_ids] * 3 for g in one]
+
+
+def test_decoding_from_the_repeated_prompt_cache_gives_the_full_forward_logits():
+    from rbctl.rollout import forward_with_cache, left_pad, new_cache, position_ids
+
+    model = _tiny_llama(0)
+    ids, mask = left_pad(PROMPTS, 0)
+    cont = torch.tensor([[3, 4, 5], [6, 7, 8]])  # two continuations of each prompt
+    full_ids = torch.cat([ids.repeat_interleave(2, 0), cont.repeat(len(PROMPTS), 1)], dim=1)
+    full_mask = torch.cat([mask.repeat_interleave(2, 0), torch.ones(2 * len(PROMPTS), 3, dtype=torch.long)], dim=1)
+    with torch.no_grad():
+        want = model(input_ids=full_ids, attention_mask=full_mask, position_ids=position_ids(full_mask)).logits
+        cache = new_cache(model)
+        first = forward_with_cache(model, ids, mask, position_ids(mask), cache, logits_to_keep=1)
+        cache.batch_repeat_interleave(2)
+        got = [first.repeat_interleave(2, 0)]
+        m = mask.repeat_interleave(2, 0)
+        for t in range(3):  # one token at a time, as the sampling loop does
+            m = torch.cat([m, torch.ones(len(m), 1, dtype=torch.long)], dim=1)
+            got.append(forward_with_cache(model, full_ids[:, ids.shape[1] + t:][:, :1], m,
+                                          position_ids(m)[:, -1:], cache, logits_to_keep=1))
+    torch.testing.assert_close(torch.cat(got, dim=1), want[:, ids.shape[1] - 1:])
+
+
+def _nucleus_probs(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    """Slow reference: softmax(z/T) restricted to the smallest set of top tokens whose mass reaches top_p."""
+    p = torch.softmax(logits.double() / temperature, dim=-1)
+    order = torch.argsort(p, descending=True)
+    keep = torch.zeros_like(p, dtype=torch.bool)
+    mass = 0.0
+    for i in order.tolist():
+        keep[i] = True
+        mass += p[i].item()
+        if mass >= top_p:
+            break
+    q = torch.where(keep, p, torch.zeros_like(p))
+    return q / q.sum()
+
+
+@pytest.mark.parametrize("temperature,top_p", [(1.0, 1.0), (0.7, 0.8)])
+def test_fast_loop_samples_the_tempered_nucleus_distribution(temperature, top_p):
+    model = _tiny_llama(3)
+    fast, _ = _engines(model)
+    prompt = [1, 5, 6]
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([prompt])).logits[0, -1]
+    want = _nucleus_probs(logits, temperature, top_p)
+    n = 4000
+    out = fast.generate([prompt], SamplingParams(n=n, temperature=temperature, top_p=top_p, max_new_tokens=1, seed=0))
+    counts = torch.bincount(torch.tensor([s.token_ids[0] for s in out[0]]), minlength=len(want)).double()
+    got = counts / n
+    assert got[want == 0].sum() == 0  # never a token outside the nucleus
+    # Total variation of n = 4000 draws from 12 outcomes: its standard deviation is below 0.01.
+    assert 0.5 * (got - want).abs().sum() < 0.04
+    if top_p < 1.0:
+        assert (want == 0).sum() >= 2  # the filter removed tokens: the check above is not vacuous
+
+
+def test_a_generation_config_with_its_own_processors_falls_back_to_generate():
+    model = _tiny_llama(0)
+    model.generation_config.repetition_penalty = 1.3
+    assert not HFEngine(model, _Tok()).fast
+    model.generation_config.repetition_penalty = 1.0
+    assert HFEngine(model, _Tok()).fast
