@@ -52,6 +52,8 @@ def train(
     set_: Optional[List[str]] = SetOpt,
     force: bool = typer.Option(False, "--force", help="Use a run directory whose config differs."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+    nproc: int = typer.Option(1, "--nproc", help="Data-parallel processes on this machine (runs torchrun; one per GPU, or gloo on CPU)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Validate the config, resolve what can be resolved offline, print the plan and a cost estimate; train nothing."),
 ) -> None:
     """Train a policy with a GRPO-family estimator, optionally with reward budgeting and an entropy bonus.
 
@@ -62,6 +64,17 @@ def train(
     from rbctl.trainer import train as run_training
 
     cfg = load_train_config(config, set_ or [])
+    if dry_run:
+        from rbctl.dryrun import dry_run as plan
+
+        typer.echo(plan(cfg))
+        return
+    if nproc > 1:
+        from rbctl.distributed import launch
+
+        argv = ["train", str(config), "-o", str(out)] + [a for kv in (set_ or []) for a in ("--set", kv)]
+        argv += (["--force"] if force else []) + (["--quiet"] if quiet else [])
+        raise typer.Exit(launch(nproc, argv))
     run_training(cfg, out, force=force, progress=not quiet)
 
 

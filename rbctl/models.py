@@ -37,9 +37,14 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
 
 
+def is_model_dir(p: Path) -> bool:
+    """A saved model: full weights (config.json) or LoRA adapters (adapter_config.json)."""
+    return (p / "config.json").exists() or (p / "adapter_config.json").exists()
+
+
 def latest_checkpoint(run_dir: Path) -> Path | None:
     ckpts = sorted((run_dir / "checkpoints").glob("step_*"))
-    ckpts = [c for c in ckpts if (c / "model" / "config.json").exists()]
+    ckpts = [c for c in ckpts if is_model_dir(c / "model")]
     return ckpts[-1] / "model" if ckpts else None
 
 
@@ -54,14 +59,14 @@ def resolve_source(name_or_path: str, step: int | None = None) -> tuple[str, str
         if (p / "metrics.jsonl").exists() or (p / "checkpoints").is_dir():
             if step is not None:
                 ck = p / "checkpoints" / f"step_{step:06d}" / "model"
-                if not (ck / "config.json").exists():
+                if not is_model_dir(ck):
                     raise UserError(f"run directory {p} has no checkpoint for step {step}")
                 return str(ck), None
             ck = latest_checkpoint(p)
             if ck is None:
                 raise UserError(f"run directory {p} has no checkpoint yet")
             return str(ck), None
-        if not (p / "config.json").exists():
+        if not is_model_dir(p):
             raise UserError(f"{p} is not a model directory (no config.json) nor an rbctl run directory")
         return str(p), None
     if name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") > 1:
@@ -94,7 +99,14 @@ def load_policy(
     kwargs = {"gguf_file": gguf} if gguf else {}
     try:
         tokenizer = AutoTokenizer.from_pretrained(src, **kwargs)
-        model = AutoModelForCausalLM.from_pretrained(src, dtype=torch_dtype, **kwargs)
+        if (Path(src) / "adapter_config.json").exists():  # a LoRA run's checkpoint: base + adapter, merged
+            try:
+                from peft import AutoPeftModelForCausalLM
+            except ImportError:
+                raise UserError(f"{src} holds LoRA adapters; loading them needs peft: pip install 'rbctl[lora]'") from None
+            model = AutoPeftModelForCausalLM.from_pretrained(src, dtype=torch_dtype).merge_and_unload()
+        else:
+            model = AutoModelForCausalLM.from_pretrained(src, dtype=torch_dtype, **kwargs)
     except OSError as e:  # hub id not found / offline / not a model
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         hint = " (offline: set HF_HUB_OFFLINE=1 and use a cached model, a local path or a GGUF file)" if not os.path.exists(src) else ""

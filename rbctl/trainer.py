@@ -18,6 +18,7 @@ up to float rounding, for about half the work on short-answer tasks.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import math
@@ -66,6 +67,7 @@ class RolloutBatch:
     rewards: torch.Tensor  # [P, G]
     correct: torch.Tensor  # [P, G] bool
     advantages: torch.Tensor  # [P, G]
+    engine_logp: torch.Tensor | None = None  # [N, Lr] the rollout engine's log-probs (vLLM), if any
 
     @property
     def n(self) -> int:
@@ -256,8 +258,8 @@ def comparable(cfg: TrainConfig) -> dict:
     return d
 
 
-def prepare_run_dir(cfg: TrainConfig, run_dir: Path, force: bool) -> int:
-    """Create or check the run directory; return the step of the checkpoint to resume from (0 = fresh)."""
+def prepare_run_dir(cfg: TrainConfig, run_dir: Path, force: bool) -> None:
+    """Create the run directory, or check that an existing one was made with this config."""
     run_dir.mkdir(parents=True, exist_ok=True)
     cfg_path = run_dir / "config.yaml"
     if cfg_path.exists():
@@ -269,7 +271,6 @@ def prepare_run_dir(cfg: TrainConfig, run_dir: Path, force: bool) -> int:
             raise UserError(f"run directory {run_dir} was made with a different config ({', '.join(diff[:4])}); "
                             "use another -o or --force")
     write_atomic(cfg_path, dump_config(cfg))
-    return last_good_checkpoint_step(run_dir)
 
 
 def _flat(d: dict, prefix: str = "") -> dict:
@@ -286,11 +287,13 @@ def checkpoint_dirs(run_dir: Path) -> list[Path]:
     return sorted(p for p in (run_dir / "checkpoints").glob("step_*") if p.is_dir() and not p.name.endswith(".tmp"))
 
 
-def last_good_checkpoint_step(run_dir: Path) -> int:
+def last_good_checkpoint_step(run_dir: Path, log=print) -> int:
+    """Step of the newest complete checkpoint (0 if none); torn ones are skipped with a warning."""
     for ck in reversed(checkpoint_dirs(run_dir)):
         if (ck / CKPT_DONE).exists() and (ck / "trainer_state.pt").exists():
             return int(ck.name.split("_")[1])
-        print(f"warning: skipping incomplete checkpoint {ck}")
+        if log is not None:
+            log(f"warning: skipping incomplete checkpoint {ck}")
     return 0
 
 
@@ -325,20 +328,43 @@ class Trainer:
             torch.set_num_threads(cfg.threads)
         if cfg.rollout.engine == "vllm":
             raise UserError("rollout.engine 'vllm' is not available yet (scale-out issue); use 'hf'")
-        self.resume_step = last_good_checkpoint_step(self.run_dir)
-        load_kwargs = dict(device=cfg.model.device, dtype=cfg.model.dtype, log=log,
+        from rbctl.distributed import init_from_env
+
+        self.dist = init_from_env()
+        self.resume_step = last_good_checkpoint_step(self.run_dir, log=log if self.dist.is_main else None)
+        device = cfg.model.device
+        if self.dist.enabled and torch.cuda.is_available() and device in ("auto", "cuda"):
+            device = f"cuda:{self.dist.local_rank}"
+        load_kwargs = dict(device=device, dtype=cfg.model.dtype, log=log,
                            builtin_task=task_spec(cfg), builtin_warm_start=warm_start_spec(cfg))
         base = load_policy(cfg.model.name, **load_kwargs)
         self.base_source = base.source
         self.builtin = base.builtin
         self.tokenizer = base.tokenizer
         self.device = next(base.model.parameters()).device
+        self.autocast = (self.device.type == "cuda" and cfg.model.autocast_bf16
+                         and next(base.model.parameters()).dtype == torch.float32)
         torch.manual_seed(cfg.seed)
+        self.lora = cfg.model.lora is not None
+        if cfg.rollout.engine == "vllm" and base.source.endswith(".gguf"):
+            raise UserError("rollout.engine 'vllm' cannot load a GGUF file here; use the model's Hugging Face id or directory")
+        self.engine = None
+        if cfg.rollout.engine == "vllm":  # built first: vLLM checks that its share of GPU memory is free
+            from rbctl.vllm_engine import VLLMEngine
+
+            v = cfg.rollout.vllm
+            self.engine = VLLMEngine(base.model, base.tokenizer, model_name_or_path=base.source,
+                                     gpu_memory_utilization=v.gpu_memory_utilization, sleep_mode=v.sleep_mode,
+                                     dtype=str(next(base.model.parameters()).dtype).removeprefix("torch."),
+                                     seed=cfg.seed, max_model_len=v.max_model_len)
         self.ref = None
-        if cfg.algo.kl_coef > 0 or cfg.algo.log_kl:
+        self.use_ref = cfg.algo.kl_coef > 0 or cfg.algo.log_kl
+        if self.use_ref and not self.lora:  # with LoRA the reference is the adapter-disabled base
             self.ref = copy.deepcopy(base.model).eval().requires_grad_(False)
-        if self.resume_step:
-            ck = self.run_dir / "checkpoints" / f"step_{self.resume_step:06d}"
+        ck = self.run_dir / "checkpoints" / f"step_{self.resume_step:06d}"
+        if self.lora:
+            self.model = self._with_lora(base.model, ck / "model" if self.resume_step else None)
+        elif self.resume_step:
             self.model = load_policy(str(ck / "model"), **load_kwargs).model
         else:
             self.model = base.model
@@ -346,13 +372,22 @@ class Trainer:
         if cfg.model.gradient_checkpointing:
             self.model.gradient_checkpointing_enable()
         self.model.train()
+        self.train_model = self.model  # what the training forward calls: the DDP wrapper when distributed
+        if self.dist.enabled:
+            from torch.nn.parallel import DistributedDataParallel
+
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            self.train_model = DistributedDataParallel(self.model, device_ids=ids)
         o = cfg.optim
-        self.opt = torch.optim.AdamW(self.model.parameters(), lr=o.lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.opt = torch.optim.AdamW(params, lr=o.lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay)
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, self._lr_lambda)
         self.alpha = cfg.algo.entropy.alpha
-        self.nonfinite_in_row = 0
         if self.resume_step:
             state = torch.load(ck / "trainer_state.pt", weights_only=False)
+            if state.get("world_size", 1) != self.dist.world:
+                raise UserError(f"checkpoint {ck} was written by {state.get('world_size', 1)} processes; "
+                                f"resume with the same number (now {self.dist.world})")
             self.opt.load_state_dict(state["optimizer"])
             self.sched.load_state_dict(state["scheduler"])
             self.alpha = state["alpha"]
@@ -367,11 +402,24 @@ class Trainer:
         self.template = resolve_template(self.tokenizer, cfg.data.template, builtin_model=self.builtin)
         self._prompt_cache: dict[int, list[int]] = {}
         self.reward_fn = reward_function(cfg, self.builtin)
-        from rbctl.rollout import HFEngine
+        if self.engine is None:
+            from rbctl.rollout import HFEngine
 
-        self.engine = HFEngine(self.model, self.tokenizer, max_batch=cfg.rollout.max_batch)
+            self.engine = HFEngine(self.model, self.tokenizer, max_batch=cfg.rollout.max_batch)
         self.pad_id = self.engine.pad_id
         self.eval_problems = None  # loaded at the first periodic evaluation
+
+    def _with_lora(self, model, adapter_dir: Path | None):
+        """Wrap the model with LoRA adapters (fresh, or the checkpoint's on resume): only they train."""
+        try:
+            from peft import LoraConfig, PeftModel, get_peft_model
+        except ImportError:
+            raise UserError("model.lora needs peft: pip install 'rbctl[lora]'") from None
+        if adapter_dir is not None:
+            return PeftModel.from_pretrained(model, str(adapter_dir), is_trainable=True)
+        lc = self.cfg.model.lora
+        return get_peft_model(model, LoraConfig(r=lc.r, lora_alpha=lc.alpha, lora_dropout=lc.dropout,
+                                                target_modules=lc.target_modules, task_type="CAUSAL_LM"))
 
     def _lr_lambda(self, s: int) -> float:
         o = self.cfg.optim
@@ -394,20 +442,30 @@ class Trainer:
     # -- one step --
 
     def rollout(self, step: int):
+        """This rank's prompts and rollouts; rewards are gathered so advantages use the global batch."""
         c = self.cfg
-        idx = prompt_order(c.seed, step, c.rollout.prompts_per_step, len(self.problems))
+        idx = prompt_order(c.seed, step, c.rollout.prompts_per_step, len(self.problems))[self.dist.shard(c.rollout.prompts_per_step)]
         prompts = [self.prompt_ids(i) for i in idx]
+        # ranks sample different prompts from different streams; one process reproduces the same seeds
         params = SamplingParams(n=c.rollout.group_size, temperature=c.rollout.temperature, top_p=c.rollout.top_p,
-                                max_new_tokens=c.rollout.max_new_tokens, seed=step_seed(c.seed, step))
+                                max_new_tokens=c.rollout.max_new_tokens,
+                                seed=step_seed(c.seed, step) + 1_000_003 * self.dist.rank)
         samples = self.engine.generate(prompts, params)
         rewards = torch.zeros(len(idx), c.rollout.group_size)
         correct = torch.zeros(len(idx), c.rollout.group_size, dtype=torch.bool)
         for p, group in enumerate(samples):
             for g, s in enumerate(group):
                 rewards[p, g], correct[p, g] = self.reward_fn(s.text, self.problems[idx[p]].answer)
-        adv = algo.compute_advantages(rewards, c.algo.estimator, c.algo.budget, c.algo.shift)
+        global_rewards = self.dist.gather_rows(rewards)
+        adv = algo.compute_advantages(global_rewards, c.algo.estimator, c.algo.budget, c.algo.shift)
+        mine = slice(self.dist.rank * len(idx), (self.dist.rank + 1) * len(idx))
         ids, attn, resp, rmask, lp = build_batch(prompts, samples, self.pad_id)
-        batch = RolloutBatch(ids, attn, resp, rmask, lp, rewards, correct, adv)
+        engine_logp = None
+        if samples and samples[0] and samples[0][0].logprobs is not None:
+            from rbctl.vllm_engine import engine_logprobs_tensor
+
+            engine_logp = engine_logprobs_tensor(samples, resp.shape[1])
+        batch = RolloutBatch(ids, attn, resp, rmask, lp, rewards, correct, adv[mine], engine_logp)
         return batch, idx, samples
 
     def _micro_batches(self, n: int) -> list[slice]:
@@ -416,8 +474,11 @@ class Trainer:
 
     def _forward_logp(self, model, batch: RolloutBatch, sl: slice, with_entropy: bool, entropy_grad: bool):
         dev = self.device
-        logits = response_logits(model, batch.input_ids[sl].to(dev), batch.attention_mask[sl].to(dev),
-                                 batch.prompt_width, group_size=self.cfg.rollout.group_size)
+        # Under DDP every row runs whole: the shared-prompt path calls the model twice per backward.
+        group = 1 if self.dist.enabled else self.cfg.rollout.group_size
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.autocast):
+            logits = response_logits(model, batch.input_ids[sl].to(dev), batch.attention_mask[sl].to(dev),
+                                     batch.prompt_width, group_size=group)
         t = self.cfg.rollout.temperature
         logp = token_logprobs(logits, batch.response_ids[sl].to(dev), t)
         ent = None
@@ -429,54 +490,68 @@ class Trainer:
                     ent = token_entropy(logits.detach(), t)
         return logp, ent
 
+    def _ref_logp(self, batch: RolloutBatch, sl: slice) -> torch.Tensor:
+        with torch.no_grad():
+            if self.lora:
+                with self.model.disable_adapter():
+                    return self._forward_logp(self.model, batch, sl, False, False)[0]
+            return self._forward_logp(self.ref, batch, sl, False, False)[0]
+
     def update(self, batch: RolloutBatch) -> dict:
+        """`ppo_epochs` optimizer steps on this rank's share of the batch; every normaliser is global."""
         c = self.cfg
         dev = self.device
         a = c.algo
-        mask_all = batch.response_mask
-        norm = BatchNorm(n_seqs=batch.n, n_tokens=int(mask_all.sum().item()), max_new_tokens=c.rollout.max_new_tokens)
+        world = self.dist.world
+        n_seqs, n_tokens = self.dist.sum(batch.n, batch.response_mask.sum().item())
+        norm = BatchNorm(n_seqs=int(n_seqs), n_tokens=int(n_tokens), max_new_tokens=c.rollout.max_new_tokens)
         adv_flat = batch.advantages.reshape(-1)
         slices = self._micro_batches(batch.n)
         old_logp: list[torch.Tensor] = []
-        ref_logp: list[torch.Tensor | None] = []
-        if self.ref is not None:
-            with torch.no_grad():
-                for sl in slices:
-                    ref_logp.append(self._forward_logp(self.ref, batch, sl, False, False)[0])
+        ref_logp = [self._ref_logp(batch, sl) for sl in slices] if self.use_ref else []
         entropy_on = a.entropy.mode != "none"
-        stats = {"entropy_sum": 0.0, "kl_sum": 0.0, "clip_low": 0.0, "clip_high": 0.0, "loss": 0.0, "grad_norm": []}
+        stats = {"entropy_sum": 0.0, "kl_sum": 0.0, "clip_low": 0.0, "clip_high": 0.0, "loss": 0.0,
+                 "grad_norm": [], "logprob_diff": None}
         skipped = 0
         for epoch in range(a.ppo_epochs):
             self.opt.zero_grad(set_to_none=True)
             loss_total = 0.0
             for k, sl in enumerate(slices):
                 mask = batch.response_mask[sl].to(dev)
-                logp, ent = self._forward_logp(self.model, batch, sl, with_entropy=(epoch == 0 or entropy_on),
-                                               entropy_grad=entropy_on)
-                if epoch == 0:
-                    old_logp.append(logp.detach())  # behaviour policy = the model before any update
-                pg = ppo_clip_loss(logp, old_logp[k], adv_flat[sl].to(dev), a.clip_low, a.clip_high)
-                w = aggregation_weights(mask, a.loss_agg, norm)
-                loss_mat = pg.loss_mat
-                kl = None
-                if self.ref is not None:
-                    kl = k3_kl(logp, ref_logp[k])
-                    if a.kl_coef > 0:
-                        loss_mat = loss_mat + a.kl_coef * kl
-                if entropy_on:
-                    loss_mat = loss_mat - self.alpha * ent
-                loss = (w * loss_mat).sum()
-                loss.backward()
+                last = k == len(slices) - 1
+                sync = self.train_model.no_sync() if (self.dist.enabled and not last) else contextlib.nullcontext()
+                with sync:
+                    logp, ent = self._forward_logp(self.train_model, batch, sl, with_entropy=(epoch == 0 or entropy_on),
+                                                   entropy_grad=entropy_on)
+                    if epoch == 0:
+                        old_logp.append(logp.detach())  # behaviour policy = the model before any update
+                    pg = ppo_clip_loss(logp, old_logp[k], adv_flat[sl].to(dev), a.clip_low, a.clip_high)
+                    w = aggregation_weights(mask, a.loss_agg, norm)
+                    loss_mat = pg.loss_mat
+                    if batch.engine_logp is not None and a.tis_cap is not None:
+                        from rbctl.vllm_engine import tis_weights
+
+                        loss_mat = loss_mat * tis_weights(old_logp[k], batch.engine_logp[sl].to(dev), a.tis_cap)
+                    kl = None
+                    if self.use_ref:
+                        kl = k3_kl(logp, ref_logp[k])
+                        if a.kl_coef > 0:
+                            loss_mat = loss_mat + a.kl_coef * kl
+                    if entropy_on:
+                        loss_mat = loss_mat - self.alpha * ent
+                    loss = (w * loss_mat).sum()
+                    # DDP averages gradients over ranks; the weights are already global, so undo the 1/world
+                    (loss * world).backward()
                 loss_total += loss.item()
-                tok = mask.sum().item()
-                stats["clip_low"] += (pg.clipped_low.float() * mask).sum().item() / max(norm.n_tokens, 1) / a.ppo_epochs
-                stats["clip_high"] += (pg.clipped_high.float() * mask).sum().item() / max(norm.n_tokens, 1) / a.ppo_epochs
+                stats["clip_low"] += (pg.clipped_low.float() * mask).sum().item() / a.ppo_epochs
+                stats["clip_high"] += (pg.clipped_high.float() * mask).sum().item() / a.ppo_epochs
                 if epoch == 0:
                     stats["entropy_sum"] += (ent.detach() * mask).sum().item()
                     if kl is not None:
                         stats["kl_sum"] += (kl.detach() * mask).sum().item()
-                del tok
-            grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.optim.max_grad_norm)
+            loss_total = self.dist.sum(loss_total)[0]
+            grad_norm = torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad],
+                                                       c.optim.max_grad_norm)
             if not (math.isfinite(loss_total) and torch.isfinite(grad_norm)):
                 self.opt.zero_grad(set_to_none=True)
                 skipped += 1
@@ -485,17 +560,24 @@ class Trainer:
             stats["grad_norm"].append(grad_norm.item())
             stats["loss"] += loss_total / a.ppo_epochs
         self.sched.step()
+        if batch.engine_logp is not None:
+            from rbctl.vllm_engine import logprob_mismatch
+
+            stats["logprob_diff"] = logprob_mismatch(batch.engine_logp.to(dev), torch.cat(old_logp), batch.response_mask.to(dev))
+            self.engine.sync_weights(self.model)  # the next rollout samples from the updated policy
+        ent_sum, kl_sum, clip_lo, clip_hi = self.dist.sum(stats["entropy_sum"], stats["kl_sum"], stats["clip_low"], stats["clip_high"])
         n_tok = max(norm.n_tokens, 1)
         return {
             "old_logp": old_logp,
             "slices": slices,
-            "entropy": stats["entropy_sum"] / n_tok,
-            "kl": stats["kl_sum"] / n_tok if self.ref is not None else None,
-            "clip/frac_low": stats["clip_low"],
-            "clip/frac_high": stats["clip_high"],
+            "entropy": ent_sum / n_tok,
+            "kl": kl_sum / n_tok if self.use_ref else None,
+            "clip/frac_low": clip_lo / n_tok,
+            "clip/frac_high": clip_hi / n_tok,
             "loss/total": stats["loss"],
             "grad_norm": float(np.mean(stats["grad_norm"])) if stats["grad_norm"] else None,
             "nonfinite/skipped": skipped,
+            "rollout/logprob_diff": stats["logprob_diff"],
         }
 
     @torch.no_grad()
@@ -506,7 +588,7 @@ class Trainer:
             logp, _ = self._forward_logp(self.model, batch, sl, False, False)
             mask = batch.response_mask[sl].to(self.device)
             d.append(((logp - old_logp[k]) * mask).sum(-1).cpu())
-        return torch.cat(d).reshape(batch.rewards.shape)
+        return self.dist.gather_rows(torch.cat(d).reshape(batch.rewards.shape))
 
     def step(self, step: int) -> tuple[dict, list]:
         c = self.cfg
@@ -518,7 +600,7 @@ class Trainer:
         kappa_eff = None
         if c.kappa_eff_every and step % c.kappa_eff_every == 0:
             d = self.logratio_sums(batch, upd["old_logp"], upd["slices"])
-            kappa_eff = algo.nanmean_or_none(algo.kappa_eff(batch.rewards, d))
+            kappa_eff = algo.nanmean_or_none(algo.kappa_eff(self.dist.gather_rows(batch.rewards), d))
         t3 = time.perf_counter()
         lr_used = self.opt.param_groups[0]["lr"]
         ent_cfg = c.algo.entropy
@@ -526,20 +608,23 @@ class Trainer:
         if ent_cfg.mode == "adaptive":
             self.alpha = adaptive_alpha(self.alpha, upd["entropy"], ent_cfg.target, ent_cfg.delta,
                                         ent_cfg.alpha_min, ent_cfg.alpha_max)
-        gs = algo.group_stats(batch.correct)
-        kappa_p = algo.kappa(batch.rewards, batch.advantages)
-        resp_len = batch.response_mask.sum(-1)
+        rewards = self.dist.gather_rows(batch.rewards)  # [P, G] over all ranks
+        correct = self.dist.gather_rows(batch.correct)
+        advantages = self.dist.gather_rows(batch.advantages)
+        resp_len = self.dist.gather_rows(batch.response_mask.sum(-1))
+        finished = self.dist.gather_rows(torch.tensor([s.finished for g in samples for s in g], dtype=torch.float32))
+        gs = algo.group_stats(correct)
+        kappa_p = algo.kappa(rewards, advantages)
         gen_tokens = int(resp_len.sum().item())
-        finished = [s.finished for g in samples for s in g]
         step_s = t3 - t0
         metrics = {
-            "reward/mean": batch.rewards.mean().item(),
-            "acc/mean": batch.correct.float().mean().item(),
+            "reward/mean": rewards.mean().item(),
+            "acc/mean": correct.float().mean().item(),
             "entropy": upd["entropy"],
             "kappa": algo.nanmean_or_none(kappa_p),
             "kappa_eff": kappa_eff,
-            "adv/gap": algo.advantage_gap(batch.correct, batch.advantages),
-            "adv/abs_mean": batch.advantages.abs().mean().item(),
+            "adv/gap": algo.advantage_gap(correct, advantages),
+            "adv/abs_mean": advantages.abs().mean().item(),
             "groups/frac_all_correct": gs.frac_all_correct,
             "groups/frac_all_wrong": gs.frac_all_wrong,
             "groups/frac_mixed": gs.frac_mixed,
@@ -549,7 +634,7 @@ class Trainer:
             "loss/total": upd["loss/total"],
             "entropy/alpha": alpha_used if ent_cfg.mode != "none" else 0.0,
             "response/len_mean": resp_len.float().mean().item(),
-            "response/frac_truncated": 1.0 - float(np.mean(finished)),
+            "response/frac_truncated": 1.0 - finished.mean().item(),
             "grad_norm": upd["grad_norm"],
             "nonfinite/skipped": upd["nonfinite/skipped"],
             "lr": lr_used,
@@ -559,6 +644,8 @@ class Trainer:
             "time/kappa_eff_s": t3 - t2,
             "throughput/tokens_per_s": gen_tokens / step_s if step_s > 0 else None,
         }
+        if upd["rollout/logprob_diff"] is not None:
+            metrics["rollout/logprob_diff"] = upd["rollout/logprob_diff"]
         rows = []
         for p, group in enumerate(samples):
             for g, s in enumerate(group):
@@ -576,57 +663,66 @@ class Trainer:
             "torch_rng": torch.get_rng_state(),
             "python_rng": random.getstate(),
             "numpy_rng": np.random.get_state(),
+            "world_size": self.dist.world,
         }
-
-
-MAX_NONFINITE_IN_ROW = 3  # a run whose loss is non-finite this many steps in a row is broken, not unlucky
 
 
 def train(cfg: TrainConfig, run_dir: Path, force: bool = False, progress: bool = True, log=print,
           on_step=None) -> list[dict]:
     """Train (or resume) the run in `run_dir`; returns the metrics of the steps run now."""
     run_dir = Path(run_dir)
-    prepare_run_dir(cfg, run_dir, force)
-    tr = Trainer(cfg, run_dir, log=log)
+    main_rank = int(os.environ.get("RANK", "0")) == 0
+    if main_rank:  # only rank 0 writes the run directory
+        prepare_run_dir(cfg, run_dir, force)
+    tr = Trainer(cfg, run_dir, log=log if main_rank else (lambda *a: None))
+    tr.dist.barrier()
     start = tr.resume_step
-    # Lines written after the checkpoint we resume from are redone: drop them (and a torn last line).
-    for name in ("metrics.jsonl", "samples.jsonl", "eval.jsonl"):
-        truncate_jsonl(run_dir / name, lambda r: r.get("step", 0) <= start)
-    if start == 0 or not (run_dir / "provenance.json").exists():
-        write_atomic(run_dir / "provenance.json", json.dumps(provenance(cfg, tr.device), indent=2))
+    if main_rank:
+        # Lines written after the checkpoint we resume from are redone: drop them (and a torn last line).
+        for name in ("metrics.jsonl", "samples.jsonl", "eval.jsonl"):
+            truncate_jsonl(run_dir / name, lambda r: r.get("step", 0) <= start)
+        if start == 0 or not (run_dir / "provenance.json").exists():
+            prov = {**provenance(cfg, tr.device), "world_size": tr.dist.world}
+            write_atomic(run_dir / "provenance.json", json.dumps(prov, indent=2))
     if start >= cfg.steps:
         log(f"run {run_dir} is already complete ({start} steps)")
         return []
     if start:
         log(f"resuming {run_dir} from step {start}")
-    tracker = Tracker(run_dir, cfg.log.tensorboard, cfg.log.wandb, cfg.log.wandb_project, cfg.log.wandb_mode,
-                      config=cfg.model_dump(mode="json"))
+    tracker = None
+    if main_rank:
+        tracker = Tracker(run_dir, cfg.log.tensorboard, cfg.log.wandb, cfg.log.wandb_project, cfg.log.wandb_mode,
+                          config=cfg.model_dump(mode="json"))
     marker = Path(tr.base_source) / "rbctl_builtin.json" if tr.builtin else None
     done: list[dict] = []
-    display = _Display(cfg.steps, start, enabled=progress)
+    display = _Display(cfg.steps, start, enabled=progress and main_rank)
     nonfinite_row = 0
     try:
         with display:
             for step in range(start + 1, cfg.steps + 1):
                 metrics, rows = tr.step(step)
                 nonfinite_row = nonfinite_row + 1 if metrics["nonfinite/skipped"] else 0
-                if nonfinite_row >= MAX_NONFINITE_IN_ROW:
-                    raise UserError(f"loss or gradient non-finite for {nonfinite_row} steps in a row at step {step}; "
-                                    "lower optim.lr or check the rewards (no checkpoint with NaN was written)")
-                if cfg.eval.every and (step % cfg.eval.every == 0 or step == cfg.steps):
-                    _periodic_eval(tr, cfg, run_dir, step, metrics)
-                tracker.log(step, metrics)
-                if step % cfg.sample_every == 0 or step == 1:
-                    for r in rows[: cfg.samples_per_log]:
-                        append_jsonl(run_dir / "samples.jsonl", r)
-                if step % cfg.save_every == 0 or step == cfg.steps:
-                    save_checkpoint(run_dir, step, tr.model, tr.tokenizer, tr.state(step), cfg.keep_checkpoints, marker)
+                if nonfinite_row >= cfg.max_nonfinite_steps:
+                    raise UserError(f"loss or gradient non-finite for {nonfinite_row} steps in a row at step {step} "
+                                    f"(max_nonfinite_steps={cfg.max_nonfinite_steps}); lower optim.lr or check the "
+                                    "rewards (those steps were skipped: no checkpoint holds NaN)")
+                if main_rank:
+                    if cfg.eval.every and (step % cfg.eval.every == 0 or step == cfg.steps):
+                        _periodic_eval(tr, cfg, run_dir, step, metrics)
+                    tracker.log(step, metrics)
+                    if step % cfg.sample_every == 0 or step == 1:
+                        for r in rows[: cfg.samples_per_log]:
+                            append_jsonl(run_dir / "samples.jsonl", r)
+                    if step % cfg.save_every == 0 or step == cfg.steps:
+                        save_checkpoint(run_dir, step, tr.model, tr.tokenizer, tr.state(step), cfg.keep_checkpoints, marker)
+                tr.dist.barrier()
                 done.append({"step": step, **metrics})
                 display.update(step, metrics)
                 if on_step is not None:
                     on_step(step, metrics)
     finally:
-        tracker.close()
+        if tracker is not None:
+            tracker.close()
     return done
 
 
