@@ -15,7 +15,7 @@ import json
 import os
 import time
 import traceback
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, Optional
@@ -130,10 +130,10 @@ def write_state(sweep_dir: Path, state: dict) -> None:
 
 
 def final_eval_done(run_dir: Path, steps: int, benchmarks: list[str]) -> bool:
-    from rbctl.evaluate import _dir_name
+    from rbctl.evaluate import bench_dir_name
 
     ev = run_dir / "eval" / f"step_{steps:06d}"
-    return all((ev / _dir_name(b) / "summary.json").exists() for b in benchmarks)
+    return all((ev / bench_dir_name(b) / "summary.json").exists() for b in benchmarks)
 
 
 class SweepLock:

@@ -23,7 +23,6 @@ A trainer may pass its own engine instance to `evaluate_policy` instead.
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 from collections import Counter
@@ -34,6 +33,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from rbctl.errors import UserError
+from rbctl.fsutil import write_atomic
 from rbctl.prompting import MATH_INSTRUCTION
 
 if TYPE_CHECKING:
@@ -231,7 +231,7 @@ def evaluate_policy(
         summary["time_s"] = round(time.perf_counter() - t0, 3)
         new_tokens = sum(len(s.token_ids) for per in samples for s in per)
         summary["tokens_per_s"] = round(new_tokens / gen_s, 2) if gen_s > 0 else None
-        _write_outputs(Path(out_dir) / _dir_name(name), summary, probs, samples, grades)
+        _write_outputs(Path(out_dir) / bench_dir_name(name), summary, probs, samples, grades)
         results[name] = summary
     return results
 
@@ -325,22 +325,12 @@ def _write_outputs(bench_dir: Path, summary, probs, samples, grades) -> None:
     write_atomic(bench_dir / "summary.json", json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write to a temporary file beside ``path``, flush and fsync, then rename over ``path``."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def _is_custom_spec(name: str) -> bool:
     """``file:…``, ``hf:…`` or a path to a .jsonl/.parquet file (rbctl.benchmarks' custom specs)."""
     return name.startswith(("file:", "hf:")) or name.split("@")[0].endswith((".jsonl", ".parquet"))
 
 
-def _dir_name(benchmark: str) -> str:
+def bench_dir_name(benchmark: str) -> str:
     """A folder name for a benchmark or custom spec (``file:data/x.jsonl@q,a`` -> ``x``,
     ``hf:openai/gsm8k:main:test`` -> ``gsm8k_main_test``)."""
     if _is_custom_spec(benchmark):

@@ -37,6 +37,7 @@ import torch
 from rbctl import __version__, algo
 from rbctl.config import TrainConfig, dump_config, validate
 from rbctl.errors import UserError
+from rbctl.fsutil import write_atomic
 from rbctl.losses import (
     BatchNorm,
     adaptive_alpha,
@@ -47,7 +48,7 @@ from rbctl.losses import (
     token_logprobs,
 )
 from rbctl.rollout import SamplingParams
-from rbctl.tracking import Tracker, append_jsonl, read_jsonl, truncate_jsonl
+from rbctl.tracking import Tracker, append_jsonl, truncate_jsonl
 
 CKPT_DONE = "COMPLETE"  # written last into a checkpoint directory: its absence marks a torn checkpoint
 
@@ -239,15 +240,6 @@ def provenance(cfg: TrainConfig, device: torch.device) -> dict:
         "seed": cfg.seed,
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
-
-
-def write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def comparable(cfg: TrainConfig) -> dict:

@@ -5,11 +5,8 @@ from __future__ import annotations
 import json
 import os
 import random
-import shutil
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest

@@ -7,7 +7,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import SimpleNamespace
 
 import pytest
