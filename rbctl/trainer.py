@@ -279,13 +279,44 @@ def checkpoint_dirs(run_dir: Path) -> list[Path]:
     return sorted(p for p in (run_dir / "checkpoints").glob("step_*") if p.is_dir() and not p.name.endswith(".tmp"))
 
 
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def checkpoint_manifest(ck: Path) -> dict:
+    """SHA-256 of every file of a checkpoint directory (but the marker), by relative path."""
+    return {str(f.relative_to(ck)): _sha256(f) for f in sorted(ck.rglob("*")) if f.is_file() and f.name != CKPT_DONE}
+
+
+def checkpoint_problem(ck: Path) -> str | None:
+    """Why a checkpoint cannot be resumed from (None when it is complete and intact)."""
+    marker = ck / CKPT_DONE
+    if not marker.exists() or not (ck / "trainer_state.pt").exists():
+        return "incomplete"
+    try:
+        expected = json.loads(marker.read_text())["files"]
+    except (json.JSONDecodeError, KeyError, TypeError):
+        return "unreadable completion marker"
+    actual = checkpoint_manifest(ck)
+    bad = sorted(k for k in expected.keys() | actual.keys() if expected.get(k) != actual.get(k))
+    return f"fails its integrity check ({', '.join(bad[:3])})" if bad else None
+
+
 def last_good_checkpoint_step(run_dir: Path, log=print) -> int:
-    """Step of the newest complete checkpoint (0 if none); torn ones are skipped with a warning."""
+    """Step of the newest complete, intact checkpoint (0 if none); others are skipped with a warning."""
     for ck in reversed(checkpoint_dirs(run_dir)):
-        if (ck / CKPT_DONE).exists() and (ck / "trainer_state.pt").exists():
+        problem = checkpoint_problem(ck)
+        if problem is None:
             return int(ck.name.split("_")[1])
         if log is not None:
-            log(f"warning: skipping incomplete checkpoint {ck}")
+            log(f"warning: skipping {problem} checkpoint {ck}" if problem == "incomplete"
+                else f"warning: skipping checkpoint {ck}: {problem}")
     return 0
 
 
@@ -299,7 +330,7 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, state: dict, kee
     if builtin_marker is not None and builtin_marker.exists():
         shutil.copy(builtin_marker, tmp / "model" / builtin_marker.name)
     torch.save(state, tmp / "trainer_state.pt")
-    (tmp / CKPT_DONE).write_text(str(step))
+    write_atomic(tmp / CKPT_DONE, json.dumps({"step": step, "files": checkpoint_manifest(tmp)}, indent=1))
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
     for old in checkpoint_dirs(run_dir)[:-keep]:

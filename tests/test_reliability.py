@@ -97,6 +97,21 @@ def test_torn_checkpoint_and_torn_metrics_line_are_skipped_on_resume(tiny_config
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_a_corrupted_checkpoint_fails_its_integrity_check_and_the_previous_one_is_used(tiny_config, tmp_path):
+    from rbctl.trainer import last_good_checkpoint_step, train
+
+    cfg = tiny_config(steps=4, save_every=2)
+    run = tmp_path / "run"
+    train(cfg, run, progress=False, log=lambda *a: None)
+    weights = run / "checkpoints" / "step_000004" / "model" / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0xFF  # one flipped bit pattern in the last byte: same size, different content
+    weights.write_bytes(bytes(data))
+    messages = []
+    assert last_good_checkpoint_step(run, log=messages.append) == 2
+    assert any("integrity check (model/model.safetensors)" in m for m in messages)
+
+
 def _steps(run):
     return [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()]
 
