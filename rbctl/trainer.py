@@ -185,27 +185,33 @@ def warm_start_spec(cfg: TrainConfig):
     return WarmStartSpec(demo_error=b.demo_error, steps=b.warm_start_steps)
 
 
-def reward_function(cfg: TrainConfig, builtin_policy: bool):
-    """(completion, answer) -> (reward, correct). The built-in task has its own exact checker."""
+def reward_function(cfg: TrainConfig):
+    """(completions, answers) -> (correct flags, grader failures). Binary reward: 1 if correct.
+
+    The built-in task has its own exact checker; everything else goes through the shared math
+    grader, in parallel worker processes, and its time-outs and errors are counted (as wrong)."""
     if cfg.data.source == "builtin":
         from rbctl.builtin import check
-    else:
-        from rbctl.grading import grade as check
 
-    def fn(completion: str, answer: str) -> tuple[float, bool]:
-        ok = bool(check(completion, answer))
-        return float(ok), ok
+        return lambda completions, answers: ([check(c, a) for c, a in zip(completions, answers)], 0)
+    from rbctl.grading import grade_many
+
+    def fn(completions: list[str], answers: list[str]) -> tuple[list[bool], int]:
+        results = grade_many(completions, answers)
+        return [r.correct for r in results], sum(r.status in ("timeout", "error") for r in results)
 
     return fn
 
 
 def prompt_order(seed: int, step: int, per_step: int, pool: int) -> list[int]:
     """Indices of step `step`'s prompts: a seeded permutation of the pool per epoch, read in order."""
+    perms: dict[int, np.ndarray] = {}
     out = []
     for i in range((step - 1) * per_step, step * per_step):
         epoch, pos = divmod(i, pool)
-        perm = np.random.default_rng([seed, epoch]).permutation(pool)
-        out.append(int(perm[pos]))
+        if epoch not in perms:
+            perms[epoch] = np.random.default_rng([seed, epoch]).permutation(pool)
+        out.append(int(perms[epoch][pos]))
     return out
 
 
@@ -424,7 +430,7 @@ class Trainer:
 
         self.template = resolve_template(self.tokenizer, cfg.data.template, builtin_model=self.builtin)
         self._prompt_cache: dict[int, list[int]] = {}
-        self.reward_fn = reward_function(cfg, self.builtin)
+        self.reward_fn = reward_function(cfg)
         if self.engine is None:
             from rbctl.rollout import HFEngine
 
@@ -474,11 +480,10 @@ class Trainer:
                                 max_new_tokens=c.rollout.max_new_tokens,
                                 seed=step_seed(c.seed, step) + 1_000_003 * self.dist.rank)
         samples = self.engine.generate(prompts, params)
-        rewards = torch.zeros(len(idx), c.rollout.group_size)
-        correct = torch.zeros(len(idx), c.rollout.group_size, dtype=torch.bool)
-        for p, group in enumerate(samples):
-            for g, s in enumerate(group):
-                rewards[p, g], correct[p, g] = self.reward_fn(s.text, self.problems[idx[p]].answer)
+        flags, self.grader_failures = self.reward_fn([s.text for group in samples for s in group],
+                                                     [self.problems[i].answer for i in idx for _ in range(c.rollout.group_size)])
+        correct = torch.tensor(flags, dtype=torch.bool).reshape(len(idx), c.rollout.group_size)
+        rewards = correct.float()
         global_rewards = self.dist.gather_rows(rewards)
         adv = algo.compute_advantages(global_rewards, c.algo.estimator, c.algo.budget, c.algo.shift)
         mine = slice(self.dist.rank * len(idx), (self.dist.rank + 1) * len(idx))
@@ -660,6 +665,7 @@ class Trainer:
             "response/frac_truncated": 1.0 - finished.mean().item(),
             "grad_norm": upd["grad_norm"],
             "nonfinite/skipped": upd["nonfinite/skipped"],
+            "grader/failures": int(self.dist.sum(self.grader_failures)[0]),
             "lr": lr_used,
             "time/step_s": step_s,
             "time/rollout_s": t1 - t0,
