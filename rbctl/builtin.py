@@ -3,7 +3,7 @@
 Task ("follow the links"). A prompt lists a random function f over K letters as pairs `xY`
 (x maps to y; the target is written upper-case so that a key and a value never look alike),
 then a start letter and a hop count: `hDaDbBfDcAeFgBdE|a3`. The worked answer walks the chain
-one hop at a time and ends with the final letter: `aDdEeF#F` (a→d→e→f). Difficulty is the
+one hop at a time and ends with the final letter: `aDdEeFf#F` (a→d→e→f). Difficulty is the
 number of hops (uniform in [min_hops, max_hops]); each hop is one in-context look-up, so
 longer chains need more correct steps in a row. Answers are checked exactly.
 
