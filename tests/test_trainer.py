@@ -157,3 +157,17 @@ def test_shared_prompt_forward_gives_the_logits_and_gradients_of_the_full_forwar
     swapped = torch.cat([ids[1:2], ids[:1], ids[2:]])
     torch.testing.assert_close(response_logits(model, swapped, torch.cat([attn[1:2], attn[:1], attn[2:]]), lp, 3),
                                response_logits(model, swapped, torch.cat([attn[1:2], attn[:1], attn[2:]]), lp, 1))
+
+
+def test_tensorboard_receives_the_same_metrics(tiny_config, tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run = tmp_path / "tb"
+    train(tiny_config(steps=2, log__tensorboard="true"), run, progress=False, log=lambda *a: None)
+    acc = EventAccumulator(str(run / "tb"))
+    acc.Reload()
+    logged = [e.value for e in acc.Scalars("reward/mean")]
+    expected = [r["reward/mean"] for r in _lines(run)]
+    assert logged == pytest.approx(expected)
+    assert "kappa_eff" in acc.Tags()["scalars"] and "entropy" in acc.Tags()["scalars"]

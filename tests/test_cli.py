@@ -1,0 +1,110 @@
+"""The command line: argument parsing, one-line config errors with exit code 2, and hand-offs."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from rbctl.cli import run
+
+QUICKSTART = "configs/quickstart.yaml"
+
+
+@pytest.fixture(autouse=True)
+def _repo_root(monkeypatch, rbctl_cache):
+    from pathlib import Path
+
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+
+
+def _err_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err  # one line, no traceback
+    return err[0]
+
+
+@pytest.mark.parametrize("override, expected", [
+    ("algo.buget=1.0", "unknown config key 'algo.buget' (did you mean 'algo.budget'?)"),
+    ("rollout.group_size=1", "config key 'rollout.group_size': Input should be greater than or equal to 2"),
+    ("algo.budget=0", "config key 'algo.budget': Input should be greater than 0"),
+    ("steps=abc", "config key 'steps': Input should be a valid integer"),
+    ("algo.estimator=ppo", "config key 'algo.estimator': Input should be 'grpo', 'dr_grpo', 'rloo' or 'reinforce_pp'"),
+    ("data.builtin.min_hops=7", "min_hops must be <= max_hops"),
+    ("algo.entropy.mode=static", "algo.entropy.alpha must be > 0 when algo.entropy.mode is 'static'"),
+    ("nonsense", "--set 'nonsense': expected key.path=value"),
+])
+def test_config_errors_are_one_line_naming_the_key(override, expected, tmp_path, capsys):
+    rc = run(["train", QUICKSTART, "-o", str(tmp_path / "run"), "--set", override])
+    assert rc == 2
+    line = _err_line(capsys)
+    assert line.startswith("error: ") and expected in line
+    assert not (tmp_path / "run").exists()  # nothing was started
+
+
+def test_yaml_syntax_error_names_the_file_and_line(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("steps: 10\nalgo:\n  budget: [1.0\n")
+    assert run(["train", str(bad), "-o", str(tmp_path / "run")]) == 2
+    line = _err_line(capsys)
+    assert str(bad) in line and "line 4" in line and "invalid YAML" in line
+
+
+def test_missing_config_file(tmp_path, capsys):
+    assert run(["train", str(tmp_path / "nope.yaml"), "-o", str(tmp_path / "run")]) == 2
+    assert "nope.yaml does not exist" in _err_line(capsys)
+
+
+def test_missing_required_option_is_a_usage_error(capsys):
+    assert run(["train", QUICKSTART]) == 2
+    assert "--out" in capsys.readouterr().err
+
+
+def test_debug_shows_the_traceback(tmp_path):
+    from rbctl.errors import UserError
+
+    with pytest.raises(UserError, match="algo.buget"):
+        run(["--debug", "train", QUICKSTART, "-o", str(tmp_path / "run"), "--set", "algo.buget=1"])
+
+
+def test_help_explains_every_command(capsys):
+    assert run(["--help"]) == 0
+    out = capsys.readouterr().out
+    for cmd in ("train", "eval", "ablate", "report"):
+        assert cmd in out
+    for cmd in ("train", "eval", "ablate", "report"):
+        assert run([cmd, "--help"]) == 0
+        assert "Usage" in capsys.readouterr().out
+
+
+def test_train_dry_run_prints_a_plan_and_trains_nothing(tmp_path, capsys):
+    rc = run(["train", "configs/paper_llama32_3b.yaml", "-o", str(tmp_path / "run"), "--dry-run"])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "meta-llama/Llama-3.2-3B-Instruct" in out and "FLOPs" in out
+    assert not (tmp_path / "run").exists()
+
+
+def test_train_hands_the_validated_config_to_the_trainer(tmp_path, monkeypatch):
+    import rbctl.trainer
+
+    seen = {}
+    monkeypatch.setattr(rbctl.trainer, "train", lambda cfg, out, force, progress: seen.update(cfg=cfg, out=out, force=force))
+    assert run(["train", QUICKSTART, "-o", str(tmp_path / "r"), "--set", "algo.budget=2", "--set", "seed=3", "--force", "-q"]) == 0
+    cfg = seen["cfg"]
+    assert cfg.algo.budget == 2.0 and cfg.seed == 3 and seen["force"] is True
+    assert cfg.algo.loss_agg == "seq-mean-token-mean"  # grpo's default aggregation, resolved
+    assert seen["out"] == tmp_path / "r"
+
+
+def test_ablate_unknown_arm_key_exits_2_naming_arm_and_key(tmp_path, capsys):
+    sweep = tmp_path / "s.yaml"
+    (tmp_path / "base.yaml").write_text((__import__("pathlib").Path(QUICKSTART)).read_text())
+    sweep.write_text(yaml.safe_dump({"base": "base.yaml", "arms": {"ok": {}, "bad": {"algo.clip_hi": 0.3}}}))
+    assert run(["ablate", str(sweep), "-o", str(tmp_path / "out"), "--no-report"]) == 2
+    line = _err_line(capsys)
+    assert "arm 'bad'" in line and "'algo.clip_hi'" in line and "did you mean 'algo.clip_high'" in line
+
+
+def test_ablate_rejects_an_unknown_launcher(tmp_path, capsys):
+    assert run(["ablate", "configs/ablate_quickstart.yaml", "-o", str(tmp_path / "o"), "--launcher", "ray"]) == 2
+    assert "--launcher must be 'local' or 'submitit'" in _err_line(capsys)
