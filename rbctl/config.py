@@ -121,6 +121,7 @@ class EvalDuringTrainingCfg(Section):
     n: int = Field(4, ge=1, description="Samples per problem.")
     limit: Optional[int] = Field(64, ge=1, description="Problems per benchmark (null = all).")
     temperature: float = Field(1.0, ge=0.0, description="Sampling temperature of evaluation (0 = greedy).")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus threshold of evaluation (1 = the full distribution, as the rollouts sample).")
     max_new_tokens: Optional[int] = Field(None, ge=1, description="Null = rollout.max_new_tokens.")
 
 

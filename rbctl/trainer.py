@@ -776,7 +776,7 @@ def _periodic_eval(tr: Trainer, cfg: TrainConfig, run_dir: Path, step: int, metr
     from rbctl.models import LoadedPolicy
 
     e = cfg.eval
-    ecfg = EvalConfig(benchmarks=e.benchmarks, n=e.n, temperature=e.temperature, limit=e.limit,
+    ecfg = EvalConfig(benchmarks=e.benchmarks, n=e.n, temperature=e.temperature, top_p=e.top_p, limit=e.limit,
                       max_new_tokens=e.max_new_tokens or cfg.rollout.max_new_tokens, seed=cfg.seed,
                       template=cfg.data.template, instruction=cfg.data.instruction)
     if tr.eval_problems is None:

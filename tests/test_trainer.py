@@ -171,3 +171,17 @@ def test_tensorboard_receives_the_same_metrics(tiny_config, tmp_path):
     expected = [r["reward/mean"] for r in _lines(run)]
     assert logged == pytest.approx(expected)
     assert "kappa_eff" in acc.Tags()["scalars"] and "entropy" in acc.Tags()["scalars"]
+
+
+def test_periodic_eval_writes_heldout_lines_with_the_rollout_protocol(tiny_config, tmp_path):
+    run = tmp_path / "run"
+    train(tiny_config(steps=4, eval__every=2, eval__n=2, eval__limit=4), run, progress=False, log=lambda *a: None)
+    lines = [json.loads(x) for x in (run / "eval.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["benchmark"], r["n"]) for r in lines] == [(2, "builtin", 2), (4, "builtin", 2)]
+    for r in lines:
+        assert 0.0 <= r["avg@n"] <= r["pass@2"] <= 1.0
+    summary = json.loads((run / "eval" / "periodic" / "step_000004" / "builtin" / "summary.json").read_text())
+    assert summary["num_problems"] == 4 and summary["step"] == 4
+    # held-out samples come from the same distribution as the rollouts: temperature 1, no nucleus cut
+    assert summary["protocol"]["temperature"] == 1.0 and summary["protocol"]["top_p"] == 1.0
+    assert all("time/eval_s" in m for m in _lines(run) if m["step"] in (2, 4))
