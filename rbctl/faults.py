@@ -1,6 +1,6 @@
 """Fault injection: SIGKILL `rbctl train` / `rbctl ablate` at random moments and resume.
 
-`python -m rbctl.faults [--kills 20] [--steps 12] [--seed 0]` trains the embedded default (small
+`python -m rbctl.faults [--kills 20] [--steps 120] [--seed 0]` trains the embedded default (small
 settings) once straight through and once under repeated SIGKILLs with resumes, then prints how
 many resumes succeeded and whether the metrics and final weights equal the uninterrupted run's.
 """
@@ -86,7 +86,7 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description="SIGKILL rbctl train repeatedly and check the resumed run.")
     ap.add_argument("--kills", type=int, default=20)
-    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--steps", type=int, default=120)  # enough that 20 kills of 1–3 new steps each all land
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     cfg = {
