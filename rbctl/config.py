@@ -244,3 +244,68 @@ def load_train_config(path: Path | None, overrides: list[str] = ()) -> TrainConf
 
 def dump_config(cfg: BaseModel) -> str:
     return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
+
+
+# --- reference documentation ---------------------------------------------------------------------
+
+
+def schema_markdown(schema: type[BaseModel] = TrainConfig, title: str = "Training config (`rbctl train`)") -> str:
+    """A Markdown table of every key of `schema`: dotted name, type, default, description."""
+    rows = []
+
+    def type_name(ann) -> str:
+        import typing
+
+        origin, args = typing.get_origin(ann), typing.get_args(ann)
+        if origin is Literal:
+            return " / ".join(repr(a) for a in args)
+        if origin is Union:
+            return " or ".join("null" if a is type(None) else type_name(a) for a in args)
+        if origin is list:
+            return f"list[{type_name(args[0])}]" if args else "list"
+        if origin is dict:
+            return "mapping"
+        return getattr(ann, "__name__", str(ann))
+
+    def section_of(ann):
+        import typing
+
+        for a in (ann, *typing.get_args(ann)):
+            if isinstance(a, type) and issubclass(a, BaseModel):
+                return a
+        return None
+
+    def walk(model: type[BaseModel], prefix: str) -> None:
+        for name, f in model.model_fields.items():
+            key = prefix + name
+            sub = section_of(f.annotation)
+            if sub is not None:
+                optional = sub is not f.annotation
+                rows.append((key, "section" + (" (or null = off)" if optional else ""), "null" if optional else "",
+                             f.description or ""))
+                walk(sub, key + ".")
+                continue
+            default = f.default_factory() if f.default_factory is not None else f.default
+            shown = "required" if f.is_required() else ("null" if default is None else repr(default))
+            rows.append((key, type_name(f.annotation), shown, f.description or ""))
+
+    walk(schema, "")
+    lines = [f"## {title}", "", "| key | type | default | description |", "|---|---|---|---|"]
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|")
+
+    lines += [f"| `{k}` | {cell(t)} | {cell(d)} | {cell(desc)} |" for k, t, d, desc in rows]
+    return "\n".join(lines) + "\n"
+
+
+def reference_markdown() -> str:
+    """docs/config.md: every key of the training config and of a sweep file."""
+    from rbctl.ablate import SweepConfig
+
+    head = ("# Config reference\n\nGenerated from the schemas in `rbctl/config.py` and `rbctl/ablate.py` by "
+            "`python -m rbctl.config > docs/config.md`; `tests/test_cli.py` checks that this file is current.\n\n")
+    return head + schema_markdown() + "\n" + schema_markdown(SweepConfig, "Sweep file (`rbctl ablate`)")
+
+
+if __name__ == "__main__":
+    print(reference_markdown(), end="")

@@ -108,3 +108,14 @@ def test_ablate_unknown_arm_key_exits_2_naming_arm_and_key(tmp_path, capsys):
 def test_ablate_rejects_an_unknown_launcher(tmp_path, capsys):
     assert run(["ablate", "configs/ablate_quickstart.yaml", "-o", str(tmp_path / "o"), "--launcher", "ray"]) == 2
     assert "--launcher must be 'local' or 'submitit'" in _err_line(capsys)
+
+
+def test_config_reference_doc_is_current():
+    from pathlib import Path
+
+    from rbctl.config import reference_markdown
+
+    doc = Path("docs/config.md").read_text()
+    assert doc == reference_markdown(), "regenerate it: python -m rbctl.config > docs/config.md"
+    for key in ("`algo.budget`", "`algo.entropy.target`", "`model.lora.r`", "`rollout.group_size`", "`arms`"):
+        assert key in doc
