@@ -165,10 +165,11 @@ def final_eval(cfg: TrainConfig, run_dir: Path, ecfg) -> dict:
     """Evaluate the run's final checkpoint into RUN_DIR/eval/step_XXXXXX/ (where `report` looks)."""
     from rbctl.evaluate import evaluate_policy
     from rbctl.models import load_policy
-    from rbctl.trainer import eval_problems
+    from rbctl.evaluate import load_problems
+    from rbctl.trainer import task_spec
 
     policy = load_policy(str(run_dir), device=cfg.model.device, dtype=cfg.model.dtype, step=cfg.steps, log=lambda *a: None)
-    problems = eval_problems(cfg, ecfg.benchmarks, ecfg.limit, ecfg.data_dir)
+    problems = load_problems(ecfg, task_spec(cfg))  # `builtin` = the run's own task
     return evaluate_policy(policy, ecfg, run_dir / "eval" / f"step_{cfg.steps:06d}", step=cfg.steps, problems=problems)
 
 

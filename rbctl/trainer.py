@@ -755,24 +755,9 @@ def train(cfg: TrainConfig, run_dir: Path, force: bool = False, progress: bool =
     return done
 
 
-def eval_problems(cfg: TrainConfig, benchmarks: list[str], limit: int | None, data_dir: str | None = None) -> dict:
-    """Problems of each benchmark; `builtin` is this run's own task (its settings), not the default one."""
-    from rbctl import builtin
-    from rbctl.benchmarks import load_benchmark
-
-    out = {}
-    for name in benchmarks:
-        if name == "builtin":
-            probs = builtin.problems(task_spec(cfg), "test")
-            out[name] = probs[:limit] if limit else probs
-        else:
-            out[name] = load_benchmark(name, data_dir=data_dir, limit=limit)
-    return out
-
-
 def _periodic_eval(tr: Trainer, cfg: TrainConfig, run_dir: Path, step: int, metrics: dict) -> None:
     """Held-out evaluation during training; one line per benchmark in RUN_DIR/eval.jsonl."""
-    from rbctl.evaluate import EvalConfig, evaluate_policy, periodic_eval_lines
+    from rbctl.evaluate import EvalConfig, evaluate_policy, load_problems, periodic_eval_lines
     from rbctl.models import LoadedPolicy
 
     e = cfg.eval
@@ -780,7 +765,7 @@ def _periodic_eval(tr: Trainer, cfg: TrainConfig, run_dir: Path, step: int, metr
                       max_new_tokens=e.max_new_tokens or cfg.rollout.max_new_tokens, seed=cfg.seed,
                       template=cfg.data.template, instruction=cfg.data.instruction)
     if tr.eval_problems is None:
-        tr.eval_problems = eval_problems(cfg, e.benchmarks, e.limit)
+        tr.eval_problems = load_problems(ecfg, task_spec(cfg))  # `builtin` = this run's own task
     policy = LoadedPolicy(tr.model, tr.tokenizer, tr.base_source, tr.builtin)
     t = time.perf_counter()
     results = evaluate_policy(policy, ecfg, run_dir / "eval" / "periodic" / f"step_{step:06d}", step=step,
