@@ -60,17 +60,17 @@ def train(
     Writes RUN_DIR/config.yaml, provenance.json, metrics.jsonl (one line per step), samples.jsonl,
     eval.jsonl (periodic held-out evaluation) and checkpoints/. Re-running on the same RUN_DIR
     resumes from its last checkpoint."""
-    from rbctl.config import load_train_config
-    from rbctl.trainer import train as run_training
+    from rbctl.config.train import load_train_config
+    from rbctl.train.trainer import train as run_training
 
     cfg = load_train_config(config, set_ or [])
     if dry_run:
-        from rbctl.dryrun import dry_run as plan
+        from rbctl.train.plan import dry_run as plan
 
         typer.echo(plan(cfg))
         return
     if nproc > 1:
-        from rbctl.distributed import launch
+        from rbctl.train.distributed import launch
 
         argv = ["train", str(config), "-o", str(out)] + [a for kv in (set_ or []) for a in ("--set", kv)]
         argv += (["--force"] if force else []) + (["--quiet"] if quiet else [])
@@ -119,7 +119,7 @@ def eval_(
 
     Writes OUT/<benchmark>/summary.json (avg@n, pass@k, maj@k with 95% intervals, protocol) and
     OUT/<benchmark>/samples.jsonl, and prints a table."""
-    from rbctl.evaluate import build_config, run_eval
+    from rbctl.eval.pipeline import build_config, run_eval
 
     options = dict(
         n=n, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, seed=seed, template=template,
@@ -147,7 +147,7 @@ def ablate(
     argument it runs the default sweep on the embedded default and writes its report."""
     import time
 
-    from rbctl.ablate import DEFAULT_SWEEP, run_sweep, summarize_state
+    from rbctl.sweep.ablate import DEFAULT_SWEEP, run_sweep, summarize_state
 
     path = sweep or DEFAULT_SWEEP
     sweep_dir = out or Path("runs") / Path(path).stem
@@ -161,7 +161,7 @@ def ablate(
     for key, err in failed:
         typer.secho(f"  failed: {key}: {err}", fg=typer.colors.RED)
     if not no_report:
-        from rbctl.report import make_report
+        from rbctl.report.build import make_report
 
         typer.echo(f"report: {make_report([sweep_dir], sweep_dir / 'report')}")
     if failed:
@@ -181,7 +181,7 @@ def report(
     OUT/figures/*.{png,svg} and OUT/data/*.csv; prints a table of final scores and the report's path."""
     from rich.console import Console
 
-    from rbctl.report import final_scores_table, make_report
+    from rbctl.report.build import final_scores_table, make_report
 
     path = make_report(dirs, out)
     table = final_scores_table(path.parent)

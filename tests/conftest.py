@@ -46,10 +46,10 @@ TINY_TRAIN = {
 def tiny_config(rbctl_cache):
     import copy
 
-    from rbctl.config import TrainConfig
+    from rbctl.config.train import TrainConfig
 
     def make(**overrides):
-        from rbctl.config import apply_overrides
+        from rbctl.config.train import apply_overrides
 
         data = apply_overrides(copy.deepcopy(TINY_TRAIN), [f"{k.replace('__', '.')}={v}" for k, v in overrides.items()])
         return TrainConfig.model_validate(data)

@@ -7,7 +7,7 @@ import json
 import pytest
 import yaml
 
-from rbctl.ablate import SweepLock, load_sweep, read_state, run_sweep
+from rbctl.sweep.ablate import SweepLock, load_sweep, read_state, run_sweep
 from rbctl.errors import UserError
 from tests.conftest import TINY_TRAIN
 
@@ -44,7 +44,7 @@ def test_arms_with_unequal_compute_are_refused(tmp_path):
 
 
 def test_default_sweep_is_valid_and_fair():
-    from rbctl.ablate import DEFAULT_SWEEP, arm_metadata
+    from rbctl.sweep.ablate import DEFAULT_SWEEP, arm_metadata
 
     sweep, configs = load_sweep(DEFAULT_SWEEP)
     assert len(configs) >= 4 and len(sweep.seeds) >= 3

@@ -1,4 +1,4 @@
-"""Tests of rbctl.algo against hand-computed values, METHOD.md's closed forms and exact enumeration."""
+"""Tests of rbctl.algo.advantages against hand-computed values, METHOD.md's closed forms and exact enumeration."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-import rbctl.algo
+import rbctl.algo.advantages
+import rbctl.algo.sharpness
 from rbctl.algo import (
     ESTIMATORS,
     advantage_gap,
@@ -39,7 +40,8 @@ def binary_group(k: int, g: int) -> list[float]:
 
 
 def test_module_doctest_holds() -> None:
-    assert doctest.testmod(rbctl.algo).failed == 0
+    assert doctest.testmod(rbctl.algo.advantages).failed == 0
+    assert doctest.testmod(rbctl.algo.sharpness).failed == 0
 
 
 def test_registry_pairs_each_estimator_with_methods_default_aggregation() -> None:

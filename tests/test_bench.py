@@ -6,7 +6,7 @@ import importlib.util
 
 import pytest
 
-from rbctl import bench
+from scripts import bench_trl as bench
 
 
 def _step(step_s, rollout_s, train_tokens, run_tokens, reward=0.5):

@@ -1,4 +1,4 @@
-"""Tests of rbctl.benchmarks. The Hugging Face Hub is never contacted: its loader is replaced."""
+"""Tests of rbctl.tasks.registry. The Hugging Face Hub is never contacted: its loader is replaced."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from rbctl import benchmarks
-from rbctl.benchmarks import Benchmark, Problem, load_benchmark, register
+from rbctl.tasks import registry as benchmarks
+from rbctl.tasks.registry import Benchmark, Problem, load_benchmark, register
 from rbctl.errors import UserError
-from rbctl.grading import grade_detailed
+from rbctl.grading.verify import grade_detailed
 
 SHARED = Path(os.environ.get("RBCTL_SHARED_BENCHMARKS", Path(__file__).resolve().parents[2] / "shared" / "benchmarks"))
 needs_shared = pytest.mark.skipif(

@@ -85,10 +85,10 @@ def test_train_dry_run_prints_a_plan_and_trains_nothing(tmp_path, capsys):
 
 
 def test_train_hands_the_validated_config_to_the_trainer(tmp_path, monkeypatch):
-    import rbctl.trainer
+    import rbctl.train.trainer
 
     seen = {}
-    monkeypatch.setattr(rbctl.trainer, "train", lambda cfg, out, force, progress: seen.update(cfg=cfg, out=out, force=force))
+    monkeypatch.setattr(rbctl.train.trainer, "train", lambda cfg, out, force, progress: seen.update(cfg=cfg, out=out, force=force))
     assert run(["train", QUICKSTART, "-o", str(tmp_path / "r"), "--set", "algo.budget=2", "--set", "seed=3", "--force", "-q"]) == 0
     cfg = seen["cfg"]
     assert cfg.algo.budget == 2.0 and cfg.seed == 3 and seen["force"] is True
@@ -113,9 +113,9 @@ def test_ablate_rejects_an_unknown_launcher(tmp_path, capsys):
 def test_config_reference_doc_is_current():
     from pathlib import Path
 
-    from rbctl.config import reference_markdown
+    from rbctl.config.train import reference_markdown
 
     doc = Path("docs/config.md").read_text()
-    assert doc == reference_markdown(), "regenerate it: python -m rbctl.config > docs/config.md"
+    assert doc == reference_markdown(), "regenerate it: python -m rbctl.config.train > docs/config.md"
     for key in ("`algo.budget`", "`algo.entropy.target`", "`model.lora.r`", "`rollout.group_size`", "`arms`"):
         assert key in doc

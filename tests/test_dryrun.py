@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from rbctl.config import TrainConfig, load_train_config
-from rbctl.dryrun import ASSUMED_PROMPT_TOKENS, KNOWN_SIZES, dry_run, main, step_cost
+from rbctl.config.train import TrainConfig, load_train_config
+from rbctl.train.plan import ASSUMED_PROMPT_TOKENS, KNOWN_SIZES, dry_run, main, step_cost
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -77,7 +77,7 @@ def _fake_hub_cache(root: Path, tokenizer=None) -> tuple[Path, float]:
     tokenizer) and a dataset 'org/data' with one JSONL file. Returns (cache dir, exact N)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from rbctl.builtin import TaskSpec, build_tokenizer
+    from rbctl.tasks.links import TaskSpec, build_tokenizer
 
     tok = tokenizer or build_tokenizer(TaskSpec())
     cfg = LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=2,
@@ -109,7 +109,7 @@ def _cached_cfg(**data) -> TrainConfig:
 
 
 def test_cached_model_and_data_give_exact_n_and_measured_prompts(tmp_path):
-    from rbctl.builtin import TaskSpec, build_tokenizer
+    from rbctl.tasks.links import TaskSpec, build_tokenizer
 
     tok = build_tokenizer(TaskSpec())
     cache, n = _fake_hub_cache(tmp_path / "hub", tok)
@@ -150,7 +150,7 @@ def test_cli_entry_prints_the_plan_and_reports_bad_configs(tmp_path, capsys):
 
 @pytest.mark.parametrize("name", ["paper_qwen3_8b", "paper_llama32_3b"])
 def test_paper_sweeps_cover_every_baseline_with_and_without_budget(name):
-    from rbctl.ablate import arm_metadata, load_sweep
+    from rbctl.sweep.ablate import arm_metadata, load_sweep
 
     sweep, configs = load_sweep(CONFIGS / f"{name}_sweep.yaml")
     arms = {(m["baseline"], m["variant"]) for m in map(arm_metadata, configs.values())}

@@ -1,4 +1,4 @@
-"""Tests of rbctl.evalmetrics against hand-computed values and slow reference loops."""
+"""Tests of rbctl.grading.metrics against hand-computed values and slow reference loops."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from rbctl.evalmetrics import (
+from rbctl.grading.metrics import (
     avg_at_n,
     bootstrap_ci,
     bootstrap_ci_2d,

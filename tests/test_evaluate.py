@@ -1,4 +1,4 @@
-"""Tests of rbctl.evaluate and `rbctl eval`, with a tiny random policy over the built-in tokenizer
+"""Tests of rbctl.eval.pipeline and `rbctl eval`, with a tiny random policy over the built-in tokenizer
 (the cached warm start is never trained here) or a scripted engine. The Hub is never contacted."""
 
 from __future__ import annotations
@@ -13,16 +13,18 @@ from pathlib import Path
 import pytest
 import torch
 
-from rbctl import benchmarks, builtin, evaluate
+from rbctl.tasks import registry as benchmarks
+from rbctl.tasks import links as builtin
+from rbctl.eval import pipeline as evaluate
 from rbctl.errors import UserError
-from rbctl.evaluate import (
+from rbctl.eval.pipeline import (
     build_config,
     engine_class,
     evaluate_policy,
     periodic_eval_lines,
 )
-from rbctl.models import BUILTIN_MARKER, LoadedPolicy
-from rbctl.rollout import Sample
+from rbctl.rollout.models import BUILTIN_MARKER, LoadedPolicy
+from rbctl.rollout.hf import Sample
 
 SHARED = Path(os.environ.get("RBCTL_SHARED_BENCHMARKS", Path(__file__).resolve().parents[2] / "shared" / "benchmarks"))
 needs_shared = pytest.mark.skipif(

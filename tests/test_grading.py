@@ -1,4 +1,4 @@
-"""Tests of rbctl.grading: verdict table, extraction, pre-checks, and the hard time limit."""
+"""Tests of rbctl.grading.verify: verdict table, extraction, pre-checks, and the hard time limit."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rbctl import grading
-from rbctl.grading import (
+from rbctl.grading import verify as grading
+from rbctl.grading.verify import (
     GradeResult,
     answers_equivalent,
     extract_boxed,

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rbctl.grading import STATUSES, grade_detailed
+from rbctl.grading.verify import STATUSES, grade_detailed
 
 TIMEOUT_S = 2.0
 SLACK_S = 1.5  # a killed worker is replaced; the replacement's start is not part of the call's limit

@@ -27,7 +27,7 @@ P = 2  # prompts per step
 def tiny_model_and_tokenizer():
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from rbctl.builtin import TaskSpec, build_tokenizer
+    from rbctl.tasks.links import TaskSpec, build_tokenizer
 
     tokenizer = build_tokenizer(TaskSpec())
     torch.manual_seed(0)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from rbctl.errors import UserError
-from rbctl.launchers import LauncherCfg, NullQueue, make_executor, submit_runs
+from rbctl.sweep.launchers import LauncherCfg, NullQueue, make_executor, submit_runs
 
 pytest.importorskip("submitit")
 
@@ -93,7 +93,7 @@ class _FakeExecutor:
 
 def test_max_parallel_throttles_local_submission(tmp_path, monkeypatch):
     ex = _FakeExecutor()
-    monkeypatch.setattr("rbctl.launchers.make_executor", lambda cfg, folder: ex)
+    monkeypatch.setattr("rbctl.sweep.launchers.make_executor", lambda cfg, folder: ex)
     jobs = [(f"r{i}", lambda key, x: square(key, x), (i,)) for i in range(5)]
     res = submit_runs(jobs, LauncherCfg(cluster="local", max_parallel=2, poll_s=0.001), folder=tmp_path)
     assert [r["value"] for r in res.values()] == [0, 1, 4, 9, 16]
@@ -143,7 +143,7 @@ def test_launcher_section_is_validated():
 
 
 def test_timeout_or_preemption_requeues_the_same_call_and_lets_systemexit_through():
-    from rbctl.launchers import _Guarded
+    from rbctl.sweep.launchers import _Guarded
 
     g = _Guarded()
     again = g.checkpoint("k", square, ("k", 2))  # what submitit calls on USR2 before requeueing

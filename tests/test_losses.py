@@ -1,4 +1,4 @@
-"""Tests of rbctl.losses against hand-computed values and slow plain-Python references."""
+"""Tests of rbctl.algo.losses against hand-computed values and slow plain-Python references."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 from torch.testing import assert_close
 
 from rbctl.errors import UserError
-from rbctl.losses import (
+from rbctl.algo.losses import (
     LOSS_AGG,
     BatchNorm,
     adaptive_alpha,

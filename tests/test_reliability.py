@@ -14,7 +14,7 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
-from rbctl.faults import kill_and_resume_training, kill_when, logged_steps
+from scripts.faults import kill_and_resume_training, kill_when, logged_steps
 from tests.conftest import TINY_TRAIN
 
 STEPS = 10
@@ -27,7 +27,7 @@ def _config(tmp_path: Path) -> Path:
     return path
 
 
-from rbctl.faults import train_cmd as _train_cmd  # noqa: E402
+from scripts.faults import train_cmd as _train_cmd  # noqa: E402
 
 
 _metrics_steps = logged_steps
@@ -39,9 +39,9 @@ def _final_weights(run: Path) -> dict:
 
 def _warm(rbctl_cache, tmp_path):
     """Build the warm start in-process first so the subprocesses only train."""
-    from rbctl.config import TrainConfig
-    from rbctl.models import load_policy
-    from rbctl.trainer import task_spec, warm_start_spec
+    from rbctl.config.train import TrainConfig
+    from rbctl.rollout.models import load_policy
+    from rbctl.train.trainer import task_spec, warm_start_spec
 
     cfg = TrainConfig.model_validate(TINY_TRAIN)
     load_policy("builtin", builtin_task=task_spec(cfg), builtin_warm_start=warm_start_spec(cfg), log=lambda *a: None)
@@ -67,7 +67,7 @@ def test_sigkill_at_random_moments_then_resume_equals_an_uninterrupted_run(rbctl
 
 
 def test_torn_checkpoint_and_torn_metrics_line_are_skipped_on_resume(tiny_config, tmp_path, capsys):
-    from rbctl.trainer import train
+    from rbctl.train.trainer import train
 
     cfg = tiny_config(steps=4, save_every=2)
     straight = tmp_path / "straight"
@@ -98,7 +98,7 @@ def test_torn_checkpoint_and_torn_metrics_line_are_skipped_on_resume(tiny_config
 
 
 def test_a_corrupted_checkpoint_fails_its_integrity_check_and_the_previous_one_is_used(tiny_config, tmp_path):
-    from rbctl.trainer import last_good_checkpoint_step, train
+    from rbctl.train.trainer import last_good_checkpoint_step, train
 
     cfg = tiny_config(steps=4, save_every=2)
     run = tmp_path / "run"
@@ -118,7 +118,7 @@ def _steps(run):
 
 @pytest.mark.slow
 def test_sigkill_mid_sweep_then_rerun_does_only_the_missing_work(rbctl_cache, tmp_path):
-    from rbctl.ablate import read_state
+    from rbctl.sweep.ablate import read_state
 
     _warm(rbctl_cache, tmp_path)
     (tmp_path / "base.yaml").write_text(yaml.safe_dump({**TINY_TRAIN, "steps": 4}))

@@ -1,4 +1,4 @@
-"""Tests of rbctl.report on hand-made run and sweep directories (no training, no model)."""
+"""Tests of rbctl.report.build on hand-made run and sweep directories (no training, no model)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from rbctl.errors import UserError
-from rbctl.evalmetrics import bootstrap_ci_2d
-from rbctl.report import (
+from rbctl.grading.metrics import bootstrap_ci_2d
+from rbctl.report.build import (
     arm_colors,
     band,
     bootstrap_diff_ci,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rbctl.rollout import HFEngine, SamplingParams
+from rbctl.rollout.hf import HFEngine, SamplingParams
 
 EOS = 2
 
@@ -62,7 +62,7 @@ def test_greedy_with_n_copies_repeats_the_single_answer():
 
 
 def test_decoding_from_the_repeated_prompt_cache_gives_the_full_forward_logits():
-    from rbctl.rollout import forward_with_cache, left_pad, new_cache, position_ids
+    from rbctl.rollout.hf import forward_with_cache, left_pad, new_cache, position_ids
 
     model = _tiny_llama(0)
     ids, mask = left_pad(PROMPTS, 0)

@@ -12,7 +12,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from rbctl.trainer import RolloutBatch, Trainer, train
+from rbctl.train.trainer import RolloutBatch, Trainer, train
 
 
 def _free_port() -> int:
@@ -47,7 +47,7 @@ def _ddp_worker(rank: int, world: int, port: int, cfg_json: str, batch_path: str
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
-    from rbctl.config import TrainConfig
+    from rbctl.config.train import TrainConfig
 
     cfg = TrainConfig.model_validate(json.loads(cfg_json))
     tr = Trainer(cfg, os.path.join(out_dir, f"rank{rank}"), log=lambda *a: None)
@@ -59,7 +59,7 @@ def _ddp_worker(rank: int, world: int, port: int, cfg_json: str, batch_path: str
 
 
 def test_two_gloo_ranks_update_like_one_process_on_the_global_batch(tiny_config, tmp_path, monkeypatch):
-    import rbctl.trainer as trainer_mod
+    import rbctl.train.trainer as trainer_mod
 
     # Same per-row forward in both (DDP turns the shared-prompt path off), so only summation order differs.
     monkeypatch.setattr(trainer_mod, "_can_share_prompts", lambda *a, **k: False)
@@ -83,9 +83,9 @@ def test_two_gloo_ranks_update_like_one_process_on_the_global_batch(tiny_config,
 
 def test_lora_trains_adapters_only_with_the_base_as_reference(tiny_config, tmp_path):
     pytest.importorskip("peft")
-    from rbctl import builtin
-    from rbctl.models import load_policy
-    from rbctl.trainer import task_spec, warm_start_spec
+    from rbctl.tasks import links as builtin
+    from rbctl.rollout.models import load_policy
+    from rbctl.train.trainer import task_spec, warm_start_spec
 
     cfg = tiny_config(model__lora="{r: 4, alpha: 8, target_modules: all-linear}", steps=3, save_every=3)
     run = tmp_path / "lora"
@@ -107,7 +107,7 @@ def test_lora_trains_adapters_only_with_the_base_as_reference(tiny_config, tmp_p
 def test_a_run_stops_after_too_many_nonfinite_steps(tiny_config, tmp_path, monkeypatch):
     from rbctl.errors import UserError
 
-    import rbctl.trainer as trainer_mod
+    import rbctl.train.trainer as trainer_mod
 
     real = trainer_mod.ppo_clip_loss
 

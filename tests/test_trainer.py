@@ -9,7 +9,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from rbctl.trainer import build_batch, prompt_order, response_logits, train
+from rbctl.train.trainer import build_batch, prompt_order, response_logits, train
 
 REQUIRED_KEYS = [
     "step", "reward/mean", "acc/mean", "entropy", "kappa", "kappa_eff", "adv/gap", "groups/frac_all_correct",
@@ -28,8 +28,8 @@ def _weights(run_dir, step):
 
 
 def test_smoke_run_changes_parameters_and_logs_every_metric(tiny_config, tmp_path):
-    from rbctl import builtin
-    from rbctl.trainer import task_spec, warm_start_spec
+    from rbctl.tasks import links as builtin
+    from rbctl.train.trainer import task_spec, warm_start_spec
 
     cfg = tiny_config()
     run = tmp_path / "run"
@@ -112,7 +112,7 @@ def test_prompt_order_is_a_permutation_per_epoch():
 def test_response_logits_are_invariant_to_left_padding():
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from rbctl.rollout import Sample
+    from rbctl.rollout.hf import Sample
 
     torch.manual_seed(0)
     model = LlamaForCausalLM(LlamaConfig(vocab_size=16, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
@@ -130,7 +130,7 @@ def test_response_logits_are_invariant_to_left_padding():
 def test_shared_prompt_forward_gives_the_logits_and_gradients_of_the_full_forward():
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from rbctl.rollout import Sample
+    from rbctl.rollout.hf import Sample
 
     torch.manual_seed(0)
     model = LlamaForCausalLM(LlamaConfig(vocab_size=16, hidden_size=16, intermediate_size=32, num_hidden_layers=2,

@@ -13,10 +13,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from rbctl import vllm_engine
+from rbctl.rollout import vllm as vllm_engine
 from rbctl.errors import UserError
-from rbctl.rollout import Sample, SamplingParams
-from rbctl.vllm_engine import (
+from rbctl.rollout.hf import Sample, SamplingParams
+from rbctl.rollout.vllm import (
     VLLM_MISSING,
     VLLMEngine,
     engine_logprobs_tensor,
@@ -132,7 +132,7 @@ def tiny():
     """A tiny Llama over the built-in character tokenizer (EOS id 2)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from rbctl.builtin import TaskSpec, build_tokenizer
+    from rbctl.tasks.links import TaskSpec, build_tokenizer
 
     tok = build_tokenizer(TaskSpec())
     torch.manual_seed(0)
@@ -387,7 +387,7 @@ def real_vllm(real, monkeypatch):
 
 
 def _chat_prompts(tok, questions):
-    from rbctl.prompting import encode_prompts
+    from rbctl.tasks.prompting import encode_prompts
 
     return encode_prompts(tok, questions, "chat", instruction="")
 

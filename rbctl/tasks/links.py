@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from rbctl.benchmarks import Benchmark, Problem, register
+from rbctl.tasks.registry import Benchmark, Problem, register
 
 LETTERS = "abcdefghijklmnop"
 SPECIALS = ("<pad>", "<s>", "</s>")

@@ -33,7 +33,7 @@ from typing import Any, Callable, Hashable, Literal, Optional
 
 from pydantic import Field
 
-from rbctl.config import Section
+from rbctl.config.train import Section
 from rbctl.errors import UserError
 
 SUBMITIT_MISSING = "--launcher submitit needs submitit: pip install submitit"

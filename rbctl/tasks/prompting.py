@@ -30,7 +30,7 @@ def resolve_template(tokenizer, template: str, builtin_model: bool = False) -> s
 def render_prompt(tokenizer, problem: str, template: str, instruction: str = MATH_INSTRUCTION) -> str:
     """The prompt text for one problem (template already resolved)."""
     if template == "builtin":
-        from rbctl.builtin import format_problem
+        from rbctl.tasks.links import format_problem
 
         return format_problem(problem)
     user = f"{problem}\n{instruction}" if instruction else problem

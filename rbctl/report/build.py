@@ -41,10 +41,10 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from rbctl.fsutil import atomic_output, write_atomic
+from rbctl.store.atomic import atomic_output, write_atomic
 from rbctl.errors import UserError
-from rbctl.evalmetrics import bootstrap_ci_2d, pass_at_k
-from rbctl.tracking import read_jsonl
+from rbctl.grading.metrics import bootstrap_ci_2d, pass_at_k
+from rbctl.train.tracking import read_jsonl
 
 KAPPA_EFF_WINDOW = 5  # logged κ_eff values per centred rolling mean: one batch's κ_eff is noisy
 FINAL_FRACTION = 0.1  # "final" entropy / κ_eff = mean over the last 10% of each run's logged values

@@ -23,15 +23,15 @@ from typing import Any, Optional
 import yaml
 from pydantic import Field, field_validator
 
-from rbctl.config import Section, TrainConfig, apply_overrides, read_yaml, validate
-from rbctl.launchers import LauncherCfg
+from rbctl.config.train import Section, TrainConfig, apply_overrides, read_yaml, validate
+from rbctl.sweep.launchers import LauncherCfg
+from rbctl.config.presets import preset
 from rbctl.errors import UserError
-from rbctl.fsutil import write_atomic
+from rbctl.store.atomic import write_atomic
 
 # Arms must get equal compute: these keys may differ between arms only when the sweep says so.
 COMPUTE_KEYS = ("steps", "rollout.prompts_per_step", "rollout.group_size", "rollout.max_new_tokens", "algo.ppo_epochs")
-REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_SWEEP = REPO_ROOT / "configs" / "ablate_quickstart.yaml"
+DEFAULT_SWEEP = preset("ablate_quickstart.yaml")
 DEFAULT_OUT = Path("runs") / "ablate_quickstart"
 
 
@@ -130,7 +130,7 @@ def write_state(sweep_dir: Path, state: dict) -> None:
 
 
 def final_eval_done(run_dir: Path, steps: int, benchmarks: list[str]) -> bool:
-    from rbctl.evaluate import bench_dir_name
+    from rbctl.eval.pipeline import bench_dir_name
 
     ev = run_dir / "eval" / f"step_{steps:06d}"
     return all((ev / bench_dir_name(b) / "summary.json").exists() for b in benchmarks)
@@ -163,10 +163,10 @@ class SweepLock:
 
 def final_eval(cfg: TrainConfig, run_dir: Path, ecfg) -> dict:
     """Evaluate the run's final checkpoint into RUN_DIR/eval/step_XXXXXX/ (where `report` looks)."""
-    from rbctl.evaluate import evaluate_policy
-    from rbctl.models import load_policy
-    from rbctl.evaluate import load_problems
-    from rbctl.trainer import task_spec
+    from rbctl.eval.pipeline import evaluate_policy
+    from rbctl.rollout.models import load_policy
+    from rbctl.eval.pipeline import load_problems
+    from rbctl.train.trainer import task_spec
 
     policy = load_policy(str(run_dir), device=cfg.model.device, dtype=cfg.model.dtype, step=cfg.steps, log=lambda *a: None)
     problems = load_problems(ecfg, task_spec(cfg))  # `builtin` = the run's own task
@@ -186,8 +186,8 @@ def _run_one(run_dir: str, cfg_dict: dict, meta: dict, eval_dict: dict, threads:
     _quiet_libraries()
     key = f"{meta['arm']}/seed_{meta['seed']}"
     try:
-        from rbctl.evaluate import EvalConfig
-        from rbctl.trainer import train
+        from rbctl.eval.pipeline import EvalConfig
+        from rbctl.train.trainer import train
 
         cfg = TrainConfig.model_validate(cfg_dict)
         rd = Path(run_dir)
@@ -261,11 +261,11 @@ def run_sweep(sweep_path: Path, sweep_dir: Path, jobs: int | None = None, force:
 
 def _prepare_shared(configs: dict[str, TrainConfig], log) -> None:
     """Build the cached warm start once, before the workers start, instead of in every worker."""
-    from rbctl.trainer import task_spec, warm_start_spec
+    from rbctl.train.trainer import task_spec, warm_start_spec
 
     for cfg in configs.values():
         if cfg.model.name == "builtin":
-            from rbctl import builtin
+            from rbctl.tasks import links as builtin
 
             builtin.warm_started(task_spec(cfg), warm_start_spec(cfg), log=log)
 
@@ -307,7 +307,7 @@ def _execute(todo, sweep: SweepConfig, sweep_dir: Path, state: dict, jobs: int, 
 
 def _execute_submitit(todo, sweep: SweepConfig, sweep_dir: Path, state: dict, log) -> None:
     """Run the jobs through submitit (Slurm, or its local/debug executors) instead of the process pool."""
-    from rbctl.launchers import NullQueue, submit_runs
+    from rbctl.sweep.launchers import NullQueue, submit_runs
 
     lcfg = sweep.launcher or LauncherCfg()
     jobs = [(key, _run_one, (str(rd), cfg.model_dump(mode="json"), meta, sweep.eval.model_dump(mode="json"),

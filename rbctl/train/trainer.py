@@ -4,7 +4,7 @@ How one step runs (and where it departs from a textbook GRPO loop):
 1. P prompts are taken in a seeded order (a fresh permutation of the pool each epoch), and G
    rollouts each are sampled with a seed derived from (run seed, step): a resumed run samples
    exactly what an uninterrupted one would.
-2. Rewards: the built-in task's exact checker, or the shared math grader (`rbctl.grading`).
+2. Rewards: the built-in task's exact checker, or the shared math grader (`rbctl.grading.verify`).
 3. Advantages from `rbctl.algo.compute_advantages` ([P, G] → [P, G]), broadcast over tokens.
 4. `ppo_epochs` optimizer steps on the batch. The log-probs of the first epoch's forward pass are
    the behaviour policy's (nothing has changed yet), so no separate "old log-prob" pass is run.
@@ -34,11 +34,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rbctl import __version__, algo
-from rbctl.config import TrainConfig, dump_config, validate
+from rbctl import __version__
+from rbctl import algo
+from rbctl.config.train import TrainConfig, dump_config, validate
 from rbctl.errors import UserError
-from rbctl.fsutil import write_atomic
-from rbctl.losses import (
+from rbctl.store.atomic import write_atomic
+from rbctl.algo.losses import (
     BatchNorm,
     adaptive_alpha,
     aggregation_weights,
@@ -47,8 +48,8 @@ from rbctl.losses import (
     token_entropy,
     token_logprobs,
 )
-from rbctl.rollout import SamplingParams
-from rbctl.tracking import Tracker, append_jsonl, truncate_jsonl
+from rbctl.rollout.hf import SamplingParams
+from rbctl.train.tracking import Tracker, append_jsonl, truncate_jsonl
 
 CKPT_DONE = "COMPLETE"  # written last into a checkpoint directory: its absence marks a torn checkpoint
 
@@ -100,7 +101,7 @@ def response_logits(model, input_ids, attention_mask, prompt_width: int, group_s
     (where it is measured and tested; on GPUs every row runs whole, as before) where the model
     supports it (`rollout.prefix_cache_supported`), without gradient checkpointing, and without
     active dropout (which would draw one prompt mask for the whole group)."""
-    from rbctl.rollout import forward_with_cache, new_cache, position_ids
+    from rbctl.rollout.hf import forward_with_cache, new_cache, position_ids
 
     positions = position_ids(attention_mask)
     lr = input_ids.shape[1] - prompt_width
@@ -120,7 +121,7 @@ def response_logits(model, input_ids, attention_mask, prompt_width: int, group_s
 
 
 def _can_share_prompts(model, input_ids, attention_mask, prompt_width: int, group_size: int) -> bool:
-    from rbctl.rollout import prefix_cache_supported
+    from rbctl.rollout.hf import prefix_cache_supported
 
     return (group_size > 1 and input_ids.device.type == "cpu"
             and _shares_prompts(input_ids, attention_mask, prompt_width, group_size)
@@ -158,7 +159,8 @@ def _shares_prompts(input_ids, attention_mask, prompt_width: int, group_size: in
 
 
 def load_training_problems(cfg: TrainConfig):
-    from rbctl import benchmarks, builtin
+    from rbctl.tasks import registry as benchmarks
+    from rbctl.tasks import links as builtin
 
     d = cfg.data
     if d.source == "builtin":
@@ -171,7 +173,7 @@ def load_training_problems(cfg: TrainConfig):
 
 
 def task_spec(cfg: TrainConfig):
-    from rbctl.builtin import TaskSpec
+    from rbctl.tasks.links import TaskSpec
 
     b = cfg.data.builtin
     return TaskSpec(num_keys=b.num_keys, min_hops=b.min_hops, max_hops=b.max_hops,
@@ -179,7 +181,7 @@ def task_spec(cfg: TrainConfig):
 
 
 def warm_start_spec(cfg: TrainConfig):
-    from rbctl.builtin import WarmStartSpec
+    from rbctl.tasks.links import WarmStartSpec
 
     b = cfg.data.builtin
     return WarmStartSpec(demo_error=b.demo_error, steps=b.warm_start_steps)
@@ -191,10 +193,10 @@ def reward_function(cfg: TrainConfig):
     The built-in task has its own exact checker; everything else goes through the shared math
     grader, in parallel worker processes, and its time-outs and errors are counted (as wrong)."""
     if cfg.data.source == "builtin":
-        from rbctl.builtin import check
+        from rbctl.tasks.links import check
 
         return lambda completions, answers: ([check(c, a) for c, a in zip(completions, answers)], 0)
-    from rbctl.grading import grade_many
+    from rbctl.grading.verify import grade_many
 
     def fn(completions: list[str], answers: list[str]) -> tuple[list[bool], int]:
         results = grade_many(completions, answers)
@@ -227,7 +229,7 @@ def provenance(cfg: TrainConfig, device: torch.device) -> dict:
 
     def git_commit():
         try:
-            root = Path(__file__).resolve().parents[1]
+            root = Path(__file__).resolve().parents[2]
             return subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
                                   text=True, timeout=5).stdout.strip() or None
         except (OSError, subprocess.SubprocessError):
@@ -348,7 +350,7 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, state: dict, kee
 
 class Trainer:
     def __init__(self, cfg: TrainConfig, run_dir: Path, log=print):
-        from rbctl.models import load_policy
+        from rbctl.rollout.models import load_policy
 
         self.cfg = cfg
         self.run_dir = Path(run_dir)
@@ -357,7 +359,7 @@ class Trainer:
             torch.set_num_threads(cfg.threads)
         if cfg.rollout.engine == "vllm":
             raise UserError("rollout.engine 'vllm' is not available yet (scale-out issue); use 'hf'")
-        from rbctl.distributed import init_from_env
+        from rbctl.train.distributed import init_from_env
 
         self.dist = init_from_env()
         self.resume_step = last_good_checkpoint_step(self.run_dir, log=log if self.dist.is_main else None)
@@ -379,7 +381,7 @@ class Trainer:
             raise UserError("rollout.engine 'vllm' cannot load a GGUF file here; use the model's Hugging Face id or directory")
         self.engine = None
         if cfg.rollout.engine == "vllm":  # built first: vLLM checks that its share of GPU memory is free
-            from rbctl.vllm_engine import VLLMEngine
+            from rbctl.rollout.vllm import VLLMEngine
 
             v = cfg.rollout.vllm
             self.engine = VLLMEngine(base.model, base.tokenizer, model_name_or_path=base.source,
@@ -426,13 +428,13 @@ class Trainer:
         self.problems = load_training_problems(cfg)
         if not self.problems:
             raise UserError("the training data has no problems")
-        from rbctl.prompting import resolve_template
+        from rbctl.tasks.prompting import resolve_template
 
         self.template = resolve_template(self.tokenizer, cfg.data.template, builtin_model=self.builtin)
         self._prompt_cache: dict[int, list[int]] = {}
         self.reward_fn = reward_function(cfg)
         if self.engine is None:
-            from rbctl.rollout import HFEngine
+            from rbctl.rollout.hf import HFEngine
 
             self.engine = HFEngine(self.model, self.tokenizer, max_batch=cfg.rollout.max_batch)
         self.pad_id = self.engine.pad_id
@@ -462,7 +464,7 @@ class Trainer:
     def prompt_ids(self, idx: int) -> list[int]:
         """Prompts are encoded once and cached: no re-tokenisation per step."""
         if idx not in self._prompt_cache:
-            from rbctl.prompting import encode_prompts
+            from rbctl.tasks.prompting import encode_prompts
 
             self._prompt_cache[idx] = encode_prompts(self.tokenizer, [self.problems[idx].problem], self.template,
                                                      self.cfg.data.instruction)[0]
@@ -490,7 +492,7 @@ class Trainer:
         ids, attn, resp, rmask, lp = build_batch(prompts, samples, self.pad_id)
         engine_logp = None
         if samples and samples[0] and samples[0][0].logprobs is not None:
-            from rbctl.vllm_engine import engine_logprobs_tensor
+            from rbctl.rollout.vllm import engine_logprobs_tensor
 
             engine_logp = engine_logprobs_tensor(samples, resp.shape[1])
         batch = RolloutBatch(ids, attn, resp, rmask, lp, rewards, correct, adv[mine], engine_logp)
@@ -557,7 +559,7 @@ class Trainer:
                     w = aggregation_weights(mask, a.loss_agg, norm)
                     loss_mat = pg.loss_mat
                     if batch.engine_logp is not None and a.tis_cap is not None:
-                        from rbctl.vllm_engine import tis_weights
+                        from rbctl.rollout.vllm import tis_weights
 
                         loss_mat = loss_mat * tis_weights(old_logp[k], batch.engine_logp[sl].to(dev), a.tis_cap)
                     kl = None
@@ -589,7 +591,7 @@ class Trainer:
             stats["loss"] += loss_total / a.ppo_epochs
         self.sched.step()
         if batch.engine_logp is not None:
-            from rbctl.vllm_engine import logprob_mismatch
+            from rbctl.rollout.vllm import logprob_mismatch
 
             stats["logprob_diff"] = logprob_mismatch(batch.engine_logp.to(dev), torch.cat(old_logp), batch.response_mask.to(dev))
             self.engine.sync_weights(self.model)  # the next rollout samples from the updated policy
@@ -757,8 +759,8 @@ def train(cfg: TrainConfig, run_dir: Path, force: bool = False, progress: bool =
 
 def _periodic_eval(tr: Trainer, cfg: TrainConfig, run_dir: Path, step: int, metrics: dict) -> None:
     """Held-out evaluation during training; one line per benchmark in RUN_DIR/eval.jsonl."""
-    from rbctl.evaluate import EvalConfig, evaluate_policy, load_problems, periodic_eval_lines
-    from rbctl.models import LoadedPolicy
+    from rbctl.eval.pipeline import EvalConfig, evaluate_policy, load_problems, periodic_eval_lines
+    from rbctl.rollout.models import LoadedPolicy
 
     e = cfg.eval
     ecfg = EvalConfig(benchmarks=e.benchmarks, n=e.n, temperature=e.temperature, top_p=e.top_p, limit=e.limit,

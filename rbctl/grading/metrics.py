@@ -77,11 +77,11 @@ def maj_at_k(
     ``answers[i][j]`` is the extracted answer of sample j of problem i (None: no answer) and
     ``correct[i][j]`` its grade. A problem counts as correct if the winning cluster's first member
     is correct (members of a cluster are equivalent, so they share the verdict). A problem where no
-    sample answered counts as wrong. ``equivalent`` defaults to ``rbctl.grading.answers_equivalent``
+    sample answered counts as wrong. ``equivalent`` defaults to ``rbctl.grading.verify.answers_equivalent``
     (math-verify); clustering is described in ``majority_cluster``.
     """
     if equivalent is None:
-        from rbctl.grading import answers_equivalent as equivalent
+        from rbctl.grading.verify import answers_equivalent as equivalent
     if len(answers) != len(correct) or not answers:
         raise ValueError("answers and correct must be non-empty and list the same problems")
     hits = 0
@@ -178,7 +178,7 @@ def summarize(
         raise ValueError(f"{len(answers)} answer lists for {n_problems} problems")
     ks = list(ks) if ks is not None else default_ks(n)
     if equivalent is None:
-        from rbctl.grading import answers_equivalent as equivalent
+        from rbctl.grading.verify import answers_equivalent as equivalent
     equivalent = _memoized(equivalent)  # maj@k for several k re-compares the same pairs
     c = correct.sum(axis=1)
     out = {f"avg@{n}": _with_ci(correct.mean(axis=1), n_boot, seed)}

@@ -15,7 +15,7 @@ number comes from is printed beside it: N from the cached model config (exact co
 device), else a table of known sizes; prompt tokens from the cached tokenizer on cached data,
 else ≈ 4 characters per token of the cached data, else a stated assumption.
 
-    python -m rbctl.dryrun configs/paper_qwen3_8b.yaml [--set key=value ...]
+    python -m rbctl.train.plan configs/paper_qwen3_8b.yaml [--set key=value ...]
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rbctl.config import TrainConfig
+from rbctl.config.train import TrainConfig
 
 # Parameter counts of models the recipes name, for when their config is not cached
 # (both computed from the published configs: embeddings + layers, tied or not).
@@ -111,7 +111,7 @@ def _read_some(path: Path, limit: int) -> list[dict]:
 
 
 def _get_field(record: dict, dotted: str):
-    from rbctl.benchmarks import _get_field
+    from rbctl.tasks.registry import _get_field
 
     return _get_field(record, dotted)
 
@@ -143,8 +143,8 @@ def _load_tokenizer(model_dir: Path):
 def _resolve_model(cfg: TrainConfig, r: Resolved, cache_dir) -> None:
     name = cfg.model.name
     if name == "builtin":
-        from rbctl import builtin
-        from rbctl.trainer import task_spec, warm_start_spec
+        from rbctl.tasks import links as builtin
+        from rbctl.train.trainer import task_spec, warm_start_spec
 
         spec, ws = task_spec(cfg), warm_start_spec(cfg)
         r.tokenizer = builtin.build_tokenizer(spec)
@@ -155,7 +155,7 @@ def _resolve_model(cfg: TrainConfig, r: Resolved, cache_dir) -> None:
         return
     p = Path(name).expanduser()
     if p.exists():
-        from rbctl.models import resolve_source
+        from rbctl.rollout.models import resolve_source
 
         try:
             src, gguf = resolve_source(name)
@@ -189,8 +189,8 @@ def _resolve_model(cfg: TrainConfig, r: Resolved, cache_dir) -> None:
 def _resolve_data(cfg: TrainConfig, r: Resolved, cache_dir) -> None:
     d = cfg.data
     if d.source == "builtin":
-        from rbctl import builtin
-        from rbctl.trainer import task_spec
+        from rbctl.tasks import links as builtin
+        from rbctl.train.trainer import task_spec
 
         probs = builtin.problems(task_spec(cfg), "train")
         r.records = [{"problem": q.problem, "answer": q.answer} for q in probs[:SAMPLE_RECORDS]]
@@ -235,7 +235,7 @@ def _has(record: dict, dotted: str) -> bool:
 
 def _prompt_tokens(cfg: TrainConfig, r: Resolved) -> tuple[float, str]:
     """Mean prompt length in tokens, and how it was obtained."""
-    from rbctl.prompting import encode_prompts, render_prompt, resolve_template
+    from rbctl.tasks.prompting import encode_prompts, render_prompt, resolve_template
 
     if r.records:
         problems = [str(_get_field(rec, cfg.data.problem_field)) for rec in r.records]
@@ -365,10 +365,10 @@ def dry_run(cfg: TrainConfig, *, source: str | None = None, cache_dir: str | Pat
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    from rbctl.config import load_train_config
+    from rbctl.config.train import load_train_config
     from rbctl.errors import UserError
 
-    ap = argparse.ArgumentParser(prog="python -m rbctl.dryrun", description="Print a training recipe's plan, offline.")
+    ap = argparse.ArgumentParser(prog="python -m rbctl.train.plan", description="Print a training recipe's plan, offline.")
     ap.add_argument("config", type=Path)
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     args = ap.parse_args(argv)

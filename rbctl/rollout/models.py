@@ -89,7 +89,7 @@ def load_policy(
 
     gguf = None
     if name_or_path == "builtin":
-        from rbctl import builtin
+        from rbctl.tasks import links as builtin
 
         src = str(builtin.warm_started(builtin_task or builtin.TaskSpec(), builtin_warm_start or builtin.WarmStartSpec(), log=log))
     else:

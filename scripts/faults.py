@@ -1,6 +1,6 @@
 """Fault injection: SIGKILL `rbctl train` / `rbctl ablate` at random moments and resume.
 
-`python -m rbctl.faults [--kills 20] [--steps 120] [--seed 0]` trains the embedded default (small
+`python -m scripts.faults [--kills 20] [--steps 120] [--seed 0]` trains the embedded default (small
 settings) once straight through and once under repeated SIGKILLs with resumes, then prints how
 many resumes succeeded and whether the metrics and final weights equal the uninterrupted run's.
 """
@@ -22,7 +22,7 @@ def train_cmd(cfg: Path, run: Path) -> list[str]:
 
 
 def logged_steps(run: Path) -> list[int]:
-    from rbctl.tracking import read_jsonl
+    from rbctl.train.tracking import read_jsonl
 
     return [r["step"] for r in read_jsonl(run / "metrics.jsonl")]
 

@@ -1,12 +1,12 @@
 """rbctl against TRL's `GRPOTrainer`, side by side on the embedded default's GRPO workload.
 
-    python -m rbctl.bench [--steps 12] [--rounds 3] [--threads 1] [--log-kl]
+    python -m scripts.bench_trl [--steps 12] [--rounds 3] [--threads 1] [--log-kl]
 
 TRL is an optional extra (`pip install -e ".[trl]"`), not a dependency of rbctl.
 
 How the two runs are matched (the workload is read from configs/quickstart.yaml, the one source of
 truth, and mapped onto `GRPOConfig`):
-1. Same policy and tokenizer: the cached warm-started built-in model (`rbctl.builtin.warm_started`),
+1. Same policy and tokenizer: the cached warm-started built-in model (`rbctl.tasks.links.warm_started`),
    loaded from disk by each framework; same prompts (the built-in task's train split, prompt text
    `builtin.format_problem`), same reward (`builtin.check`, 1 if exact else 0).
 2. Same step: P prompts × G rollouts, max new tokens, temperature, top_p, one optimizer step per
@@ -61,7 +61,7 @@ MATMUL_N = 2048  # large enough that torch.mm runs near the machine's peak float
 
 def workload_config(steps: int, threads: int, log_kl: bool):
     """The quickstart config as benchmarked: no periodic eval, one checkpoint (at the last step)."""
-    from rbctl.config import load_train_config
+    from rbctl.config.train import load_train_config
 
     overrides = ["eval.every=0", f"steps={steps}", f"save_every={steps}", f"threads={threads}",
                  f"algo.log_kl={str(log_kl).lower()}"]
@@ -94,10 +94,10 @@ def _param_count(model) -> int:
 
 
 def run_rbctl(steps: int, threads: int, log_kl: bool) -> dict:
-    from rbctl.builtin import warm_started
-    from rbctl.prompting import encode_prompts
-    from rbctl.rollout import prefix_cache_supported
-    from rbctl.trainer import load_training_problems, prompt_order, task_spec, train, warm_start_spec
+    from rbctl.tasks.links import warm_started
+    from rbctl.tasks.prompting import encode_prompts
+    from rbctl.rollout.hf import prefix_cache_supported
+    from rbctl.train.trainer import load_training_problems, prompt_order, task_spec, train, warm_start_spec
 
     _set_threads(threads)
     cfg = workload_config(steps, threads, log_kl)
@@ -177,8 +177,8 @@ def run_trl(steps: int, threads: int) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOTrainer
 
-    from rbctl.builtin import check, format_problem, warm_started
-    from rbctl.trainer import load_training_problems, task_spec, warm_start_spec
+    from rbctl.tasks.links import check, format_problem, warm_started
+    from rbctl.train.trainer import load_training_problems, task_spec, warm_start_spec
 
     _set_threads(threads)
     cfg = workload_config(steps, threads, log_kl=False)
@@ -253,7 +253,7 @@ def spawn(kind: str, args) -> dict:
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads),
                TOKENIZERS_PARALLELISM="false")
     with tempfile.NamedTemporaryFile(suffix=".json") as f:
-        cmd = [sys.executable, "-m", "rbctl.bench", "--worker", kind, "--out", f.name, "--steps", str(args.steps),
+        cmd = [sys.executable, "-m", "scripts.bench_trl", "--worker", kind, "--out", f.name, "--steps", str(args.steps),
                "--threads", str(args.threads)] + (["--log-kl"] if args.log_kl else [])
         proc = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True)
         if proc.returncode != 0:
@@ -377,7 +377,7 @@ def main() -> None:
     ap.add_argument("--out", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.threads is None:
-        from rbctl.config import load_train_config
+        from rbctl.config.train import load_train_config
 
         args.threads = load_train_config(QUICKSTART).threads or os.cpu_count()
     if args.worker:
@@ -389,8 +389,8 @@ def main() -> None:
         import trl  # noqa: F401
     except ImportError:
         sys.exit('TRL is not installed; it is an optional extra: pip install -e ".[trl]"')
-    from rbctl.builtin import warm_started
-    from rbctl.trainer import task_spec, warm_start_spec
+    from rbctl.tasks.links import warm_started
+    from rbctl.train.trainer import task_spec, warm_start_spec
 
     cfg = workload_config(args.steps, args.threads, args.log_kl)
     warm_started(task_spec(cfg), warm_start_spec(cfg))  # built once and cached, outside the timings

@@ -400,8 +400,8 @@ class _Worker:
     """One grading subprocess. Used by one thread at a time (the pool hands it out)."""
 
     def __init__(self) -> None:
-        package_parent = str(Path(__file__).resolve().parents[1])
-        code = "import sys; sys.path.insert(0, sys.argv[1]); from rbctl.grading import _worker_main; _worker_main()"
+        package_parent = str(Path(__file__).resolve().parents[2])
+        code = "import sys; sys.path.insert(0, sys.argv[1]); from rbctl.grading.verify import _worker_main; _worker_main()"
         self.proc = subprocess.Popen(
             [sys.executable, "-c", code, package_parent],
             stdin=subprocess.PIPE,

@@ -1,4 +1,4 @@
-"""Benchmark of the embedded default: `python -m rbctl.bench_train [--steps N] [--config PATH]`.
+"""Benchmark of the embedded default: `python -m scripts.bench_train [--steps N] [--config PATH]`.
 
 Runs configs/quickstart.yaml (without periodic evaluation) in a temporary run directory and prints
 the wall time of the whole run (warm start excluded: it is built once and cached), seconds per
@@ -27,9 +27,9 @@ def main() -> None:
     _quiet_libraries()
     import torch
 
-    from rbctl import builtin
-    from rbctl.config import load_train_config
-    from rbctl.trainer import task_spec, train, warm_start_spec
+    from rbctl.tasks import links as builtin
+    from rbctl.config.train import load_train_config
+    from rbctl.train.trainer import task_spec, train, warm_start_spec
 
     overrides = ["eval.every=0"] + ([f"steps={args.steps}"] if args.steps else [])
     cfg = load_train_config(Path(args.config), overrides)

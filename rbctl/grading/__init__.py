@@ -1,0 +1,20 @@
+"""Grading without torch: answer extraction, the killable math-verify worker pool, eval metrics.
+
+One grader serves evaluation and the training reward (docs/method.md, "Evaluation metrics").
+"""
+
+from rbctl.grading.verify import (
+    STATUSES,
+    GradeResult,
+    answers_equivalent,
+    extract_boxed,
+    grade,
+    grade_answer,
+    grade_detailed,
+    grade_many,
+    precheck,
+    warm_up,
+)
+
+__all__ = ["STATUSES", "GradeResult", "answers_equivalent", "extract_boxed", "grade", "grade_answer",
+           "grade_detailed", "grade_many", "precheck", "warm_up"]
