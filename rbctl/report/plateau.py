@@ -1,0 +1,116 @@
+"""The premature-convergence (plateau) test of one arm (docs/method.md, "Premature convergence")."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+STALL_POINTS = 2.0  # held-out pass@1 change over the last quarter, in points
+BELOW_CEILING_POINTS = 15.0
+ENTROPY_RATIO = 1 / 3
+
+
+@dataclass(frozen=True)
+class Criterion:
+    """One criterion: ``held`` is True/False, or None when it could not be evaluated."""
+
+    name: str
+    held: bool | None
+    value: float | None  # the measured quantity (points, or nats/token)
+    threshold: float | None
+    detail: str
+
+
+@dataclass(frozen=True)
+class PlateauVerdict:
+    stalled: Criterion
+    below_ceiling: Criterion
+    entropy_collapsed: Criterion
+    held: bool  # all three held (an unevaluated criterion does not hold)
+    seeds: int
+    per_seed: dict = field(default_factory=dict)  # seed -> {"change", "final", "entropy_warm", "entropy_final"}
+
+    @property
+    def criteria(self) -> tuple[Criterion, Criterion, Criterion]:
+        return self.stalled, self.below_ceiling, self.entropy_collapsed
+
+
+def _points(steps, values) -> tuple[np.ndarray, np.ndarray]:
+    s, v = np.asarray(steps, dtype=float), np.asarray(values, dtype=float)
+    ok = np.isfinite(s) & np.isfinite(v)
+    order = np.argsort(s[ok], kind="stable")
+    return s[ok][order], v[ok][order]
+
+
+def plateau_check(heldout: dict[int, tuple[list, list]], entropy: dict[int, tuple[list, list]],
+                  ceiling: float | None, *, stall_points: float = STALL_POINTS,
+                  below_points: float = BELOW_CEILING_POINTS, entropy_ratio: float = ENTROPY_RATIO,
+                  fraction: float = 0.25) -> PlateauVerdict:
+    """Whether ONE arm is on a plateau, criterion by criterion, with the numbers.
+
+    ``heldout[seed] = (steps, pass@1)``: held-out pass@1 (avg@n, fractions) at the periodic
+    evaluation steps, step 0 (the warm start) included when logged. ``entropy[seed] = (steps,
+    entropy)``: the training metric ``entropy`` (nats/token) per logged step. ``ceiling``: a reachable
+    pass@1 (fraction), or None (unknown).
+
+    - **stalled**: per seed, T = its last evaluation step; the change is |pass@1(T) − pass@1(t*)| with
+      t* the evaluation step nearest (1 − ``fraction``)·T = ¾T (the earlier one on a tie, never T
+      itself unless it is the only evaluation). Held when the mean over seeds of that change is
+      < ``stall_points`` points.
+    - **below_ceiling**: final pass@1 = pass@1(T) per seed, averaged over seeds; held when
+      ceiling − final ≥ ``below_points`` points. Not evaluated (``held=None``) without a ceiling.
+    - **entropy_collapsed**: per seed, warm = the entropy of its first logged step, final = the mean
+      of the last ``fraction`` (at least one) of its logged values; held when mean final over seeds
+      < ``entropy_ratio`` × mean warm over seeds.
+    - **held**: all three held (a criterion not evaluated does not hold).
+    Values are reported in points (percent) for pass@1 and nats/token for entropy.
+    """
+    changes, finals, per_seed = [], [], {}
+    for seed, (steps, values) in sorted(heldout.items()):
+        s, v = _points(steps, values)
+        if len(s) == 0:
+            continue
+        t = s[-1]
+        earlier = s[:-1] if len(s) > 1 else s
+        j = int(np.argmin(np.abs(earlier - (1 - fraction) * t)))
+        changes.append(abs(v[-1] - v[j]) * 100)
+        finals.append(v[-1] * 100)
+        per_seed.setdefault(seed, {}).update({"change": changes[-1], "final": finals[-1], "t": float(t),
+                                              "t_ref": float(earlier[j])})
+    warms, ends = [], []
+    for seed, (steps, values) in sorted(entropy.items()):
+        _, v = _points(steps, values)
+        if len(v) == 0:
+            continue
+        warms.append(v[0])
+        ends.append(float(v[-max(1, math.ceil(fraction * len(v))):].mean()))
+        per_seed.setdefault(seed, {}).update({"entropy_warm": warms[-1], "entropy_final": ends[-1]})
+
+    if changes:
+        change = float(np.mean(changes))
+        stalled = Criterion("stalled", change < stall_points, change, stall_points,
+                            f"mean over {len(changes)} seed{'s' * (len(changes) != 1)} of |pass@1(T) − pass@1(≈¾T)| = {change:.2f} points "
+                            f"({'<' if change < stall_points else '≥'} {stall_points:g})")
+    else:
+        stalled = Criterion("stalled", None, None, stall_points, "no held-out evaluation")
+    final = float(np.mean(finals)) if finals else None
+    if final is None or ceiling is None or not math.isfinite(ceiling):
+        why = "no held-out evaluation" if final is None else "ceiling unknown"
+        below = Criterion("below_ceiling", None, None, below_points, f"not evaluated: {why}")
+    else:
+        gap = 100 * ceiling - final
+        below = Criterion("below_ceiling", gap >= below_points, gap, below_points,
+                          f"ceiling {100 * ceiling:.1f} − final pass@1 {final:.1f} = {gap:.1f} points "
+                          f"({'≥' if gap >= below_points else '<'} {below_points:g})")
+    if warms:
+        warm, end = float(np.mean(warms)), float(np.mean(ends))
+        ok = end < entropy_ratio * warm
+        entropy_c = Criterion("entropy_collapsed", ok, end, entropy_ratio * warm,
+                              f"final entropy {end:.3f} vs warm start {warm:.3f} nats/token: ratio "
+                              f"{end / warm if warm else math.nan:.2f} ({'<' if ok else '≥'} {entropy_ratio:.3g})")
+    else:
+        entropy_c = Criterion("entropy_collapsed", None, None, None, "no entropy logged")
+    held = all(c.held is True for c in (stalled, below, entropy_c))
+    return PlateauVerdict(stalled, below, entropy_c, held, max(len(changes), len(warms)), per_seed)

@@ -1,0 +1,81 @@
+"""Per-step curves of runs: the ``[steps, seeds]`` frames behind trajectory figures and their bands,
+and each run's final values (entropy, κ_eff, held-out pass@1)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from rbctl.report.load import Run
+from rbctl.report.stats import t_interval_rows, tail_mean
+from rbctl.report.tables import finite
+
+KAPPA_EFF_WINDOW = 5  # logged κ_eff values per centred rolling mean: one batch's κ_eff is noisy
+FINAL_FRACTION = 0.25  # "final" entropy / κ_eff = mean over the last quarter of a run's logged values
+
+
+def avg_value(record: dict):
+    """avg@n of an eval.jsonl line (the key is literally ``avg@n``; older lines: ``avg@<n>``)."""
+    if "avg@n" in record:
+        return record["avg@n"]
+    return next((v for k, v in record.items() if k.startswith("avg@")), None)
+
+
+def run_series(run: Run, key: str, benchmark: str | None = None) -> pd.Series:
+    """One run's finite values by step: metrics.jsonl ``key``, or (``benchmark`` given) the avg@n of
+    that benchmark's eval.jsonl lines (a step-0 line included)."""
+    if benchmark is None:
+        points = {m["step"]: m.get(key) for m in run.metrics if "step" in m}
+    else:
+        points = {e["step"]: avg_value(e) for e in run.evals if e.get("benchmark") == benchmark and "step" in e}
+    return pd.Series({int(k): float(v) for k, v in points.items() if finite(v)}, dtype=float).sort_index()
+
+
+def seed_frame(runs: list[Run], key: str, window: int = 1, benchmark: str | None = None) -> pd.DataFrame:
+    """``[steps, seeds]`` of one metric (``benchmark`` given: avg@n of that benchmark in eval.jsonl).
+
+    Null and non-finite values are dropped; ``window`` > 1 smooths each seed (centred rolling mean)
+    before averaging.
+    """
+    cols = {}
+    for r in runs:
+        s = run_series(r, key, benchmark)
+        if window > 1:
+            s = s.rolling(window, center=True, min_periods=1).mean()
+        if len(s):
+            cols[r.seed] = s
+    return pd.DataFrame(cols).sort_index()
+
+
+def band(frame: pd.DataFrame, level: float = 0.95) -> pd.DataFrame:
+    """Per step: mean over the seeds that logged it, its t-interval over those seeds (NaN where only one
+    seed did), and how many did."""
+    mean, lo, hi = t_interval_rows(frame.to_numpy(dtype=float), level)
+    return pd.DataFrame({"mean": mean, "lo": lo, "hi": hi, "seeds": frame.count(axis=1).to_numpy()},
+                        index=frame.index)
+
+
+def final_metric(run: Run, key: str, fraction: float = FINAL_FRACTION) -> float:
+    """A run's mean over the last ``fraction`` of its finite logged ``key`` values (NaN if none)."""
+    return tail_mean([m.get(key) for m in run.metrics if finite(m.get(key))], fraction)
+
+
+def final_value(runs: list[Run], key: str) -> tuple[float, float, float] | None:
+    """Mean over seeds of `final_metric`, and min, max over seeds (None if no run logged ``key``)."""
+    per_seed = [v for v in (final_metric(r, key) for r in runs) if math.isfinite(v)]
+    if not per_seed:
+        return None
+    return float(np.mean(per_seed)), min(per_seed), max(per_seed)
+
+
+def final_heldout(run: Run, benchmark: str) -> float:
+    """A run's held-out pass@1: avg@n of its final evaluation on ``benchmark``, else of its last
+    eval.jsonl line for it (NaN if neither)."""
+    s = run.finals.get(benchmark)
+    if s and s.get("per_problem"):
+        pp = s["per_problem"]
+        return float(np.mean([int(p["correct"]) / int(p.get("n", s.get("n"))) for p in pp]))
+    series = run_series(run, "", benchmark)
+    return float(series.iloc[-1]) if len(series) else math.nan

@@ -1,0 +1,94 @@
+"""Writing tables: one result as CSV (numbers), Markdown and LaTeX (the same numbers, formatted).
+
+Nothing here computes a statistic; the formatting helpers only turn fractions into percent.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from rbctl.store.atomic import write_atomic
+
+
+def finite(v) -> bool:
+    """A real, finite number (not None, not bool, not NaN)."""
+    try:
+        return not isinstance(v, bool) and v is not None and math.isfinite(float(v))
+    except (TypeError, ValueError):
+        return False
+
+
+def pct(v) -> str:
+    """A fraction in percent, one decimal; "–" when not a finite number."""
+    return f"{100 * float(v):.1f}" if finite(v) else "–"
+
+
+def with_ci(v, lo, hi) -> str:
+    """``52.3 [48.1, 56.0]`` (percent); the interval is left out where it is not finite."""
+    if not finite(v):
+        return "–"
+    if not (finite(lo) and finite(hi)):
+        return f"{100 * float(v):.1f} [n/a]"
+    return f"{100 * float(v):.1f} [{100 * float(lo):.1f}, {100 * float(hi):.1f}]"
+
+
+def delta(v, lo, hi) -> str:
+    """A signed difference of fractions in points with its interval: ``+3.1 [-0.4, +6.6]``."""
+    if not finite(v):
+        return "–"
+    if not (finite(lo) and finite(hi)):
+        return f"{100 * float(v):+.1f} [n/a]"
+    return f"{100 * float(v):+.1f} [{100 * float(lo):+.1f}, {100 * float(hi):+.1f}]"
+
+
+def num(v, digits: int = 3) -> str:
+    """A plain number with ``digits`` decimals; "–" when not finite."""
+    return f"{float(v):.{digits}f}" if finite(v) else "–"
+
+
+def points_list(values) -> str:
+    """Per-seed differences of fractions in points: ``+2.0, -1.5, +4.0``."""
+    return ", ".join(f"{100 * float(v):+.1f}" for v in values)
+
+
+def markdown_table(df: pd.DataFrame) -> str:
+    """A GitHub-flavoured Markdown table of ``df`` (no index); cells are str() of the values."""
+
+    def cell(v) -> str:
+        return str(v).replace("|", "\\|").replace("\n", " ")
+
+    header = [cell(c) for c in df.columns]
+    rows = [[cell(v) for v in row] for row in df.itertuples(index=False)]
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+# Characters used in our headers and cells that pdflatex does not take as text.
+_LATEX_SYMBOLS = {"κ\\_eff": r"$\kappa_{\mathrm{eff}}$", "κ": r"$\kappa$", "Δ": r"$\Delta$", "×": r"$\times$",
+                  "ρ": r"$\rho$", "–": "--", "−": "-", "≥": r"$\geq$", "<": r"$<$", "α": r"$\alpha$", "≈": r"$\approx$", "¾": "3/4", "√": r"$\surd$", "·": r"$\cdot$"}
+
+
+def latex_table(df: pd.DataFrame) -> str:
+    """A booktabs ``tabular`` of ``df``, ASCII only (symbols written as math)."""
+    text = df.to_latex(index=False, escape=True)
+    for k, v in _LATEX_SYMBOLS.items():
+        text = text.replace(k, v)
+    return text
+
+
+def write_table(numbers: pd.DataFrame, shown: pd.DataFrame, tables_dir: Path, name: str) -> str:
+    """Write ``name.csv`` (``numbers``), ``name.md`` and ``name.tex`` (``shown``). Returns the Markdown."""
+    write_atomic(Path(tables_dir) / f"{name}.csv", numbers.to_csv(index=False))
+    md = markdown_table(shown)
+    write_atomic(Path(tables_dir) / f"{name}.md", md)
+    write_atomic(Path(tables_dir) / f"{name}.tex", latex_table(shown))
+    return md
+
+
+def write_csv(df: pd.DataFrame, path: Path) -> None:
+    """One data file (the numbers behind a figure)."""
+    write_atomic(Path(path), df.to_csv(index=False))
