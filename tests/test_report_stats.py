@@ -1,0 +1,191 @@
+"""Tests of the report's pure statistics (rbctl.report.stats, .compare verdicts, .plateau) on
+hand-computed values and simulated reports (no files, no figures)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+from rbctl.report.compare import verdicts
+from rbctl.report.plateau import plateau_check
+from rbctl.report.stats import (
+    hierarchical_bootstrap_delta,
+    holm,
+    paired_delta,
+    pass_at_k_matrix,
+    spearman_ci,
+    t_interval,
+    tail_mean,
+)
+
+T1 = 12.7062047361747  # t_{0.975, 1} = tan(0.475·π)
+
+
+def test_t_interval_hand_computed():
+    # values 1, 2, 3: mean 2, sd 1, se 1/√3, t_{0.975, 2} = 4.302652729911275
+    m, lo, hi = t_interval([1.0, 2.0, 3.0])
+    half = 4.302652729911275 / math.sqrt(3)
+    assert (m, lo, hi) == pytest.approx((2.0, 2.0 - half, 2.0 + half))
+    m, lo, hi = t_interval([0.5])
+    assert m == 0.5 and math.isnan(lo) and math.isnan(hi)  # one seed: no interval
+
+
+def test_paired_delta_pairs_by_seed_and_tests():
+    arm = {0: 0.60, 1: 0.70, 2: 0.50}
+    base = {0: 0.50, 1: 0.55, 3: 0.40}  # seed 2 and seed 3 have no partner
+    d = paired_delta(arm, base)
+    assert d.seeds == (0, 1) and d.deltas == pytest.approx((0.10, 0.15)) and d.n == 2
+    assert d.mean == pytest.approx(0.125)
+    assert (d.lo, d.hi) == pytest.approx((0.125 - T1 * 0.025, 0.125 + T1 * 0.025))
+    assert d.p == pytest.approx(1 - 2 / math.pi * math.atan(0.125 / 0.025))  # t on 1 df is a Cauchy
+    assert paired_delta({0: 0.3, 1: 0.4}, {0: 0.3, 1: 0.4}).p == 1.0  # Δ = 0 in every seed
+    assert math.isnan(paired_delta({0: 0.3}, {0: 0.2}).p)
+
+
+def test_holm_hand_computed():
+    adj, reject = holm([0.01, 0.04, 0.03, np.nan, 0.005])
+    # sorted: .005·4 = .02, .01·3 = .03, .03·2 = .06, .04·1 = .04 -> running max .06
+    assert adj[[4, 0, 2, 1]] == pytest.approx([0.02, 0.03, 0.06, 0.06])
+    assert math.isnan(adj[3])
+    assert list(reject) == [True, False, False, False, True]
+
+
+def test_verdicts_apply_holm_over_the_family():
+    strong = paired_delta({0: 0.5, 1: 0.6, 2: 0.7}, {0: 0.4, 1: 0.5, 2: 0.61})  # p ≈ 0.0012
+    weak = paired_delta({0: 0.5, 1: 0.6, 2: 0.7}, {0: 0.45, 1: 0.535, 2: 0.665})  # Δ .05 .065 .035: t = 5.77
+    assert strong.p < 0.005 and 0.025 < weak.p < 0.05
+    assert verdicts([weak]) == ["higher"]  # alone it passes 0.05 ...
+    assert verdicts([weak, weak]) == ["no difference"] * 2  # ... two such comparisons: 2p > 0.05 (Holm)
+    assert verdicts([strong, weak]) == ["higher", "higher"]  # step-down: 2·0.0012 ≤ 0.05, then 1·0.029 ≤ 0.05
+    assert verdicts([paired_delta({0: 0.1}, {0: 0.3})]) == ["untestable"]
+    low = paired_delta({0: 0.4, 1: 0.5, 2: 0.6}, {0: 0.5, 1: 0.6, 2: 0.71})
+    assert verdicts([low]) == ["lower"]
+
+
+def test_pass_at_k_matrix_hand_computed():
+    n = np.array([[4, 4, 4]])
+    c = np.array([[0, 1, 4]])
+    # pass@2 with 1 of 4 correct: 1 − C(3,2)/C(4,2) = 1 − 3/6
+    assert pass_at_k_matrix(n, c, 2) == pytest.approx(np.array([[0.0, 0.5, 1.0]]))
+    assert pass_at_k_matrix(n, c, 1) == pytest.approx(c / n)
+    with pytest.raises(ValueError):
+        pass_at_k_matrix(n, c, 5)
+
+
+def test_hierarchical_bootstrap_degenerate_and_seed_spread():
+    a = np.full((3, 5), 0.7)
+    b = np.full((3, 5), 0.5)
+    assert hierarchical_bootstrap_delta(a, b, n_boot=50) == pytest.approx((0.2, 0.2))
+    # Seeds differ (Δ = 0 in seed 0, 0.2 in seed 1) with no problem noise: every resample is a mix of
+    # the two seeds, so the interval lies in [0, 0.2] and spans most of it.
+    a = np.array([[0.5] * 4, [0.7] * 4])
+    b = np.full((2, 4), 0.5)
+    lo, hi = hierarchical_bootstrap_delta(a, b, n_boot=500)
+    assert (lo, hi) == pytest.approx((0.0, 0.2))
+
+
+def test_spearman_ci_fisher_z():
+    x = np.arange(10.0)
+    rho, lo, hi, n = spearman_ci(x, x ** 2)
+    assert (rho, n) == (pytest.approx(1.0), 10)
+    y = np.array([1, 3, 2, 5, 4, 7, 6, 9, 8, 10.0])
+    rho, lo, hi, n = spearman_ci(x, y)
+    assert rho == pytest.approx(1 - 6 * 8 / (10 * 99))  # 4 adjacent swaps: Σd² = 8
+    z, half = math.atanh(rho), 1.959963984540054 * 1.03 / math.sqrt(7)
+    assert (lo, hi) == pytest.approx((math.tanh(z - half), math.tanh(z + half)))
+    assert math.isnan(spearman_ci([1, 2, 3, 4], [1, 2, 3, 5])[1])  # n < 5: no interval
+    assert tail_mean([1, 2, 3, 4, None, 8], 0.25) == pytest.approx(6.0)  # last ceil(5/4) = 2 values
+
+
+# --- simulated reports: seed-dominated noise ---------------------------------------------------
+
+SEEDS, PROBLEMS, N_SAMPLES, SEED_SD = 5, 200, 8, 0.05
+
+
+def simulate(delta: float, sims: int, arms: int = 2, rng_seed: int = 0) -> np.ndarray:
+    """Per-seed final scores ``[sims, arms, seeds]``: P problems of difficulty q ~ Beta(2, 2) (shared by
+    arms), each (arm, seed) shifted by N(0, SEED_SD²) (5 points seed sd), arms 1… shifted by ``delta``,
+    n samples per problem ~ Binomial(n, clip(q + shift)). The problem noise of a seed's mean is about
+    1 point, so the seed dominates."""
+    rng = np.random.default_rng(rng_seed)
+    q = rng.beta(2, 2, size=(sims, 1, 1, PROBLEMS))
+    b = rng.normal(0, SEED_SD, size=(sims, arms, SEEDS, 1))
+    shift = np.array([0.0] + [delta] * (arms - 1))[None, :, None, None]
+    return rng.binomial(N_SAMPLES, np.clip(q + b + shift, 0, 1)).mean(axis=-1) / N_SAMPLES
+
+
+def _delta(x: np.ndarray, arm: int):
+    return paired_delta(dict(enumerate(x[arm])), dict(enumerate(x[0])))
+
+
+def test_false_positive_rate_at_most_6_percent():
+    sims = simulate(0.0, 4000, arms=4, rng_seed=1)
+    single = np.mean([verdicts([_delta(x, 1)])[0] != "no difference" for x in sims])
+    family = np.mean([any(v != "no difference" for v in verdicts([_delta(x, a) for a in (1, 2, 3)])) for x in sims])
+    print(f"false-positive rate: one comparison {single:.4f}, family of 3 (Holm) {family:.4f}")
+    assert single <= 0.06 and family <= 0.06
+    assert single == pytest.approx(0.05175, abs=1e-9) and family == pytest.approx(0.04775, abs=1e-9)
+
+
+def test_power_for_a_5_point_delta_with_5_seeds():
+    sims = simulate(0.05, 2000, rng_seed=0)
+    power = np.mean([verdicts([_delta(x, 1)])[0] == "higher" for x in sims])
+    # Analytic: per-seed Δ sd ≈ √(2 · (0.05² + q̄(1−q̄)/(n·P))) with E[q(1−q)] = 0.2 for Beta(2, 2).
+    sd = math.sqrt(2 * (SEED_SD ** 2 + 0.2 / (N_SAMPLES * PROBLEMS)))
+    ncp, crit = 0.05 / sd * math.sqrt(SEEDS), sps.t.ppf(0.975, SEEDS - 1)
+    analytic = sps.nct.sf(crit, SEEDS - 1, ncp)
+    print(f"power (Δ = 5 points, seed sd 5 points per arm, {SEEDS} seeds): {power:.4f}; noncentral t: {analytic:.4f}")
+    assert power == pytest.approx(0.235, abs=0.015)
+    assert power == pytest.approx(analytic, abs=0.03)
+
+
+# --- plateau_check on hand-made trajectories ---------------------------------------------------
+
+STEPS = [0, 25, 50, 75, 100]
+ENT_STEPS = list(range(1, 101))
+
+
+def _entropy(start: float, end: float) -> tuple[list, list]:
+    """Entropy falling linearly from ``start`` at step 1 to ``end`` at step 76, flat afterwards."""
+    return ENT_STEPS, [start + (end - start) * min(s - 1, 75) / 75 for s in ENT_STEPS]
+
+
+def test_plateau_held():
+    heldout = {0: (STEPS, [0.30, 0.45, 0.50, 0.51, 0.52]), 1: (STEPS, [0.30, 0.44, 0.49, 0.50, 0.50])}
+    entropy = {0: _entropy(0.6, 0.1), 1: _entropy(0.6, 0.12)}
+    v = plateau_check(heldout, entropy, ceiling=0.80)
+    assert v.held and v.seeds == 2
+    # ¾T = 75: |0.52 − 0.51| = 1 point, |0.50 − 0.50| = 0 -> mean 0.5 points
+    assert v.stalled.held and v.stalled.value == pytest.approx(0.5)
+    # final pass@1 (52 + 50)/2 = 51 -> 80 − 51 = 29 points below
+    assert v.below_ceiling.held and v.below_ceiling.value == pytest.approx(29.0)
+    # last quarter (25 values, all flat) 0.1 and 0.12 -> 0.11 < 0.6/3
+    assert v.entropy_collapsed.held and v.entropy_collapsed.value == pytest.approx(0.11)
+    assert v.entropy_collapsed.threshold == pytest.approx(0.2)
+    assert v.per_seed[0]["t_ref"] == 75 and v.per_seed[1]["entropy_warm"] == pytest.approx(0.6)
+
+
+def test_plateau_each_criterion_failing():
+    flat = {0: (STEPS, [0.30, 0.45, 0.50, 0.51, 0.52])}
+    collapsed = {0: _entropy(0.6, 0.1)}
+    rising = {0: (STEPS, [0.30, 0.40, 0.45, 0.50, 0.55])}  # +5 points over the last quarter
+    v = plateau_check(rising, collapsed, 0.8)
+    assert not v.held and not v.stalled.held and v.stalled.value == pytest.approx(5.0)
+    assert v.below_ceiling.held and v.entropy_collapsed.held
+    v = plateau_check(flat, collapsed, 0.60)  # 8 points below the ceiling only
+    assert not v.held and not v.below_ceiling.held and v.below_ceiling.value == pytest.approx(8.0)
+    v = plateau_check(flat, {0: _entropy(0.6, 0.3)}, 0.8)  # 0.3 ≥ 0.6/3
+    assert not v.held and not v.entropy_collapsed.held and v.entropy_collapsed.value == pytest.approx(0.3)
+    v = plateau_check(flat, collapsed, None)  # no ceiling: not evaluated, so no plateau is claimed
+    assert v.below_ceiling.held is None and "not evaluated" in v.below_ceiling.detail and not v.held
+    assert v.stalled.held and v.entropy_collapsed.held
+
+
+def test_plateau_three_quarter_point_is_the_nearest_evaluation():
+    # T = 90, ¾T = 67.5: nearest evaluation step is 70 (not 60)
+    v = plateau_check({0: ([0, 30, 60, 70, 90], [0.1, 0.2, 0.3, 0.40, 0.43])}, {}, None)
+    assert v.per_seed[0]["t_ref"] == 70 and v.stalled.value == pytest.approx(3.0) and not v.stalled.held
+    assert v.entropy_collapsed.held is None
