@@ -106,9 +106,13 @@ def hierarchical_bootstrap_delta(a, b, n_boot: int = 2000, level: float = 0.95,
     d = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
     n_seeds, n_problems = d.shape
     rng = np.random.default_rng(seed)
-    s = rng.integers(0, n_seeds, size=(n_boot, n_seeds))
-    p = rng.integers(0, n_problems, size=(n_boot, n_seeds, n_problems))
-    means = d[s[:, :, None], p].mean(axis=(1, 2))
+    means = np.empty(n_boot)
+    chunk = max(1, 2_000_000 // (n_seeds * n_problems))  # bounded memory for the index arrays
+    for start in range(0, n_boot, chunk):
+        m = min(chunk, n_boot - start)
+        s = rng.integers(0, n_seeds, size=(m, n_seeds))
+        p = rng.integers(0, n_problems, size=(m, n_seeds, n_problems))
+        means[start:start + m] = d[s[:, :, None], p].mean(axis=(1, 2))
     lo, hi = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
     return float(lo), float(hi)
 
