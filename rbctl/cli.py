@@ -8,14 +8,41 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 
+from rbctl.console import quiet_libraries
 from rbctl.errors import UserError
 
+
+class _FlagsWithoutMetavar:
+    """A flag takes no value: show no `<bool>` type column for it (--help, --debug, --force...)."""
+
+    def get_params(self, ctx):
+        params = super().get_params(ctx)
+        for p in params:
+            if getattr(p, "is_flag", False) and p.metavar is None:
+                p.metavar = ""
+        return params
+
+
+class _Command(_FlagsWithoutMetavar, TyperCommand):
+    pass
+
+
+class _Group(_FlagsWithoutMetavar, TyperGroup):
+    pass
+
+
 app = typer.Typer(
+    cls=_Group,
     help="rbctl: RL training of LLM reasoning with reward budgeting — train, eval, ablate, report.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Markdown joins a docstring's wrapped lines into paragraphs (the "rich" mode keeps every source
+    # line break, so help broke lines mid-sentence). Placeholders are in capitals, never <angle
+    # brackets>, which Markdown would take for HTML tags.
+    rich_markup_mode="markdown",
 )
 
 _DEBUG = {"on": False}
@@ -26,26 +53,10 @@ def _root(debug: bool = typer.Option(False, "--debug", help="Show full traceback
     _DEBUG["on"] = debug
 
 
-def _quiet_libraries() -> None:
-    """Progress bars and advice from transformers/datasets would drown rbctl's own display."""
-    import os
-    import warnings
-
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    warnings.filterwarnings("ignore", category=UserWarning)
-    try:
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.set_verbosity_error()
-        hf_logging.disable_progress_bar()
-    except ImportError:
-        pass
+SetOpt = typer.Option(None, "--set", "-s", metavar="KEY=VALUE", help="Override a config value: key.path=value (repeatable).")
 
 
-SetOpt = typer.Option(None, "--set", "-s", help="Override a config value: key.path=value (repeatable).")
-
-
-@app.command()
+@app.command(cls=_Command)
 def train(
     config: Path = typer.Argument(..., help="Training config YAML (e.g. configs/quickstart.yaml)."),
     out: Path = typer.Option(..., "--out", "-o", help="Run directory; an existing one is resumed."),
@@ -78,7 +89,7 @@ def train(
     run_training(cfg, out, force=force, progress=not quiet)
 
 
-@app.command("eval")
+@app.command("eval", cls=_Command)
 def eval_(
     model: str = typer.Argument(..., help="Hub id, local model dir, GGUF file, rbctl run directory, or 'builtin'."),
     benchmarks: str = typer.Option(
@@ -89,7 +100,7 @@ def eval_(
     n: Optional[int] = typer.Option(None, "--n", help="Samples per problem (default: 1)."),
     out: Optional[Path] = typer.Option(
         None, "--out", "-o",
-        help="Output folder (default: RUN_DIR/eval/step_XXXXXX for a run directory, else runs/eval/<model>).",
+        help="Output folder (default: RUN_DIR/eval/step_XXXXXX for a run directory, else runs/eval/MODEL).",
     ),
     step: Optional[int] = typer.Option(None, "--step", help="Checkpoint step of a run directory (default: latest)."),
     temperature: Optional[float] = typer.Option(
@@ -106,7 +117,7 @@ def eval_(
     ),
     limit: Optional[int] = typer.Option(None, "--limit", help="Only the first LIMIT problems of each benchmark."),
     data_dir: Optional[Path] = typer.Option(
-        None, "--data-dir", envvar="RBCTL_DATA_DIR", help="Folder with <benchmark>.jsonl files."
+        None, "--data-dir", envvar="RBCTL_DATA_DIR", help="Folder with BENCHMARK.jsonl files."
     ),
     engine: Optional[str] = typer.Option(None, "--engine", help="hf or vllm (default: hf)."),
     batch_size: Optional[int] = typer.Option(
@@ -117,8 +128,8 @@ def eval_(
 ) -> None:
     """Evaluate a model on AMC23, AIME24, AIME25, GSM8K or the built-in task.
 
-    Writes OUT/<benchmark>/summary.json (avg@n, pass@k, maj@k with 95% intervals, protocol) and
-    OUT/<benchmark>/samples.jsonl, and prints a table."""
+    Writes OUT/BENCHMARK/summary.json (avg@n, pass@k, maj@k with 95% intervals, protocol) and
+    OUT/BENCHMARK/samples.jsonl, and prints a table."""
     from rbctl.eval.pipeline import build_config, run_eval
 
     options = dict(
@@ -131,10 +142,10 @@ def eval_(
     run_eval(model, cfg, out_dir=out, step=step)
 
 
-@app.command()
+@app.command(cls=_Command)
 def ablate(
     sweep: Optional[Path] = typer.Argument(None, help="Sweep YAML. Default: configs/ablate_quickstart.yaml, then a report."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Sweep directory (default runs/<sweep file name>)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Sweep directory (default: runs/SWEEP_NAME, the sweep file's name without .yaml)."),
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Runs in parallel (default: the sweep's `jobs`)."),
     force: bool = typer.Option(False, "--force", help="Reuse a sweep directory made by a different sweep."),
     no_report: bool = typer.Option(False, "--no-report", help="Do not write the report at the end."),
@@ -168,7 +179,7 @@ def ablate(
         raise typer.Exit(1)
 
 
-@app.command()
+@app.command(cls=_Command)
 def report(
     dirs: List[Path] = typer.Argument(..., help="Run or sweep directories."),
     out: Optional[Path] = typer.Option(
@@ -177,8 +188,8 @@ def report(
 ) -> None:
     """Comparison plots and tables from run and sweep directories.
 
-    Writes OUT/report.md (generated summary, tables, figures), OUT/tables/*.{csv,md,tex},
-    OUT/figures/*.{png,svg} and OUT/data/*.csv; prints a table of final scores and the report's path."""
+    Writes OUT/report.md (generated summary, tables, figures), `OUT/tables/*.{csv,md,tex}`,
+    `OUT/figures/*.{png,svg}` and `OUT/data/*.csv`; prints a table of final scores and the report's path."""
     from rich.console import Console
 
     from rbctl.report.build import final_scores_table, make_report
@@ -191,18 +202,22 @@ def report(
 
 
 def run(argv: Optional[List[str]] = None) -> int:
-    """Run the CLI and return its exit code: 0 ok, 2 bad input (one line on stderr), 1 failed runs."""
+    """Run the CLI and return its exit code: 0 ok, 2 bad input (one line on stderr; with --debug the
+    traceback first, same exit code), 1 failed runs."""
     try:  # typer >= 0.20 vendors click as typer._click
         from typer._click import exceptions as click_exc
     except ImportError:  # pragma: no cover
         from click import exceptions as click_exc
 
+    _DEBUG["on"] = False
     try:
         rc = app(args=argv, standalone_mode=False)
         return rc if isinstance(rc, int) else 0
     except UserError as e:
-        if _DEBUG["on"]:
-            raise
+        if _DEBUG["on"]:  # --debug shows where it came from; the outcome (exit code 2) is the same
+            import traceback
+
+            traceback.print_exc()
         typer.secho(f"error: {e}", err=True, fg=typer.colors.RED)
         return 2
     except click_exc.ClickException as e:  # usage errors: click's own one-line message
@@ -216,7 +231,7 @@ def run(argv: Optional[List[str]] = None) -> int:
 
 
 def main() -> None:
-    _quiet_libraries()
+    quiet_libraries()
     sys.exit(run())
 
 

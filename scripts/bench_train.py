@@ -22,9 +22,9 @@ def main() -> None:
     ap.add_argument("--config", default=str(REPO / "configs" / "quickstart.yaml"))
     ap.add_argument("--steps", type=int, default=None)
     args = ap.parse_args()
-    from rbctl.cli import _quiet_libraries
+    from rbctl.console import quiet_libraries
 
-    _quiet_libraries()
+    quiet_libraries()
     import torch
 
     from rbctl.tasks import links as builtin

@@ -236,9 +236,9 @@ def run_matmul(threads: int, reps: int = 5) -> dict:
 
 
 def worker(kind: str, args) -> dict:
-    from rbctl.cli import _quiet_libraries
+    from rbctl.console import quiet_libraries
 
-    _quiet_libraries()
+    quiet_libraries()
     if kind == "rbctl":
         return run_rbctl(args.steps, args.threads, args.log_kl)
     if kind == "trl":

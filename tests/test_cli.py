@@ -34,11 +34,24 @@ def _err_line(capsys) -> str:
     ("nonsense", "--set 'nonsense': expected key.path=value"),
 ])
 def test_config_errors_are_one_line_naming_the_key(override, expected, tmp_path, capsys):
-    rc = run(["train", QUICKSTART, "-o", str(tmp_path / "run"), "--set", override])
+    rc = run(["train", QUICKSTART, "-o", str(tmp_path / "run"), "--set", "seed=1", "--set", override])
     assert rc == 2
     line = _err_line(capsys)
     assert line.startswith("error: ") and expected in line
+    # the error names the `--set` item that caused it (not the YAML file, not the other override);
+    # a whole-config error (no key) names the file and every override
+    assert f"--set '{override}'" in line
+    if "config key" in line:
+        assert line.startswith(f"error: --set '{override}': ") and "seed=1" not in line
     assert not (tmp_path / "run").exists()  # nothing was started
+
+
+def test_an_error_in_the_file_names_the_file_not_an_override(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("steps: 10\nalgo:\n  budget: -1\n")
+    assert run(["train", str(bad), "-o", str(tmp_path / "run"), "--set", "algo.estimator=rloo"]) == 2
+    line = _err_line(capsys)
+    assert line.startswith(f"error: {bad}: config key 'algo.budget'") and "--set" not in line
 
 
 def test_yaml_syntax_error_names_the_file_and_line(tmp_path, capsys):
@@ -59,21 +72,61 @@ def test_missing_required_option_is_a_usage_error(capsys):
     assert "--out" in capsys.readouterr().err
 
 
-def test_debug_shows_the_traceback(tmp_path):
-    from rbctl.errors import UserError
+def test_debug_shows_the_traceback_and_keeps_exit_code_2(tmp_path, capsys):
+    assert run(["--debug", "train", QUICKSTART, "-o", str(tmp_path / "run"), "--set", "algo.buget=1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0].startswith("Traceback") and any("UserError" in line for line in err)
+    assert err[-1].startswith("error: ") and "algo.buget" in err[-1]
+    # the flag does not stick to later calls in the same process
+    assert run(["train", QUICKSTART, "-o", str(tmp_path / "run"), "--set", "algo.buget=1"]) == 2
+    _err_line(capsys)
 
-    with pytest.raises(UserError, match="algo.buget"):
-        run(["--debug", "train", QUICKSTART, "-o", str(tmp_path / "run"), "--set", "algo.buget=1"])
+
+def test_debug_through_the_entry_point_exits_2(tmp_path):
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "rbctl", "--debug", "train", QUICKSTART, "-o", str(tmp_path / "run"),
+                           "--set", "algo.buget=1"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" in proc.stderr and proc.stderr.strip().splitlines()[-1].startswith("error: ")
 
 
-def test_help_explains_every_command(capsys):
+COMMAND_SUMMARIES = {
+    "train": "Train a policy with a GRPO-family estimator",
+    "eval": "Evaluate a model on AMC23",
+    "ablate": "Run a declared grid of arms × seeds",
+    "report": "Comparison plots and tables",
+}
+
+
+def test_help_explains_every_command(capsys, monkeypatch):
+    import re
+
+    monkeypatch.setenv("COLUMNS", "200")
     assert run(["--help"]) == 0
     out = capsys.readouterr().out
-    for cmd in ("train", "eval", "ablate", "report"):
-        assert cmd in out
+    # each command is a row of the command list: its name, then the first line of its docstring
+    listed = re.findall(r"^\W*([a-z]+) {2,}(\S.*?)\W*$", out.split("Commands", 1)[-1], re.M)
+    assert {name for name, _ in listed} == set(COMMAND_SUMMARIES), listed
+    for name, summary in listed:
+        assert summary.startswith(COMMAND_SUMMARIES[name]), (name, summary)
     for cmd in ("train", "eval", "ablate", "report"):
         assert run([cmd, "--help"]) == 0
         assert "Usage" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv", [[], ["train"], ["eval"], ["ablate"], ["report"]])
+def test_help_has_no_bool_metavars_and_unbroken_paragraphs(argv, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    assert run(argv + ["--help"]) == 0
+    out = capsys.readouterr().out
+    assert "<bool>" not in out and "--help" in out
+    if argv == ["train"]:  # a docstring paragraph wrapped in the source is one line at 200 columns
+        assert "samples.jsonl, eval.jsonl (periodic held-out evaluation) and checkpoints/." in out
+        assert "KEY=VALUE" in out and "<list[str]>" not in out
+    if argv == ["report"]:  # Markdown mode: file patterns survive
+        assert "OUT/tables/*.{csv,md,tex}" in out
 
 
 def test_train_dry_run_prints_a_plan_and_trains_nothing(tmp_path, capsys):
@@ -113,9 +166,9 @@ def test_ablate_rejects_an_unknown_launcher(tmp_path, capsys):
 def test_config_reference_doc_is_current():
     from pathlib import Path
 
-    from rbctl.config.train import reference_markdown
+    from scripts.config_doc import reference_markdown
 
     doc = Path("docs/config.md").read_text()
-    assert doc == reference_markdown(), "regenerate it: python -m rbctl.config.train > docs/config.md"
+    assert doc == reference_markdown(), "regenerate it: python scripts/config_doc.py > docs/config.md"
     for key in ("`algo.budget`", "`algo.entropy.target`", "`model.lora.r`", "`rollout.group_size`", "`arms`"):
         assert key in doc

@@ -229,7 +229,7 @@ def test_budget_on_through_verls_registry_matches_rbctl_algo(core_algos, base) -
     adv, ret = fn(token_level_rewards=tlr, response_mask=mask, config={"budget": 2.0, "budget_shift": 0.5}, index=uid)
     assert_close(adv, as_verl(compute_advantages(REWARDS, base, budget=2.0, shift=0.5), rows, mask))
     assert_close(ret, adv)
-    # With verl's AlgoConfig, METHOD.md's defaults B = 1, c = 0 apply.
+    # With verl's AlgoConfig, docs/method.md's defaults B = 1, c = 0 apply.
     adv_default, _ = fn(token_level_rewards=tlr, response_mask=mask, config=config, index=uid)
     assert_close(adv_default, as_verl(compute_advantages(REWARDS, base, budget=1.0), rows, mask))
 

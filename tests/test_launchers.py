@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from rbctl.errors import UserError
-from rbctl.sweep.launchers import LauncherCfg, NullQueue, make_executor, submit_runs
+from rbctl.config.launcher import LauncherCfg
+from rbctl.sweep.launchers import NullQueue, make_executor, submit_runs
 
 pytest.importorskip("submitit")
 

@@ -2,7 +2,7 @@
 
 This module is the plug-in: a user of another framework needs only `compute_advantages`
 (or `budget_rewards`) on a `[P, G]` tensor of rewards — P prompts, G rollouts each.
-Every formula here is the one in METHOD.md; the docstrings restate it.
+Every formula here is the one in docs/method.md; the docstrings restate it.
 
     >>> import torch
     >>> from rbctl.algo.advantages import compute_advantages
@@ -20,7 +20,7 @@ import torch
 
 from rbctl.errors import UserError
 
-# METHOD.md: GRPO divides by (std + 1e-6); the same epsilon guards batch whitening.
+# docs/method.md: GRPO divides by (std + 1e-6); the same epsilon guards batch whitening.
 STD_EPS = 1e-6
 
 
@@ -71,7 +71,7 @@ def grpo(r: torch.Tensor, budgeted: bool = False) -> torch.Tensor:
     """GRPO: A_i = (r_i − mean(r)) / (std(r) + 1e-6).
 
     Budgeted: A_i = r̃_i − mean(r̃) — no per-group std scaling, which would cancel the budget
-    exactly for binary rewards (METHOD.md, "Reward budgeting")."""
+    exactly for binary rewards (docs/method.md, "Reward budgeting")."""
     centred = _group_centre(r)
     return centred if budgeted else _group_std_scale(centred, r)
 
@@ -90,13 +90,13 @@ def reinforce_pp(r: torch.Tensor, budgeted: bool = False) -> torch.Tensor:
     """REINFORCE++ (group baseline): A = r_i − mean(r), then whitened with one mean/std over the batch.
 
     The batch whitening is a single scalar rescaling of the whole batch, not a per-group std,
-    so it is kept under budgeting (METHOD.md)."""
+    so it is kept under budgeting (docs/method.md)."""
     return _batch_whiten(_group_centre(r))
 
 
 @dataclass(frozen=True)
 class Estimator:
-    """An advantage estimator and the loss aggregation METHOD.md pairs it with by default."""
+    """An advantage estimator and the loss aggregation docs/method.md pairs it with by default."""
 
     fn: Callable[[torch.Tensor, bool], torch.Tensor]
     default_loss_agg: str
@@ -154,7 +154,7 @@ def compute_advantages(
 ) -> torch.Tensor:
     """Advantages [P, G] from rewards [P, G] with one of `ESTIMATORS`, optionally budgeted.
 
-    budget=None: the base estimator as METHOD.md's table defines it.
+    budget=None: the base estimator as docs/method.md's table defines it.
     budget=B:   r̃ = budget_rewards(r, B, shift), then the base estimator's centring of r̃
                 without its per-group std scaling.
     """

@@ -27,7 +27,7 @@ def token_entropy(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tenso
     """H_t = −Σ_v π(v|ctx) log π(v|ctx) over the full vocabulary at the sampling temperature.
 
     logits [N, T, V] -> [N, T]. Computed as logsumexp(z) − Σ_v softmax(z)_v z_v, which never
-    forms log 0 for tokens with vanishing probability (METHOD.md, "Entropy")."""
+    forms log 0 for tokens with vanishing probability (docs/method.md, "Entropy")."""
     z = logits.float() / temperature
     p = torch.softmax(z, dim=-1)
     # A −inf logit (masked vocabulary) has p = 0; 0·(−inf) would be NaN, so those terms are zeroed.

@@ -19,7 +19,7 @@ def sharpness_per_prompt(rewards: torch.Tensor, values: torch.Tensor) -> torch.T
         / (mean r above − mean r below)
 
     With values = advantages this is the nominal κ; with values = d_i = log π_new(y_i) −
-    log π_old(y_i) (summed over response tokens) it is κ_eff (METHOD.md, "Sharpness").
+    log π_old(y_i) (summed over response tokens) it is κ_eff (docs/method.md, "Sharpness").
     rewards, values: [P, G] -> [P]; NaN for prompts whose rewards are all equal (not mixed).
     """
     _check_rewards(rewards)

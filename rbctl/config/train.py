@@ -1,4 +1,5 @@
-"""The training config: one validated, typed schema; YAML presets in configs/ plus `--set` overrides.
+"""The training config (`rbctl train`): one validated, typed schema; YAML presets in configs/ plus
+`--set` overrides (rbctl.config.base).
 
 Every field has a one-line description. What is written to RUN_DIR/config.yaml is the resolved
 config the trainer used (defaults filled in, estimator-dependent defaults made explicit).
@@ -6,18 +7,12 @@ config the trainer used (defaults filled in, estimator-dependent defaults made e
 
 from __future__ import annotations
 
-import difflib
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Literal, Optional, Union
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, model_validator
 
-from rbctl.errors import UserError
-
-
-class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+from rbctl.config.base import Section, apply_overrides, read_yaml, validate
 
 
 class LoraCfg(Section):
@@ -91,10 +86,10 @@ class EntropyCfg(Section):
 
 
 class AlgoCfg(Section):
-    estimator: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp"] = Field("grpo", description="Advantage estimator (METHOD.md).")
+    estimator: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp"] = Field("grpo", description="Advantage estimator (docs/method.md).")
     budget: Optional[float] = Field(None, gt=0.0, description="Reward budget B per prompt; null = no budgeting.")
     shift: float = Field(0.0, ge=0.0, description="Reward shift c for budgeting (every r + c must be >= 0).")
-    loss_agg: Optional[Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]] = Field(None, description="Loss aggregation; null = the estimator's default (METHOD.md).")
+    loss_agg: Optional[Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]] = Field(None, description="Loss aggregation; null = the estimator's default (docs/method.md).")
     clip_low: float = Field(0.2, ge=0.0, lt=1.0, description="PPO ε_low: ratio floor 1 − ε_low.")
     clip_high: float = Field(0.28, ge=0.0, description="PPO ε_high: ratio ceiling 1 + ε_high (> ε_low is clip-higher).")
     kl_coef: float = Field(0.0, ge=0.0, description="Coefficient of the k3 KL to the frozen initial policy (0 = no KL term).")
@@ -164,148 +159,9 @@ class TrainConfig(Section):
         return self
 
 
-# --- loading, overrides, errors ------------------------------------------------------------------
-
-
-def _all_keys(model: type[BaseModel], prefix: str = "") -> list[str]:
-    keys = []
-    for name, f in model.model_fields.items():
-        keys.append(prefix + name)
-        ann = f.annotation
-        if isinstance(ann, type) and issubclass(ann, BaseModel):
-            keys.extend(_all_keys(ann, prefix + name + "."))
-    return keys
-
-
-def _format_error(err: ValidationError, model: type[BaseModel], source: str) -> str:
-    e = err.errors()[0]
-    loc = ".".join(str(p) for p in e["loc"])
-    if e["type"] == "extra_forbidden":
-        close = difflib.get_close_matches(loc, _all_keys(model), n=1, cutoff=0.6)
-        hint = f" (did you mean '{close[0]}'?)" if close else ""
-        return f"{source}: unknown config key '{loc}'{hint}"
-    msg = e["msg"].removeprefix("Value error, ")
-    if loc:
-        return f"{source}: config key '{loc}': {msg} (got {e.get('input')!r})"
-    return f"{source}: {msg}"
-
-
-def parse_override(item: str) -> tuple[list[str], Any]:
-    if "=" not in item:
-        raise UserError(f"--set '{item}': expected key.path=value")
-    key, raw = item.split("=", 1)
-    try:
-        value = yaml.safe_load(raw) if raw != "" else ""
-    except yaml.YAMLError:
-        value = raw
-    return key.strip().split("."), value
-
-
-def apply_overrides(data: dict, overrides: list[str]) -> dict:
-    for item in overrides:
-        path, value = parse_override(item)
-        node = data
-        for part in path[:-1]:
-            nxt = node.setdefault(part, {})
-            if not isinstance(nxt, dict):
-                raise UserError(f"--set '{item}': '{part}' is not a section")
-            node = nxt
-        node[path[-1]] = value
-    return data
-
-
-def read_yaml(path: Path) -> dict:
-    path = Path(path)
-    if not path.exists():
-        raise UserError(f"config file {path} does not exist")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise UserError(f"{path}{where}: invalid YAML ({getattr(e, 'problem', e)})") from None
-    if not isinstance(data, dict):
-        raise UserError(f"{path}: the top level must be a mapping of config keys")
-    return data
-
-
-def validate(schema: type[BaseModel], data: dict, source: str):
-    try:
-        return schema.model_validate(data)
-    except ValidationError as e:
-        raise UserError(_format_error(e, schema, source)) from None
-
-
 def load_train_config(path: Path | None, overrides: list[str] = ()) -> TrainConfig:
+    """The config file (or the defaults) with the `--set key=value` overrides applied, validated; an
+    error names the key and where it was set (the file or the `--set` item)."""
     data = read_yaml(path) if path is not None else {}
     data = apply_overrides(data, list(overrides))
-    return validate(TrainConfig, data, str(path) if path else "config")
-
-
-def dump_config(cfg: BaseModel) -> str:
-    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
-
-
-# --- reference documentation ---------------------------------------------------------------------
-
-
-def schema_markdown(schema: type[BaseModel] = TrainConfig, title: str = "Training config (`rbctl train`)") -> str:
-    """A Markdown table of every key of `schema`: dotted name, type, default, description."""
-    rows = []
-
-    def type_name(ann) -> str:
-        import typing
-
-        origin, args = typing.get_origin(ann), typing.get_args(ann)
-        if origin is Literal:
-            return " / ".join(repr(a) for a in args)
-        if origin is Union:
-            return " or ".join("null" if a is type(None) else type_name(a) for a in args)
-        if origin is list:
-            return f"list[{type_name(args[0])}]" if args else "list"
-        if origin is dict:
-            return "mapping"
-        return getattr(ann, "__name__", str(ann))
-
-    def section_of(ann):
-        import typing
-
-        for a in (ann, *typing.get_args(ann)):
-            if isinstance(a, type) and issubclass(a, BaseModel):
-                return a
-        return None
-
-    def walk(model: type[BaseModel], prefix: str) -> None:
-        for name, f in model.model_fields.items():
-            key = prefix + name
-            sub = section_of(f.annotation)
-            if sub is not None:
-                optional = sub is not f.annotation
-                rows.append((key, "section" + (" (or null = off)" if optional else ""), "null" if optional else "",
-                             f.description or ""))
-                walk(sub, key + ".")
-                continue
-            default = f.default_factory() if f.default_factory is not None else f.default
-            shown = "required" if f.is_required() else ("null" if default is None else repr(default))
-            rows.append((key, type_name(f.annotation), shown, f.description or ""))
-
-    walk(schema, "")
-    lines = [f"## {title}", "", "| key | type | default | description |", "|---|---|---|---|"]
-    def cell(text: str) -> str:
-        return text.replace("|", "\\|")
-
-    lines += [f"| `{k}` | {cell(t)} | {cell(d)} | {cell(desc)} |" for k, t, d, desc in rows]
-    return "\n".join(lines) + "\n"
-
-
-def reference_markdown() -> str:
-    """docs/config.md: every key of the training config and of a sweep file."""
-    from rbctl.sweep.ablate import SweepConfig
-
-    head = ("# Config reference\n\nGenerated from the schemas in `rbctl/config.py` and `rbctl/ablate.py` by "
-            "`python -m rbctl.config.train > docs/config.md`; `tests/test_cli.py` checks that this file is current.\n\n")
-    return head + schema_markdown() + "\n" + schema_markdown(SweepConfig, "Sweep file (`rbctl ablate`)")
-
-
-if __name__ == "__main__":
-    print(reference_markdown(), end="")
+    return validate(TrainConfig, data, str(path) if path else "config", list(overrides))

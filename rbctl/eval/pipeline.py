@@ -3,7 +3,7 @@
 For each benchmark, ``OUT/<benchmark>/`` receives (each file written atomically):
 - ``summary.json``: ``benchmark, model, step, n, num_problems``; ``metrics`` = ``avg@n`` (the key is
   literally ``avg@n``; ``n`` is stored beside it), ``pass@K`` and ``maj@K`` for K = 1, 2, 4, … ≤ n,
-  each ``{value, ci_low, ci_high}`` (METHOD.md, "Evaluation metrics"; rbctl.grading.metrics);
+  each ``{value, ci_low, ci_high}`` (docs/method.md, "Evaluation metrics"; rbctl.grading.metrics);
   ``per_problem`` (correct samples per problem, for intervals across seeds); ``grader`` status
   counts; ``protocol`` (everything that decides the figures: engine, sampling, template and an
   example prompt, versions, device, dtype); ``time_s``, ``tokens_per_s``.

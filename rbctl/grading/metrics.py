@@ -1,6 +1,6 @@
 """Evaluation metrics: avg@n, unbiased pass@k, maj@k, and percentile-bootstrap intervals.
 
-Definitions (METHOD.md, "Evaluation metrics"), for P problems with n samples each, c_i correct:
+Definitions (docs/method.md, "Evaluation metrics"), for P problems with n samples each, c_i correct:
 - avg@n   = (1/P) Σ_i c_i / n                       ("pass@1 from n samples")
 - pass@k  = (1/P) Σ_i [1 − C(n−c_i, k) / C(n, k)]   (unbiased; Chen et al. 2021, Codex paper)
 - maj@k   = (1/P) Σ_i 1[the most voted answer among the first k samples of problem i is correct]

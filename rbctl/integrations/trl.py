@@ -52,7 +52,7 @@ class BudgetGRPOTrainer(GRPOTrainer):
     """TRL's GRPOTrainer whose advantages come from `rbctl.algo.compute_advantages`.
 
     estimator: one of rbctl.algo.ESTIMATORS ("grpo", "dr_grpo", "rloo", "reinforce_pp").
-    budget: B > 0 splits B among each prompt's completions (METHOD.md); None = the base estimator.
+    budget: B > 0 splits B among each prompt's completions (docs/method.md); None = the base estimator.
     shift: c ≥ 0 added to every reward before the split; every r + c must be ≥ 0.
     All other arguments are GRPOTrainer's.
     """

@@ -14,7 +14,7 @@ verl/trainer/ppo/core_algos.py, tested with 0.9.1):
    group is its `uid`. Rows are gathered into rbctl's `[P, G]` layout, advantages come from
    `rbctl.algo.compute_advantages`, and are scattered back and broadcast over the response tokens
    (`A_i · response_mask`, shape [bs, L]); returns = advantages, as in verl's `grpo`.
-3. B and c are read from the algorithm config: `algorithm.budget` (default 1.0, METHOD.md's
+3. B and c are read from the algorithm config: `algorithm.budget` (default 1.0, docs/method.md's
    default; `null` turns the budget off so the estimator is its base) and `algorithm.budget_shift`
    (default 0.0). verl's Hydra config is in struct mode, so new keys take a leading `+`.
 
@@ -22,7 +22,7 @@ Registration must happen in the process that computes advantages (verl's trainer
 actor): `VERL_USE_EXTERNAL_MODULES=rbctl.integrations.verl_plugin` makes every process that imports
 verl import the plugin, which calls `register()`.
 
-Differences from verl's built-ins, by design (METHOD.md is the contract):
+Differences from verl's built-ins, by design (docs/method.md is the contract):
 - `grpo_budget` with the budget off equals verl's `grpo` (std unbiased, + 1e-6). With the budget
   on there is no per-group std scaling (it would cancel the budget for binary rewards).
 - `reinforce_pp` whitens advantages per rollout over the batch, not per token like verl's
@@ -43,8 +43,8 @@ from rbctl.integrations import require_version
 SUPPORTED_VERL = ">=0.6,<0.10"
 TESTED_VERL = "0.9.1"
 
-DEFAULT_BUDGET = 1.0  # METHOD.md: B defaults to 1
-DEFAULT_SHIFT = 0.0  # METHOD.md: c defaults to 0 for binary rewards
+DEFAULT_BUDGET = 1.0  # docs/method.md: B defaults to 1
+DEFAULT_SHIFT = 0.0  # docs/method.md: c defaults to 0 for binary rewards
 
 # verl estimator name -> rbctl base estimator
 ESTIMATOR_NAMES: dict[str, str] = {f"{base}_budget": base for base in ESTIMATORS}
@@ -53,7 +53,7 @@ ESTIMATOR_NAMES: dict[str, str] = {f"{base}_budget": base for base in ESTIMATORS
 def budget_settings(config: Any) -> tuple[float | None, float]:
     """(B, c) from verl's algorithm config (a DictConfig, an AlgoConfig or a dict: all have `.get`).
 
-    `algorithm.budget` absent -> METHOD.md's default B = 1; `null` -> no budget (the base estimator)."""
+    `algorithm.budget` absent -> docs/method.md's default B = 1; `null` -> no budget (the base estimator)."""
     if config is None:
         return DEFAULT_BUDGET, DEFAULT_SHIFT
     budget = config.get("budget", DEFAULT_BUDGET)

@@ -10,7 +10,7 @@ How one step runs (and where it departs from a textbook GRPO loop):
    the behaviour policy's (nothing has changed yet), so no separate "old log-prob" pass is run.
    Entropy and the KL to the reference are logged from that same pre-update forward pass.
 5. κ_eff (every `kappa_eff_every` steps): one more forward pass after the update gives
-   d_i = Σ_t log π_new − log π_old per rollout (METHOD.md).
+   d_i = Σ_t log π_new − log π_old per rollout (docs/method.md).
 On CPU, every forward pass over the batch (policy, reference, κ_eff) runs each prompt once for its
 G rollouts and continues the G responses from its KV cache (`response_logits`): the same log-probs,
 up to float rounding, for about half the work on short-answer tasks.
@@ -36,7 +36,8 @@ import torch
 
 from rbctl import __version__
 from rbctl import algo
-from rbctl.config.train import TrainConfig, dump_config, validate
+from rbctl.config.base import dump_config, validate
+from rbctl.config.train import TrainConfig
 from rbctl.errors import UserError
 from rbctl.store.atomic import write_atomic
 from rbctl.algo.losses import (

@@ -1,0 +1,109 @@
+"""What every schema shares: the strict `Section` base, YAML reading, `--set key=value` overrides,
+validation into one-line `UserError`s, and dumping a resolved config."""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any, Sequence
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from rbctl.errors import UserError
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+def _all_keys(model: type[BaseModel], prefix: str = "") -> list[str]:
+    keys = []
+    for name, f in model.model_fields.items():
+        keys.append(prefix + name)
+        ann = f.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            keys.extend(_all_keys(ann, prefix + name + "."))
+    return keys
+
+
+def _format_error(err: ValidationError, model: type[BaseModel], source: str) -> str:
+    e = err.errors()[0]
+    loc = ".".join(str(p) for p in e["loc"])
+    if e["type"] == "extra_forbidden":
+        close = difflib.get_close_matches(loc, _all_keys(model), n=1, cutoff=0.6)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        return f"{source}: unknown config key '{loc}'{hint}"
+    msg = e["msg"].removeprefix("Value error, ")
+    if loc:
+        return f"{source}: config key '{loc}': {msg} (got {e.get('input')!r})"
+    return f"{source}: {msg}"
+
+
+def parse_override(item: str) -> tuple[list[str], Any]:
+    if "=" not in item:
+        raise UserError(f"--set '{item}': expected key.path=value")
+    key, raw = item.split("=", 1)
+    try:
+        value = yaml.safe_load(raw) if raw != "" else ""
+    except yaml.YAMLError:
+        value = raw
+    return key.strip().split("."), value
+
+
+def apply_overrides(data: dict, overrides: list[str]) -> dict:
+    for item in overrides:
+        path, value = parse_override(item)
+        node = data
+        for part in path[:-1]:
+            nxt = node.setdefault(part, {})
+            if not isinstance(nxt, dict):
+                raise UserError(f"--set '{item}': '{part}' is not a section")
+            node = nxt
+        node[path[-1]] = value
+    return data
+
+
+def read_yaml(path: Path) -> dict:
+    path = Path(path)
+    if not path.exists():
+        raise UserError(f"config file {path} does not exist")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise UserError(f"{path}{where}: invalid YAML ({getattr(e, 'problem', e)})") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: the top level must be a mapping of config keys")
+    return data
+
+
+def _blame(err: ValidationError, source: str, overrides: Sequence[str]) -> str:
+    """Who set the offending key: the last `--set` item whose key path contains the error's key (or
+    lies inside it), else the file. An error of the whole config (no key) names the file and every
+    override, since any of them may have caused it."""
+    if not overrides:
+        return source
+    loc = [str(p) for p in err.errors()[0]["loc"]]
+    if not loc:
+        return f"{source} with " + ", ".join(f"--set '{item}'" for item in overrides)
+    for item in reversed(list(overrides)):
+        path, _ = parse_override(item)
+        n = min(len(path), len(loc))
+        if path[:n] == loc[:n]:
+            return f"--set '{item}'"
+    return source
+
+
+def validate(schema: type[BaseModel], data: dict, source: str, overrides: Sequence[str] = ()):
+    """`schema.model_validate(data)`, a failure as a one-line `UserError` naming the key and where it
+    was set: `source` (the file), or the `--set key=value` item among `overrides` that set it."""
+    try:
+        return schema.model_validate(data)
+    except ValidationError as e:
+        raise UserError(_format_error(e, schema, _blame(e, source, overrides))) from None
+
+
+def dump_config(cfg: BaseModel) -> str:
+    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
