@@ -70,9 +70,10 @@ def bench_generation(label: str, policy, problems: list[str], max_new_tokens: in
     """Tokens/s of one generate call per batch size: median and best of ``repeats`` calls."""
     import statistics
 
-    from rbctl.eval.pipeline import default_batch_size
+    from rbctl.rollout.factory import default_batch_size
     from rbctl.tasks.prompting import encode_prompts, resolve_template
-    from rbctl.rollout.hf import HFEngine, SamplingParams
+    from rbctl.rollout.hf import HFEngine
+    from rbctl.rollout.base import SamplingParams
 
     device = next(policy.model.parameters()).device
     template = resolve_template(policy.tokenizer, "auto", policy.builtin)

@@ -29,7 +29,8 @@ def main() -> None:
 
     from rbctl.tasks import links as builtin
     from rbctl.config.train import load_train_config
-    from rbctl.train.trainer import task_spec, train, warm_start_spec
+    from rbctl.train.data import task_spec, warm_start_spec
+    from rbctl.train.loop import train
 
     overrides = ["eval.every=0"] + ([f"steps={args.steps}"] if args.steps else [])
     cfg = load_train_config(Path(args.config), overrides)

@@ -97,7 +97,8 @@ def run_rbctl(steps: int, threads: int, log_kl: bool) -> dict:
     from rbctl.tasks.links import warm_started
     from rbctl.tasks.prompting import encode_prompts
     from rbctl.rollout.hf import prefix_cache_supported
-    from rbctl.train.trainer import load_training_problems, prompt_order, task_spec, train, warm_start_spec
+    from rbctl.train.data import load_training_problems, prompt_order, task_spec, warm_start_spec
+    from rbctl.train.loop import train
 
     _set_threads(threads)
     cfg = workload_config(steps, threads, log_kl)
@@ -178,7 +179,7 @@ def run_trl(steps: int, threads: int) -> dict:
     from trl import GRPOTrainer
 
     from rbctl.tasks.links import check, format_problem, warm_started
-    from rbctl.train.trainer import load_training_problems, task_spec, warm_start_spec
+    from rbctl.train.data import load_training_problems, task_spec, warm_start_spec
 
     _set_threads(threads)
     cfg = workload_config(steps, threads, log_kl=False)
@@ -390,7 +391,7 @@ def main() -> None:
     except ImportError:
         sys.exit('TRL is not installed; it is an optional extra: pip install -e ".[trl]"')
     from rbctl.tasks.links import warm_started
-    from rbctl.train.trainer import task_spec, warm_start_spec
+    from rbctl.train.data import task_spec, warm_start_spec
 
     cfg = workload_config(args.steps, args.threads, args.log_kl)
     warm_started(task_spec(cfg), warm_start_spec(cfg))  # built once and cached, outside the timings

@@ -22,7 +22,7 @@ def train_cmd(cfg: Path, run: Path) -> list[str]:
 
 
 def logged_steps(run: Path) -> list[int]:
-    from rbctl.train.tracking import read_jsonl
+    from rbctl.store.jsonl import read_jsonl
 
     return [r["step"] for r in read_jsonl(run / "metrics.jsonl")]
 

@@ -1,4 +1,5 @@
-"""Shared fixtures: an isolated cache for the built-in policy's warm start, and a tiny training config."""
+"""Shared test helpers: the shared benchmark folder, a tiny random Llama, an isolated cache for the
+built-in policy's warm start, and a tiny training config."""
 
 from __future__ import annotations
 
@@ -7,7 +8,25 @@ from pathlib import Path
 
 import pytest
 
+# The benchmark files shared beside the checkout (../shared/benchmarks); tests that need them skip
+# with this reason where they are absent.
 SHARED_BENCHMARKS = Path(os.environ.get("RBCTL_SHARED_BENCHMARKS", Path(__file__).resolve().parents[2] / "shared" / "benchmarks"))
+SHARED_MISSING = f"shared benchmark files not found in {SHARED_BENCHMARKS} (set RBCTL_SHARED_BENCHMARKS)"
+
+
+def tiny_llama(vocab_size: int, *, layers: int = 2, seed: int | None = 0, **config):
+    """A random Llama small enough for any test: hidden 16, 2 heads, `layers` layers. `config`
+    overrides or adds LlamaConfig fields (token ids, initializer_range, tie_word_embeddings...).
+    The weights are drawn after `torch.manual_seed(seed)` (seed None: the current RNG state)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(**{"vocab_size": vocab_size, "hidden_size": 16, "intermediate_size": 32,
+                         "num_hidden_layers": layers, "num_attention_heads": 2, "num_key_value_heads": 2,
+                         "max_position_embeddings": 64, **config})
+    if seed is not None:
+        torch.manual_seed(seed)
+    return LlamaForCausalLM(cfg)
 
 
 @pytest.fixture(scope="session")
@@ -49,7 +68,7 @@ def tiny_config(rbctl_cache):
     from rbctl.config.train import TrainConfig
 
     def make(**overrides):
-        from rbctl.config.train import apply_overrides
+        from rbctl.config.base import apply_overrides
 
         data = apply_overrides(copy.deepcopy(TINY_TRAIN), [f"{k.replace('__', '.')}={v}" for k, v in overrides.items()])
         return TrainConfig.model_validate(data)

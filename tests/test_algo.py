@@ -1,4 +1,4 @@
-"""Tests of rbctl.algo.advantages against hand-computed values, METHOD.md's closed forms and exact enumeration."""
+"""Tests of rbctl.algo.advantages against hand-computed values, docs/method.md's closed forms and exact enumeration."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from rbctl.algo import (
 from rbctl.errors import UserError
 
 NAMES = list(ESTIMATORS)
-EPS = 1e-6  # METHOD.md: GRPO divides by (std + 1e-6)
+EPS = 1e-6  # docs/method.md: GRPO divides by (std + 1e-6)
 
 
 def t(rows: list[list[float]]) -> torch.Tensor:
@@ -45,7 +45,7 @@ def test_module_doctest_holds() -> None:
 
 
 def test_registry_pairs_each_estimator_with_methods_default_aggregation() -> None:
-    # METHOD.md's table, column "default loss aggregation".
+    # docs/method.md's table, column "default loss aggregation".
     assert {n: e.default_loss_agg for n, e in ESTIMATORS.items()} == {
         "grpo": "seq-mean-token-mean",
         "dr_grpo": "seq-mean-token-sum-norm",
@@ -143,7 +143,7 @@ def test_budgeted_reinforce_pp_whitens_budgeted_rewards() -> None:
 
 
 def test_budget_with_b_equal_g_is_the_maxrl_estimator() -> None:
-    # METHOD.md: B = G, c = 0 gives (r − μ̂)/μ̂. r = [1,2,3,6], μ̂ = 3 -> [−2/3, −1/3, 0, 1]
+    # docs/method.md: B = G, c = 0 gives (r − μ̂)/μ̂. r = [1,2,3,6], μ̂ = 3 -> [−2/3, −1/3, 0, 1]
     assert_close(compute_advantages(t(NONBIN), "dr_grpo", budget=4.0), t([[-2 / 3, -1 / 3, 0.0, 1.0]]))
 
 
@@ -221,7 +221,7 @@ def test_equal_reward_groups_give_exact_zeros(name: str, budget: float | None) -
 
 
 def test_equal_non_dyadic_reward_groups_give_exact_zeros() -> None:
-    # METHOD.md: "A group whose rewards are all equal gets A = 0 everywhere, never NaN" —
+    # docs/method.md: "A group whose rewards are all equal gets A = 0 everywhere, never NaN" —
     # for any reward value, not only 0 and 1 (partial credit, format rewards).
     for name, budget, value, g in itertools.product(NAMES, (None, 1.0), (0.9, 0.3, 10.7), (6, 8)):
         a = compute_advantages(torch.full((1, g), value), name, budget=budget)
@@ -234,7 +234,7 @@ def test_equal_non_dyadic_reward_groups_give_exact_zeros() -> None:
 @pytest.mark.parametrize("g", [2, 4, 8])
 @pytest.mark.parametrize("name", ["grpo", "dr_grpo"])
 def test_budget_advantage_gap_is_b_over_k(g: int, name: str) -> None:
-    # METHOD.md: A_+ = B(1/K − 1/G), A_− = −B/G, so the gap is B/K for K = 1..G−1.
+    # docs/method.md: A_+ = B(1/K − 1/G), A_− = −B/G, so the gap is B/K for K = 1..G−1.
     b = 2.5
     for k in range(1, g):
         r = t([binary_group(k, g)])
@@ -305,16 +305,28 @@ def test_group_stats_and_advantage_gap() -> None:
     assert advantage_gap(c[:2], a[:2]) is None
 
 
-def test_group_stats_fractions_are_never_negative() -> None:
-    s = group_stats(torch.tensor([[1, 1], [0, 0], [0, 0]], dtype=torch.bool))
-    assert s.frac_mixed >= 0.0
+@pytest.mark.parametrize("n_correct, n_wrong, n_mixed", [(67, 933, 0), (1, 2, 0), (6, 4, 0), (66, 933, 1)])
+def test_group_stats_fractions_are_never_negative(n_correct, n_wrong, n_mixed) -> None:
+    # Counts for which float32 round-off makes 1 − frac_all_correct − frac_all_wrong negative
+    # (−6e-8 for 67/1000 + 933/1000): the mixed fraction must be counted, not taken as a remainder.
+    a = torch.tensor(n_correct / (n_correct + n_wrong + n_mixed), dtype=torch.float32).item()
+    b = torch.tensor(n_wrong / (n_correct + n_wrong + n_mixed), dtype=torch.float32).item()
+    if n_mixed == 0:
+        assert (torch.tensor(1.0) - torch.tensor(a) - torch.tensor(b)).item() < 0  # the round-off is real
+    rows = [[True] * 8] * n_correct + [[False] * 8] * n_wrong + [[True] * 7 + [False]] * n_mixed
+    s = group_stats(torch.tensor(rows))
+    total = n_correct + n_wrong + n_mixed
+    assert s.frac_mixed == pytest.approx(n_mixed / total, rel=1e-6, abs=0.0)  # exactly 0.0 when none mixed
+    assert s.frac_all_correct == pytest.approx(n_correct / total, rel=1e-6)
+    assert s.frac_all_wrong == pytest.approx(n_wrong / total, rel=1e-6)
+    assert min(s.frac_mixed, s.frac_all_correct, s.frac_all_wrong) >= 0.0
 
 
 # --- the exact finite-G objective ----------------------------------------------------------------
 #
 # For rollouts of one prompt, A_i depends on y only through the outcomes c = (c_1..c_G), and
 # E[S_i | c_i] = ∇ log P(c_i) = (c_i − p)/(p(1−p)) · ∇p (the score of the Bernoulli outcome).
-# Hence E[Σ_i A_i S_i] = E[Σ_i A_i (c_i − p)] / (p(1−p)) · ∇p, and METHOD.md's claim
+# Hence E[Σ_i A_i S_i] = E[Σ_i A_i (c_i − p)] / (p(1−p)) · ∇p, and docs/method.md's claim
 # E[Σ A_i S_i] = ∇J_G(p) is exactly  E[Σ_i A_i (c_i − p)] / (p(1−p)) = J_G'(p) = B(1 − (1−p)^{G−1})/p.
 # (By hand: Σ_i A_i = 0, so Σ_i A_i (c_i − p) = Σ_i A_i c_i = K·B(1/K − 1/G) = B(1 − K/G) for K > 0,
 #  and 0 for K = 0; E = B(1 − (1−p)^G − p) = B(1−p)(1 − (1−p)^{G−1}).)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pandas as pd
@@ -13,11 +12,11 @@ from rbctl.tasks import registry as benchmarks
 from rbctl.tasks.registry import Benchmark, Problem, load_benchmark, register
 from rbctl.errors import UserError
 from rbctl.grading.verify import grade_detailed
+from tests.conftest import SHARED_BENCHMARKS as SHARED, SHARED_MISSING
 
-SHARED = Path(os.environ.get("RBCTL_SHARED_BENCHMARKS", Path(__file__).resolve().parents[2] / "shared" / "benchmarks"))
 needs_shared = pytest.mark.skipif(
     not (SHARED / "amc23.jsonl").is_file(),
-    reason=f"shared benchmark files not found in {SHARED} (set RBCTL_SHARED_BENCHMARKS)",
+    reason=SHARED_MISSING,
 )
 
 

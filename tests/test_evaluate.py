@@ -17,19 +17,16 @@ from rbctl.tasks import registry as benchmarks
 from rbctl.tasks import links as builtin
 from rbctl.eval import pipeline as evaluate
 from rbctl.errors import UserError
-from rbctl.eval.pipeline import (
-    build_config,
-    engine_class,
-    evaluate_policy,
-    periodic_eval_lines,
-)
+from rbctl.config.eval import build_config
+from rbctl.rollout.factory import engine_class
+from rbctl.eval.pipeline import evaluate_policy, periodic_eval_lines
 from rbctl.rollout.models import BUILTIN_MARKER, LoadedPolicy
-from rbctl.rollout.hf import Sample
+from rbctl.rollout.base import Sample
+from tests.conftest import SHARED_BENCHMARKS as SHARED, SHARED_MISSING
 
-SHARED = Path(os.environ.get("RBCTL_SHARED_BENCHMARKS", Path(__file__).resolve().parents[2] / "shared" / "benchmarks"))
 needs_shared = pytest.mark.skipif(
     not (SHARED / "amc23.jsonl").is_file(),
-    reason=f"shared benchmark files not found in {SHARED} (set RBCTL_SHARED_BENCHMARKS)",
+    reason=SHARED_MISSING,
 )
 SUMMARY_KEYS = {
     "benchmark", "model", "step", "n", "num_problems", "metrics", "per_problem", "grader",
@@ -136,8 +133,10 @@ def test_build_engine_passes_the_policy_to_vllm(tiny: LoadedPolicy, monkeypatch:
         def __init__(self, model, tokenizer, **kwargs):
             calls.append((model, tokenizer, kwargs))
 
-    monkeypatch.setattr(evaluate, "engine_class", lambda name: FakeVLLM)
-    evaluate.build_engine("vllm", tiny, batch_size=8, seed=3)
+    from rbctl.rollout import factory
+
+    monkeypatch.setattr(factory, "engine_class", lambda name: FakeVLLM)
+    factory.build_engine("vllm", tiny.model, tiny.tokenizer, source=tiny.source, batch_size=8, seed=3)
     assert calls == [(tiny.model, tiny.tokenizer, {"model_name_or_path": "tiny", "dtype": "float32", "seed": 3})]
 
 
@@ -210,6 +209,10 @@ def test_cli_on_run_dir_writes_under_the_checkpoint_step(tmp_path: Path) -> None
     tok.save_pretrained(ckpt)
     (ckpt / BUILTIN_MARKER).write_text("{}")
     (run_dir / "metrics.jsonl").write_text("")
+    from rbctl.store.rundir import CKPT_DONE, checkpoint_manifest
+
+    sealed = ckpt.parent
+    (sealed / CKPT_DONE).write_text(json.dumps({"step": 7, "files": checkpoint_manifest(sealed)}))
     result = CliRunner().invoke(app, ["eval", str(run_dir), "-b", "builtin", "--limit", "2", "--n", "2",
                                       "--max-new-tokens", "4", "--device", "cpu"])
     assert result.exit_code == 0, result.output

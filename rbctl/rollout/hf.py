@@ -20,37 +20,10 @@ from __future__ import annotations
 
 import functools
 import inspect
-from dataclasses import dataclass, field
 
 import torch
 
-
-@dataclass(frozen=True)
-class SamplingParams:
-    n: int = 1  # completions per prompt
-    temperature: float = 1.0  # 0 means greedy
-    top_p: float = 1.0
-    max_new_tokens: int = 256
-    seed: int | None = None
-
-
-@dataclass
-class Sample:
-    """One completion: its token ids (up to and including EOS when it ended) and its text."""
-
-    prompt_index: int
-    token_ids: list[int]
-    text: str
-    finished: bool  # True when the model emitted EOS within max_new_tokens
-    logprobs: list[float] | None = field(default=None)  # engine log-probs of the sampled tokens, if it gives them
-
-
-def _eos_ids(model, tokenizer) -> list[int]:
-    eos = getattr(model.generation_config, "eos_token_id", None)
-    if eos is None:
-        eos = tokenizer.eos_token_id
-    ids = eos if isinstance(eos, (list, tuple)) else [eos]
-    return [int(i) for i in ids if i is not None]
+from rbctl.rollout.base import Sample, SamplingParams, _cut_at_eos, _eos_ids
 
 
 def left_pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -254,12 +227,3 @@ class HFEngine:
             gen_kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
         seqs = self.model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **gen_kwargs)
         return seqs[:, ids.shape[1]:].tolist()
-
-
-def _cut_at_eos(tokens: list[int], eos_ids: list[int]) -> tuple[list[int], bool]:
-    """Keep tokens up to and including the first EOS; padding after it is dropped."""
-    eos = set(eos_ids)
-    for i, t in enumerate(tokens):
-        if t in eos:
-            return tokens[: i + 1], True
-    return tokens, False

@@ -11,8 +11,8 @@ from pathlib import Path
 import torch
 
 from rbctl.errors import UserError
+from rbctl.store.rundir import BUILTIN_MARKER, MODEL, checkpoint_dir, checkpoint_problem, is_run_dir, last_good_checkpoint
 
-BUILTIN_MARKER = "rbctl_builtin.json"  # present in the built-in policy's directory and its checkpoints
 
 
 @dataclass
@@ -42,12 +42,6 @@ def is_model_dir(p: Path) -> bool:
     return (p / "config.json").exists() or (p / "adapter_config.json").exists()
 
 
-def latest_checkpoint(run_dir: Path) -> Path | None:
-    ckpts = sorted((run_dir / "checkpoints").glob("step_*"))
-    ckpts = [c for c in ckpts if is_model_dir(c / "model")]
-    return ckpts[-1] / "model" if ckpts else None
-
-
 def resolve_source(name_or_path: str, step: int | None = None) -> tuple[str, str | None]:
     """(directory or hub id, gguf file name or None). Run directories resolve to a checkpoint."""
     p = Path(name_or_path).expanduser()
@@ -56,16 +50,17 @@ def resolve_source(name_or_path: str, step: int | None = None) -> tuple[str, str
             raise UserError(f"model path {p} is a file but not a .gguf file; give a model directory or a GGUF file")
         return str(p.parent), p.name
     if p.is_dir():
-        if (p / "metrics.jsonl").exists() or (p / "checkpoints").is_dir():
+        if is_run_dir(p):  # only complete checkpoints whose manifest checks out are read
             if step is not None:
-                ck = p / "checkpoints" / f"step_{step:06d}" / "model"
-                if not is_model_dir(ck):
-                    raise UserError(f"run directory {p} has no checkpoint for step {step}")
-                return str(ck), None
-            ck = latest_checkpoint(p)
+                ck = checkpoint_dir(p, step)
+                problem = checkpoint_problem(ck) if ck.is_dir() else "missing"
+                if problem is not None:
+                    raise UserError(f"run directory {p} has no usable checkpoint for step {step} ({problem})")
+                return str(ck / MODEL), None
+            _, ck = last_good_checkpoint(p)
             if ck is None:
-                raise UserError(f"run directory {p} has no checkpoint yet")
-            return str(ck), None
+                raise UserError(f"run directory {p} has no complete checkpoint yet")
+            return str(ck / MODEL), None
         if not is_model_dir(p):
             raise UserError(f"{p} is not a model directory (no config.json) nor an rbctl run directory")
         return str(p), None

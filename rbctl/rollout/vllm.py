@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from rbctl.errors import UserError
-from rbctl.rollout.hf import Sample, SamplingParams, _cut_at_eos, _eos_ids
+from rbctl.rollout.base import Sample, SamplingParams, _cut_at_eos, _eos_ids
 
 VLLM_MISSING = "rollout.engine 'vllm' needs vLLM and a GPU: pip install 'rbctl[vllm]'"
 

@@ -28,6 +28,7 @@ from rbctl.config.train import TrainConfig
 from rbctl.config.presets import preset
 from rbctl.errors import UserError
 from rbctl.store.atomic import write_atomic
+from rbctl.store.rundir import RUN_META, final_eval_dir
 
 # Arms must get equal compute: these keys may differ between arms only when the sweep says so.
 COMPUTE_KEYS = ("steps", "rollout.prompts_per_step", "rollout.group_size", "rollout.max_new_tokens", "algo.ppo_epochs")
@@ -100,7 +101,7 @@ def write_state(sweep_dir: Path, state: dict) -> None:
 def final_eval_done(run_dir: Path, steps: int, benchmarks: list[str]) -> bool:
     from rbctl.eval.pipeline import bench_dir_name
 
-    ev = run_dir / "eval" / f"step_{steps:06d}"
+    ev = final_eval_dir(run_dir, steps)
     return all((ev / bench_dir_name(b) / "summary.json").exists() for b in benchmarks)
 
 
@@ -134,11 +135,11 @@ def final_eval(cfg: TrainConfig, run_dir: Path, ecfg) -> dict:
     from rbctl.eval.pipeline import evaluate_policy
     from rbctl.rollout.models import load_policy
     from rbctl.eval.pipeline import load_problems
-    from rbctl.train.trainer import task_spec
+    from rbctl.train.data import task_spec
 
     policy = load_policy(str(run_dir), device=cfg.model.device, dtype=cfg.model.dtype, step=cfg.steps, log=lambda *a: None)
     problems = load_problems(ecfg, task_spec(cfg))  # `builtin` = the run's own task
-    return evaluate_policy(policy, ecfg, run_dir / "eval" / f"step_{cfg.steps:06d}", step=cfg.steps, problems=problems)
+    return evaluate_policy(policy, ecfg, final_eval_dir(run_dir, cfg.steps), step=cfg.steps, problems=problems)
 
 
 # --- worker ---------------------------------------------------------------------------------------
@@ -154,13 +155,13 @@ def _run_one(run_dir: str, cfg_dict: dict, meta: dict, eval_dict: dict, threads:
     quiet_libraries()
     key = f"{meta['arm']}/seed_{meta['seed']}"
     try:
-        from rbctl.eval.pipeline import EvalConfig
-        from rbctl.train.trainer import train
+        from rbctl.config.eval import EvalConfig
+        from rbctl.train.loop import train
 
         cfg = TrainConfig.model_validate(cfg_dict)
         rd = Path(run_dir)
         rd.mkdir(parents=True, exist_ok=True)
-        write_atomic(rd / "run.json", json.dumps(meta, indent=2))
+        write_atomic(rd / RUN_META, json.dumps(meta, indent=2))
 
         def on_step(step, m):
             queue.put((key, "step", step, {"reward": m["reward/mean"], "entropy": m["entropy"]}))
@@ -229,7 +230,7 @@ def run_sweep(sweep_path: Path, sweep_dir: Path, jobs: int | None = None, force:
 
 def _prepare_shared(configs: dict[str, TrainConfig], log) -> None:
     """Build the cached warm start once, before the workers start, instead of in every worker."""
-    from rbctl.train.trainer import task_spec, warm_start_spec
+    from rbctl.train.data import task_spec, warm_start_spec
 
     for cfg in configs.values():
         if cfg.model.name == "builtin":

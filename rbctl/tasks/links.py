@@ -29,6 +29,7 @@ from pathlib import Path
 
 import torch
 
+from rbctl.store.rundir import BUILTIN_MARKER, builtin_task_record
 from rbctl.tasks.registry import Benchmark, Problem, register
 
 LETTERS = "abcdefghijklmnop"
@@ -180,7 +181,7 @@ def warm_started(spec: TaskSpec, ws: WarmStartSpec, log=print) -> Path:
             model, tok = sft_warm_start(spec, ws)
             model.save_pretrained(tmp)
             tok.save_pretrained(tmp)
-            (tmp / "rbctl_builtin.json").write_text(json.dumps({"task": asdict(spec), "warm_start": asdict(ws)}))
+            (tmp / BUILTIN_MARKER).write_text(json.dumps({"task": asdict(spec), "warm_start": asdict(ws)}))
             os.replace(tmp, path)
     return path
 
@@ -223,10 +224,7 @@ def sft_warm_start(spec: TaskSpec, ws: WarmStartSpec):
 
 def task_spec_of(model_dir: Path) -> TaskSpec | None:
     """The task settings a built-in policy directory (warm start or checkpoint) records, else None."""
-    marker = Path(model_dir) / "rbctl_builtin.json"
-    if not marker.exists():
-        return None
-    task = json.loads(marker.read_text()).get("task")
+    task = (builtin_task_record(model_dir) or {}).get("task")
     return TaskSpec(**task) if task else None
 
 

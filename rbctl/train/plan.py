@@ -144,7 +144,7 @@ def _resolve_model(cfg: TrainConfig, r: Resolved, cache_dir) -> None:
     name = cfg.model.name
     if name == "builtin":
         from rbctl.tasks import links as builtin
-        from rbctl.train.trainer import task_spec, warm_start_spec
+        from rbctl.train.data import task_spec, warm_start_spec
 
         spec, ws = task_spec(cfg), warm_start_spec(cfg)
         r.tokenizer = builtin.build_tokenizer(spec)
@@ -190,7 +190,7 @@ def _resolve_data(cfg: TrainConfig, r: Resolved, cache_dir) -> None:
     d = cfg.data
     if d.source == "builtin":
         from rbctl.tasks import links as builtin
-        from rbctl.train.trainer import task_spec
+        from rbctl.train.data import task_spec
 
         probs = builtin.problems(task_spec(cfg), "train")
         r.records = [{"problem": q.problem, "answer": q.answer} for q in probs[:SAMPLE_RECORDS]]

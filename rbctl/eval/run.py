@@ -1,0 +1,85 @@
+"""`rbctl eval MODEL`: load a model (hub id, folder, GGUF file, run directory, or `builtin`),
+evaluate it with `rbctl.eval.pipeline`, print the table, say where the results are."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rbctl.config.eval import EvalConfig
+from rbctl.errors import UserError
+from rbctl.eval.pipeline import evaluate_policy, load_problems, sanitize
+from rbctl.rollout.factory import engine_class
+from rbctl.store.rundir import checkpoint_step, final_eval_dir, is_run_dir
+
+
+def default_out_dir(model: str, step: int | None) -> Path:
+    """``RUN_DIR/eval/step_XXXXXX`` for a run directory (where `rbctl report` looks), else
+    ``runs/eval/<model name>``."""
+    path = Path(model).expanduser()
+    if is_run_dir(path):
+        if step is None:
+            raise UserError(f"cannot tell the checkpoint step of {model}; pass --out")
+        return final_eval_dir(path, step)
+    name = path.name.removesuffix(".gguf") if path.exists() else model
+    return Path("runs") / "eval" / sanitize(name.replace("/", "_"))
+
+
+def results_table(results: dict[str, dict]):
+    """A rich Table, one column per benchmark and one row per metric (percent, 95% interval)."""
+    from rich.table import Table
+
+    table = Table(title="rbctl eval: % correct [95% bootstrap CI over problems]")
+    table.add_column("metric")
+    for name in results:
+        table.add_column(name, justify="right")
+    table.add_row("problems × n", *(f"{s['num_problems']} × {s['n']}" for s in results.values()))
+    metric_names = dict.fromkeys(m for s in results.values() for m in s["metrics"])
+    for m in metric_names:
+        cells = []
+        for s in results.values():
+            v = s["metrics"].get(m)
+            cells.append(f"{100 * v['value']:.1f} [{100 * v['ci_low']:.1f}, {100 * v['ci_high']:.1f}]" if v else "-")
+        table.add_row(m, *cells)
+    return table
+
+
+def _builtin_task_of(model: str, step: int | None):
+    """The built-in task settings recorded with a built-in policy (a run dir or its checkpoint), else None."""
+    from rbctl.tasks.links import task_spec_of
+    from rbctl.rollout.models import resolve_source
+
+    if model == "builtin":
+        return None
+    try:
+        return task_spec_of(Path(resolve_source(model, step)[0]))
+    except UserError:
+        return None
+
+
+def run_eval(
+    model: str, cfg: EvalConfig, out_dir: Path | None = None, step: int | None = None, console=None
+) -> dict[str, dict]:
+    """Load ``model`` (hub id, dir, GGUF file, run directory, or ``builtin``) and evaluate it.
+
+    For a run directory, ``step`` picks the checkpoint (default: the latest) and the default
+    ``out_dir`` is ``RUN_DIR/eval/step_XXXXXX``.
+    """
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from rbctl.rollout.models import load_policy, resolve_source
+
+    console = console or Console()
+    engine_class(cfg.engine)
+    problems = load_problems(cfg, _builtin_task_of(model, step))  # bad names/data fail before the model loads
+    ckpt_step = step
+    if model != "builtin" and is_run_dir(Path(model).expanduser()):
+        ckpt_step = checkpoint_step(resolve_source(model, step)[0])
+    out_dir = Path(out_dir) if out_dir is not None else default_out_dir(model, ckpt_step)
+    policy = load_policy(model, device=cfg.device, dtype=cfg.dtype, step=step, log=console.print)
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as progress:
+        results = evaluate_policy(policy, cfg, out_dir, progress=progress, step=ckpt_step, problems=problems)
+    console.print(results_table(results))
+    console.print(f"results in {out_dir}")
+    return results

@@ -1,0 +1,112 @@
+"""A batch of rollouts as training tensors, and the forward pass that scores its responses.
+
+On CPU every forward pass over the batch (policy, reference, κ_eff) runs each prompt once for its
+G rollouts and continues the G responses from its KV cache (`response_logits`): the same log-probs,
+up to float rounding, for about half the work on short-answer tasks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from rbctl.rollout.hf import forward_with_cache, new_cache, position_ids, prefix_cache_supported
+
+
+@dataclass
+class RolloutBatch:
+    """N = P·G sequences, prompt-major (prompt p's rollouts are rows p·G … p·G+G−1)."""
+
+    input_ids: torch.Tensor  # [N, Lp + Lr] left-padded prompt, then right-padded response
+    attention_mask: torch.Tensor  # [N, Lp + Lr]
+    response_ids: torch.Tensor  # [N, Lr]
+    response_mask: torch.Tensor  # [N, Lr] 1 on response tokens up to and including EOS
+    prompt_width: int  # Lp
+    rewards: torch.Tensor  # [P, G]
+    correct: torch.Tensor  # [P, G] bool
+    advantages: torch.Tensor  # [P, G]
+    engine_logp: torch.Tensor | None = None  # [N, Lr] the rollout engine's log-probs (vLLM), if any
+
+    @property
+    def n(self) -> int:
+        return self.input_ids.shape[0]
+
+
+def build_batch(prompts: list[list[int]], samples, pad_id: int) -> tuple[torch.Tensor, ...]:
+    """Token tensors for the training forward pass from prompts and their samples."""
+    rows = [(prompts[p], s.token_ids) for p, group in enumerate(samples) for s in group]
+    lp = max(len(p) for p, _ in rows)
+    lr = max(1, max(len(r) for _, r in rows))
+    # Padded rows are built as Python lists and converted once (one torch.tensor call per field).
+    ids = torch.tensor([[pad_id] * (lp - len(p)) + p + r + [pad_id] * (lr - len(r)) for p, r in rows], dtype=torch.long)
+    attn = torch.tensor([[0] * (lp - len(p)) + [1] * (len(p) + len(r)) + [0] * (lr - len(r)) for p, r in rows],
+                        dtype=torch.long)
+    resp = ids[:, lp:].clone()  # [n, Lr]: the response, pad_id after it
+    rmask = attn[:, lp:].to(torch.float32)  # 1 on response tokens
+    return ids, attn, resp, rmask, lp
+
+
+def response_logits(model, input_ids, attention_mask, prompt_width: int, group_size: int = 1) -> torch.Tensor:
+    """Logits that predict each response token: [n, Lr, V]. Position ids follow the attention mask,
+    as in generation, so left padding does not shift positions.
+
+    With `group_size` G > 1, rows p·G … p·G+G−1 that hold the same prompt run it once: the prompt
+    [n/G, Lp] goes through the model, its KV cache is repeated G times, and the responses
+    [n, Lr − 1] continue from it, as in generation. Same computation as running every row whole,
+    up to float rounding; about half the work when prompts are as long as responses. Used on CPU
+    (where it is measured and tested; on GPUs every row runs whole, as before) where the model
+    supports it (`rollout.prefix_cache_supported`), without gradient checkpointing, and without
+    active dropout (which would draw one prompt mask for the whole group)."""
+
+    positions = position_ids(attention_mask)
+    lr = input_ids.shape[1] - prompt_width
+    if _can_share_prompts(model, input_ids, attention_mask, prompt_width, group_size):
+        lp, cache = prompt_width, new_cache(model)
+        first = forward_with_cache(model, input_ids[::group_size, :lp], attention_mask[::group_size, :lp],
+                                   positions[::group_size, :lp], cache, logits_to_keep=1)  # [n/G, 1, V]
+        first = first.repeat_interleave(group_size, 0)  # predicts response token 0: [n, 1, V]
+        if lr == 1:
+            return first
+        cache.batch_repeat_interleave(group_size)
+        rest = forward_with_cache(model, input_ids[:, lp:-1], attention_mask[:, :-1], positions[:, lp:-1], cache)
+        return torch.cat([first, rest], dim=1)  # rest predicts response tokens 1 … Lr−1
+    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
+                use_cache=False, logits_to_keep=lr + 1)
+    return out.logits[:, :-1]
+
+
+def _can_share_prompts(model, input_ids, attention_mask, prompt_width: int, group_size: int) -> bool:
+
+    return (group_size > 1 and input_ids.device.type == "cpu"
+            and _shares_prompts(input_ids, attention_mask, prompt_width, group_size)
+            and not _checkpointing(model) and not _dropout_active(model) and prefix_cache_supported(model))
+
+
+def _checkpointing(model) -> bool:
+    """Gradient (activation) checkpointing is on: it turns the KV cache off, so no shared prefix."""
+    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):  # renamed in transformers 5.x
+        if hasattr(type(model), name):
+            return bool(getattr(model, name))
+    return False
+
+
+def _dropout_active(model) -> bool:
+    """Dropout would act in this forward pass (training mode and a nonzero rate somewhere)."""
+    if not model.training:
+        return False
+    if any(getattr(model.config, k, 0) or 0 for k in ("attention_dropout", "hidden_dropout", "dropout")):
+        return True
+    return any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules())
+
+
+def _shares_prompts(input_ids, attention_mask, prompt_width: int, group_size: int) -> bool:
+    """Whether the rows come in groups of `group_size` with identical (padded) prompts."""
+    n = input_ids.shape[0]
+    if n % group_size:
+        return False
+    ids = input_ids[:, :prompt_width].reshape(n // group_size, group_size, prompt_width)
+    mask = attention_mask[:, :prompt_width].reshape(n // group_size, group_size, prompt_width)
+    return bool((ids == ids[:, :1]).all() and (mask == mask[:, :1]).all())
+
+

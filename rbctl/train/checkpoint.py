@@ -1,0 +1,67 @@
+"""Writing and reading checkpoints. Selection and integrity are `rbctl.store.rundir`'s.
+
+A run directory is data: the trainer state is read with `torch.load(weights_only=True)`, which
+unpickles only tensors and plain containers, so a planted file cannot run code on resume. The RNG
+states are stored as tensors, lists and numbers for that reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from rbctl.errors import UserError
+from rbctl.store.atomic import write_atomic
+from rbctl.store.rundir import CKPT_DONE, MODEL, checkpoint_dir, checkpoint_dirs, checkpoint_manifest
+
+STATE_FILE = "trainer_state.pt"
+
+
+def rng_state() -> dict:
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    return {"torch": torch.get_rng_state(), "python": random.getstate(),
+            "numpy": [kind, keys.tolist(), int(pos), int(has_gauss), float(gauss)]}
+
+
+def set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    kind, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+
+
+def save_checkpoint(run_dir: Path, step: int, model, tokenizer, state: dict, keep: int,
+                    builtin_marker: Path | None) -> None:
+    """Write checkpoint `step` into a `.tmp` folder, seal it with the SHA-256 manifest, then rename
+    it into place and delete all but the newest `keep` checkpoints."""
+    final = checkpoint_dir(run_dir, step)
+    tmp = final.with_name(final.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    (tmp / MODEL).mkdir(parents=True)
+    model.save_pretrained(tmp / MODEL, safe_serialization=True)
+    tokenizer.save_pretrained(tmp / MODEL)
+    if builtin_marker is not None and builtin_marker.exists():
+        shutil.copy(builtin_marker, tmp / MODEL / builtin_marker.name)
+    torch.save(state, tmp / STATE_FILE)
+    write_atomic(tmp / CKPT_DONE, json.dumps({"step": step, "files": checkpoint_manifest(tmp)}, indent=1))
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    for old in checkpoint_dirs(run_dir)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def load_state(ck: Path) -> dict:
+    """The trainer state of checkpoint folder `ck`, read as data (no code runs)."""
+    path = Path(ck) / STATE_FILE
+    try:
+        return torch.load(path, weights_only=True)
+    except Exception as e:  # an UnpicklingError names the refused global
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise UserError(f"{path} is not plain checkpoint data (refused to unpickle it: {first[:200]})") from None

@@ -1,0 +1,74 @@
+"""Training data and rewards: the prompt pool, the seeded prompt order, the reward function."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from rbctl.config.train import TrainConfig
+
+
+def load_training_problems(cfg: TrainConfig):
+    from rbctl.tasks import registry as benchmarks
+    from rbctl.tasks import links as builtin
+
+    d = cfg.data
+    if d.source == "builtin":
+        return builtin.problems(task_spec(cfg), "train")
+    fields = f"@{d.problem_field},{d.answer_field}"
+    if d.source.endswith((".jsonl", ".parquet")) or Path(d.source).exists():
+        return benchmarks.load_benchmark(f"file:{d.source}{fields}")
+    cfg_part = f":{d.hf_config}" if d.hf_config else ""
+    return benchmarks.load_benchmark(f"hf:{d.source}{cfg_part}:{d.split}{fields}")
+
+
+def task_spec(cfg: TrainConfig):
+    from rbctl.tasks.links import TaskSpec
+
+    b = cfg.data.builtin
+    return TaskSpec(num_keys=b.num_keys, min_hops=b.min_hops, max_hops=b.max_hops,
+                    train_size=b.train_size, test_size=b.test_size, seed=b.seed)
+
+
+def warm_start_spec(cfg: TrainConfig):
+    from rbctl.tasks.links import WarmStartSpec
+
+    b = cfg.data.builtin
+    return WarmStartSpec(demo_error=b.demo_error, steps=b.warm_start_steps)
+
+
+def reward_function(cfg: TrainConfig):
+    """(completions, answers) -> (correct flags, grader failures). Binary reward: 1 if correct.
+
+    The built-in task has its own exact checker; everything else goes through the shared math
+    grader, in parallel worker processes, and its time-outs and errors are counted (as wrong)."""
+    if cfg.data.source == "builtin":
+        from rbctl.tasks.links import check
+
+        return lambda completions, answers: ([check(c, a) for c, a in zip(completions, answers)], 0)
+    from rbctl.grading.verify import grade_many
+
+    def fn(completions: list[str], answers: list[str]) -> tuple[list[bool], int]:
+        results = grade_many(completions, answers)
+        return [r.correct for r in results], sum(r.status in ("timeout", "error") for r in results)
+
+    return fn
+
+
+def prompt_order(seed: int, step: int, per_step: int, pool: int) -> list[int]:
+    """Indices of step `step`'s prompts: a seeded permutation of the pool per epoch, read in order."""
+    perms: dict[int, np.ndarray] = {}
+    out = []
+    for i in range((step - 1) * per_step, step * per_step):
+        epoch, pos = divmod(i, pool)
+        if epoch not in perms:
+            perms[epoch] = np.random.default_rng([seed, epoch]).permutation(pool)
+        out.append(int(perms[epoch][pos]))
+    return out
+
+
+def step_seed(seed: int, step: int) -> int:
+    return int(np.random.default_rng([seed, step, 7]).integers(2**31 - 1))
+
+

@@ -1,0 +1,132 @@
+"""`train`: the loop around the trainer: resume, checkpoints, metrics, samples, periodic evaluation,
+the progress display. Only rank 0 writes the run directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from rbctl.config.train import TrainConfig
+from rbctl.errors import UserError
+from rbctl.config.eval import EvalConfig
+from rbctl.eval.pipeline import evaluate_policy, load_problems, periodic_eval_lines
+from rbctl.rollout.models import LoadedPolicy
+from rbctl.store.atomic import write_atomic
+from rbctl.store.rundir import BUILTIN_MARKER, EVAL_LINES, METRICS, PROVENANCE, SAMPLES, periodic_eval_dir
+from rbctl.train.checkpoint import save_checkpoint
+from rbctl.train.data import task_spec
+from rbctl.train.rundir import prepare_run_dir, provenance
+from rbctl.store.jsonl import append_jsonl, truncate_jsonl
+from rbctl.train.tracking import Tracker
+from rbctl.train.trainer import Trainer
+
+
+def train(cfg: TrainConfig, run_dir: Path, force: bool = False, progress: bool = True, log=print,
+          on_step=None) -> list[dict]:
+    """Train (or resume) the run in `run_dir`; returns the metrics of the steps run now."""
+    run_dir = Path(run_dir)
+    main_rank = int(os.environ.get("RANK", "0")) == 0
+    if main_rank:  # only rank 0 writes the run directory
+        prepare_run_dir(cfg, run_dir, force)
+    tr = Trainer(cfg, run_dir, log=log if main_rank else (lambda *a: None))
+    tr.dist.barrier()
+    start = tr.resume_step
+    if main_rank:
+        # Lines written after the checkpoint we resume from are redone: drop them (and a torn last line).
+        for name in (METRICS, SAMPLES, EVAL_LINES):
+            truncate_jsonl(run_dir / name, lambda r: r.get("step", 0) <= start)
+        if start == 0 or not (run_dir / PROVENANCE).exists():
+            prov = {**provenance(cfg, tr.device), "world_size": tr.dist.world}
+            write_atomic(run_dir / PROVENANCE, json.dumps(prov, indent=2))
+    if start >= cfg.steps:
+        log(f"run {run_dir} is already complete ({start} steps)")
+        return []
+    if start:
+        log(f"resuming {run_dir} from step {start}")
+    tracker = None
+    if main_rank:
+        tracker = Tracker(run_dir, cfg.log.tensorboard, cfg.log.wandb, cfg.log.wandb_project, cfg.log.wandb_mode,
+                          config=cfg.model_dump(mode="json"))
+    marker = Path(tr.base_source) / BUILTIN_MARKER if tr.builtin else None
+    done: list[dict] = []
+    display = _Display(cfg.steps, start, enabled=progress and main_rank)
+    nonfinite_row = 0
+    try:
+        with display:
+            for step in range(start + 1, cfg.steps + 1):
+                metrics, rows = tr.step(step)
+                nonfinite_row = nonfinite_row + 1 if metrics["nonfinite/skipped"] else 0
+                if nonfinite_row >= cfg.max_nonfinite_steps:
+                    raise UserError(f"loss or gradient non-finite for {nonfinite_row} steps in a row at step {step} "
+                                    f"(max_nonfinite_steps={cfg.max_nonfinite_steps}); lower optim.lr or check the "
+                                    "rewards (those steps were skipped: no checkpoint holds NaN)")
+                if main_rank:
+                    if cfg.eval.every and (step % cfg.eval.every == 0 or step == cfg.steps):
+                        _periodic_eval(tr, cfg, run_dir, step, metrics)
+                    tracker.log(step, metrics)
+                    if step % cfg.sample_every == 0 or step == 1:
+                        for r in rows[: cfg.samples_per_log]:
+                            append_jsonl(run_dir / SAMPLES, r)
+                    if step % cfg.save_every == 0 or step == cfg.steps:
+                        save_checkpoint(run_dir, step, tr.model, tr.tokenizer, tr.state(step), cfg.keep_checkpoints, marker)
+                tr.dist.barrier()
+                done.append({"step": step, **metrics})
+                display.update(step, metrics)
+                if on_step is not None:
+                    on_step(step, metrics)
+    finally:
+        if tracker is not None:
+            tracker.close()
+    return done
+
+
+def _periodic_eval(tr: Trainer, cfg: TrainConfig, run_dir: Path, step: int, metrics: dict) -> None:
+    """Held-out evaluation during training; one line per benchmark in RUN_DIR/eval.jsonl."""
+    e = cfg.eval
+    ecfg = EvalConfig(benchmarks=e.benchmarks, n=e.n, temperature=e.temperature, top_p=e.top_p, limit=e.limit,
+                      max_new_tokens=e.max_new_tokens or cfg.rollout.max_new_tokens, seed=cfg.seed,
+                      template=cfg.data.template, instruction=cfg.data.instruction)
+    if tr.eval_problems is None:
+        tr.eval_problems = load_problems(ecfg, task_spec(cfg))  # `builtin` = this run's own task
+    policy = LoadedPolicy(tr.model, tr.tokenizer, tr.base_source, tr.builtin)
+    t = time.perf_counter()
+    results = evaluate_policy(policy, ecfg, periodic_eval_dir(run_dir, step), step=step,
+                              problems=tr.eval_problems)
+    metrics["time/eval_s"] = time.perf_counter() - t
+    for line in periodic_eval_lines(results, step):
+        append_jsonl(run_dir / EVAL_LINES, line)
+    tr.model.train()
+
+
+class _Display:
+    """A Rich progress bar with live reward, entropy and κ_eff."""
+
+    def __init__(self, total: int, start: int, enabled: bool):
+        self.enabled = enabled
+        self.total, self.start = total, start
+        self.last_keff = None
+
+    def __enter__(self):
+        if self.enabled:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+            self.progress = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
+                                     TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TimeRemainingColumn())
+            self.progress.__enter__()
+            self.task = self.progress.add_task("train", total=self.total, completed=self.start, info="")
+        return self
+
+    def update(self, step: int, m: dict) -> None:
+        if not self.enabled:
+            return
+        if m.get("kappa_eff") is not None:
+            self.last_keff = m["kappa_eff"]
+        keff = f"{self.last_keff:.3g}" if self.last_keff is not None else "–"
+        info = f"reward {m['reward/mean']:.3f}  entropy {m['entropy']:.3f}  κ_eff {keff}"
+        self.progress.update(self.task, completed=step, info=info)
+
+    def __exit__(self, *exc):
+        if self.enabled:
+            self.progress.__exit__(*exc)
