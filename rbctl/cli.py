@@ -72,7 +72,7 @@ def train(
     eval.jsonl (periodic held-out evaluation) and checkpoints/. Re-running on the same RUN_DIR
     resumes from its last checkpoint."""
     from rbctl.config.train import load_train_config
-    from rbctl.train.trainer import train as run_training
+    from rbctl.train.loop import train as run_training
 
     cfg = load_train_config(config, set_ or [])
     if dry_run:
@@ -130,7 +130,8 @@ def eval_(
 
     Writes OUT/BENCHMARK/summary.json (avg@n, pass@k, maj@k with 95% intervals, protocol) and
     OUT/BENCHMARK/samples.jsonl, and prints a table."""
-    from rbctl.eval.pipeline import build_config, run_eval
+    from rbctl.config.eval import build_config
+    from rbctl.eval.run import run_eval
 
     options = dict(
         n=n, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, seed=seed, template=template,

@@ -138,10 +138,10 @@ def test_train_dry_run_prints_a_plan_and_trains_nothing(tmp_path, capsys):
 
 
 def test_train_hands_the_validated_config_to_the_trainer(tmp_path, monkeypatch):
-    import rbctl.train.trainer
+    import rbctl.train.loop
 
     seen = {}
-    monkeypatch.setattr(rbctl.train.trainer, "train", lambda cfg, out, force, progress: seen.update(cfg=cfg, out=out, force=force))
+    monkeypatch.setattr(rbctl.train.loop, "train", lambda cfg, out, force, progress: seen.update(cfg=cfg, out=out, force=force))
     assert run(["train", QUICKSTART, "-o", str(tmp_path / "r"), "--set", "algo.budget=2", "--set", "seed=3", "--force", "-q"]) == 0
     cfg = seen["cfg"]
     assert cfg.algo.budget == 2.0 and cfg.seed == 3 and seen["force"] is True
