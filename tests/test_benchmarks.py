@@ -153,6 +153,19 @@ def test_malformed_line_names_file_and_line(tmp_path: Path) -> None:
     assert f"{path}:3:" in str(err.value)  # line 2 is blank; line 3 is cut off
 
 
+@pytest.mark.parametrize("line, column", [
+    ('{"problem": "Q", "answer": ', 28),  # cut off: the error is at the line's end, not column 1 of a next line
+    ('{"problem": "Q",, "answer": "1"}', 17),  # the second comma
+    ('{"problem": "Q", "answer": "1"} x', 33),  # extra data after the object
+])
+def test_malformed_line_names_the_column(tmp_path: Path, line: str, column: int) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"problem": "P", "answer": "1"}\n' + line + "\n", encoding="utf-8")
+    with pytest.raises(UserError) as err:
+        benchmarks.read_jsonl(path)
+    assert f"{path}:2:" in str(err.value) and str(err.value).endswith(f"at column {column})")
+
+
 def test_missing_fields_are_named_with_the_existing_ones(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "x.jsonl", [{"question": "Q", "solution": "S"}])
     with pytest.raises(UserError) as err:

@@ -189,10 +189,11 @@ def read_jsonl(path: Path) -> list[dict]:
             for lineno, line in enumerate(f, start=1):
                 if not line.strip():
                     continue
+                text = line.rstrip("\r\n")  # a line cut short fails at its end, not at "column 1 of the next line"
                 try:
-                    rec = json.loads(line)
+                    rec = json.loads(text)
                 except json.JSONDecodeError as exc:
-                    raise UserError(f"{path}:{lineno}: malformed JSON ({exc.msg} at column {exc.colno})") from None
+                    raise UserError(f"{path}:{lineno}: malformed JSON ({exc.msg} at column {exc.pos + 1})") from None
                 if not isinstance(rec, dict):
                     raise UserError(f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}")
                 records.append(rec)
