@@ -3,16 +3,13 @@
 One grader serves evaluation and the training reward (docs/method.md, "Evaluation metrics").
 """
 
+from rbctl.grading.extract import STATUSES, GradeResult, extract_boxed, precheck
 from rbctl.grading.verify import (
-    STATUSES,
-    GradeResult,
     answers_equivalent,
-    extract_boxed,
     grade,
     grade_answer,
     grade_detailed,
     grade_many,
-    precheck,
     warm_up,
 )
 
