@@ -1,0 +1,276 @@
+"""The package's layout rules, checked on the source with `ast` (nothing is imported):
+
+- no module imports the CLI (`rbctl.cli`) but `rbctl/__main__.py` (scripts/ included);
+- no import cycle between rbctl modules, counting imports at module level and inside functions;
+- `rbctl.algo.*` imports nothing from rbctl but `rbctl.errors` and `rbctl.algo.*`;
+- `rbctl.grading.*` and `rbctl.report.*` import no torch or transformers, in their own files or
+  through the rbctl modules they import at module level (transitively, package `__init__`s included);
+- no module file is over 420 lines.
+
+Each test lists every violation it finds.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "rbctl"
+MAX_LINES = 420
+HEAVY = ("torch", "transformers")
+
+
+@dataclass(frozen=True)
+class Import:
+    target: str  # the imported module, absolute ("rbctl.config.train", "torch.nn", ...)
+    line: int
+    module_level: bool  # executed when the importing module is imported (not inside a def)
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+@lru_cache(maxsize=None)
+def modules() -> dict[str, Path]:
+    """Every module of the rbctl package, by dotted name."""
+    return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py")) if "__pycache__" not in p.parts}
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _resolve(name: str, node: ast.ImportFrom, is_package: bool) -> str:
+    """The absolute module of a `from ... import` (relative imports resolved against `name`)."""
+    if not node.level:
+        return node.module or ""
+    base = name.split(".")
+    base = base if is_package else base[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+@lru_cache(maxsize=None)
+def imports_of(path: Path) -> tuple[Import, ...]:
+    """Every import statement of a file (a `from M import x` where M.x is an rbctl module counts as
+    importing M.x), with whether it runs at import time. `if TYPE_CHECKING:` blocks never run."""
+    name = module_name(path) if path.is_relative_to(PACKAGE) else path.stem
+    is_package = path.name == "__init__.py"
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    found: list[Import] = []
+
+    def visit(node: ast.AST, module_level: bool) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            for child in node.orelse:
+                visit(child, module_level)
+            return
+        if isinstance(node, ast.Import):
+            found.extend(Import(a.name, node.lineno, module_level) for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = _resolve(name, node, is_package)
+            for a in node.names:
+                sub = f"{base}.{a.name}"
+                found.append(Import(sub if sub in modules() else base, node.lineno, module_level))
+        inner = module_level and not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+        for child in ast.iter_child_nodes(node):
+            visit(child, inner)
+
+    visit(tree, True)
+    return tuple(found)
+
+
+def rbctl_target(target: str) -> str | None:
+    """The rbctl module an import names (the longest known prefix), or None for a third-party one."""
+    parts = target.split(".")
+    for i in range(len(parts), 0, -1):
+        candidate = ".".join(parts[:i])
+        if candidate in modules():
+            return candidate
+    return None
+
+
+def rel(path: Path) -> str:
+    return str(path.relative_to(ROOT))
+
+
+# --- the rules ------------------------------------------------------------------------------------
+
+
+def test_nothing_imports_the_cli_but_main():
+    allowed = {PACKAGE / "__main__.py"}
+    files = [p for p in modules().values() if p not in allowed] + sorted((ROOT / "scripts").glob("*.py"))
+    bad = [f"{rel(p)}:{imp.line} imports {imp.target}"
+           for p in files for imp in imports_of(p)
+           if imp.target == "rbctl.cli" or imp.target.startswith("rbctl.cli.")]
+    assert not bad, "only rbctl/__main__.py may import the CLI:\n" + "\n".join(bad)
+
+
+def _graph() -> dict[str, dict[str, int]]:
+    """rbctl module -> {rbctl module it imports (any level): line}."""
+    graph: dict[str, dict[str, int]] = {m: {} for m in modules()}
+    for m, path in modules().items():
+        for imp in imports_of(path):
+            t = rbctl_target(imp.target)
+            if t is not None and t != m:
+                graph[m].setdefault(t, imp.line)
+    return graph
+
+
+def _cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """One cycle through each strongly connected component of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+
+    def strongconnect(v: str) -> None:  # the graph is small: recursion is fine
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                strongconnect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                components.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            strongconnect(v)
+
+    cycles = []
+    for comp in components:  # a shortest cycle through the component's first module (BFS)
+        members, start = set(comp), comp[0]
+        prev: dict[str, str] = {}
+        frontier, seen, end = [start], {start}, None
+        while frontier and end is None:
+            nxt = []
+            for v in frontier:
+                for w in sorted(graph[v]):
+                    if w == start:
+                        end = v
+                        break
+                    if w in members and w not in seen:
+                        seen.add(w)
+                        prev[w] = v
+                        nxt.append(w)
+                if end is not None:
+                    break
+            frontier = nxt
+        path = [end]
+        while path[-1] != start:
+            path.append(prev[path[-1]])
+        cycles.append(list(reversed(path)) + [start])
+    return cycles
+
+
+def test_no_import_cycles():
+    graph = _graph()
+    cycles = _cycles(graph)
+    shown = []
+    for cycle in cycles:
+        hops = [f"{a} ({rel(modules()[a])}:{graph[a][b]})" for a, b in zip(cycle, cycle[1:])]
+        shown.append(" -> ".join(hops + [cycle[-1]]))
+    assert not cycles, "import cycles (module-level and function-level imports):\n" + "\n".join(shown)
+
+
+def test_algo_depends_on_nothing_in_rbctl_but_errors():
+    bad = []
+    for m, path in modules().items():
+        if m != "rbctl.algo" and not m.startswith("rbctl.algo."):
+            continue
+        for imp in imports_of(path):
+            t = rbctl_target(imp.target)
+            if t is None and imp.target.split(".")[0] != "rbctl":
+                continue  # third-party
+            if t == "rbctl.errors" or (t or "").startswith("rbctl.algo"):
+                continue
+            bad.append(f"{rel(path)}:{imp.line} imports {imp.target}")
+    assert not bad, "rbctl.algo may import only rbctl.errors and rbctl.algo.*:\n" + "\n".join(bad)
+
+
+def _executed_with(module: str) -> list[str]:
+    """The rbctl modules that run when `module` runs: its package __init__s and, transitively, what
+    they import at module level (with their own package __init__s)."""
+
+    def with_parents(m: str) -> list[str]:
+        parts = m.split(".")
+        return [".".join(parts[:i]) for i in range(1, len(parts) + 1) if ".".join(parts[:i]) in modules()]
+
+    order, todo = [], with_parents(module)
+    while todo:
+        m = todo.pop(0)
+        if m in order:
+            continue
+        order.append(m)
+        for imp in imports_of(modules()[m]):
+            t = rbctl_target(imp.target)
+            if imp.module_level and t is not None:
+                todo.extend(p for p in with_parents(t) if p not in order)
+    return order
+
+
+def test_grading_and_report_import_no_torch_or_transformers():
+    bad = []
+    for m, path in modules().items():
+        if not (m.startswith("rbctl.grading") or m.startswith("rbctl.report")):
+            continue
+        for imp in imports_of(path):  # its own file, at any level
+            if imp.target.split(".")[0] in HEAVY:
+                bad.append(f"{rel(path)}:{imp.line} imports {imp.target}")
+        for dep in _executed_with(m):  # what importing it runs, at module level
+            for imp in imports_of(modules()[dep]):
+                if imp.module_level and imp.target.split(".")[0] in HEAVY and dep != m:
+                    bad.append(f"{rel(path)} -> {rel(modules()[dep])}:{imp.line} imports {imp.target}")
+    assert not bad, "rbctl.grading and rbctl.report must not need torch or transformers:\n" + "\n".join(sorted(set(bad)))
+
+
+def test_no_module_is_over_420_lines():
+    long = {rel(p): n for p in modules().values() if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
+    assert not long, f"modules over {MAX_LINES} lines: " + ", ".join(f"{p} ({n})" for p, n in sorted(long.items()))
+
+
+# --- the checker itself ---------------------------------------------------------------------------
+
+
+def test_the_checker_sees_function_level_and_relative_imports(tmp_path, monkeypatch):
+    pkg = tmp_path / "rbctl"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("from .a import f\n")
+    (pkg / "sub" / "a.py").write_text("def f():\n    from rbctl.sub import b\n    import torch\n")
+    (pkg / "sub" / "b.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import rbctl.cli\n"
+                                      "from . import a\n")
+    monkeypatch.setattr(__import__(__name__, fromlist=["x"]), "ROOT", tmp_path)
+    monkeypatch.setattr(__import__(__name__, fromlist=["x"]), "PACKAGE", pkg)
+    modules.cache_clear()
+    imports_of.cache_clear()
+    try:
+        a = imports_of(pkg / "sub" / "a.py")
+        assert [(i.target, i.module_level) for i in a] == [("rbctl.sub.b", False), ("torch", False)]
+        assert [i.target for i in imports_of(pkg / "sub" / "b.py")] == ["typing", "rbctl.sub.a"]
+        assert [i.target for i in imports_of(pkg / "sub" / "__init__.py")] == ["rbctl.sub.a"]
+        assert _cycles(_graph()) == [["rbctl.sub.a", "rbctl.sub.b", "rbctl.sub.a"]]
+        assert _executed_with("rbctl.sub.b") == ["rbctl", "rbctl.sub", "rbctl.sub.b", "rbctl.sub.a"]
+    finally:
+        modules.cache_clear()
+        imports_of.cache_clear()
