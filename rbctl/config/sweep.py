@@ -41,3 +41,12 @@ class SweepConfig(Section):
             if not name or "/" in name or name.startswith("."):
                 raise ValueError(f"arm name '{name}' is not a valid directory name")
         return arms
+
+
+def arm_variant(algo: dict) -> str:
+    """An arm's variant from its config's `algo` section (what `rbctl report` groups by):
+    budget, else its entropy-bonus mode (`entropy_static`, `entropy_adaptive`), else base."""
+    if algo.get("budget") is not None:
+        return "budget"
+    mode = (algo.get("entropy") or {}).get("mode", "none")
+    return "base" if mode in (None, "none") else f"entropy_{mode}"

@@ -13,6 +13,7 @@ from typing import Literal, Optional, Union
 from pydantic import Field, model_validator
 
 from rbctl.config.base import Section, apply_overrides, read_yaml, validate
+from rbctl.tasks.prompting import MATH_INSTRUCTION
 
 
 class LoraCfg(Section):
@@ -55,7 +56,7 @@ class DataCfg(Section):
     problem_field: str = Field("problem", description="Record field holding the problem text (dotted path allowed).")
     answer_field: str = Field("answer", description="Record field holding the gold answer (dotted path allowed).")
     template: Literal["auto", "chat", "plain", "builtin"] = Field("auto", description="Prompt template: auto = builtin for the built-in policy, else the chat template if the tokenizer has one, else plain.")
-    instruction: str = Field("Please reason step by step, and put your final answer within \\boxed{}.", description="Appended to each problem (not used by the built-in task).")
+    instruction: str = Field(MATH_INSTRUCTION, description="Appended to each problem (not used by the built-in task).")
     builtin: BuiltinTaskCfg = Field(default_factory=BuiltinTaskCfg, description="The built-in task (source: builtin).")
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import yaml
 
+from rbctl.config.sweep import arm_variant
 from rbctl.errors import UserError
 
 SEARCH_DEPTH = 3  # levels below an input directory searched for runs and sweeps
@@ -88,12 +89,7 @@ def read_jsonl(path: Path) -> list[dict]:
     return out
 
 
-def variant_of(algo: dict) -> str:
-    """The variant of a run without run.json: budget, else its entropy-bonus mode, else base."""
-    if algo.get("budget") is not None:
-        return "budget"
-    mode = (algo.get("entropy") or {}).get("mode", "none")
-    return "base" if mode in (None, "none") else f"entropy_{mode}"
+variant_of = arm_variant  # runs without run.json: the variant from the saved config
 
 
 def final_summaries(run_dir: Path) -> tuple[int | None, dict[str, dict]]:

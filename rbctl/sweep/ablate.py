@@ -26,6 +26,7 @@ from rbctl.config.launcher import LauncherCfg
 from rbctl.config.sweep import SweepConfig, SweepEval
 from rbctl.config.train import TrainConfig
 from rbctl.config.presets import preset
+from rbctl.config.sweep import arm_variant
 from rbctl.errors import UserError
 from rbctl.store.atomic import write_atomic
 from rbctl.store.rundir import RUN_META, final_eval_dir
@@ -68,13 +69,7 @@ def load_sweep(path: Path) -> tuple[SweepConfig, dict[str, TrainConfig]]:
 
 def arm_metadata(cfg: TrainConfig) -> dict:
     """Baseline and variant of an arm, derived from its config (what the report groups by)."""
-    if cfg.algo.budget is not None:
-        variant = "budget"
-    elif cfg.algo.entropy.mode != "none":
-        variant = f"entropy_{cfg.algo.entropy.mode}"
-    else:
-        variant = "base"
-    return {"baseline": cfg.algo.estimator, "variant": variant}
+    return {"baseline": cfg.algo.estimator, "variant": arm_variant(cfg.algo.model_dump())}
 
 
 def run_key(arm: str, seed: int) -> str:
