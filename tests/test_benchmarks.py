@@ -60,7 +60,7 @@ def test_shared_files_load_and_gold_answers_parse(name: str, count: int) -> None
 def test_known_gold_quirks() -> None:
     aime24 = {p.id: p.answer for p in load_benchmark("aime24", data_dir=str(SHARED))}
     aime25 = {p.id: p.answer for p in load_benchmark("aime25", data_dir=str(SHARED))}
-    assert "025" in aime24.values()  # leading zeros kept from the source (PROVENANCE.md)
+    assert "025" in aime24.values()  # leading zeros kept from the source data
     assert aime25["aime25-19"] == "336^\\circ"
 
 

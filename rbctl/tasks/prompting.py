@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from rbctl.errors import UserError
 
-# The standard instruction of the Qwen2.5-Math / DeepSeek-R1 evaluation protocols (PROVENANCE.md).
+# The standard instruction of the Qwen2.5-Math / DeepSeek-R1 evaluation protocols.
 MATH_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 
 TEMPLATES = ("auto", "chat", "plain", "builtin")
