@@ -106,7 +106,7 @@ def run_rbctl(steps: int, threads: int, log_kl: bool) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, attn_implementation=ATTN_IMPLEMENTATION)
     n_params, shared = _param_count(model), prefix_cache_supported(model)
     del model
     problems = load_training_problems(cfg)
@@ -129,6 +129,17 @@ def run_rbctl(steps: int, threads: int, log_kl: bool) -> dict:
         row["step_s"] = t1 - t0
     return {"steps": rows, "peak_rss_mib": _peak_rss_mib(), "params": n_params,
             "extra_forwards": extra_forward_passes(cfg, "rbctl")}
+
+
+# Every TRL option that changes the work, set to what rbctl does (TRL 1.16's GRPOConfig defaults are
+# bf16=True and gradient_checkpointing=True, which would make TRL run another computation).
+MATCHED_WORK = {
+    "bf16": False,  # rbctl trains float32 weights in float32 on CPU
+    "fp16": False,
+    "gradient_checkpointing": False,  # rbctl: model.gradient_checkpointing false in the quickstart
+    "optim": "adamw_torch",  # rbctl: torch.optim.AdamW (the default implementation for CPU tensors)
+}
+ATTN_IMPLEMENTATION = "sdpa"  # both load the model with transformers' default attention; stated explicitly
 
 
 def trl_config(cfg, out_dir: str, seed: int):
@@ -170,6 +181,7 @@ def trl_config(cfg, out_dir: str, seed: int):
         disable_tqdm=True,
         dataloader_num_workers=0,
         seed=seed,
+        **MATCHED_WORK,
     )
 
 
@@ -184,7 +196,7 @@ def run_trl(steps: int, threads: int) -> dict:
     _set_threads(threads)
     cfg = workload_config(steps, threads, log_kl=False)
     path = warm_started(task_spec(cfg), warm_start_spec(cfg))
-    model = AutoModelForCausalLM.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, attn_implementation=ATTN_IMPLEMENTATION)
     tok = AutoTokenizer.from_pretrained(path)
     n_params = _param_count(model)
     data = Dataset.from_list([{"prompt": format_problem(p.problem), "answer": p.answer}
@@ -329,6 +341,8 @@ def report(args, results: dict[str, list[dict]], matmul: list[float]) -> None:
           f"max_new_tokens={r.max_new_tokens}, temperature={r.temperature}, top_p={r.top_p}, lr={cfg.optim.lr}, "
           f"clip {a.clip_low}/{a.clip_high}, loss {a.loss_agg} (TRL loss_type=grpo), 1 optimizer step per batch, "
           f"policy of {s['rbctl']['params']:,} parameters")
+    print("matched settings: precision float32 (TRL bf16=False, fp16=False), no gradient checkpointing, "
+          f"optimizer AdamW (torch; TRL optim={MATCHED_WORK['optim']}), attention {ATTN_IMPLEMENTATION} in both")
     print(f"KL: {kl}; rbctl also measures kappa_eff every {cfg.kappa_eff_every} step(s) (one more forward pass)")
     print(f"runs: {args.rounds} rounds x {args.steps} steps per framework, alternating, each in its own process; "
           f"medians over {s['rbctl']['n_steps']} steps each (first {args.warmup} and last step of each run excluded)")

@@ -49,3 +49,7 @@ def test_trl_config_mirrors_the_quickstart(tmp_path):
     assert (t.beta, t.num_iterations, t.epsilon, t.epsilon_high) == (0.0, 1, a.clip_low, a.clip_high)
     assert t.loss_type == "grpo" and t.scale_rewards == "group" and not t.use_vllm
     assert t.save_strategy == "no" and t.report_to == [] and t.use_cpu
+    # the options that change the work match rbctl's: float32, no checkpointing, torch AdamW
+    assert (t.bf16, t.fp16, t.gradient_checkpointing) == (False, False, False)
+    assert getattr(t.optim, "value", t.optim) == "adamw_torch"
+    assert cfg.model.gradient_checkpointing is False and cfg.model.dtype in ("auto", "float32")
