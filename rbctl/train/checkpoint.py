@@ -62,6 +62,15 @@ def load_state(ck: Path) -> dict:
     path = Path(ck) / STATE_FILE
     try:
         return torch.load(path, weights_only=True)
-    except Exception as e:  # an UnpicklingError names the refused global
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise UserError(f"{path} is not plain checkpoint data (refused to unpickle it: {first[:200]})") from None
+    except Exception as e:  # an UnpicklingError names the refused global or opcode
+        raise UserError(f"{path} is not plain checkpoint data (refused to unpickle it: {_reason(e)}); "
+                        "a run directory is read as data, never as code") from None
+
+
+def _reason(e: Exception) -> str:
+    """The useful part of torch's refusal ("Unsupported global: GLOBAL posix.system"), without its
+    advice to retry with weights_only=False, which is exactly what must not happen here."""
+    noise = ("Weights only load failed", "Please file an issue", "Check the documentation")
+    lines = [x.replace("WeightsUnpickler error:", "").strip() for x in str(e).splitlines()]
+    lines = [x for x in lines if x and not x.startswith(noise)]
+    return (lines[0] if lines else type(e).__name__)[:200]
