@@ -50,3 +50,37 @@ def test_a_planted_trainer_state_is_refused_on_resume_and_runs_nothing(tiny_conf
     assert code == 2 and "Traceback" not in err
     assert len(errors) == 1 and "trainer_state.pt" in errors[0] and "posix.system" in errors[0], err
     assert not marker.exists()
+
+
+def test_a_second_train_on_a_live_run_directory_is_refused_and_a_stale_lock_is_taken_over(rbctl_cache, tmp_path, capsys):
+    import signal
+    import socket
+    import time
+
+    from rbctl.cli import run
+    from rbctl.store.jsonl import read_jsonl
+
+    cfg = _cfg_file(tmp_path, steps=500, save_every=2)
+    rd = tmp_path / "run"
+    first = subprocess.Popen([sys.executable, "-m", "rbctl", "train", str(cfg), "-o", str(rd), "-q"],
+                             env={**os.environ, "RBCTL_CACHE": str(rbctl_cache)},
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 240
+        while len(read_jsonl(rd / "metrics.jsonl")) < 2 and first.poll() is None and time.time() < deadline:
+            time.sleep(0.2)
+        assert first.poll() is None, "the first run ended early"
+        capsys.readouterr()
+        assert run(["train", str(cfg), "-o", str(rd), "-q"]) == 2
+        err = [x for x in capsys.readouterr().err.splitlines() if x.startswith("error:")]
+        assert len(err) == 1 and f"pid {first.pid} on host {socket.gethostname()}" in err[0], err
+        lines = len(read_jsonl(rd / "metrics.jsonl"))
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    assert lines >= 2  # the refused run wrote nothing: the first one's lines are all there
+    # The killed run left its pid in the lock file: the next run takes it over with a warning.
+    assert run(["train", str(_cfg_file(tmp_path, steps=2, save_every=2)), "-o", str(rd), "-q"]) == 0
+    out = capsys.readouterr()
+    assert f"taking over the stale lock {rd / '.lock'} of pid {first.pid}" in out.out + out.err
+    assert (rd / ".lock").read_text() == ""  # released cleanly

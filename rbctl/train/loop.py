@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 from rbctl.config.train import TrainConfig
@@ -14,6 +15,7 @@ from rbctl.config.eval import EvalConfig
 from rbctl.eval.pipeline import evaluate_policy, load_problems, periodic_eval_lines
 from rbctl.rollout.models import LoadedPolicy
 from rbctl.store.atomic import write_atomic
+from rbctl.store.lock import DirLock
 from rbctl.store.rundir import BUILTIN_MARKER, EVAL_LINES, METRICS, PROVENANCE, SAMPLES, periodic_eval_dir
 from rbctl.train.checkpoint import save_checkpoint
 from rbctl.train.data import task_spec
@@ -25,9 +27,17 @@ from rbctl.train.trainer import Trainer
 
 def train(cfg: TrainConfig, run_dir: Path, force: bool = False, progress: bool = True, log=print,
           on_step=None) -> list[dict]:
-    """Train (or resume) the run in `run_dir`; returns the metrics of the steps run now."""
+    """Train (or resume) the run in `run_dir`; returns the metrics of the steps run now.
+
+    Rank 0 holds RUN_DIR/.lock for the whole run: a second `rbctl train` on the same directory is
+    refused (one writer per run directory)."""
     run_dir = Path(run_dir)
     main_rank = int(os.environ.get("RANK", "0")) == 0
+    with DirLock(run_dir, "rbctl train", log=log) if main_rank else nullcontext():
+        return _train(cfg, run_dir, force, progress, log, on_step, main_rank)
+
+
+def _train(cfg: TrainConfig, run_dir: Path, force: bool, progress: bool, log, on_step, main_rank: bool) -> list[dict]:
     if main_rank:  # only rank 0 writes the run directory
         prepare_run_dir(cfg, run_dir, force)
     tr = Trainer(cfg, run_dir, log=log if main_rank else (lambda *a: None))
