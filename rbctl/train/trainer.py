@@ -68,6 +68,8 @@ class Trainer:
         self._setup_data()
         if self.engine is None:
             self.engine = self._engine(self.model)
+        else:  # vLLM was built on the base model: its first generation must push the policy (resumed, LoRA)
+            self.engine.model = self.model
         self.pad_id = self.engine.pad_id
         self.eval_problems = None  # loaded at the first periodic evaluation
 
