@@ -284,3 +284,23 @@ def test_throughput_200_mixed_cases() -> None:
     assert sum(r.correct for r in results) == 175
     assert all(r.status == "ok" for r in results)
     assert rate > 50
+
+
+def test_a_worker_over_its_memory_limit_is_a_grader_error_and_the_parent_is_untouched() -> None:
+    """RLIMIT_AS is applied in the worker; a job that would take more memory gets a MemoryError there,
+    reported as status "error" at once (no waiting for the time limit), and the worker is replaced."""
+    import resource
+
+    worker = grading._POOL.acquire()
+    limits = open(f"/proc/{worker.proc.pid}/limits").read()
+    grading._POOL.release(worker)
+    line = next(x for x in limits.splitlines() if x.startswith("Max address space"))
+    assert line.split()[3] == str(grading.WORKER_MEMORY_LIMIT_BYTES), line  # checked before allocating
+    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    t = time.perf_counter()
+    status, correct, detail = grading._run("allocate", str(2 * grading.WORKER_MEMORY_LIMIT_BYTES), "", 30.0)
+    assert time.perf_counter() - t < 5.0
+    assert (status, correct) == ("error", False) and detail.startswith(grading.OUT_OF_MEMORY), detail
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0 < 50 * 1024  # kB: the parent did not grow
+    assert grading._run("allocate", str(1 << 20), "", 30.0)[0] == "ok"  # under the limit it works
+    assert grade_detailed("\\boxed{1/2}", "0.5").correct  # the replacement worker grades

@@ -60,3 +60,26 @@ def test_grader_never_raises_and_returns_in_time(body, answer):
 @given(body=latexish(), answer=latexish(), raw=st.text(max_size=200))
 def test_grader_fuzz_1000(body, answer, raw):
     _check(f"\\boxed{{{body}}} {raw}", answer)
+
+
+def _parent_rss_mib() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kB on Linux
+
+
+@pytest.mark.slow
+def test_grader_fuzz_10000_no_call_over_the_time_limit_and_the_parent_memory_untouched():
+    """10,000 generated inputs (RBCTL_GRADER_FUZZ_10K overrides the count): every call returns within
+    the limit and the grading process's own peak memory stays where it was."""
+    n = int(os.environ.get("RBCTL_GRADER_FUZZ_10K", "10000"))
+    rss0 = _parent_rss_mib()
+
+    @settings(max_examples=n, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True,
+              database=None)
+    @given(body=latexish(), answer=latexish(), raw=st.text(max_size=200))
+    def fuzz(body, answer, raw):
+        _check(f"\\boxed{{{body}}} {raw}", answer)
+
+    fuzz()
+    assert _parent_rss_mib() - rss0 < 200

@@ -20,8 +20,11 @@ Contract
    charged to the call's time budget. Before anything reaches sympy, cheap pre-checks reject
    answers that could not finish anyway (longer than 1000 characters, braces nested deeper than
    50, numeric power towers or factorials with more than 10^6 digits); they are reported as
-   ``timeout`` with the reason in ``detail``.
-5. A time-out, a worker crash or a math-verify exception counts as NOT correct and is reported in
+   ``timeout`` with the reason in ``detail``. Each worker also runs under a memory limit
+   (``RLIMIT_AS``, WORKER_MEMORY_LIMIT_BYTES): an answer that makes sympy build a huge expression
+   gets a MemoryError in the worker, not the machine's memory; the call reports ``error`` and the
+   worker is replaced.
+5. A time-out, a worker crash, running out of memory or a math-verify exception counts as NOT correct and is reported in
    ``GradeResult.status`` (``timeout`` / ``error``) so evaluation can count them. There is no
    catch-all fallback to string comparison.
 
@@ -54,7 +57,8 @@ from rbctl.grading.extract import (  # noqa: F401  (re-exported: the grading API
 )
 
 WORKER_STARTUP_TIMEOUT_S = 120.0  # importing sympy on a loaded 2-core machine can take a while
-WORKER_MEMORY_LIMIT_BYTES = 4 << 30  # a runaway sympy expansion raises MemoryError, not an OOM kill
+WORKER_MEMORY_LIMIT_BYTES = 4 << 30  # RLIMIT_AS: a runaway sympy expansion raises MemoryError, not an OOM kill
+OUT_OF_MEMORY = "grading worker ran out of memory"
 
 # ---------------------------------------------------------------------------------------------
 # Worker subprocess: runs math-verify; the parent enforces the time limit by killing it
@@ -127,10 +131,18 @@ def _worker_main() -> None:  # pragma: no cover - runs in the subprocess
         op, a, b, timeout_s = req
         _arm_cpu_backstop(timeout_s)
         try:
-            reply = _compare(op, a, b)
+            reply = _allocate(int(a)) if op == "allocate" else _compare(op, a, b)
+        except MemoryError:  # RLIMIT_AS refused an allocation: a grader error, and the parent replaces us
+            reply = ("error", False, f"{OUT_OF_MEMORY} (limit {WORKER_MEMORY_LIMIT_BYTES >> 20} MiB)")
         except Exception as exc:  # reported to the caller as status "error", never as a verdict
             reply = ("error", False, f"{type(exc).__name__}: {str(exc)[:300]}")
         _write_msg(proto_out, reply)
+
+
+def _allocate(n: int) -> tuple[str, bool, str]:  # pragma: no cover - runs in the subprocess
+    """The memory limit's self-test (op "allocate"): build and touch n bytes."""
+    data = b"\x01" * n
+    return "ok", False, f"allocated {len(data)} bytes"
 
 
 def _arm_cpu_backstop(timeout_s: float) -> None:  # pragma: no cover - runs in the subprocess
@@ -170,6 +182,8 @@ def _verify_any(gold: tuple, pred: tuple) -> tuple[bool, str]:  # pragma: no cov
             try:
                 if verify(g, p, timeout_seconds=None, raise_on_error=True):
                     return True, ""
+            except MemoryError:
+                raise  # the worker's memory limit: reported as such, and the worker is replaced
             except Exception as exc:  # one pair failing must not hide another pair that matches
                 first_error = first_error or f"{type(exc).__name__}: {str(exc)[:300]}"
     return False, first_error
@@ -241,6 +255,8 @@ class _Worker:
         if reply is None:
             code = self.kill()
             return "error", False, f"grading worker died (exit code {code})"
+        if reply[2].startswith(OUT_OF_MEMORY):
+            self.kill()  # its heap may be fragmented or half-built: start afresh
         return reply
 
     @property
