@@ -26,7 +26,9 @@ from rbctl.algo import (
 )
 from rbctl.errors import UserError
 
-NAMES = list(ESTIMATORS)
+# The estimators that take no parameters and compose with the budget; maxrl and passk
+# (tests/test_arms.py) refuse a budget and passk needs k.
+NAMES = [n for n, e in ESTIMATORS.items() if e.composes_with_budget and not e.params]
 EPS = 1e-6  # docs/method.md: GRPO divides by (std + 1e-6)
 
 
@@ -51,7 +53,10 @@ def test_registry_pairs_each_estimator_with_methods_default_aggregation() -> Non
         "dr_grpo": "seq-mean-token-sum-norm",
         "rloo": "token-mean",
         "reinforce_pp": "token-mean",
+        "maxrl": "seq-mean-token-sum-norm",
+        "passk": "token-mean",
     }
+    assert NAMES == ["grpo", "dr_grpo", "rloo", "reinforce_pp"]
     with pytest.raises(UserError, match="unknown estimator"):
         get_estimator("ppo")
     with pytest.raises(UserError, match="unknown estimator"):

@@ -13,6 +13,7 @@ Every formula here is the one in docs/method.md; the docstrings restate it.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -94,12 +95,68 @@ def reinforce_pp(r: torch.Tensor, budgeted: bool = False) -> torch.Tensor:
     return _batch_whiten(_group_centre(r))
 
 
+def maxrl(r: torch.Tensor, budgeted: bool = False) -> torch.Tensor:
+    """MaxRL (Tajwar et al. 2026, arXiv 2602.02710): A_i = (r_i − μ̂)/μ̂, μ̂ = mean(r); 0 when μ̂ = 0.
+
+    The paper's estimator (1/K)·Σ_{i correct} S_i − (1/G)·Σ_i S_i (K correct of G) is
+    (1/G)·Σ_i A_i S_i with this A. Rewards must be ≥ 0 (μ̂ is a success rate). Computed as
+    r/μ̂ − mean(r/μ̂) — the same value in exact arithmetic, and the same float operations as
+    `dr_grpo` + budget with B = G, which it equals (docs/method.md, "Finite-G objective"). It does
+    not compose with the budget: (r̃ − mean r̃)/mean r̃ cancels any B."""
+    if (r < 0).any():
+        raise UserError(f"maxrl needs rewards >= 0 (mean reward is a success rate); got {r.min().item():g}")
+    g = r.shape[1]
+    total = r.sum(dim=1, keepdim=True)
+    earned = total > 0
+    scaled = torch.where(earned, g * r / torch.where(earned, total, torch.ones_like(total)), torch.zeros_like(r))
+    return _group_centre(scaled)
+
+
+def passk_advantages(n: int, n_correct: int, k: int) -> tuple[float, float]:
+    """(Â_pos, Â_neg) of Pass@k Training's analytic derivation for one binary group (float64).
+
+    Chen et al. 2025, arXiv 2508.10751, eqs. 11–15; the authors' code/passk_adv.py `calc_adv`:
+        R̄ = 1 − C(N_neg, k)/C(N, k),   σ = sqrt(R̄(1 − R̄)),
+        Â_pos = (1 − R̄)/(σ + 1e-6),   Â_neg = (1 − R̄ − C(N_neg − 1, k − 1)/C(N − 1, k − 1))/(σ + 1e-6).
+    C(a, b) = 0 for b > a (math.comb), so a group where every k-subset holds a correct sample
+    (N_neg < k) or none does (N_pos = 0) gets 0 for both."""
+    n_neg = n - n_correct
+    r_bar = 1.0 - math.comb(n_neg, k) / math.comb(n, k)
+    sigma = math.sqrt(r_bar * (1.0 - r_bar)) + STD_EPS
+    p_all_neg_given_neg = math.comb(n_neg - 1, k - 1) / math.comb(n - 1, k - 1) if n_neg >= 1 else 0.0
+    return (1.0 - r_bar) / sigma, (1.0 - r_bar - p_all_neg_given_neg) / sigma
+
+
+def passk(r: torch.Tensor, budgeted: bool = False, *, k: int) -> torch.Tensor:
+    """Pass@k Training's analytic advantages (arXiv 2508.10751): Â_pos for r = 1, Â_neg for r = 0.
+
+    Binary rewards only (the derivation counts correct samples), 1 ≤ k ≤ G. k = 1 is GRPO with the
+    population std. Does not compose with the budget: it is defined on 0/1 rewards, which r̃ is not."""
+    g = r.shape[1]
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= g:
+        raise UserError(f"passk needs an integer k with 1 <= k <= G={g}, got k={k!r}")
+    if not ((r == 0) | (r == 1)).all():
+        raise UserError("passk needs binary rewards (0 or 1): its advantages are derived from correct counts")
+    correct = r == 1
+    table = torch.tensor([passk_advantages(g, c, k) for c in range(g + 1)], dtype=torch.float64)  # [G+1, 2]
+    a_pos, a_neg = table[correct.sum(dim=1)].to(r.dtype).unbind(dim=1)  # [P] each
+    return torch.where(correct, a_pos.unsqueeze(1), a_neg.unsqueeze(1))
+
+
 @dataclass(frozen=True)
 class Estimator:
-    """An advantage estimator and the loss aggregation docs/method.md pairs it with by default."""
+    """An advantage estimator, the loss aggregation docs/method.md pairs it with by default, the
+    keyword parameters it needs (`compute_advantages(r, name, k=4)`), and, for an estimator that
+    does not compose with the budget, why (None: it composes)."""
 
-    fn: Callable[[torch.Tensor, bool], torch.Tensor]
+    fn: Callable[..., torch.Tensor]
     default_loss_agg: str
+    params: tuple[str, ...] = ()
+    no_budget: str | None = None
+
+    @property
+    def composes_with_budget(self) -> bool:
+        return self.no_budget is None
 
 
 ESTIMATORS: dict[str, Estimator] = {
@@ -107,6 +164,12 @@ ESTIMATORS: dict[str, Estimator] = {
     "dr_grpo": Estimator(dr_grpo, "seq-mean-token-sum-norm"),
     "rloo": Estimator(rloo, "token-mean"),
     "reinforce_pp": Estimator(reinforce_pp, "token-mean"),
+    # Sequence scores summed over tokens, as in MaxRL's estimator: a constant divisor (Dr.GRPO's mode).
+    "maxrl": Estimator(maxrl, "seq-mean-token-sum-norm",
+                       no_budget="maxrl already is the budget with B = G, and its division by mean(r) cancels any B"),
+    # verl's default aggregation, the framework the Pass@k Training authors' code plugs into.
+    "passk": Estimator(passk, "token-mean", params=("k",),
+                       no_budget="passk's advantages are derived for binary rewards and budgeted rewards are not binary"),
 }
 
 
@@ -151,16 +214,30 @@ def compute_advantages(
     estimator: str,
     budget: float | None = None,
     shift: float = 0.0,
+    **params: object,
 ) -> torch.Tensor:
     """Advantages [P, G] from rewards [P, G] with one of `ESTIMATORS`, optionally budgeted.
 
     budget=None: the base estimator as docs/method.md's table defines it.
     budget=B:   r̃ = budget_rewards(r, B, shift), then the base estimator's centring of r̃
-                without its per-group std scaling.
+                without its per-group std scaling. An estimator with `composes_with_budget`
+                False (maxrl, passk) refuses a budget.
+    params:     the estimator's own keyword parameters, exactly those in `Estimator.params`
+                (passk: k), e.g. compute_advantages(r, "passk", k=4).
     """
     _check_rewards(rewards)
     est = get_estimator(estimator)
+    unknown = sorted(set(params) - set(est.params))
+    missing = [p for p in est.params if p not in params]
+    if unknown:
+        takes = ", ".join(est.params) or "none"
+        raise UserError(f"estimator '{estimator}' has no parameter {', '.join(unknown)} (its parameters: {takes})")
+    if missing:
+        raise UserError(f"estimator '{estimator}' needs {', '.join(missing)}, e.g. compute_advantages(r, '{estimator}', "
+                        + ", ".join(f"{p}=..." for p in missing) + ")")
     rewards = rewards.float()
     if budget is None:
-        return est.fn(rewards, False)
-    return est.fn(budget_rewards(rewards, budget, shift), True)
+        return est.fn(rewards, False, **params)
+    if not est.composes_with_budget:
+        raise UserError(f"estimator '{estimator}' does not compose with the budget ({est.no_budget}); set budget to null")
+    return est.fn(budget_rewards(rewards, budget, shift), True, **params)

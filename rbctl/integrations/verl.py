@@ -46,8 +46,10 @@ TESTED_VERL = "0.9.1"
 DEFAULT_BUDGET = 1.0  # docs/method.md: B defaults to 1
 DEFAULT_SHIFT = 0.0  # docs/method.md: c defaults to 0 for binary rewards
 
-# verl estimator name -> rbctl base estimator
-ESTIMATOR_NAMES: dict[str, str] = {f"{base}_budget": base for base in ESTIMATORS}
+# verl estimator name -> rbctl base estimator (those that compose with the budget and take no parameters)
+ESTIMATOR_NAMES: dict[str, str] = {
+    f"{base}_budget": base for base, est in ESTIMATORS.items() if est.composes_with_budget and not est.params
+}
 
 
 def budget_settings(config: Any) -> tuple[float | None, float]:

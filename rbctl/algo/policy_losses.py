@@ -1,0 +1,216 @@
+"""Policy-loss variants as a registry of pure functions: the update loop picks one by name and never
+branches per method (verl's `register_policy_loss` is the model).
+
+Every variant takes (logp [N, T], old_logp [N, T], advantages [N] or [N, T], mask [N, T], **params)
+and returns a `PolicyLossResult`: the per-token loss matrix [N, T] (to be aggregated with
+`rbctl.algo.losses.aggregation_weights`, or with the variant's own `loss_agg` when it forces one)
+and boolean per-token statistics [N, T] (the trainer sums them over valid tokens to log fractions).
+Padding entries of the loss matrix are whatever falls out of the formula; the aggregation weights
+are 0 there. Formulas and sources: docs/method.md, "Other arms".
+
+Clip-Cov and KL-Cov compute their covariance over the tokens of the batch they are given; verl
+applies them per micro-batch, and so does a trainer that calls them per micro-batch.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from rbctl.errors import UserError
+
+# verl clamps the sequence log-ratio of GSPO at 10 before exp "for numerical stability".
+GSPO_LOG_RATIO_MAX = 10.0
+
+
+@dataclass
+class PolicyLossResult:
+    loss_mat: torch.Tensor  # [N, T] per-token loss
+    token_stats: dict[str, torch.Tensor] = field(default_factory=dict)  # name -> [N, T] bool
+
+
+def _token_adv(advantages: torch.Tensor, logp: torch.Tensor) -> torch.Tensor:
+    """[N] (one per sequence) or [N, T] advantages -> [N, T] in logp's dtype."""
+    if advantages.dim() == 1:
+        advantages = advantages.unsqueeze(-1)
+    return advantages.to(logp.dtype).expand_as(logp)
+
+
+def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """verl_F.masked_mean: Σ x·mask / Σ mask."""
+    return (x * mask).sum() / mask.sum()
+
+
+def _ppo_terms(logp, old_logp, adv, eps_low: float, eps_high: float):
+    """ρ, −A·ρ and −A·clip(ρ, 1 − ε_low, 1 + ε_high), as `losses.ppo_clip_loss` computes them."""
+    ratio = torch.exp(logp - old_logp)
+    return ratio, -adv * ratio, -adv * torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)
+
+
+def _clip_stats(ratio, adv, eps_low: float, eps_high: float) -> dict[str, torch.Tensor]:
+    """Where the clip binds: ρ < 1 − ε_low with A < 0, ρ > 1 + ε_high with A > 0."""
+    return {"clipped_low": (ratio < 1.0 - eps_low) & (adv < 0), "clipped_high": (ratio > 1.0 + eps_high) & (adv > 0)}
+
+
+def _check_ratio(name: str, value: float) -> None:
+    if not 0.0 < value <= 1.0:
+        raise UserError(f"{name} must be in (0, 1], got {value}")
+
+
+def clip_loss(logp, old_logp, advantages, mask, *, eps_low: float, eps_high: float) -> PolicyLossResult:
+    """PPO's clipped surrogate with dual ε, as `losses.ppo_clip_loss`:
+    l = max(−A·ρ, −A·clip(ρ, 1 − ε_low, 1 + ε_high)), ρ = exp(logp − old_logp)."""
+    adv = _token_adv(advantages, logp)
+    ratio, unclipped, clipped = _ppo_terms(logp, old_logp, adv, eps_low, eps_high)
+    return PolicyLossResult(torch.maximum(unclipped, clipped), _clip_stats(ratio, adv, eps_low, eps_high))
+
+
+def clip_cov_loss(
+    logp, old_logp, advantages, mask, *, eps_low: float, eps_high: float,
+    clip_cov_ratio: float = 2e-4, clip_cov_lb: float = 1.0, clip_cov_ub: float = 5.0,
+    generator: torch.Generator | None = None,
+) -> PolicyLossResult:
+    """Clip-Cov (Cui et al. 2025, arXiv 2505.22617), as verl's `compute_policy_loss_clip_cov`
+    (verl/trainer/ppo/core_algos.py, adapted from PRIME-RL/Entropy-Mechanism-of-RL):
+
+        Cov_t = (A_t − mean A)·(log π_t − mean log π)      means over the valid tokens (log π detached)
+        candidates: valid tokens with clip_cov_lb < Cov_t < clip_cov_ub whose PPO clip does not already bind
+        n = max(⌊clip_cov_ratio · #valid⌋, 1); pick min(n, #candidates) candidates at random:
+            torch.randperm(#candidates) over them in row-major order, the first n
+        l_t = max(−A·ρ, −A·clip(ρ, 1 − ε_low, 1 + ε_high)) · (0 at picked tokens, else 1)
+
+    The picked tokens carry loss 0 and no gradient. `generator` None draws from torch's global RNG,
+    as verl does; pass a seeded `torch.Generator` for a reproducible pick.
+    token_stats: clipped_low/high (the PPO clip), cov_clipped (the picked tokens; verl's pg_clipfrac)."""
+    _check_ratio("clip_cov_ratio", clip_cov_ratio)
+    adv = _token_adv(advantages, logp)
+    valid = mask > 0
+    ratio, unclipped, clipped = _ppo_terms(logp, old_logp, adv, eps_low, eps_high)
+    with torch.no_grad():
+        clip_by_origin = (clipped > unclipped) & valid
+        m = mask.to(logp.dtype)
+        lp = logp.detach()
+        cov = (adv - _masked_mean(adv, m)) * (lp - _masked_mean(lp, m))
+        cov = cov.masked_fill(~valid | clip_by_origin, float("-inf"))
+        clip_num = max(int(clip_cov_ratio * mask.sum().item()), 1)
+        idx = torch.nonzero((cov < clip_cov_ub) & (cov > clip_cov_lb) & valid)  # [C, 2], row-major
+        if len(idx) > 0:
+            perm = torch.randperm(len(idx), generator=generator)
+            idx = idx[perm[: min(clip_num, len(idx))].to(idx.device)]
+        picked = torch.zeros_like(valid)
+        picked[idx[:, 0], idx[:, 1]] = True
+    loss = torch.maximum(unclipped, clipped) * (~picked).to(logp.dtype)
+    return PolicyLossResult(loss, {**_clip_stats(ratio, adv, eps_low, eps_high), "cov_clipped": picked})
+
+
+def kl_cov_loss(
+    logp, old_logp, advantages, mask, *, kl_cov_ratio: float = 2e-4, kl_cov_coef: float = 1.0,
+) -> PolicyLossResult:
+    """KL-Cov (Cui et al. 2025, arXiv 2505.22617), as verl's `compute_policy_loss_kl_cov`
+    (verl: `kl_cov_ratio`, `ppo_kl_coef`):
+
+        Cov_t = (A_t − mean A)·(log π_t − mean log π)      means over the valid tokens (log π detached)
+        n = max(⌊kl_cov_ratio · #valid⌋, 1) valid tokens with the largest Cov (torch.topk)
+        l_t = −A·ρ + kl_cov_coef·|log π − log π_old|        at those n tokens
+        l_t = −A·ρ                                          elsewhere (no PPO clip, as in verl)
+
+    token_stats: kl_penalised (the n tokens)."""
+    _check_ratio("kl_cov_ratio", kl_cov_ratio)
+    adv = _token_adv(advantages, logp)
+    valid = mask > 0
+    ratio = torch.exp(logp - old_logp)
+    surrogate = -adv * ratio
+    with torch.no_grad():
+        flat_valid = torch.nonzero(valid.reshape(-1), as_tuple=True)[0]
+        penalised = torch.zeros(valid.numel(), dtype=torch.bool, device=logp.device)
+        if len(flat_valid) > 0:
+            va, vl = adv[valid].detach(), logp[valid].detach()
+            cov = (va - va.mean()) * (vl - vl.mean())
+            n = max(1, int(len(cov) * kl_cov_ratio))
+            penalised[flat_valid[torch.topk(cov, n, largest=True).indices]] = True
+        penalised = penalised.reshape(valid.shape)
+    loss = torch.where(penalised, surrogate + kl_cov_coef * (logp - old_logp).abs(), surrogate)
+    return PolicyLossResult(loss, {"kl_penalised": penalised})
+
+
+def gspo_loss(logp, old_logp, advantages, mask, *, eps_low: float, eps_high: float) -> PolicyLossResult:
+    """GSPO (Zheng et al. 2025, arXiv 2507.18071), as verl's `compute_policy_loss_gspo`:
+
+        s_i = (π(y_i)/π_old(y_i))^(1/|y_i|) = exp((1/|y_i|)·Σ_t (log π_t − log π_old,t))
+        s_i,t = sg[s_i] · π_t / sg[π_t]          (value s_i on every token; gradient s_i·∇log π_t)
+        log s_i,t is clamped at 10 before exp (verl)
+        l_i,t = max(−A_i·s_i,t, −A_i·clip(s_i,t, 1 − ε_low, 1 + ε_high))
+
+    With `seq-mean-token-mean` aggregation (forced by the registry entry, as verl forces it) this
+    is the paper's sequence objective mean_i min(s_i A_i, clip(s_i) A_i). The paper's ranges are
+    ε_low = 3e-4, ε_high = 4e-4. token_stats: clipped_low/high, per sequence on its tokens."""
+    adv = _token_adv(advantages, logp)
+    m = mask.to(logp.dtype)
+    seq_log_ratio = ((logp - old_logp) * m).sum(dim=-1) / m.sum(dim=-1).clamp(min=1)
+    log_s = logp - logp.detach() + seq_log_ratio.detach().unsqueeze(-1)
+    s = torch.exp(torch.clamp(log_s, max=GSPO_LOG_RATIO_MAX))
+    unclipped = -adv * s
+    clipped = -adv * torch.clamp(s, 1.0 - eps_low, 1.0 + eps_high)
+    return PolicyLossResult(torch.maximum(unclipped, clipped), _clip_stats(s.detach(), adv, eps_low, eps_high))
+
+
+@dataclass(frozen=True)
+class PolicyLoss:
+    """A registered policy loss: the function, and the aggregation it forces (None: the run's)."""
+
+    fn: Callable[..., PolicyLossResult]
+    loss_agg: str | None = None
+
+    @property
+    def params(self) -> dict[str, object]:
+        """Keyword parameters -> default (inspect.Parameter.empty where required)."""
+        sig = inspect.signature(self.fn).parameters.values()
+        return {p.name: p.default for p in sig if p.kind is inspect.Parameter.KEYWORD_ONLY}
+
+
+POLICY_LOSSES: dict[str, PolicyLoss] = {}
+
+
+def register_policy_loss(name: str, loss_agg: str | None = None) -> Callable[[Callable], Callable]:
+    """Decorator-style registration, as verl's `register_policy_loss`."""
+
+    def add(fn: Callable[..., PolicyLossResult]) -> Callable[..., PolicyLossResult]:
+        if name in POLICY_LOSSES and POLICY_LOSSES[name].fn is not fn:
+            raise ValueError(f"policy loss '{name}' is already registered")
+        POLICY_LOSSES[name] = PolicyLoss(fn, loss_agg)
+        return fn
+
+    return add
+
+
+register_policy_loss("clip")(clip_loss)
+register_policy_loss("clip_cov")(clip_cov_loss)
+register_policy_loss("kl_cov")(kl_cov_loss)
+register_policy_loss("gspo", loss_agg="seq-mean-token-mean")(gspo_loss)
+
+
+def get_policy_loss(name: str) -> PolicyLoss:
+    try:
+        return POLICY_LOSSES[name]
+    except KeyError:
+        raise UserError(f"unknown policy loss '{name}'; valid: {', '.join(POLICY_LOSSES)}") from None
+
+
+def compute_policy_loss(name: str, logp, old_logp, advantages, mask, **params) -> PolicyLossResult:
+    """The registered loss `name` with exactly its keyword parameters (unknown or missing ones are
+    a UserError naming them). logp, old_logp, mask [N, T]; advantages [N] or [N, T]."""
+    entry = get_policy_loss(name)
+    known = entry.params
+    unknown = sorted(set(params) - set(known))
+    missing = [p for p, d in known.items() if d is inspect.Parameter.empty and p not in params]
+    if unknown or missing:
+        parts = ([f"unknown parameter(s) {', '.join(unknown)}"] if unknown else []) + (
+            [f"missing {', '.join(missing)}"] if missing else [])
+        raise UserError(f"policy loss '{name}': {'; '.join(parts)} (its parameters: {', '.join(known)})")
+    if logp.shape != old_logp.shape or logp.shape != mask.shape:
+        raise UserError(f"logp, old_logp and mask must share one [N, T] shape, got "
+                        f"{tuple(logp.shape)}, {tuple(old_logp.shape)}, {tuple(mask.shape)}")
+    return entry.fn(logp, old_logp, advantages, mask, **params)
