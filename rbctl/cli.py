@@ -3,6 +3,7 @@ library function; no algorithm lives here."""
 
 from __future__ import annotations
 
+import errno
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -210,6 +211,10 @@ def run(argv: Optional[List[str]] = None) -> int:
     except ImportError:  # pragma: no cover
         from click import exceptions as click_exc
 
+    try:
+        from typer.exceptions import Abort as _Abort
+    except ImportError:  # pragma: no cover
+        _Abort = click_exc.Abort
     _DEBUG["on"] = False
     try:
         rc = app(args=argv, standalone_mode=False)
@@ -224,7 +229,16 @@ def run(argv: Optional[List[str]] = None) -> int:
     except click_exc.ClickException as e:  # usage errors: click's own one-line message
         e.show()
         return 2
-    except click_exc.Abort:
+    except _Abort:
+        return 1
+    except OSError as e:  # a full or failing disk: what and where, in one line (written files are never torn)
+        if _DEBUG["on"]:
+            import traceback
+
+            traceback.print_exc()
+        where = f"{e.filename}: " if e.filename else ""
+        typer.secho(f"error: {where}{e.strerror or e} ({errno.errorcode.get(e.errno, e.errno)}); "
+                    "free space or fix the disk, then rerun the same command to resume", err=True, fg=typer.colors.RED)
         return 1
     except KeyboardInterrupt:
         typer.secho("interrupted; completed steps and checkpoints are kept on disk", err=True)

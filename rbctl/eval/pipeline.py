@@ -211,7 +211,7 @@ def _write_outputs(bench_dir: Path, summary, probs, samples, grades) -> None:
                 "num_tokens": len(s.token_ids),
             }, ensure_ascii=False))
     write_atomic(bench_dir / "samples.jsonl", "".join(line + "\n" for line in lines))
-    write_atomic(bench_dir / "summary.json", json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
+    write_atomic(bench_dir / "summary.json", json.dumps(summary, indent=2, ensure_ascii=False) + "\n", kind="eval_summary")
 
 
 def _is_custom_spec(name: str) -> bool:

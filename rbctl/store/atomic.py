@@ -9,6 +9,8 @@ import os
 from contextlib import contextmanager
 from pathlib import Path
 
+from rbctl.store.faults import inject
+
 
 @contextmanager
 def atomic_output(path: Path | str):
@@ -26,9 +28,12 @@ def atomic_output(path: Path | str):
             tmp.unlink()
 
 
-def write_atomic(path: Path | str, data: str | bytes) -> None:
+def write_atomic(path: Path | str, data: str | bytes, kind: str | None = None) -> None:
+    """Write `data` to `path` atomically; `kind` names the write for fault injection
+    (`rbctl.store.faults`: checkpoint, marker, metrics, eval_summary, report, sweep_state)."""
     with atomic_output(path) as tmp:
         if isinstance(data, bytes):
             tmp.write_bytes(data)
         else:
             tmp.write_text(data)
+        inject(kind, path)  # after the bytes went to the temporary file: its removal is exercised too

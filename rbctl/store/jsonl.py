@@ -8,6 +8,8 @@ import math
 import os
 from pathlib import Path
 
+from rbctl.store.faults import inject
+
 
 def _jsonable(v):
     if isinstance(v, float) and not math.isfinite(v):
@@ -15,12 +17,33 @@ def _jsonable(v):
     return v
 
 
-def append_jsonl(path: Path, record: dict) -> None:
-    """Append one line and flush it to disk: a crash leaves at most a torn last line."""
-    with open(path, "a") as f:
-        f.write(json.dumps({k: _jsonable(v) for k, v in record.items()}) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+def append_jsonl(path: Path, record: dict, kind: str | None = None) -> None:
+    """Append one line and flush it to disk: a crash leaves at most a torn last line, and a failed
+    write (a full disk) is cut back off. `kind` names the write for fault injection (`rbctl.store.faults`)."""
+    data = (json.dumps({k: _jsonable(v) for k, v in record.items()}) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        size = os.fstat(fd).st_size
+        try:
+            cut = len(data) // 2 if kind is not None else len(data)
+            _write_all(fd, data[:cut])
+            inject(kind, path)  # an injected fault lands mid-line, as a full disk would
+            _write_all(fd, data[cut:])
+            os.fsync(fd)
+        except OSError:
+            try:
+                os.ftruncate(fd, size)  # no torn line left behind
+            except OSError:
+                pass  # readers drop a torn last line anyway
+            raise
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def read_jsonl(path: Path) -> list[dict]:

@@ -90,7 +90,7 @@ def read_state(sweep_dir: Path) -> dict:
 
 
 def write_state(sweep_dir: Path, state: dict) -> None:
-    write_atomic(sweep_dir / "state.json", json.dumps(state, indent=2))
+    write_atomic(sweep_dir / "state.json", json.dumps(state, indent=2), kind="sweep_state")
 
 
 def final_eval_done(run_dir: Path, steps: int, benchmarks: list[str]) -> bool:

@@ -18,6 +18,7 @@ import torch
 
 from rbctl.errors import UserError
 from rbctl.store.atomic import write_atomic
+from rbctl.store.faults import inject
 from rbctl.store.rundir import CKPT_DONE, MODEL, checkpoint_dir, checkpoint_dirs, checkpoint_manifest
 
 STATE_FILE = "trainer_state.pt"
@@ -49,8 +50,9 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, state: dict, kee
     tokenizer.save_pretrained(tmp / MODEL)
     if builtin_marker is not None and builtin_marker.exists():
         shutil.copy(builtin_marker, tmp / MODEL / builtin_marker.name)
+    inject("checkpoint", tmp / STATE_FILE)  # a failed write leaves only the `.tmp` folder, never a step folder
     torch.save(state, tmp / STATE_FILE)
-    write_atomic(tmp / CKPT_DONE, json.dumps({"step": step, "files": checkpoint_manifest(tmp)}, indent=1))
+    write_atomic(tmp / CKPT_DONE, json.dumps({"step": step, "files": checkpoint_manifest(tmp)}, indent=1), kind="marker")
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
     for old in checkpoint_dirs(run_dir)[:-keep]:

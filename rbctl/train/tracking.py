@@ -31,7 +31,7 @@ class Tracker:
                                   name=Path(run_dir).name, resume="allow")
 
     def log(self, step: int, metrics: dict) -> None:
-        append_jsonl(self.path, {"step": step, **metrics})
+        append_jsonl(self.path, {"step": step, **metrics}, kind="metrics")
         scalars = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and v is not None}
         if self._tb is not None:
             for k, v in scalars.items():
