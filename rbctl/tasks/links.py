@@ -18,22 +18,16 @@ cached on disk (keyed by its settings) so every arm and seed of a sweep shares i
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
-import json
-import math
-import os
 import random
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
-import torch
 
-from rbctl.store.rundir import BUILTIN_MARKER, builtin_task_record
+from rbctl.store.rundir import builtin_task_record
 from rbctl.tasks.registry import Benchmark, Problem, register
 
 LETTERS = "abcdefghijklmnop"
-SPECIALS = ("<pad>", "<s>", "</s>")
+KIND = "links"
 
 
 @dataclass(frozen=True)
@@ -114,24 +108,27 @@ def check(completion: str, answer: str) -> bool:
     return extract_answer(completion) == answer
 
 
-# --- tokenizer and model -------------------------------------------------------------------------
+# --- the policy (torch is imported by rbctl.tasks.tiny, only when a policy is built) -------------
+
+
+def alphabet(spec: TaskSpec) -> str:
+    return keys(spec) + keys(spec).upper() + "0123456789#?|"
+
+
+def max_positions(spec: TaskSpec) -> int:
+    return 2 * spec.num_keys + 2 * spec.max_hops + 16
 
 
 def build_tokenizer(spec: TaskSpec):
-    """A character tokenizer (a real `PreTrainedTokenizerFast`, so checkpoints reload with AutoTokenizer)."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from tokenizers.processors import TemplateProcessing
-    from transformers import PreTrainedTokenizerFast
+    from rbctl.tasks import tiny
 
-    chars = keys(spec) + keys(spec).upper() + "0123456789#?|"
-    vocab = {s: i for i, s in enumerate(SPECIALS)}
-    for c in chars:
-        vocab[c] = len(vocab)
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
-    tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
-    tok.decoder = decoders.Fuse()
-    tok.post_processor = TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
-    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
+    return tiny.build_tokenizer(alphabet(spec))
+
+
+def build_model(spec: TaskSpec, ws: WarmStartSpec, vocab_size: int):
+    from rbctl.tasks import tiny
+
+    return tiny.build_model(ws, vocab_size, max_positions(spec))
 
 
 def format_problem(problem: str) -> str:
@@ -139,87 +136,28 @@ def format_problem(problem: str) -> str:
     return problem + "?"
 
 
-def build_model(spec: TaskSpec, ws: WarmStartSpec, vocab_size: int):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    cfg = LlamaConfig(
-        vocab_size=vocab_size,
-        hidden_size=ws.hidden_size,
-        intermediate_size=4 * ws.hidden_size,
-        num_hidden_layers=ws.layers,
-        num_attention_heads=ws.heads,
-        num_key_value_heads=ws.heads,
-        max_position_embeddings=2 * spec.num_keys + 2 * spec.max_hops + 16,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
-        tie_word_embeddings=True,
-    )
-    return LlamaForCausalLM(cfg)
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("RBCTL_CACHE", Path.home() / ".cache" / "rbctl"))
-
-
 def warm_start_path(spec: TaskSpec, ws: WarmStartSpec) -> Path:
-    key = json.dumps({"task": asdict(spec), "warm_start": asdict(ws), "v": 1}, sort_keys=True)
-    return cache_dir() / f"builtin-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+    from rbctl.tasks import tiny
+
+    return tiny.warm_start_path(KIND, spec, ws)
 
 
 def warm_started(spec: TaskSpec, ws: WarmStartSpec, log=print) -> Path:
     """Path of the cached warm-started model; trains it (under a file lock) if missing."""
-    path = warm_start_path(spec, ws)
-    if (path / "config.json").exists():
-        return path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(str(path) + ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # parallel sweep workers wait for one warm start
-        if not (path / "config.json").exists():
-            log(f"warm-starting the built-in policy ({ws.steps} SFT steps, cached at {path}) ...")
-            tmp = Path(str(path) + ".tmp")
-            model, tok = sft_warm_start(spec, ws)
-            model.save_pretrained(tmp)
-            tok.save_pretrained(tmp)
-            (tmp / BUILTIN_MARKER).write_text(json.dumps({"task": asdict(spec), "warm_start": asdict(ws)}))
-            os.replace(tmp, path)
-    return path
+    from rbctl.tasks import tiny
+
+    return tiny.warm_started(KIND, spec, ws, lambda: sft_warm_start(spec, ws), log=log)
 
 
 def sft_warm_start(spec: TaskSpec, ws: WarmStartSpec):
-    """Supervised training on noisy demonstrations (loss on the completion tokens only)."""
-    torch.manual_seed(ws.seed)
-    rng = random.Random(ws.seed)
-    tok = build_tokenizer(spec)
-    model = build_model(spec, ws, len(tok))
-    opt = torch.optim.AdamW(model.parameters(), lr=ws.lr, weight_decay=0.0)
-    warmup = 50
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * s / ws.steps))
-    )
-    model.train()
-    for _ in range(ws.steps):
-        seqs, prompt_lens = [], []
-        for _ in range(ws.batch_size):
-            problem, completion, _ = make_problem(rng, spec, rng.randint(spec.min_hops, spec.max_hops), ws.demo_error)
-            p = tok(format_problem(problem))["input_ids"]
-            c = tok(completion, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-            seqs.append(p + c)
-            prompt_lens.append(len(p))
-        width = max(map(len, seqs))
-        ids = torch.zeros((len(seqs), width), dtype=torch.long)
-        labels = torch.full_like(ids, -100)
-        for i, s in enumerate(seqs):
-            ids[i, : len(s)] = torch.tensor(s)
-            labels[i, prompt_lens[i]: len(s)] = torch.tensor(s[prompt_lens[i]:])
-        loss = model(input_ids=ids, attention_mask=(ids != 0).long(), labels=labels).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-    model.eval()
-    return model, tok
+    """Supervised training on noisy demonstrations: each hop wrong with probability `demo_error`."""
+    from rbctl.tasks import tiny
+
+    def demonstration(rng: random.Random, step: int) -> tuple[str, str]:
+        problem, completion, _ = make_problem(rng, spec, rng.randint(spec.min_hops, spec.max_hops), ws.demo_error)
+        return problem, completion
+
+    return tiny.sft_warm_start(ws, alphabet(spec), max_positions(spec), demonstration, format_problem)
 
 
 def task_spec_of(model_dir: Path) -> TaskSpec | None:

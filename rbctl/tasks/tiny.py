@@ -1,0 +1,131 @@
+"""The built-in tasks' policy: a tiny Llama over a character tokenizer, warm-started by supervised
+training on a task's imperfect demonstrations, and cached on disk so every arm and seed of a sweep
+shares one warm start. A task supplies its alphabet, its longest sequence and a demonstration
+sampler; this module does the rest (torch lives here, not in the tasks' checkers).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import math
+import os
+import random
+from dataclasses import asdict
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from rbctl.store.rundir import BUILTIN_MARKER
+
+SPECIALS = ("<pad>", "<s>", "</s>")
+WARMUP_STEPS = 50  # linear learning-rate warm-up of the SFT, then cosine to zero
+
+
+def build_tokenizer(alphabet: str):
+    """A character tokenizer (a real `PreTrainedTokenizerFast`, so checkpoints reload with AutoTokenizer)."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from tokenizers.processors import TemplateProcessing
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {s: i for i, s in enumerate(SPECIALS)}
+    for c in alphabet:
+        vocab.setdefault(c, len(vocab))
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    tok.post_processor = TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
+
+
+def build_model(ws, vocab_size: int, max_positions: int):
+    """A Llama of `ws.layers` layers, width `ws.hidden_size`, `ws.heads` heads, tied embeddings."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=ws.hidden_size,
+        intermediate_size=4 * ws.hidden_size,
+        num_hidden_layers=ws.layers,
+        num_attention_heads=ws.heads,
+        num_key_value_heads=ws.heads,
+        max_position_embeddings=max_positions,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        tie_word_embeddings=True,
+    )
+    return LlamaForCausalLM(cfg)
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("RBCTL_CACHE", Path.home() / ".cache" / "rbctl"))
+
+
+def warm_start_path(kind: str, spec, ws) -> Path:
+    """The cache folder of a warm start, keyed by the task's kind and every setting of both specs."""
+    key = json.dumps({"task": asdict(spec), "warm_start": asdict(ws), "v": 1}, sort_keys=True)
+    prefix = "builtin" if kind == "links" else f"builtin-{kind}"  # links keeps its cache key of the first release
+    return cache_dir() / f"{prefix}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+
+
+def warm_started(kind: str, spec, ws, train: Callable[[], tuple], log=print) -> Path:
+    """Path of the cached warm-started model; `train()` -> (model, tokenizer) builds it (under a file
+    lock, so parallel sweep workers wait for one warm start) when missing."""
+    path = warm_start_path(kind, spec, ws)
+    if (path / "config.json").exists():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(str(path) + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (path / "config.json").exists():
+            log(f"warm-starting the built-in {kind} policy ({ws.steps} SFT steps, cached at {path}) ...")
+            tmp = Path(str(path) + ".tmp")
+            model, tok = train()
+            model.save_pretrained(tmp)
+            tok.save_pretrained(tmp)
+            record = {"kind": kind, "task": asdict(spec), "warm_start": asdict(ws)}
+            (tmp / BUILTIN_MARKER).write_text(json.dumps(record))
+            os.replace(tmp, path)
+    return path
+
+
+def sft_warm_start(ws, alphabet: str, max_positions: int,
+                   demonstration: Callable[[random.Random, int], tuple[str, str]], format_prompt: Callable[[str], str]):
+    """A fresh tiny policy trained by supervised learning (loss on the completion tokens only) on
+    `ws.steps` batches of `ws.batch_size` demonstrations; `demonstration(rng, step)` -> (problem,
+    completion). Returns (model, tokenizer)."""
+    torch.manual_seed(ws.seed)
+    rng = random.Random(ws.seed)
+    tok = build_tokenizer(alphabet)
+    model = build_model(ws, len(tok), max_positions)
+    opt = torch.optim.AdamW(model.parameters(), lr=ws.lr, weight_decay=0.0)
+    total = max(1, ws.steps)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / WARMUP_STEPS) * 0.5 * (1 + math.cos(math.pi * s / total))
+    )
+    model.train()
+    for step in range(ws.steps):
+        seqs, prompt_lens = [], []
+        for _ in range(ws.batch_size):
+            problem, completion = demonstration(rng, step)
+            p = tok(format_prompt(problem))["input_ids"]
+            c = tok(completion, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+            seqs.append(p + c)
+            prompt_lens.append(len(p))
+        width = max(map(len, seqs))
+        ids = torch.zeros((len(seqs), width), dtype=torch.long)
+        labels = torch.full_like(ids, -100)
+        for i, s in enumerate(seqs):
+            ids[i, : len(s)] = torch.tensor(s)
+            labels[i, prompt_lens[i]: len(s)] = torch.tensor(s[prompt_lens[i]:])
+        loss = model(input_ids=ids, attention_mask=(ids != 0).long(), labels=labels).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+    model.eval()
+    return model, tok
