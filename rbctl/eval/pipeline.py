@@ -34,6 +34,7 @@ from rbctl.config.eval import BUILTIN_MAX_NEW_TOKENS, EvalConfig
 from rbctl.rollout.base import Engine, SamplingParams
 from rbctl.rollout.factory import build_engine, default_batch_size
 from rbctl.store.atomic import write_atomic
+from rbctl.tasks.registry import benchmark_for, is_custom_spec
 
 if TYPE_CHECKING:
     from rich.progress import Progress
@@ -41,9 +42,8 @@ if TYPE_CHECKING:
     from rbctl.tasks.registry import Problem
     from rbctl.grading.verify import GradeResult
     from rbctl.rollout.models import LoadedPolicy
-    from rbctl.rollout.base import Sample, SamplingParams
+    from rbctl.rollout.base import Sample
 
-BUILTIN_BENCHMARK = "builtin"
 GRADE_CHUNK = 64  # samples graded between progress updates
 
 
@@ -57,7 +57,7 @@ def load_problems(cfg: EvalConfig, task_spec=None) -> dict[str, list[Problem]]:
 
     builtin.register_benchmark(task_spec)  # so that `builtin` is also listed among the valid names
     for name in cfg.benchmarks:  # every name is checked before any data is read
-        if not _is_custom_spec(name):
+        if not is_custom_spec(name):
             get_benchmark(name)
     return {name: load_benchmark(name, data_dir=cfg.data_dir, limit=cfg.limit) for name in cfg.benchmarks}
 
@@ -114,7 +114,7 @@ def evaluate_policy(
         protocol = {
             **protocol,
             "example_prompt": render_prompt(policy.tokenizer, probs[0].problem, template, instruction or ""),
-            "grader": "rbctl.tasks.links.check" if name == BUILTIN_BENCHMARK else "rbctl.grading.verify (math-verify)",
+            "grader": benchmark_for(name).grader,
         }
         summary = _summarize(name, probs, samples, grades, policy.source, step, protocol)
         summary["time_s"] = round(time.perf_counter() - t0, 3)
@@ -145,9 +145,10 @@ def _generate(engine: Engine, prompts, params, batch_size, progress, name) -> li
 
 
 def _grade(name: str, probs, samples, timeout_s: float, progress) -> list[list[GradeResult]]:
-    """Grades ``[P][n]`` in the order of ``samples``."""
-    from rbctl.tasks import links as builtin
+    """Grades ``[P][n]`` in the order of ``samples``, by the benchmark's own grader."""
     from rbctl.grading.verify import GradeResult, grade_many
+
+    extract = benchmark_for(name).extract_answer
 
     texts = [s.text for per in samples for s in per]
     golds = [p.answer for p, per in zip(probs, samples) for _ in per]
@@ -155,11 +156,11 @@ def _grade(name: str, probs, samples, timeout_s: float, progress) -> list[list[G
     flat: list[GradeResult] = []
     for start in range(0, len(texts), GRADE_CHUNK):
         t, g = texts[start:start + GRADE_CHUNK], golds[start:start + GRADE_CHUNK]
-        if name == BUILTIN_BENCHMARK:
+        if extract is not None:  # exact answers
             for text, gold in zip(t, g):
-                extracted = builtin.extract_answer(text)
+                extracted = extract(text)
                 status = "ok" if extracted is not None else "no_answer"
-                flat.append(GradeResult(builtin.check(text, gold), extracted, status))
+                flat.append(GradeResult(extracted is not None and extracted == gold, extracted, status))
         else:
             flat += grade_many(t, g, timeout_s=timeout_s)
         if progress:
@@ -177,7 +178,7 @@ def _summarize(name, probs, samples, grades, source, step, protocol) -> dict:
     n = len(samples[0])
     correct = np.array([[g.correct for g in per] for per in grades], dtype=bool)  # [P, n]
     answers = [[g.extracted for g in per] for per in grades]
-    if name == BUILTIN_BENCHMARK:
+    if benchmark_for(name).extract_answer is not None:  # exact answers vote by string equality
         equivalent = str.__eq__
     else:
         timeout = protocol["grader_timeout_s"]
@@ -214,15 +215,10 @@ def _write_outputs(bench_dir: Path, summary, probs, samples, grades) -> None:
     write_atomic(bench_dir / "summary.json", json.dumps(summary, indent=2, ensure_ascii=False) + "\n", kind="eval_summary")
 
 
-def _is_custom_spec(name: str) -> bool:
-    """``file:…``, ``hf:…`` or a path to a .jsonl/.parquet file (rbctl.tasks.registry' custom specs)."""
-    return name.startswith(("file:", "hf:")) or name.split("@")[0].endswith((".jsonl", ".parquet"))
-
-
 def bench_dir_name(benchmark: str) -> str:
     """A folder name for a benchmark or custom spec (``file:data/x.jsonl@q,a`` -> ``x``,
     ``hf:openai/gsm8k:main:test`` -> ``gsm8k_main_test``)."""
-    if _is_custom_spec(benchmark):
+    if is_custom_spec(benchmark):
         body = benchmark.removeprefix("file:").removeprefix("hf:").split("@")[0]
         benchmark = re.sub(r"\.(jsonl|parquet)$", "", body.rstrip("/").split("/")[-1]).replace(":", "_")
     return sanitize(benchmark)

@@ -181,6 +181,7 @@ def register_benchmark(spec: TaskSpec | None = None) -> None:
             local_file=None,
             description=f"built-in follow-the-links task, test split ({spec.test_size} problems, exact answers)",
             loader=lambda: problems(spec, "test"),
+            extract_answer=extract_answer,
         ),
         replace=True,
     )

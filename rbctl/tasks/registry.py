@@ -61,6 +61,15 @@ class Benchmark:
     local_file: str | None = None  # JSONL file name inside a data dir (keys id, problem, answer)
     description: str = ""  # one line for `--help` and reports
     loader: Callable[[], list[Problem]] | None = None  # code-defined source (e.g. the builtin task)
+    # How answers are graded. None: the shared math grader (math-verify, rbctl.grading). A function:
+    # exact answers (the built-in tasks): it extracts the answer, which is right iff it equals the gold.
+    extract_answer: Callable[[str], str | None] | None = None
+
+    @property
+    def grader(self) -> str:
+        if self.extract_answer is None:
+            return "rbctl.grading.verify (math-verify)"
+        return f"exact match of {self.extract_answer.__module__}.{self.extract_answer.__qualname__}"
 
 
 def _gsm8k_after_hashes(answer: str) -> str:
@@ -335,3 +344,16 @@ def load_benchmark(name_or_spec: str, data_dir: str | None = None, limit: int | 
     if not problems:
         raise UserError(f"benchmark {name_or_spec!r} has no problems")
     return problems[:limit] if limit is not None else problems
+
+
+def benchmark_for(name: str) -> Benchmark:
+    """The registered benchmark, or for a custom spec (`file:…`, `hf:…`) an entry that grades with
+    the math grader."""
+    if is_custom_spec(name):
+        return Benchmark(name=name, description="custom benchmark")
+    return get_benchmark(name)
+
+
+def is_custom_spec(name: str) -> bool:
+    """``file:…``, ``hf:…`` or a path to a .jsonl/.parquet file."""
+    return name.startswith(("file:", "hf:")) or name.split("@")[0].endswith((".jsonl", ".parquet"))
