@@ -43,7 +43,7 @@ def test_qwen3_8b_recipe_plan_offline(empty_cache):
                  "engine vllm; P = 32 prompts × G = 8 rollouts; max_new_tokens 8192",
                  "32·8·(200 + 8192) = 2.15e+06", "2·N·tokens = 3.52e+16", "6·N·tokens·ppo_epochs = 1.06e+17",
                  "reference 0.00e+00 + κ_eff 3.52e+15", "1.44e+17 FLOPs per step, 2.89e+19 for 200 steps",
-                 "weights + grads + AdamW ≈ 65.6 GB",  # 8.2e9 · 8 bytes
+                 "frozen base ≈ 16.4 GB (bf16)",  # LoRA on the bf16 base: 8.2e9 · 2 bytes
                  "dataset 'agentica-org/DeepScaleR-Preview-Dataset' is not cached",
                  "downloads ≈ 16.4 GB of bf16 weights"]:
         assert text in plan, text
@@ -58,6 +58,7 @@ def test_llama32_3b_recipe_plan_offline(empty_cache):
     # tokens = 64·8·(200 + 2048) = 1,150,976; reference forward logged (log_kl): 2·N·T = 7.37e15
     assert "64·8·(200 + 2048) = 1.15e+06" in plan
     assert "reference 7.37e+15" in plan and "reference copy 6.4 GB" in plan
+    assert "weights + grads + AdamW ≈ 51.2 GB (bf16-mixed)" in plan  # fp32 master weights: 3.2e9 · 16 bytes
     assert "N ≈ 3.20e+09 parameters (table of known sizes)" in plan
     c = step_cost(cfg, 200, 3.2e9)
     # 2NT·(1 rollout + 3 training + 1 reference + 1/5 κ_eff) = 2·3.2e9·1150976·5.2

@@ -52,7 +52,9 @@ def _check_engine_holds_policy(tr: Trainer) -> None:
     want = _policy_weights(tr.model)
     assert set(held) == set(want)
     for k, v in want.items():
-        torch.testing.assert_close(held[k], v, rtol=0, atol=1e-6, msg=k)
+        # a bf16 base: the engine's merge (W + ΔW in bf16) and peft's may round differently by an ulp
+        tol = dict(rtol=0, atol=1e-6) if v.dtype == torch.float32 else dict(rtol=2 ** -7, atol=1e-5)
+        torch.testing.assert_close(held[k].float(), v.float(), msg=k, **tol)
 
 
 @pytest.mark.parametrize("lora", [False, True])
@@ -104,9 +106,10 @@ def test_tis_weights_scale_the_loss_on_the_same_batch(tiny_config, tmp_path, mon
 
 # What a paper recipe needs changed to train on CPU in a test: the model and data (a tiny built-in
 # policy and task), the device, and sizes; everything else (engine vllm, tis_cap, lr, clip, micro
-# batches, gradient checkpointing, KL logging, precision) is the recipe's own.
+# batches, gradient checkpointing, KL logging, LoRA, dtype bf16 and bf16-mixed precision, here with
+# CPU autocast) is the recipe's own.
 TINY_RECIPE = [
-    "model.name=builtin", "model.device=cpu", "model.dtype=float32",
+    "model.name=builtin", "model.device=cpu",
     "data.source=builtin", "data.template=auto",
     "data.builtin={num_keys: 4, min_hops: 1, max_hops: 2, train_size: 256, test_size: 32, warm_start_steps: 300}",
     "steps=3", "threads=1", "kappa_eff_every=1", "save_every=2", "sample_every=1",
@@ -117,13 +120,14 @@ TINY_RECIPE = [
 
 @pytest.mark.parametrize("recipe", ["paper_qwen3_8b.yaml", "paper_llama32_3b.yaml"])
 def test_paper_recipe_with_a_tiny_model_trains_on_the_vllm_standin(recipe, rbctl_cache, tmp_path, monkeypatch, trainers):
-    use_vllm_standin(monkeypatch, logprob_shift=-0.01)
+    use_vllm_standin(monkeypatch)
     cfg = load_train_config(CONFIGS / recipe, TINY_RECIPE)
-    assert cfg.rollout.engine == "vllm" and cfg.algo.tis_cap == 2.0
+    assert cfg.rollout.engine == "vllm" and cfg.algo.tis_cap == 2.0 and cfg.model.precision == "bf16-mixed"
     train(cfg, tmp_path / "run", **QUIET)
     lines = _lines(tmp_path / "run")
     assert [r["step"] for r in lines] == [1, 2, 3]
     for r in lines:
         assert r["nonfinite/skipped"] == 0
-        assert r["rollout/logprob_diff"] == pytest.approx(0.01, abs=1e-4)
+        # the stand-in samples in float32, the trainer's forward runs under bf16 autocast: measured
+        assert 0.0 < r["rollout/logprob_diff"] < 0.5
     _check_engine_holds_policy(trainers[-1])

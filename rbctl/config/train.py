@@ -26,9 +26,9 @@ class LoraCfg(Section):
 class ModelCfg(Section):
     name: str = Field("builtin", description="Hub id, local dir, GGUF file, run dir, or 'builtin' (the embedded default's warm-started tiny policy).")
     device: str = Field("auto", description="'auto' (cuda if available, else cpu), 'cpu', 'cuda', 'cuda:N'.")
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="Parameter dtype; auto = bf16 on GPUs that support it, else float32.")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="Dtype the weights are loaded in (frozen weights and the vLLM engine keep it; trainable ones follow model.precision); auto = bf16 on GPUs that support it, else float32.")
     gradient_checkpointing: bool = Field(False, description="Trade compute for activation memory on large models.")
-    autocast_bf16: bool = Field(True, description="On CUDA with float32 parameters: run forward passes under bf16 autocast (fp32 master weights).")
+    precision: Literal["auto", "bf16-mixed", "fp32", "bf16-pure"] = Field("auto", description="Training precision: bf16-mixed = float32 trainable weights (master copy) with bf16 autocast forwards; fp32; bf16-pure = weights as loaded, no autocast (warned for full-parameter AdamW: small updates round away); auto = bf16-mixed on CUDA, fp32 on CPU.")
     lora: Optional[LoraCfg] = Field(None, description="Train LoRA adapters (peft) instead of all weights; the KL reference is then the adapter-disabled base.")
 
 

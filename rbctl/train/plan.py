@@ -306,6 +306,23 @@ def _machine_line(cfg: TrainConfig) -> str:
     return ", ".join(parts) + ("" if ready else " (plan only: this machine cannot run it)")
 
 
+def _memory_line(cfg: TrainConfig, n_params: float) -> str:
+    """Training state by `model.precision` (rbctl.train.precision): float32 master weights, gradients
+    and AdamW moments (16 bytes/param) unless bf16-pure; with LoRA the frozen base in model.dtype."""
+    gpu = cfg.model.device != "cpu"
+    half = cfg.model.dtype in ("bfloat16", "float16") or (cfg.model.dtype == "auto" and gpu)
+    load_bytes = 2 if half else 4
+    precision = cfg.model.precision if cfg.model.precision != "auto" else ("bf16-mixed" if gpu else "fp32")
+    if cfg.model.lora is not None:
+        return (f"frozen base ≈ {_gb(n_params * load_bytes)} ({'bf16' if half else 'fp32'}); LoRA adapters, their "
+                f"gradients and AdamW state in float32 are small; {precision} (before activations and the rollout engine)")
+    master = load_bytes if precision == "bf16-pure" else 4
+    ref = n_params * load_bytes if (cfg.algo.kl_coef > 0 or cfg.algo.log_kl) else 0.0
+    return (f"weights + grads + AdamW ≈ {_gb(n_params * master * 4)} ({precision})"
+            + (f", reference copy {_gb(ref)}" if ref else "")
+            + " (full-parameter training, before activations and the rollout engine)")
+
+
 def dry_run(cfg: TrainConfig, *, source: str | None = None, cache_dir: str | Path | None = None) -> str:
     """The printable plan of a validated training config, resolved offline (nothing is downloaded).
     `cache_dir` is the Hugging Face hub cache to look in (default: the user's)."""
@@ -348,12 +365,7 @@ def dry_run(cfg: TrainConfig, *, source: str | None = None, cache_dir: str | Pat
         row("  training", f"6·N·tokens·ppo_epochs = {_sci(c.train_flops)} FLOPs")
         row("  extra", f"reference {_sci(c.ref_flops)} + κ_eff {_sci(c.kappa_flops)} FLOPs (forward passes)")
         row("  total", f"{_sci(c.total_flops)} FLOPs per step, {_sci(c.total_flops * cfg.steps)} for {cfg.steps} steps")
-        half = cfg.model.dtype in ("bfloat16", "float16") or (cfg.model.dtype == "auto" and cfg.model.device != "cpu")
-        bytes_per = 2 if half else 4
-        train_state = r.n_params * bytes_per * 4  # weights, gradients, AdamW's two moments (param dtype)
-        ref = r.n_params * bytes_per if (a.kl_coef > 0 or a.log_kl) else 0.0
-        row("memory", f"weights + grads + AdamW ≈ {_gb(train_state)}" + (f", reference copy {_gb(ref)}" if ref else "")
-            + " (full-parameter training, before activations and the rollout engine)")
+        row("memory", _memory_line(cfg, r.n_params))
     else:
         row("  FLOPs", "unknown (no parameter count)")
     row("this machine", _machine_line(cfg))

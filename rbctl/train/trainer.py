@@ -39,6 +39,7 @@ from rbctl.train.batch import RolloutBatch, build_batch, response_logits
 from rbctl.train.checkpoint import load_state, rng_state, set_rng_state
 from rbctl.train.data import load_training_problems, prompt_order, reward_function, step_seed, task_spec, warm_start_spec
 from rbctl.train.distributed import init_from_env
+from rbctl.train.precision import prepare_trainable, resolve_precision
 
 
 class Trainer:
@@ -85,8 +86,7 @@ class Trainer:
         base = load_policy(cfg.model.name, **self.load_kwargs)
         self.base_source, self.builtin, self.tokenizer = base.source, base.builtin, base.tokenizer
         self.device = next(base.model.parameters()).device
-        self.autocast = (self.device.type == "cuda" and cfg.model.autocast_bf16
-                         and next(base.model.parameters()).dtype == torch.float32)
+        self.precision = resolve_precision(cfg.model.precision, self.device)
         self.lora = cfg.model.lora is not None
         return base
 
@@ -99,10 +99,12 @@ class Trainer:
     def _policy_model(self, base, resume_ck: Path | None):
         if self.lora:
             model = self._with_lora(base.model, resume_ck / MODEL if resume_ck is not None else None)
-        elif resume_ck is not None:
-            model = load_policy(str(resume_ck / MODEL), **self.load_kwargs).model
+        elif resume_ck is not None:  # the checkpoint holds the float32 master weights, unless bf16-pure
+            dtype = "float32" if self.precision.master_fp32 else self.cfg.model.dtype
+            model = load_policy(str(resume_ck / MODEL), **{**self.load_kwargs, "dtype": dtype}).model
         else:
             model = base.model
+        prepare_trainable(model, self.precision, self.lora, self.log)
         if self.cfg.model.gradient_checkpointing:
             model.gradient_checkpointing_enable()
         return model.train()
@@ -180,7 +182,9 @@ class Trainer:
         params = SamplingParams(n=c.rollout.group_size, temperature=c.rollout.temperature, top_p=c.rollout.top_p,
                                 max_new_tokens=c.rollout.max_new_tokens,
                                 seed=step_seed(c.seed, step) + 1_000_003 * self.dist.rank)
-        samples = self.engine.generate(prompts, params)
+        # hf samples in the training precision (same autocast); vLLM in its own dtype (logprob_diff, TIS)
+        with self.precision.context() if self.engine.name == "hf" else contextlib.nullcontext():
+            samples = self.engine.generate(prompts, params)
         flags, self.grader_failures = self.reward_fn([s.text for group in samples for s in group],
                                                      [self.problems[i].answer for i in idx for _ in range(c.rollout.group_size)])
         correct = torch.tensor(flags, dtype=torch.bool).reshape(len(idx), c.rollout.group_size)
@@ -203,7 +207,7 @@ class Trainer:
         dev = self.device
         # Under DDP every row runs whole: the shared-prompt path calls the model twice per backward.
         group = 1 if self.dist.enabled else self.cfg.rollout.group_size
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.autocast):
+        with self.precision.context():
             logits = response_logits(model, batch.input_ids[sl].to(dev), batch.attention_mask[sl].to(dev),
                                      batch.prompt_width, group_size=group)
         t = self.cfg.rollout.temperature

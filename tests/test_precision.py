@@ -1,0 +1,65 @@
+"""Training precision (`model.precision`): fp32 master weights with bf16 autocast actually move the
+weights at a paper learning rate; pure bf16 is warned about; sampling and training share a precision."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from rbctl.train.loop import train
+from rbctl.train.precision import PURE_BF16_WARNING, prepare_trainable, resolve_precision
+
+QUIET = dict(progress=False, log=lambda *a: None)
+RECIPE_PRECISION = ["model.dtype=bfloat16", "optim.lr=1e-6", "optim.weight_decay=0.01", "optim.warmup_steps=0"]
+
+
+def _changed_fraction(start: dict, end: dict) -> float:
+    changed = total = 0
+    for k, v in end.items():
+        s = start[k].to(torch.bfloat16).float()  # what the trainer started from: loaded in bf16
+        changed += (v.float() != s).sum().item()
+        total += v.numel()
+    return changed / total
+
+
+@pytest.mark.parametrize("mode,at_least,at_most", [("bf16-mixed", 0.99, 1.0), ("bf16-pure", 0.0, 0.5)])
+def test_ten_steps_at_lr_1e6_move_the_weights_only_with_fp32_master_weights(tiny_config, tmp_path, mode, at_least, at_most):
+    """The paper recipes' settings (weights loaded in bf16, AdamW at lr 1e-6, decay 0.01) on CPU, with
+    bf16 autocast on CPU standing in for CUDA's."""
+    from rbctl.tasks import links as builtin
+    from rbctl.train.data import task_spec, warm_start_spec
+
+    cfg = tiny_config(steps=10, save_every=10, kappa_eff_every=0, model__precision=mode,
+                      **{k.split("=")[0].replace(".", "__"): k.split("=")[1] for k in RECIPE_PRECISION})
+    logs = []
+    train(cfg, tmp_path / "run", progress=False, log=logs.append)
+    start = load_file(str(builtin.warm_start_path(task_spec(cfg), warm_start_spec(cfg)) / "model.safetensors"))
+    end = load_file(str(tmp_path / "run" / "checkpoints" / "step_000010" / "model" / "model.safetensors"))
+    frac = _changed_fraction(start, end)
+    assert at_least <= frac <= at_most, frac
+    assert (PURE_BF16_WARNING in logs) == (mode == "bf16-pure")
+    if mode == "bf16-mixed":
+        assert all(v.dtype == torch.float32 for v in end.values())  # the checkpoint holds the master weights
+
+
+def test_precision_resolution_and_casts():
+    assert resolve_precision("auto", torch.device("cpu")).mode == "fp32"
+    assert resolve_precision("auto", torch.device("cuda")).mode == "bf16-mixed"
+    mixed = resolve_precision("bf16-mixed", torch.device("cpu"))
+    assert mixed.autocast and mixed.master_fp32
+    lin = torch.nn.Linear(4, 4).to(torch.bfloat16)
+    frozen = torch.nn.Linear(4, 4).to(torch.bfloat16).requires_grad_(False)
+    net = torch.nn.Sequential(lin, frozen)
+    prepare_trainable(net, mixed, lora=False)
+    assert lin.weight.dtype == torch.float32 and frozen.weight.dtype == torch.bfloat16  # frozen weights keep their dtype
+    with mixed.context():
+        assert net(torch.randn(2, 4)).dtype == torch.bfloat16  # forwards in bf16
+    logs = []
+    prepare_trainable(torch.nn.Linear(2, 2).to(torch.bfloat16), resolve_precision("bf16-pure", torch.device("cpu")),
+                      lora=False, log=logs.append)
+    assert logs == [PURE_BF16_WARNING]
+    logs.clear()
+    prepare_trainable(torch.nn.Linear(2, 2).to(torch.bfloat16), resolve_precision("bf16-pure", torch.device("cpu")),
+                      lora=True, log=logs.append)
+    assert logs == []  # LoRA: only the adapters train
