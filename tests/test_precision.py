@@ -63,3 +63,50 @@ def test_precision_resolution_and_casts():
     prepare_trainable(torch.nn.Linear(2, 2).to(torch.bfloat16), resolve_precision("bf16-pure", torch.device("cpu")),
                       lora=True, log=logs.append)
     assert logs == []  # LoRA: only the adapters train
+
+
+# --- the sampling path vs the training path -------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["fp32", "bf16-mixed"])
+def test_hf_engine_logs_its_logprob_mismatch_with_the_trainer(tiny_config, tmp_path, mode):
+    """hf samples under the training autocast; its own log-probs against the trainer's are logged."""
+    cfg = tiny_config(steps=2, model__precision=mode)
+    done = train(cfg, tmp_path / "run", **QUIET)
+    for r in done:
+        d = r["rollout/logprob_diff"]
+        # same weights and precision; only KV-cached vs full-forward rounding remains
+        assert d is not None and 0.0 <= d < (1e-4 if mode == "fp32" else 0.05), d
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_hf_sampled_logprobs_are_the_trainers(fast):
+    """Both sampling paths (the CPU loop and `model.generate` with the recording processor) report
+    log softmax(logits / T) of the tokens they drew."""
+    from rbctl.rollout.base import SamplingParams
+    from rbctl.rollout.hf import HFEngine
+    from tests.conftest import tiny_llama
+
+    model = tiny_llama(40, eos_token_id=2, bos_token_id=1, pad_token_id=0).eval()
+
+    class Tok:
+        pad_token_id, eos_token_id = 0, 2
+
+        def decode(self, ids, skip_special_tokens=True):
+            return " ".join(map(str, ids))
+
+    eng = HFEngine(model, Tok(), max_batch=8)
+    eng.fast = fast
+    prompts = [[1, 5, 6, 7], [1, 9]]
+    t = 0.7
+    out = eng.generate(prompts, SamplingParams(n=3, temperature=t, max_new_tokens=6, seed=0))
+    for p, group in enumerate(out):
+        for s in group:
+            assert s.logprobs is not None and len(s.logprobs) == len(s.token_ids)
+            ids = torch.tensor([prompts[p] + s.token_ids])
+            with torch.no_grad():
+                logits = model(input_ids=ids).logits[0, len(prompts[p]) - 1:-1] / t
+            want = torch.log_softmax(logits, -1).gather(-1, torch.tensor(s.token_ids)[:, None]).squeeze(1)
+            torch.testing.assert_close(torch.tensor(s.logprobs), want, rtol=0, atol=1e-4)
+    greedy = eng.generate(prompts, SamplingParams(n=1, temperature=0.0, max_new_tokens=3))
+    assert greedy[0][0].logprobs is None

@@ -30,7 +30,8 @@ def _shard(batch: RolloutBatch, rank: int, world: int) -> RolloutBatch:
     rows = slice(ps.start * g, ps.stop * g)
     return dataclasses.replace(batch, input_ids=batch.input_ids[rows], attention_mask=batch.attention_mask[rows],
                                response_ids=batch.response_ids[rows], response_mask=batch.response_mask[rows],
-                               rewards=batch.rewards[ps], correct=batch.correct[ps], advantages=batch.advantages[ps])
+                               rewards=batch.rewards[ps], correct=batch.correct[ps], advantages=batch.advantages[ps],
+                               engine_logp=None if batch.engine_logp is None else batch.engine_logp[rows])
 
 
 def _record_grads(tr: Trainer) -> dict:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal, Optional, Union
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from rbctl.config.base import Section, apply_overrides, read_yaml, validate
 from rbctl.tasks.prompting import MATH_INSTRUCTION
@@ -60,6 +60,10 @@ class DataCfg(Section):
     builtin: BuiltinTaskCfg = Field(default_factory=BuiltinTaskCfg, description="The built-in task (source: builtin).")
 
 
+TOP_P_REFUSED = ("top_p < 1 is not supported for training: rollouts would sample from the nucleus while log-probs, "
+                 "PPO ratios, entropy and κ_eff use the full distribution (set 1; eval.top_p may be < 1)")
+
+
 class VllmCfg(Section):
     gpu_memory_utilization: float = Field(0.5, gt=0.0, le=1.0, description="Share of GPU memory vLLM may take (colocated with training).")
     sleep_mode: bool = Field(False, description="Free vLLM's memory between rollout phases (vLLM sleep/wake).")
@@ -72,9 +76,16 @@ class RolloutCfg(Section):
     group_size: int = Field(8, ge=2, description="G: rollouts per prompt (>= 2 to centre rewards).")
     max_new_tokens: int = Field(20, ge=1, description="Token limit of a response (also Dr.GRPO's divisor).")
     temperature: float = Field(1.0, gt=0.0, description="Sampling temperature (> 0: RL needs on-policy samples); log-probs and entropy use it too.")
-    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling threshold.")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus threshold; must be 1 for training: log-probs, PPO ratios, entropy and κ_eff use the full distribution, so nucleus-sampled rollouts would be off-policy and uncorrected (eval.top_p may be < 1).")
     max_batch: int = Field(512, ge=1, description="Most sequences per generate call.")
     vllm: VllmCfg = Field(default_factory=VllmCfg, description="vLLM engine settings (engine: vllm).")
+
+    @field_validator("top_p")
+    @classmethod
+    def _full_distribution(cls, v: float) -> float:
+        if v < 1.0:
+            raise ValueError(TOP_P_REFUSED)
+        return v
 
 
 class EntropyCfg(Section):

@@ -168,22 +168,23 @@ class HFEngine:
             for start in range(0, len(prompts), per_call):
                 chunk = prompts[start:start + per_call]
                 if self.fast:
-                    responses = self._sample(chunk, params, device)
+                    responses, logps = self._sample(chunk, params, device)
                 else:
-                    responses = self._hf_generate(chunk, params, device)
+                    responses, logps = self._hf_generate(chunk, params, device)
                 for j, resp in enumerate(responses):
                     p = start + j // params.n
                     if j % params.n == 0:
                         out.append([])
                     toks, finished = _cut_at_eos(resp, self.eos_ids)
                     text = self.tokenizer.decode(toks, skip_special_tokens=True)
-                    out[-1].append(Sample(p, toks, text, finished))
+                    out[-1].append(Sample(p, toks, text, finished, logps[j][: len(toks)] if logps is not None else None))
         finally:
             self.model.train(was_training)
         return out
 
-    def _sample(self, chunk: list[list[int]], params: SamplingParams, device) -> list[list[int]]:
-        """Response token lists [B·n] (prompt-major), each up to its first EOS or max_new_tokens."""
+    def _sample(self, chunk: list[list[int]], params: SamplingParams, device):
+        """Response token lists [B·n] (prompt-major), each up to its first EOS or max_new_tokens, and
+        their log-probs (`sampled_logprobs`; None when greedy)."""
         n, eos = params.n, torch.tensor(self.eos_ids, device=device)
         ids, mask = left_pad(chunk, self.pad_id)
         ids, mask = ids.to(device), mask.to(device)
@@ -194,9 +195,13 @@ class HFEngine:
         pos = mask.sum(-1, keepdim=True)  # position of the first response token, [B·n, 1]
         tokens = torch.full((len(chunk) * n, params.max_new_tokens), self.pad_id, dtype=torch.long, device=device)
         rows = torch.arange(len(chunk) * n, device=device)  # active row i is sequence rows[i]
+        sampled = params.temperature > 0
+        logps = torch.zeros(tokens.shape, device=device) if sampled else None
         for t in range(params.max_new_tokens):
             nxt = next_tokens(logits, params)
             tokens[rows, t] = nxt
+            if sampled:
+                logps[rows, t] = sampled_logprobs(logits, nxt, params.temperature)
             if t + 1 == params.max_new_tokens:
                 break
             done = torch.isin(nxt, eos)
@@ -209,10 +214,11 @@ class HFEngine:
             mask = torch.cat([mask, mask.new_ones(len(rows), 1)], dim=1)
             logits = forward_with_cache(self.model, nxt[:, None], mask, pos, cache, logits_to_keep=1)[:, -1]
             pos = pos + 1
-        return tokens.tolist()
+        return tokens.tolist(), (logps.tolist() if sampled else None)
 
-    def _hf_generate(self, chunk: list[list[int]], params: SamplingParams, device) -> list[list[int]]:
-        """Response token lists [B·n] from `model.generate` (padding after EOS included)."""
+    def _hf_generate(self, chunk: list[list[int]], params: SamplingParams, device):
+        """Response token lists [B·n] from `model.generate` (padding after EOS included) and their
+        log-probs (recorded by `_LogprobRecorder`; None when greedy)."""
         ids, mask = left_pad(chunk, self.pad_id)
         gen_kwargs = dict(
             max_new_tokens=params.max_new_tokens,
@@ -221,9 +227,45 @@ class HFEngine:
             eos_token_id=self.eos_ids,
             use_cache=True,
         )
+        recorder = None
         if params.temperature > 0:
-            gen_kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=0)
+            recorder = _LogprobRecorder(params.temperature)
+            gen_kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=0,
+                              logits_processor=[recorder])
         else:
             gen_kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
         seqs = self.model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **gen_kwargs)
-        return seqs[:, ids.shape[1]:].tolist()
+        resp = seqs[:, ids.shape[1]:]
+        return resp.tolist(), (recorder.result(resp).tolist() if recorder is not None else None)
+
+
+def sampled_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float) -> torch.Tensor:
+    """log softmax(logits / T) at the sampled tokens, [B, V], [B] → [B]: the sampling path's own
+    log-probs (the distribution the tokens were drawn from when top_p = 1, which training requires),
+    compared with the trainer's as `rollout/logprob_diff`."""
+    return torch.log_softmax(logits.float() / temperature, dim=-1).gather(-1, tokens[:, None]).squeeze(1)
+
+
+class _LogprobRecorder:
+    """A `generate` logits processor that keeps one step's distribution at a time and, at the next
+    step, the log-prob of the token drawn from it. Custom processors run before generate's own
+    temperature and top-p warpers, so the temperature is applied here."""
+
+    def __init__(self, temperature: float):
+        self.temperature = temperature
+        self.prev = None
+        self.steps: list[torch.Tensor] = []
+
+    def __call__(self, input_ids, scores):
+        if self.prev is not None:
+            self.steps.append(self.prev.gather(-1, input_ids[:, -1:]).squeeze(1))
+        self.prev = torch.log_softmax(scores.float() / self.temperature, dim=-1)
+        return scores
+
+    def result(self, response: torch.Tensor) -> torch.Tensor:
+        """[B·n, L] log-probs of the response tokens (the last one from the last kept distribution)."""
+        if self.prev is not None and len(self.steps) < response.shape[1]:
+            self.steps.append(self.prev.gather(-1, response[:, len(self.steps):len(self.steps) + 1]).squeeze(1))
+        if not self.steps:
+            return response.new_zeros(response.shape, dtype=torch.float32)
+        return torch.stack(self.steps, dim=1)

@@ -80,7 +80,7 @@ def _can_share_prompts(model, input_ids, attention_mask, prompt_width: int, grou
 
     return (group_size > 1 and input_ids.device.type == "cpu"
             and _shares_prompts(input_ids, attention_mask, prompt_width, group_size)
-            and not _checkpointing(model) and not _dropout_active(model) and prefix_cache_supported(model))
+            and not _checkpointing(model) and not dropout_active(model) and prefix_cache_supported(model))
 
 
 def _checkpointing(model) -> bool:
@@ -91,7 +91,7 @@ def _checkpointing(model) -> bool:
     return False
 
 
-def _dropout_active(model) -> bool:
+def dropout_active(model) -> bool:
     """Dropout would act in this forward pass (training mode and a nonzero rate somewhere)."""
     if not model.training:
         return False

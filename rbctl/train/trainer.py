@@ -35,7 +35,7 @@ from rbctl.rollout.models import load_policy
 from rbctl.rollout.vllm import engine_logprobs_tensor, logprob_mismatch, tis_weights
 from rbctl.store.rundir import MODEL, last_good_checkpoint
 from rbctl.tasks.prompting import encode_prompts, resolve_template
-from rbctl.train.batch import RolloutBatch, build_batch, response_logits
+from rbctl.train.batch import RolloutBatch, dropout_active, build_batch, response_logits
 from rbctl.train.checkpoint import load_state, rng_state, set_rng_state
 from rbctl.train.data import load_training_problems, prompt_order, reward_function, step_seed, task_spec, warm_start_spec
 from rbctl.train.distributed import init_from_env
@@ -221,12 +221,19 @@ class Trainer:
                     ent = token_entropy(logits.detach(), t)
         return logp, ent
 
-    def _ref_logp(self, batch: RolloutBatch, sl: slice) -> torch.Tensor:
-        with torch.no_grad():
-            if self.lora:
-                with self.model.disable_adapter():
-                    return self._forward_logp(self.model, batch, sl, False, False)[0]
-            return self._forward_logp(self.ref, batch, sl, False, False)[0]
+    @torch.no_grad()
+    def _eval_logp(self, model, batch: RolloutBatch, slices: list[slice]) -> list[torch.Tensor]:
+        """No-grad log-probs in eval mode (no dropout, as the rollouts were sampled), per micro-batch.
+        `model` None: the reference (the adapter-disabled base with LoRA, else the frozen copy)."""
+        ref = model is None
+        model = (self.model if self.lora else self.ref) if ref else model
+        was = model.training
+        model.eval()
+        try:
+            with self.model.disable_adapter() if ref and self.lora else contextlib.nullcontext():
+                return [self._forward_logp(model, batch, sl, False, False)[0] for sl in slices]
+        finally:
+            model.train(was)
 
     def update(self, batch: RolloutBatch) -> dict:
         """`ppo_epochs` optimizer steps on this rank's share of the batch; every normaliser is global."""
@@ -238,8 +245,11 @@ class Trainer:
         norm = BatchNorm(n_seqs=int(n_seqs), n_tokens=int(n_tokens), max_new_tokens=c.rollout.max_new_tokens)
         adv_flat = batch.advantages.reshape(-1)
         slices = self._micro_batches(batch.n)
-        old_logp: list[torch.Tensor] = []
-        ref_logp = [self._ref_logp(batch, sl) for sl in slices] if self.use_ref else []
+        # with dropout active the training forward is noisy: the behaviour policy's log-probs are taken
+        # in eval mode, as the rollouts were sampled; otherwise the first epoch's forward gives them
+        eval_old = dropout_active(self.model)
+        old_logp: list[torch.Tensor] = self._eval_logp(self.model, batch, slices) if eval_old else []
+        ref_logp = self._eval_logp(None, batch, slices) if self.use_ref else []
         entropy_on = a.entropy.mode != "none"
         stats = {"entropy_sum": 0.0, "kl_sum": 0.0, "clip_low": 0.0, "clip_high": 0.0, "loss": 0.0,
                  "grad_norm": [], "logprob_diff": None}
@@ -254,7 +264,7 @@ class Trainer:
                 with sync:
                     logp, ent = self._forward_logp(self.train_model, batch, sl, with_entropy=(epoch == 0 or entropy_on),
                                                    entropy_grad=entropy_on)
-                    if epoch == 0:
+                    if epoch == 0 and not eval_old:
                         old_logp.append(logp.detach())  # behaviour policy = the model before any update
                     pg = ppo_clip_loss(logp, old_logp[k], adv_flat[sl].to(dev), a.clip_low, a.clip_high)
                     w = aggregation_weights(mask, a.loss_agg, norm)
@@ -289,9 +299,10 @@ class Trainer:
             stats["grad_norm"].append(grad_norm.item())
             stats["loss"] += loss_total / a.ppo_epochs
         self.sched.step()
-        if batch.engine_logp is not None:
+        if batch.engine_logp is not None:  # the sampling path's log-probs vs the trainer's (any engine)
             stats["logprob_diff"] = logprob_mismatch(batch.engine_logp.to(dev), torch.cat(old_logp), batch.response_mask.to(dev))
-            self.engine.sync_weights(self.model)  # the next rollout samples from the updated policy
+        if hasattr(self.engine, "sync_weights"):
+            self.engine.sync_weights(self.model)  # vLLM: the next rollout samples from the updated policy
         ent_sum, kl_sum, clip_lo, clip_hi = self.dist.sum(stats["entropy_sum"], stats["kl_sum"], stats["clip_low"], stats["clip_high"])
         n_tok = max(norm.n_tokens, 1)
         return {
@@ -311,8 +322,9 @@ class Trainer:
     def logratio_sums(self, batch: RolloutBatch, old_logp: list[torch.Tensor], slices: list[slice]) -> torch.Tensor:
         """d_i = Σ_t (log π_new − log π_old) over each rollout's response tokens, as [P, G]."""
         d = []
+        new_logp = self._eval_logp(self.model, batch, slices)  # eval mode, as the old log-probs
         for k, sl in enumerate(slices):
-            logp, _ = self._forward_logp(self.model, batch, sl, False, False)
+            logp = new_logp[k]
             mask = batch.response_mask[sl].to(self.device)
             d.append(((logp - old_logp[k]) * mask).sum(-1).cpu())
         return self.dist.gather_rows(torch.cat(d).reshape(batch.rewards.shape))
@@ -325,7 +337,8 @@ class Trainer:
         upd = self.update(batch)
         t2 = time.perf_counter()
         kappa_eff = None
-        if c.kappa_eff_every and step % c.kappa_eff_every == 0:
+        # no optimizer step was taken (every epoch's loss non-finite): nothing to measure, κ_eff is null
+        if c.kappa_eff_every and step % c.kappa_eff_every == 0 and upd["nonfinite/skipped"] < c.algo.ppo_epochs:
             d = self.logratio_sums(batch, upd["old_logp"], upd["slices"])
             kappa_eff = algo.nanmean_or_none(algo.kappa_eff(self.dist.gather_rows(batch.rewards), d))
         t3 = time.perf_counter()

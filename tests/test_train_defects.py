@@ -1,0 +1,66 @@
+"""Small trainer defects, each pinned: a warm start of 0 steps, κ_eff of a skipped step, the "old"
+log-probs under dropout, and top_p < 1 refused for training."""
+
+from __future__ import annotations
+
+import torch
+
+from rbctl.train import trainer as trainer_mod
+from rbctl.train.loop import train
+from rbctl.train.trainer import Trainer
+
+QUIET = dict(progress=False, log=lambda *a: None)
+
+
+def test_warm_start_steps_zero_trains_from_the_untrained_policy(tiny_config, tmp_path):
+    cfg = tiny_config(steps=1, data__builtin__warm_start_steps=0)
+    done = train(cfg, tmp_path / "run", **QUIET)  # was: ZeroDivisionError in the warm start's schedule
+    assert [r["step"] for r in done] == [1]
+
+
+def test_a_step_skipped_for_a_nonfinite_loss_logs_kappa_eff_as_null(tiny_config, tmp_path, monkeypatch):
+    tr = Trainer(tiny_config(kappa_eff_every=1), tmp_path / "run", log=lambda *a: None)
+    real = trainer_mod.aggregation_weights
+    monkeypatch.setattr(trainer_mod, "aggregation_weights", lambda *a, **k: real(*a, **k) * float("nan"))
+    before = [p.detach().clone() for p in tr.model.parameters()]
+    metrics, _ = tr.step(1)
+    assert metrics["nonfinite/skipped"] == 1
+    assert metrics["kappa_eff"] is None  # was ≈ 0: the unchanged policy measured against itself
+    assert all(torch.equal(a, b) for a, b in zip(before, tr.model.parameters()))
+    monkeypatch.setattr(trainer_mod, "aggregation_weights", real)
+    metrics, _ = tr.step(2)
+    assert metrics["nonfinite/skipped"] == 0 and metrics["kappa_eff"] is not None
+
+
+def test_old_logprobs_are_taken_in_eval_mode_under_dropout(tiny_config, tmp_path):
+    cfg = tiny_config(model__lora="{r: 4, alpha: 8, dropout: 0.5}", kappa_eff_every=1)
+    tr = Trainer(cfg, tmp_path / "run", log=lambda *a: None)
+    with torch.no_grad():  # B = 0 at init would make the adapters, and their dropout, a no-op
+        for name, p in tr.model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)
+    batch, _, _ = tr.rollout(1)
+    tr.model.eval()  # the rollouts' mode: no dropout
+    with torch.no_grad():
+        want = torch.cat([tr._forward_logp(tr.model, batch, sl, False, False)[0] for sl in tr._micro_batches(batch.n)])
+    tr.model.train()
+    upd = tr.update(batch)
+    assert tr.model.training  # back in training mode afterwards
+    # the behaviour policy's log-probs: exactly the eval-mode ones (a dropout forward differs by O(1))
+    torch.testing.assert_close(torch.cat(upd["old_logp"]), want, rtol=0, atol=1e-6)
+    assert upd["rollout/logprob_diff"] < 1e-4  # the hf sampler's own log-probs agree with them
+
+
+def test_top_p_below_one_is_refused_for_training_with_the_reason():
+    import pytest
+
+    from rbctl.config.train import TOP_P_REFUSED, load_train_config
+    from rbctl.errors import UserError
+
+    with pytest.raises(UserError) as e:
+        load_train_config(None, ["rollout.top_p=0.9"])
+    msg = str(e.value)
+    assert "config key 'rollout.top_p'" in msg and TOP_P_REFUSED in msg and "\n" not in msg
+    assert "full distribution" in TOP_P_REFUSED
+    assert load_train_config(None, ["rollout.top_p=1.0"]).rollout.top_p == 1.0
+    assert load_train_config(None, ["eval.top_p=0.95"]).eval.top_p == 0.95  # evaluation may truncate
