@@ -95,7 +95,8 @@ def test_hf_sampled_logprobs_are_the_trainers(fast):
         def decode(self, ids, skip_special_tokens=True):
             return " ".join(map(str, ids))
 
-    eng = HFEngine(model, Tok(), max_batch=8)
+    assert HFEngine(model, Tok()).generate([[1, 5]], SamplingParams(n=1, max_new_tokens=2))[0][0].logprobs is None
+    eng = HFEngine(model, Tok(), max_batch=8, logprobs=True)
     eng.fast = fast
     prompts = [[1, 5, 6, 7], [1, 9]]
     t = 0.7

@@ -24,13 +24,15 @@ def engine_class(name: str) -> type:
     raise UserError(f"unknown engine {name!r}; valid: hf, vllm")
 
 
-def build_engine(name: str, model, tokenizer, *, source: str, batch_size: int, seed: int = 0, **vllm_options) -> Engine:
-    """An engine over an in-memory policy. ``hf`` generates ``batch_size`` sequences per call; vLLM
+def build_engine(name: str, model, tokenizer, *, source: str, batch_size: int, seed: int = 0, logprobs: bool = False,
+                 **vllm_options) -> Engine:
+    """An engine over an in-memory policy. ``hf`` generates ``batch_size`` sequences per call (and,
+    with ``logprobs``, records the sampled tokens' log-probs; vLLM always returns them); vLLM
     schedules its own batches, loads ``source`` (a hub id or folder) and then pushes the in-memory
     weights. ``vllm_options``: VLLMEngine's keyword arguments (gpu_memory_utilization, sleep_mode, ...)."""
     cls = engine_class(name)
     if name == "hf":
-        return cls(model, tokenizer, max_batch=batch_size)
+        return cls(model, tokenizer, max_batch=batch_size, logprobs=logprobs)
     if source.endswith(".gguf"):
         raise UserError("the vllm engine cannot load a GGUF file here; use the model's Hugging Face id or directory")
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")

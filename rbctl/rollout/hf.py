@@ -141,8 +141,9 @@ class HFEngine:
 
     name = "hf"
 
-    def __init__(self, model, tokenizer, max_batch: int = 256):
+    def __init__(self, model, tokenizer, max_batch: int = 256, logprobs: bool = False):
         self.model = model
+        self.logprobs = logprobs  # record the sampled tokens' log-probs (training: rollout/logprob_diff)
         self.tokenizer = tokenizer
         self.max_batch = max_batch
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else _eos_ids(model, tokenizer)[0]
@@ -184,7 +185,7 @@ class HFEngine:
 
     def _sample(self, chunk: list[list[int]], params: SamplingParams, device):
         """Response token lists [B·n] (prompt-major), each up to its first EOS or max_new_tokens, and
-        their log-probs (`sampled_logprobs`; None when greedy)."""
+        their log-probs (`sampled_logprobs`; None when greedy or not recorded)."""
         n, eos = params.n, torch.tensor(self.eos_ids, device=device)
         ids, mask = left_pad(chunk, self.pad_id)
         ids, mask = ids.to(device), mask.to(device)
@@ -195,7 +196,7 @@ class HFEngine:
         pos = mask.sum(-1, keepdim=True)  # position of the first response token, [B·n, 1]
         tokens = torch.full((len(chunk) * n, params.max_new_tokens), self.pad_id, dtype=torch.long, device=device)
         rows = torch.arange(len(chunk) * n, device=device)  # active row i is sequence rows[i]
-        sampled = params.temperature > 0
+        sampled = params.temperature > 0 and self.logprobs
         logps = torch.zeros(tokens.shape, device=device) if sampled else None
         for t in range(params.max_new_tokens):
             nxt = next_tokens(logits, params)
@@ -218,7 +219,7 @@ class HFEngine:
 
     def _hf_generate(self, chunk: list[list[int]], params: SamplingParams, device):
         """Response token lists [B·n] from `model.generate` (padding after EOS included) and their
-        log-probs (recorded by `_LogprobRecorder`; None when greedy)."""
+        log-probs (recorded by `_LogprobRecorder`; None when greedy or not recorded)."""
         ids, mask = left_pad(chunk, self.pad_id)
         gen_kwargs = dict(
             max_new_tokens=params.max_new_tokens,
@@ -229,9 +230,10 @@ class HFEngine:
         )
         recorder = None
         if params.temperature > 0:
-            recorder = _LogprobRecorder(params.temperature)
-            gen_kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=0,
-                              logits_processor=[recorder])
+            gen_kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=0)
+            if self.logprobs:
+                recorder = _LogprobRecorder(params.temperature)
+                gen_kwargs["logits_processor"] = [recorder]
         else:
             gen_kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
         seqs = self.model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **gen_kwargs)

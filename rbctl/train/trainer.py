@@ -92,9 +92,9 @@ class Trainer:
 
     def _engine(self, model):
         r = self.cfg.rollout
-        vllm = r.vllm.model_dump() if r.engine == "vllm" else {}
+        opts = r.vllm.model_dump() if r.engine == "vllm" else {"logprobs": True}  # rollout/logprob_diff
         return build_engine(r.engine, model, self.tokenizer, source=self.base_source, batch_size=r.max_batch,
-                            seed=self.cfg.seed, **vllm)
+                            seed=self.cfg.seed, **opts)
 
     def _policy_model(self, base, resume_ck: Path | None):
         if self.lora:
