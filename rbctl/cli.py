@@ -87,7 +87,18 @@ def train(
         argv = ["train", str(config), "-o", str(out)] + [a for kv in (set_ or []) for a in ("--set", kv)]
         argv += (["--force"] if force else []) + (["--quiet"] if quiet else [])
         raise typer.Exit(launch(nproc, argv))
-    run_training(cfg, out, force=force, progress=not quiet)
+    try:
+        run_training(cfg, out, force=force, progress=not quiet)
+    except KeyboardInterrupt:
+        import shlex
+
+        from rbctl.store.rundir import last_good_checkpoint
+
+        step, _ = last_good_checkpoint(out)
+        again = ["rbctl", "train", str(config), "-o", str(out)] + [a for kv in (set_ or []) for a in ("--set", kv)]
+        saved = f"the last checkpoint is step {step}" if step else "no checkpoint yet"
+        typer.secho(f"interrupted: {saved}; resume with: {shlex.join(again + (['--force'] if force else []))}", err=True)
+        raise typer.Exit(130)
 
 
 @app.command("eval", cls=_Command)
@@ -167,7 +178,21 @@ def ablate(
     t0 = time.perf_counter()
     if launcher not in ("local", "submitit"):
         raise UserError(f"--launcher must be 'local' or 'submitit', got '{launcher}'")
-    state = run_sweep(path, sweep_dir, jobs=jobs, force=force, progress=not quiet, launcher=launcher)
+    from rbctl.sweep.local import Interrupted
+
+    try:
+        state = run_sweep(path, sweep_dir, jobs=jobs, force=force, progress=not quiet, launcher=launcher)
+    except (Interrupted, KeyboardInterrupt):
+        import shlex
+
+        from rbctl.sweep.ablate import read_state
+
+        done, total, _ = summarize_state(read_state(sweep_dir))
+        again = ["rbctl", "ablate"] + ([str(sweep)] if sweep else []) + ["-o", str(sweep_dir)]
+        again += (["--jobs", str(jobs)] if jobs else []) + (["--launcher", launcher] if launcher != "local" else [])
+        typer.secho(f"interrupted: {done}/{total} runs done, the rest recorded in {sweep_dir / 'state.json'} "
+                    f"(partial runs keep their checkpoints); finish with: {shlex.join(again)}", err=True)
+        raise typer.Exit(130)
     done, total, failed = summarize_state(state)
     minutes = (time.perf_counter() - t0) / 60
     typer.echo(f"sweep finished: {done}/{total} runs done in {minutes:.1f} min -> {sweep_dir}")

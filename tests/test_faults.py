@@ -206,3 +206,158 @@ def test_store_writes_of_a_kind_fail_as_planned_and_leave_the_old_file(kind, tmp
     with pytest.raises(OSError):
         append_jsonl(lines, {"step": 2}, kind=kind)
     assert read_jsonl(lines) == [{"step": 1}] and lines.read_text() == '{"step": 1}\n'
+
+
+# --- interrupts and dead workers (subprocesses) ---------------------------------------------------
+
+
+def _env(rbctl_cache, **extra) -> dict:
+    return {**os.environ, "RBCTL_CACHE": str(rbctl_cache), **extra}
+
+
+def _wait(cond, proc, timeout=240.0):
+    import time
+
+    deadline = time.time() + timeout
+    while not cond():
+        assert proc.poll() is None, f"exited early with {proc.returncode}: {proc.communicate()}"
+        assert time.time() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+def _sweep_file(tmp_path: Path, arms: dict, steps: int, jobs: int, seeds=(0,)) -> Path:
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump({**TINY_TRAIN, "steps": steps, "save_every": 2}))
+    sweep = {"name": "f", "base": "base.yaml", "seeds": list(seeds), "arms": arms,
+             "eval": {"benchmarks": ["builtin"], "n": 2, "limit": 4}, "jobs": jobs}
+    (tmp_path / "sweep.yaml").write_text(yaml.safe_dump(sweep, sort_keys=False))
+    return tmp_path / "sweep.yaml"
+
+
+def _prewarm(tiny_config):
+    """Build the cached warm start here, so the subprocesses only train."""
+    from rbctl.rollout.models import load_policy
+    from rbctl.train.data import task_spec, warm_start_spec
+
+    cfg = tiny_config()
+    load_policy("builtin", builtin_task=task_spec(cfg), builtin_warm_start=warm_start_spec(cfg), log=lambda *a: None)
+
+
+def test_sigint_to_train_prints_the_last_checkpoint_and_the_resume_command_exit_130(tiny_config, rbctl_cache, tmp_path):
+    import signal
+
+    from rbctl.store.jsonl import read_jsonl
+    from rbctl.store.rundir import last_good_checkpoint
+
+    _prewarm(tiny_config)
+    cfg, rd = _cfg_file(tmp_path, steps=500, save_every=2), tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "rbctl", "train", str(cfg), "-o", str(rd), "-q"],
+                            env=_env(rbctl_cache), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait(lambda: len(read_jsonl(rd / "metrics.jsonl")) >= 3, proc)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    lines = [x for x in err.splitlines() if x.startswith("interrupted")]
+    step = last_good_checkpoint(rd)[0]
+    assert step >= 2 and lines == [f"interrupted: the last checkpoint is step {step}; resume with: "
+                                   f"rbctl train {cfg} -o {rd}"], err
+    assert "Traceback" not in err
+    assert (rd / ".lock").read_text() == ""  # the lock was released
+
+
+def test_sigint_to_ablate_stops_launching_records_state_and_prints_what_to_rerun(tiny_config, rbctl_cache, tmp_path):
+    import signal
+
+    from rbctl.store.jsonl import read_jsonl
+    from rbctl.sweep.ablate import read_state
+
+    _prewarm(tiny_config)
+    sweep = _sweep_file(tmp_path, {"grpo": {}, "grpo_budget": {"algo.budget": 1.0}}, steps=200, jobs=1, seeds=(0, 1))
+    out = tmp_path / "out"
+    log = open(tmp_path / "log.txt", "w")  # not a terminal: plain lines
+    proc = subprocess.Popen([sys.executable, "-m", "rbctl", "ablate", str(sweep), "-o", str(out), "--no-report"],
+                            env=_env(rbctl_cache), stdout=log, stderr=subprocess.PIPE, text=True)
+    first = out / "runs" / "grpo" / "seed_0"
+    _wait(lambda: len(read_jsonl(first / "metrics.jsonl")) >= 3, proc)
+    proc.send_signal(signal.SIGINT)  # to the parent alone (a terminal's Ctrl-C reaches the workers too)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    lines = [x for x in err.splitlines() if x.startswith("interrupted")]
+    assert len(lines) == 1 and "0/4 runs done" in lines[0] and f"finish with: rbctl ablate {sweep} -o {out}" in lines[0], err
+    state = read_state(out)["runs"]
+    assert state["grpo/seed_0"]["status"] == "interrupted"
+    assert {state[k]["status"] for k in state if k != "grpo/seed_0"} == {"pending"}
+    assert not (out / "runs" / "grpo" / "seed_1").exists() and not (out / "runs" / "grpo_budget").exists()
+    assert len(read_jsonl(first / "metrics.jsonl")) < 200  # it stopped, not ran to the end
+    text = (tmp_path / "log.txt").read_text()
+    assert "start grpo/seed_0" in text and "interrupted grpo/seed_0" in text, text
+    assert "\x1b[" not in text  # no Rich display in a log file
+
+
+def test_plain_progress_prints_one_line_per_period():
+    import io
+
+    from rbctl.sweep.local import PlainDisplay
+
+    out = io.StringIO()
+    d = PlainDisplay(every=0.0, out=out)
+    d.add("a/seed_0", 10)
+    d.add("b/seed_0", 10)
+    d.started("a/seed_0")
+    d.step("a/seed_0", 3, "")
+    d.tick()
+    d.finished("a/seed_0", {"status": "done", "error": None})
+    lines = out.getvalue().splitlines()
+    assert lines[0].endswith("start a/seed_0")
+    assert lines[1].endswith("progress: 0/2 done, 0 failed, 1 running (a/seed_0 step 3/10), 1 pending")
+    assert " done a/seed_0 (" in lines[2]
+
+
+@pytest.mark.slow
+def test_a_sweep_survives_a_sigkilled_worker_and_a_rerun_completes_it(tiny_config, rbctl_cache, tmp_path):
+    import signal
+
+    from rbctl.store.jsonl import read_jsonl
+    from rbctl.sweep.ablate import read_state
+
+    _prewarm(tiny_config)
+    sweep = _sweep_file(tmp_path, {"grpo": {}, "grpo_budget": {"algo.budget": 1.0}}, steps=16, jobs=2)
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "rbctl", "ablate", str(sweep), "-o", str(out), "--no-report", "-q"]
+    proc = subprocess.Popen(cmd, env=_env(rbctl_cache), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    victim = out / "runs" / "grpo" / "seed_0"
+    _wait(lambda: len(read_jsonl(victim / "metrics.jsonl")) >= 3, proc)
+    pid = json.loads((victim / ".lock").read_text())["pid"]  # the worker process training that run
+    assert pid != proc.pid
+    os.kill(pid, signal.SIGKILL)  # as the kernel's OOM killer would
+    stdout, err = proc.communicate(timeout=600)
+    assert proc.returncode == 1, err
+    state = read_state(out)["runs"]
+    assert state["grpo/seed_0"] == {"status": "failed", "error": "worker process killed by SIGKILL"}
+    assert state["grpo_budget/seed_0"]["status"] == "done"
+    assert "failed: grpo/seed_0: worker process killed by SIGKILL" in stdout
+    killed_at = len(read_jsonl(victim / "metrics.jsonl"))
+    done = subprocess.run(cmd, env=_env(rbctl_cache), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert all(r["status"] == "done" for r in read_state(out)["runs"].values())
+    assert [r["step"] for r in read_jsonl(victim / "metrics.jsonl")] == list(range(1, 17))
+    assert killed_at < 16
+
+
+@pytest.mark.slow
+def test_a_disk_fault_writing_the_sweep_state_is_one_line_exit_1_and_a_rerun_completes(tiny_config, rbctl_cache, tmp_path):
+    from rbctl.sweep.ablate import read_state
+
+    _prewarm(tiny_config)
+    sweep = _sweep_file(tmp_path, {"grpo": {}, "grpo_budget": {"algo.budget": 1.0}}, steps=2, jobs=1)
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "rbctl", "ablate", str(sweep), "-o", str(out), "--no-report", "-q"]
+    res = subprocess.run(cmd, env=_env(rbctl_cache, RBCTL_FAULT="enospc:sweep_state:2"), capture_output=True,
+                         text=True, timeout=600)
+    assert res.returncode == 1, res.stderr
+    err = _one_error_line(res.stderr)
+    assert f"{out / 'state.json'}: No space left on device (ENOSPC)" in err, err
+    assert {r["status"] for r in read_state(out)["runs"].values()} == {"pending"}  # the last complete state
+    assert not list(out.glob(".state.json.tmp*"))
+    res = subprocess.run(cmd, env=_env(rbctl_cache), capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr
+    assert {r["status"] for r in read_state(out)["runs"].values()} == {"done"}

@@ -13,10 +13,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import time
 import traceback
-from concurrent.futures import ProcessPoolExecutor
-from multiprocessing import get_context
 from pathlib import Path
 
 import yaml
@@ -184,8 +181,9 @@ def _run_one(run_dir: str, cfg_dict: dict, meta: dict, eval_dict: dict, threads:
 
 
 def run_sweep(sweep_path: Path, sweep_dir: Path, jobs: int | None = None, force: bool = False,
-              progress: bool = True, log=print, launcher: str = "local") -> dict:
-    """Run (or resume) every (arm, seed) of the sweep; returns the final state."""
+              progress: bool = True, log=print, launcher: str = "local", progress_every: float = 60.0) -> dict:
+    """Run (or resume) every (arm, seed) of the sweep; returns the final state. After a Ctrl-C it
+    raises rbctl.sweep.local.Interrupted, the state recorded (interrupted runs resume on a rerun)."""
     sweep, configs = load_sweep(sweep_path)
     jobs = jobs or sweep.jobs
     sweep_dir = Path(sweep_dir)
@@ -219,7 +217,7 @@ def run_sweep(sweep_path: Path, sweep_dir: Path, jobs: int | None = None, force:
             if launcher == "submitit":
                 _execute_submitit(todo, sweep, sweep_dir, state, log)
             else:
-                _execute(todo, sweep, sweep_dir, state, jobs, progress)
+                _execute(todo, sweep, sweep_dir, state, jobs, progress, progress_every)
         return state
 
 
@@ -234,39 +232,28 @@ def _prepare_shared(configs: dict[str, TrainConfig], log) -> None:
             builtin.warm_started(task_spec(cfg), warm_start_spec(cfg), log=log)
 
 
-def _execute(todo, sweep: SweepConfig, sweep_dir: Path, state: dict, jobs: int, progress: bool) -> None:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+def _execute(todo, sweep: SweepConfig, sweep_dir: Path, state: dict, jobs: int, progress: bool,
+             progress_every: float = 60.0) -> None:
+    """Run the jobs as local worker processes (rbctl.sweep.local); raises local.Interrupted after Ctrl-C."""
+    import sys
 
-    ctx = get_context("spawn")  # fresh interpreters: no inherited OpenMP thread pools
-    manager = ctx.Manager()
-    queue = manager.Queue()
+    from rbctl.sweep import local
+
     threads = max(1, (os.cpu_count() or 1) // min(jobs, len(todo)))
-    prog = Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(),
-                    TextColumn("{task.fields[info]}"), TimeElapsedColumn(), disable=not progress)
-    tasks = {key: prog.add_task(key, total=cfg.steps, info="pending") for key, _, cfg, _ in todo}
-    with prog, ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, max_tasks_per_child=1) as pool:
-        futures = {pool.submit(_run_one, str(rd), cfg.model_dump(mode="json"), meta,
-                               sweep.eval.model_dump(mode="json"), threads, queue): key
-                   for key, rd, cfg, meta in todo}
-        pending = set(futures)
-        while pending:
-            _drain(queue, prog, tasks)
-            finished = [f for f in pending if f.done()]
-            for f in finished:
-                pending.discard(f)
-                key = futures[f]
-                try:
-                    res = f.result()
-                except BaseException as e:  # the worker process itself died (killed, out of memory)
-                    res = {"key": key, "status": "failed", "error": f"worker died: {type(e).__name__}: {e}"}
-                state["runs"][key] = {"status": res["status"], "error": res["error"]}
-                write_state(sweep_dir, state)
-                info = "[green]done" if res["status"] == "done" else f"[red]failed: {res['error'][:60]}"
-                prog.update(tasks[key], info=info)
-            if pending:
-                time.sleep(0.2)
-        _drain(queue, prog, tasks)
-    manager.shutdown()
+    work = [(key, cfg.steps, (str(rd), cfg.model_dump(mode="json"), meta, sweep.eval.model_dump(mode="json"), threads))
+            for key, rd, cfg, meta in todo]
+
+    def record(key, res):
+        state["runs"][key] = {"status": res["status"], "error": res["error"]}
+        write_state(sweep_dir, state)
+
+    if progress and sys.stdout.isatty():
+        display = local.RichDisplay()
+    elif progress:  # a log file or a Slurm job: plain lines, not a live display
+        display = local.PlainDisplay(every=progress_every)
+    else:
+        display = local.RichDisplay(enabled=False)
+    local.execute(_run_one, work, jobs, record, display)
 
 
 def _execute_submitit(todo, sweep: SweepConfig, sweep_dir: Path, state: dict, log) -> None:
@@ -283,20 +270,6 @@ def _execute_submitit(todo, sweep: SweepConfig, sweep_dir: Path, state: dict, lo
         log(f"{key}: {res['status']}" + (f" ({res['error']})" if res["error"] else ""))
 
     submit_runs(jobs, lcfg, folder=Path(lcfg.folder) if lcfg.folder else sweep_dir / "submitit", on_result=record, log=log)
-
-
-def _drain(queue, prog, tasks) -> None:
-    while True:
-        try:
-            key, kind, step, m = queue.get_nowait()
-        except Exception:
-            return
-        if key not in tasks:
-            continue
-        if kind == "step":
-            prog.update(tasks[key], completed=step, info=f"reward {m['reward']:.3f}  entropy {m['entropy']:.3f}")
-        else:
-            prog.update(tasks[key], completed=step, info="evaluating")
 
 
 def summarize_state(state: dict) -> tuple[int, int, list[tuple[str, str]]]:
