@@ -8,8 +8,11 @@ How one step runs (and where it departs from a textbook GRPO loop):
 2. Rewards: the built-in task's exact checker, or the shared math grader (`rbctl.grading`).
 3. Advantages from `rbctl.algo.compute_advantages` ([P, G] → [P, G]), broadcast over tokens.
 4. `ppo_epochs` optimizer steps on the batch. The log-probs of the first epoch's forward pass are
-   the behaviour policy's (nothing has changed yet), so no separate "old log-prob" pass is run.
-   Entropy and the KL to the reference are logged from that same pre-update forward pass.
+   the behaviour policy's (nothing has changed yet), so no separate "old log-prob" pass is run,
+   unless dropout is active: then they come from a no-grad eval-mode pass, as the rollouts were
+   sampled. Entropy and the KL to the reference are logged from the pre-update forward passes.
+   Forwards and hf sampling run in `model.precision` (rbctl.train.precision); the sampler's own
+   log-probs against the old ones are logged as `rollout/logprob_diff` (vLLM: TIS corrects them).
 5. κ_eff (every `kappa_eff_every` steps): one more forward pass after the update gives
    d_i = Σ_t log π_new − log π_old per rollout (docs/method.md, "Sharpness").
 """
