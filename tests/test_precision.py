@@ -111,3 +111,22 @@ def test_hf_sampled_logprobs_are_the_trainers(fast):
             torch.testing.assert_close(torch.tensor(s.logprobs), want, rtol=0, atol=1e-4)
     greedy = eng.generate(prompts, SamplingParams(n=1, temperature=0.0, max_new_tokens=3))
     assert greedy[0][0].logprobs is None
+
+
+def test_resume_keeps_the_fp32_master_weights(tiny_config, tmp_path):
+    """A bf16-mixed run resumed from a checkpoint continues from its float32 weights, not from a
+    bf16-rounded copy (the checkpoint is read in float32 whatever model.dtype says)."""
+    from rbctl.train.trainer import Trainer
+
+    cfg = tiny_config(steps=2, save_every=2, model__precision="bf16-mixed", model__dtype="bfloat16")
+    run = tmp_path / "run"
+    train(cfg, run, **QUIET)
+    saved = load_file(str(run / "checkpoints" / "step_000002" / "model" / "model.safetensors"))
+    assert any((v != v.to(torch.bfloat16).float()).any() for v in saved.values())  # not representable in bf16
+    tr = Trainer(tiny_config(steps=3, save_every=2, model__precision="bf16-mixed", model__dtype="bfloat16"), run,
+                 log=lambda *a: None)
+    assert tr.resume_step == 2
+    params = dict(tr.model.named_parameters())
+    for k, v in saved.items():
+        if k in params:
+            assert params[k].dtype == torch.float32 and torch.equal(params[k].detach(), v), k
