@@ -1,5 +1,8 @@
 """Fault injection: SIGKILL `rbctl train` / `rbctl ablate` at random moments and resume.
 
+`python -m scripts.faults --disk` instead injects each disk fault (RBCTL_FAULT: a checkpoint file, its
+marker, a metrics line, an eval summary) once and prints one line per fault with its outcome.
+
 `python -m scripts.faults [--kills 20] [--steps 120] [--seed 0]` trains the embedded default (small
 settings) once straight through and once under repeated SIGKILLs with resumes, then prints how
 many resumes succeeded and whether the metrics and final weights equal the uninterrupted run's.
@@ -79,6 +82,34 @@ def same_weights(a: Path, b: Path) -> bool:
     return wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
+DISK_FAULTS = ("enospc:checkpoint:2", "eio:marker:2", "enospc:metrics:3", "eio:eval_summary:1")
+
+
+def disk_fault(spec: str, cfg: Path, straight: Path, run: Path, steps: int) -> str:
+    """One line: what `rbctl train` (or `rbctl eval` for eval_summary) did under RBCTL_FAULT=spec,
+    and whether the rerun without it ended equal to the uninterrupted run."""
+    env = {**os.environ, "RBCTL_FAULT": spec}
+    kind = spec.split(":")[1]
+    if kind == "eval_summary":
+        cmd = [sys.executable, "-m", "rbctl", "eval", str(straight), "-b", "builtin", "--limit", "4", "-o", str(run)]
+    else:
+        cmd = train_cmd(cfg, run)
+    first = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    errors = [x for x in first.stderr.splitlines() if x.startswith("error:")]
+    torn = [p for p in run.rglob("*") if p.name.startswith(".") and ".tmp" in p.name]
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if kind == "eval_summary":
+        equal = again.returncode == 0 and any(run.rglob("summary.json"))
+    else:
+        final = f"checkpoints/step_{steps:06d}/model/model.safetensors"
+        equal = again.returncode == 0 and same_weights(straight / final, run / final) and \
+            logged_steps(run) == list(range(1, steps + 1))
+    ok = first.returncode == 1 and len(errors) == 1 and not torn and equal
+    return (f"{spec}: exit {first.returncode}, {len(errors)} error line(s), torn files {len(torn)}, "
+            f"rerun {('writes it' if kind == 'eval_summary' else 'equals the uninterrupted run') if equal else 'FAILED'}"
+            f" -> {'ok' if ok else 'FAILED'}")
+
+
 def main() -> None:
     import tempfile
 
@@ -88,7 +119,10 @@ def main() -> None:
     ap.add_argument("--kills", type=int, default=20)
     ap.add_argument("--steps", type=int, default=120)  # enough that 20 kills of 1–3 new steps each all land
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--disk", action="store_true", help="Inject each disk fault (RBCTL_FAULT) once instead of SIGKILLs.")
     args = ap.parse_args()
+    if args.disk:
+        args.steps = min(args.steps, 6)
     cfg = {
         "seed": 0, "steps": args.steps, "threads": 1, "save_every": 2, "sample_every": 1,
         "model": {"name": "builtin", "device": "cpu"},
@@ -100,6 +134,12 @@ def main() -> None:
         (d / "cfg.yaml").write_text(yaml.safe_dump(cfg))
         print("uninterrupted run ...", flush=True)
         subprocess.run(train_cmd(d / "cfg.yaml", d / "straight"), check=True, stdout=subprocess.DEVNULL)
+        if args.disk:
+            lines = [disk_fault(spec, d / "cfg.yaml", d / "straight", d / f"fault{i}", args.steps)
+                     for i, spec in enumerate(DISK_FAULTS)]
+            for line in lines:
+                print(line, flush=True)
+            sys.exit(0 if all(x.endswith("ok") for x in lines) else 1)
         print(f"run under up to {args.kills} SIGKILLs ...", flush=True)
         run = d / "killed"
         kills, resumes_ok = kill_and_resume_training(d / "cfg.yaml", run, args.kills, args.seed)
