@@ -157,7 +157,7 @@ def eval_(
 
 @app.command(cls=_Command)
 def ablate(
-    sweep: Optional[Path] = typer.Argument(None, help="Sweep YAML. Default: configs/ablate_quickstart.yaml, then a report."),
+    sweep: Optional[Path] = typer.Argument(None, help="Sweep YAML. Default: configs/ablate_fixpoint.yaml (the main job), then a report."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Sweep directory (default: runs/SWEEP_NAME, the sweep file's name without .yaml)."),
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Runs in parallel (default: the sweep's `jobs`)."),
     force: bool = typer.Option(False, "--force", help="Reuse a sweep directory made by a different sweep."),
@@ -168,7 +168,8 @@ def ablate(
     """Run a declared grid of arms × seeds, each run followed by its evaluation; resumable.
 
     Re-running on the same directory skips finished runs and resumes partial ones. With no SWEEP
-    argument it runs the default sweep on the embedded default and writes its report."""
+    argument it runs the default sweep (configs/ablate_fixpoint.yaml: the plateau task, 8 arms × 5
+    seeds) and writes its report."""
     import time
 
     from rbctl.sweep.ablate import DEFAULT_SWEEP, run_sweep, summarize_state

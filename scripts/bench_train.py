@@ -27,7 +27,7 @@ def main() -> None:
     quiet_libraries()
     import torch
 
-    from rbctl.tasks import links as builtin
+    from rbctl.tasks import builtin
     from rbctl.config.train import load_train_config
     from rbctl.train.data import task_spec, warm_start_spec
     from rbctl.train.loop import train

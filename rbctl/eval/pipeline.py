@@ -10,7 +10,7 @@ For each benchmark, ``OUT/<benchmark>/`` receives (each file written atomically)
 - ``samples.jsonl``: one line per sample (problem id, sample index, completion, extracted answer,
   gold, correct, grade status, finished).
 
-Grading: the ``builtin`` benchmark is checked exactly by ``rbctl.tasks.links.check`` and votes by string
+Grading: each benchmark's own grader (``Benchmark.extract_answer``): the built-in tasks' answers are exact and vote by string
 equality; every other benchmark goes through ``rbctl.grading.verify`` (math-verify) and votes with
 ``answers_equivalent``.
 
@@ -52,7 +52,7 @@ def load_problems(cfg: EvalConfig, task_spec=None) -> dict[str, list[Problem]]:
 
     ``task_spec``: the built-in task's settings of the policy under evaluation (default settings
     when None), so that ``builtin`` is the test split of the task the policy was trained on."""
-    from rbctl.tasks import links as builtin
+    from rbctl.tasks import builtin
     from rbctl.tasks.registry import get_benchmark, load_benchmark
 
     builtin.register_benchmark(task_spec)  # so that `builtin` is also listed among the valid names

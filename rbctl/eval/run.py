@@ -45,7 +45,7 @@ def results_table(results: dict[str, dict]):
 
 def _builtin_task_of(model: str, step: int | None):
     """The built-in task settings recorded with a built-in policy (a run dir or its checkpoint), else None."""
-    from rbctl.tasks.links import task_spec_of
+    from rbctl.tasks.builtin import task_spec_of
     from rbctl.rollout.models import resolve_source
 
     if model == "builtin":

@@ -69,6 +69,25 @@ def resolve_source(name_or_path: str, step: int | None = None) -> tuple[str, str
     return name_or_path, None  # a hub id
 
 
+def _load_lora_merged(adapter_dir: str, torch_dtype, auto_model, auto_peft):
+    """LoRA adapters merged into their base. A base that is a GGUF file (or, for adapters saved
+    before the file was recorded, a folder holding exactly one GGUF file and no config.json) is
+    loaded with `gguf_file=`, which peft's own loader cannot pass."""
+    import json
+
+    base = json.loads((Path(adapter_dir) / "adapter_config.json").read_text()).get("base_model_name_or_path") or ""
+    p = Path(base).expanduser()
+    ggufs = sorted(p.glob("*.gguf")) if p.is_dir() and not is_model_dir(p) else []
+    if p.is_file() and p.suffix == ".gguf":
+        ggufs = [p]
+    if len(ggufs) != 1:
+        return auto_peft.from_pretrained(adapter_dir, dtype=torch_dtype).merge_and_unload()
+    from peft import PeftModel
+
+    model = auto_model.from_pretrained(str(ggufs[0].parent), dtype=torch_dtype, gguf_file=ggufs[0].name)
+    return PeftModel.from_pretrained(model, adapter_dir).merge_and_unload()
+
+
 def load_policy(
     name_or_path: str,
     *,
@@ -84,9 +103,11 @@ def load_policy(
 
     gguf = None
     if name_or_path == "builtin":
-        from rbctl.tasks import links as builtin
+        from rbctl.tasks import builtin
 
-        src = str(builtin.warm_started(builtin_task or builtin.TaskSpec(), builtin_warm_start or builtin.WarmStartSpec(), log=log))
+        spec = builtin_task or builtin.task("links").TaskSpec()
+        ws = builtin_warm_start or builtin.module_of(spec).WarmStartSpec()
+        src = str(builtin.warm_started(spec, ws, log=log))
     else:
         src, gguf = resolve_source(name_or_path, step)
     dev = resolve_device(device)
@@ -99,7 +120,7 @@ def load_policy(
                 from peft import AutoPeftModelForCausalLM
             except ImportError:
                 raise UserError(f"{src} holds LoRA adapters; loading them needs peft: pip install 'rbctl[lora]'") from None
-            model = AutoPeftModelForCausalLM.from_pretrained(src, dtype=torch_dtype).merge_and_unload()
+            model = _load_lora_merged(src, torch_dtype, AutoModelForCausalLM, AutoPeftModelForCausalLM)
         else:
             model = AutoModelForCausalLM.from_pretrained(src, dtype=torch_dtype, **kwargs)
     except OSError as e:  # hub id not found / offline / not a model
@@ -108,6 +129,9 @@ def load_policy(
         raise UserError(f"cannot load model '{name_or_path}': {first}{hint}") from None
     if gguf:
         # GGUF weights are dequantized on load: the model trains and saves as ordinary weights.
+        # Name the file itself as the model's origin, so LoRA adapters trained on it record it
+        # (peft's base_model_name_or_path) and load back onto it (`_load_lora_merged`).
+        model.name_or_path = model.config._name_or_path = str((Path(src) / gguf).resolve())
         model.hf_quantizer = None
         model.is_quantized = False
         if hasattr(model.config, "quantization_config"):

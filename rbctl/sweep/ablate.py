@@ -30,8 +30,7 @@ from rbctl.store.rundir import RUN_META, final_eval_dir
 
 # Arms must get equal compute: these keys may differ between arms only when the sweep says so.
 COMPUTE_KEYS = ("steps", "rollout.prompts_per_step", "rollout.group_size", "rollout.max_new_tokens", "algo.ppo_epochs")
-DEFAULT_SWEEP = preset("ablate_quickstart.yaml")
-DEFAULT_OUT = Path("runs") / "ablate_quickstart"
+DEFAULT_SWEEP = preset("ablate_fixpoint.yaml")  # the main job: the plateau task; ablate_quickstart.yaml is the quick sweep
 
 
 def _flat_get(d: dict, dotted: str):
@@ -227,7 +226,7 @@ def _prepare_shared(configs: dict[str, TrainConfig], log) -> None:
 
     for cfg in configs.values():
         if cfg.model.name == "builtin":
-            from rbctl.tasks import links as builtin
+            from rbctl.tasks import builtin
 
             builtin.warm_started(task_spec(cfg), warm_start_spec(cfg), log=log)
 

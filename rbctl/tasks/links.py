@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import ClassVar
 from pathlib import Path
 
 
-from rbctl.store.rundir import builtin_task_record
 from rbctl.tasks.registry import Benchmark, Problem, register
 
 LETTERS = "abcdefghijklmnop"
@@ -34,6 +34,7 @@ KIND = "links"
 class TaskSpec:
     """Settings of the built-in task (`data.builtin` in the training config)."""
 
+    kind: ClassVar[str] = "links"
     num_keys: int = 8  # letters in the random function; chance of a blind guess is 1/num_keys
     min_hops: int = 1
     max_hops: int = 6
@@ -158,12 +159,6 @@ def sft_warm_start(spec: TaskSpec, ws: WarmStartSpec):
         return problem, completion
 
     return tiny.sft_warm_start(ws, alphabet(spec), max_positions(spec), demonstration, format_problem)
-
-
-def task_spec_of(model_dir: Path) -> TaskSpec | None:
-    """The task settings a built-in policy directory (warm start or checkpoint) records, else None."""
-    task = (builtin_task_record(model_dir) or {}).get("task")
-    return TaskSpec(**task) if task else None
 
 
 def register_benchmark(spec: TaskSpec | None = None) -> None:

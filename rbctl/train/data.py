@@ -7,15 +7,16 @@ from pathlib import Path
 import numpy as np
 
 from rbctl.config.train import TrainConfig
+from rbctl.tasks import builtin
 
 
 def load_training_problems(cfg: TrainConfig):
     from rbctl.tasks import registry as benchmarks
-    from rbctl.tasks import links as builtin
 
     d = cfg.data
     if d.source == "builtin":
-        return builtin.problems(task_spec(cfg), "train")
+        spec = task_spec(cfg)
+        return builtin.module_of(spec).problems(spec, "train")
     fields = f"@{d.problem_field},{d.answer_field}"
     if d.source.endswith((".jsonl", ".parquet")) or Path(d.source).exists():
         return benchmarks.load_benchmark(f"file:{d.source}{fields}")
@@ -24,18 +25,13 @@ def load_training_problems(cfg: TrainConfig):
 
 
 def task_spec(cfg: TrainConfig):
-    from rbctl.tasks.links import TaskSpec
-
-    b = cfg.data.builtin
-    return TaskSpec(num_keys=b.num_keys, min_hops=b.min_hops, max_hops=b.max_hops,
-                    train_size=b.train_size, test_size=b.test_size, seed=b.seed)
+    """The built-in task's settings (`data.builtin`), as its task module's `TaskSpec`."""
+    return builtin.specs_from_config(cfg.data.builtin)[0]
 
 
 def warm_start_spec(cfg: TrainConfig):
-    from rbctl.tasks.links import WarmStartSpec
-
-    b = cfg.data.builtin
-    return WarmStartSpec(demo_error=b.demo_error, steps=b.warm_start_steps)
+    """The built-in policy's warm-start settings (`data.builtin`), as its task module's `WarmStartSpec`."""
+    return builtin.specs_from_config(cfg.data.builtin)[1]
 
 
 def reward_function(cfg: TrainConfig):
@@ -44,8 +40,7 @@ def reward_function(cfg: TrainConfig):
     The built-in task has its own exact checker; everything else goes through the shared math
     grader, in parallel worker processes, and its time-outs and errors are counted (as wrong)."""
     if cfg.data.source == "builtin":
-        from rbctl.tasks.links import check
-
+        check = builtin.task(cfg.data.builtin.task).check
         return lambda completions, answers: ([check(c, a) for c, a in zip(completions, answers)], 0)
     from rbctl.grading.verify import grade_many
 

@@ -45,8 +45,9 @@ def _train(cfg: TrainConfig, run_dir: Path, force: bool, progress: bool, log, on
     start = tr.resume_step
     if main_rank:
         # Lines written after the checkpoint we resume from are redone: drop them (and a torn last line).
+        # A run that starts over (no checkpoint) redoes everything, its step-0 evaluation included.
         for name in (METRICS, SAMPLES, EVAL_LINES):
-            truncate_jsonl(run_dir / name, lambda r: r.get("step", 0) <= start)
+            truncate_jsonl(run_dir / name, lambda r: start > 0 and r.get("step", 0) <= start)
         if start == 0 or not (run_dir / PROVENANCE).exists():
             prov = {**provenance(cfg, tr.device), "world_size": tr.dist.world}
             write_atomic(run_dir / PROVENANCE, json.dumps(prov, indent=2))
@@ -59,6 +60,8 @@ def _train(cfg: TrainConfig, run_dir: Path, force: bool, progress: bool, log, on
     if main_rank:
         tracker = Tracker(run_dir, cfg.log.tensorboard, cfg.log.wandb, cfg.log.wandb_project, cfg.log.wandb_mode,
                           config=cfg.model_dump(mode="json"))
+    if main_rank and start == 0 and cfg.eval.every:
+        _periodic_eval(tr, cfg, run_dir, 0, {})  # the held-out curve starts at the warm start
     marker = Path(tr.base_source) / BUILTIN_MARKER if tr.builtin else None
     done: list[dict] = []
     display = _Display(cfg.steps, start, enabled=progress and main_rank)

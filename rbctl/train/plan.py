@@ -143,14 +143,15 @@ def _load_tokenizer(model_dir: Path):
 def _resolve_model(cfg: TrainConfig, r: Resolved, cache_dir) -> None:
     name = cfg.model.name
     if name == "builtin":
-        from rbctl.tasks import links as builtin
+        from rbctl.tasks import builtin
         from rbctl.train.data import task_spec, warm_start_spec
 
         spec, ws = task_spec(cfg), warm_start_spec(cfg)
-        r.tokenizer = builtin.build_tokenizer(spec)
-        model = builtin.build_model(spec, ws, len(r.tokenizer))
+        task = builtin.module_of(spec)
+        r.tokenizer = task.build_tokenizer(spec)
+        model = task.build_model(spec, ws, len(r.tokenizer))
         r.n_params, r.n_source = float(sum(p.numel() for p in model.parameters())), "built in code"
-        cached = (builtin.warm_start_path(spec, ws) / "config.json").exists()
+        cached = (task.warm_start_path(spec, ws) / "config.json").exists()
         r.model_note = "the built-in policy" + ("" if cached else " (its warm start is trained at the first run, ~1 min)")
         return
     p = Path(name).expanduser()
@@ -189,10 +190,11 @@ def _resolve_model(cfg: TrainConfig, r: Resolved, cache_dir) -> None:
 def _resolve_data(cfg: TrainConfig, r: Resolved, cache_dir) -> None:
     d = cfg.data
     if d.source == "builtin":
-        from rbctl.tasks import links as builtin
+        from rbctl.tasks import builtin
         from rbctl.train.data import task_spec
 
-        probs = builtin.problems(task_spec(cfg), "train")
+        spec = task_spec(cfg)
+        probs = builtin.module_of(spec).problems(spec, "train")
         r.records = [{"problem": q.problem, "answer": q.answer} for q in probs[:SAMPLE_RECORDS]]
         r.data_note = f"the built-in task ({len(probs)} training problems, generated in code)"
         return

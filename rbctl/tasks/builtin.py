@@ -1,0 +1,64 @@
+"""The built-in tasks by kind: `links` (follow k hops, the embedded quick default) and `fixpoint`
+(follow the links to a fixed point: the plateau testbed, docs/plateau_task.md).
+
+Every built-in task module has the same entry points: `TaskSpec` and `WarmStartSpec` (frozen
+dataclasses; `TaskSpec.kind` names the task), `problems(spec, split)`, `extract_answer`, `check`,
+`format_problem`, `build_tokenizer(spec)`, `build_model(spec, ws, vocab)`, `warm_start_path`,
+`warm_started(spec, ws, log)` and `register_benchmark(spec)`. No torch here.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import fields
+from pathlib import Path
+from types import ModuleType
+
+from rbctl.errors import UserError
+from rbctl.store.rundir import builtin_task_record
+
+KINDS = {"links": "rbctl.tasks.links", "fixpoint": "rbctl.tasks.fixpoint"}
+# The warm-start settings the config sets: dataclass field -> data.builtin key (the others, such as
+# the model's size and the SFT seed, are the dataclass's defaults and recorded in the policy's marker)
+WARM_START_KEYS = {"demo_error": "demo_error", "walk_demo_frac": "walk_demo_frac",
+                   "shortcut_demo_error": "shortcut_demo_error", "steps": "warm_start_steps"}
+
+
+def task(kind: str) -> ModuleType:
+    if kind not in KINDS:
+        raise UserError(f"unknown built-in task {kind!r}; valid: {', '.join(KINDS)}")
+    return importlib.import_module(KINDS[kind])
+
+
+def module_of(spec) -> ModuleType:
+    """The task module of a `TaskSpec` (of any built-in task)."""
+    return task(spec.kind)
+
+
+def specs_from_config(b) -> tuple:
+    """(TaskSpec, WarmStartSpec) of the task `b.task` from the `data.builtin` config section: every
+    field of the task's `TaskSpec` from the config key of the same name, the warm start's from
+    `WARM_START_KEYS`."""
+    mod = task(b.task)
+    spec = mod.TaskSpec(**{f.name: getattr(b, f.name) for f in fields(mod.TaskSpec) if hasattr(b, f.name)})
+    ws = mod.WarmStartSpec(**{f.name: getattr(b, WARM_START_KEYS[f.name]) for f in fields(mod.WarmStartSpec)
+                              if f.name in WARM_START_KEYS})
+    return spec, ws
+
+
+def task_spec_of(model_dir: Path):
+    """The task settings a built-in policy folder (warm start or checkpoint) records, else None."""
+    record = builtin_task_record(model_dir) or {}
+    if not record.get("task"):
+        return None
+    return task(record.get("kind", "links")).TaskSpec(**record["task"])
+
+
+def register_benchmark(spec=None) -> None:
+    """Register `spec`'s test split as the benchmark `builtin` (the links task's defaults if None)."""
+    spec = spec if spec is not None else task("links").TaskSpec()
+    module_of(spec).register_benchmark(spec)
+
+
+def warm_started(spec, ws, log=print) -> Path:
+    return module_of(spec).warm_started(spec, ws, log=log)
