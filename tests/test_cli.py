@@ -28,7 +28,7 @@ def _err_line(capsys) -> str:
     ("rollout.group_size=1", "config key 'rollout.group_size': Input should be greater than or equal to 2"),
     ("algo.budget=0", "config key 'algo.budget': Input should be greater than 0"),
     ("steps=abc", "config key 'steps': Input should be a valid integer"),
-    ("algo.estimator=ppo", "config key 'algo.estimator': Input should be 'grpo', 'dr_grpo', 'rloo' or 'reinforce_pp'"),
+    ("algo.estimator=ppo", "config key 'algo.estimator': Input should be 'grpo', 'dr_grpo', 'rloo', 'reinforce_pp', 'maxrl' or 'passk'"),
     ("data.builtin.min_hops=7", "min_hops must be <= max_hops"),
     ("algo.entropy.mode=static", "algo.entropy.alpha must be > 0 when algo.entropy.mode is 'static'"),
     ("nonsense", "--set 'nonsense': expected key.path=value"),

@@ -110,16 +110,16 @@ def test_lora_trains_adapters_only_with_the_base_as_reference(tiny_config, tmp_p
 def test_a_run_stops_after_too_many_nonfinite_steps(tiny_config, tmp_path, monkeypatch):
     from rbctl.errors import UserError
 
-    import rbctl.train.trainer as trainer_mod
+    from rbctl.train.objective import Objective
 
-    real = trainer_mod.ppo_clip_loss
+    real = Objective.policy_loss  # the arm's policy loss, whichever it is
 
     def nan_loss(*a, **k):
         out = real(*a, **k)
         out.loss_mat = out.loss_mat * float("nan")
         return out
 
-    monkeypatch.setattr(trainer_mod, "ppo_clip_loss", nan_loss)
+    monkeypatch.setattr(Objective, "policy_loss", nan_loss)
     run = tmp_path / "nan"
     cfg = tiny_config(steps=5, save_every=1, max_nonfinite_steps=2)
     with pytest.raises(UserError, match="non-finite for 2 steps in a row"):

@@ -83,6 +83,8 @@ class RolloutCfg(Section):
     temperature: float = Field(1.0, gt=0.0, description="Sampling temperature (> 0: RL needs on-policy samples); log-probs and entropy use it too.")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus threshold; must be 1 for training: log-probs, PPO ratios, entropy and κ_eff use the full distribution, so nucleus-sampled rollouts would be off-policy and uncorrected (eval.top_p may be < 1).")
     max_batch: int = Field(512, ge=1, description="Most sequences per generate call.")
+    dynamic_sampling: bool = Field(False, description="DAPO dynamic sampling: keep only groups with 0 < K < G correct and sample more prompts to fill P (docs/method.md, \"Other arms\"); equal compute is then counted in generated rollouts (`rollout/generated`).")
+    max_resample_rounds: int = Field(4, ge=0, description="Dynamic sampling: most extra rounds of P prompts per step; if P mixed groups are still missing, the batch is topped up with filtered-out groups (zero advantage; `rollout/topped_up`).")
     vllm: VllmCfg = Field(default_factory=VllmCfg, description="vLLM engine settings (engine: vllm).")
 
     @field_validator("top_p")
@@ -103,10 +105,11 @@ class EntropyCfg(Section):
 
 
 class AlgoCfg(Section):
-    estimator: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp"] = Field("grpo", description="Advantage estimator (docs/method.md).")
+    estimator: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp", "maxrl", "passk"] = Field("grpo", description="Advantage estimator (docs/method.md); maxrl and passk do not compose with the budget.")
+    passk_k: Optional[int] = Field(None, ge=1, description="Pass@k Training's k (estimator passk only; 1 <= k <= G).")
     budget: Optional[float] = Field(None, gt=0.0, description="Reward budget B per prompt; null = no budgeting.")
     shift: float = Field(0.0, ge=0.0, description="Reward shift c for budgeting (every r + c must be >= 0).")
-    loss_agg: Optional[Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]] = Field(None, description="Loss aggregation; null = the estimator's default (docs/method.md).")
+    loss_agg: Optional[Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]] = Field(None, description="Loss aggregation; null = the one the policy loss forces (gspo), else the estimator's default (docs/method.md).")
     clip_low: float = Field(0.2, ge=0.0, lt=1.0, description="PPO ε_low: ratio floor 1 − ε_low.")
     clip_high: float = Field(0.28, ge=0.0, description="PPO ε_high: ratio ceiling 1 + ε_high (> ε_low is clip-higher).")
     kl_coef: float = Field(0.0, ge=0.0, description="Coefficient of the k3 KL to the frozen initial policy (0 = no KL term).")
@@ -115,6 +118,33 @@ class AlgoCfg(Section):
     tis_cap: Optional[float] = Field(None, gt=0.0, description="Truncated importance sampling cap C for engine/trainer log-prob mismatch (vLLM); null = off.")
     micro_batch_size: int = Field(0, ge=0, description="Sequences per forward/backward (gradient accumulation); 0 = whole batch.")
     entropy: EntropyCfg = Field(default_factory=EntropyCfg, description="Entropy bonus (the ablation arm).")
+    policy_loss: Literal["clip", "clip_cov", "kl_cov", "gspo"] = Field("clip", description="Policy loss (rbctl.algo.POLICY_LOSSES): PPO clip, Clip-Cov, KL-Cov or GSPO (docs/method.md, \"Other arms\").")
+    clip_cov_ratio: float = Field(2e-4, gt=0.0, le=1.0, description="Clip-Cov: fraction of valid tokens whose gradient is detached.")
+    clip_cov_lb: float = Field(1.0, description="Clip-Cov: lower bound of the covariance window of candidate tokens.")
+    clip_cov_ub: float = Field(5.0, description="Clip-Cov: upper bound of the covariance window of candidate tokens.")
+    kl_cov_ratio: float = Field(2e-4, gt=0.0, le=1.0, description="KL-Cov: fraction of valid tokens (largest covariance) that get the KL penalty.")
+    kl_cov_coef: float = Field(1.0, ge=0.0, description="KL-Cov: coefficient β of |log π − log π_old| (verl's ppo_kl_coef).")
+    gspo_clip_low: float = Field(3e-4, ge=0.0, lt=1.0, description="GSPO: ε_low of the sequence ratio (the paper's 3e-4; clip_low is not used).")
+    gspo_clip_high: float = Field(4e-4, ge=0.0, description="GSPO: ε_high of the sequence ratio (the paper's 4e-4; clip_high is not used).")
+    entropy_token_quantile: Optional[float] = Field(None, gt=0.0, le=1.0, description="High-entropy token mask (\"80/20\"): policy-gradient loss only on the top ρ fraction of tokens by entropy (per micro-batch); null = off.")
+    unlikeliness_beta: Optional[float] = Field(None, ge=0.0, le=1.0, description="Unlikeliness reward β: r ← r·(1 − β·rank/G), rank by the sampler's mean token log-prob; null or 0 = off.")
+
+    @model_validator(mode="after")
+    def _arms(self):
+        from rbctl.algo import ESTIMATORS
+
+        est = ESTIMATORS[self.estimator]
+        if self.budget is not None and not est.composes_with_budget:
+            raise ValueError(f"algo.estimator {self.estimator} does not compose with algo.budget ({est.no_budget}); set algo.budget to null")
+        if self.estimator == "passk" and self.passk_k is None:
+            raise ValueError("algo.estimator passk needs algo.passk_k (1 <= k <= rollout.group_size)")
+        if self.estimator != "passk" and self.passk_k is not None:
+            raise ValueError("algo.passk_k is used by algo.estimator passk only; set it to null")
+        if self.estimator == "passk" and self.unlikeliness_beta:
+            raise ValueError("algo.unlikeliness_beta does not compose with algo.estimator passk (its rewards must stay binary)")
+        if self.clip_cov_lb >= self.clip_cov_ub:
+            raise ValueError("algo.clip_cov_lb must be < algo.clip_cov_ub")
+        return self
 
 
 class OptimCfg(Section):
@@ -164,11 +194,17 @@ class TrainConfig(Section):
 
     @model_validator(mode="after")
     def _resolve(self):
-        # One source of truth: the estimator's default aggregation is written into the config.
-        if self.algo.loss_agg is None:
-            from rbctl.algo import ESTIMATORS
+        # One source of truth: the aggregation used (forced by the policy loss, else the estimator's
+        # default) is written into the config.
+        from rbctl.algo import ESTIMATORS, POLICY_LOSSES
 
-            self.algo.loss_agg = ESTIMATORS[self.algo.estimator].default_loss_agg
+        forced = POLICY_LOSSES[self.algo.policy_loss].loss_agg  # GSPO's sequence objective
+        if forced is not None and self.algo.loss_agg not in (None, forced):
+            raise ValueError(f"algo.policy_loss {self.algo.policy_loss} needs algo.loss_agg {forced} (or null), got {self.algo.loss_agg}")
+        if self.algo.loss_agg is None:
+            self.algo.loss_agg = forced or ESTIMATORS[self.algo.estimator].default_loss_agg
+        if self.algo.passk_k is not None and self.algo.passk_k > self.rollout.group_size:
+            raise ValueError(f"algo.passk_k={self.algo.passk_k} must be <= rollout.group_size={self.rollout.group_size}")
         if self.algo.tis_cap is not None and self.rollout.engine != "vllm":
             raise ValueError("algo.tis_cap corrects vLLM/trainer log-prob mismatch: it needs rollout.engine 'vllm'")
         if self.algo.entropy.mode == "static" and self.algo.entropy.alpha <= 0:

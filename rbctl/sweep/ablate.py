@@ -30,6 +30,9 @@ from rbctl.store.rundir import RUN_META, final_eval_dir
 
 # Arms must get equal compute: these keys may differ between arms only when the sweep says so.
 COMPUTE_KEYS = ("steps", "rollout.prompts_per_step", "rollout.group_size", "rollout.max_new_tokens", "algo.ppo_epochs")
+# Dynamic sampling generates more rollouts per step than it trains on (`rollout/generated`): at equal
+# steps an arm with it gets more compute than one without, or than one with other rounds.
+DYNAMIC_KEYS = ("rollout.dynamic_sampling", "rollout.max_resample_rounds")
 DEFAULT_SWEEP = preset("ablate_fixpoint.yaml")  # the main job: the plateau task; ablate_quickstart.yaml is the quick sweep
 
 
@@ -53,14 +56,27 @@ def load_sweep(path: Path) -> tuple[SweepConfig, dict[str, TrainConfig]]:
         except UserError as e:
             raise UserError(str(e)) from None
     if not sweep.allow_unequal_compute:
-        first_arm, first = next(iter(configs.items()))
-        for arm, cfg in configs.items():
-            for key in COMPUTE_KEYS:
-                a, b = _flat_get(first.model_dump(), key), _flat_get(cfg.model_dump(), key)
-                if a != b:
-                    raise UserError(f"{path}: arm '{arm}' sets {key}={b} but arm '{first_arm}' has {a}; arms must get "
-                                    "equal compute (set allow_unequal_compute: true to override)")
+        _check_equal_compute(path, configs)
     return sweep, configs
+
+
+def _check_equal_compute(path: Path, configs: dict[str, TrainConfig]) -> None:
+    """Refuse arms that differ in a compute key, or that mix dynamic sampling with fixed batches."""
+    first_arm, first = next(iter(configs.items()))
+    for arm, cfg in configs.items():
+        for key in COMPUTE_KEYS:
+            a, b = _flat_get(first.model_dump(), key), _flat_get(cfg.model_dump(), key)
+            if a != b:
+                raise UserError(f"{path}: arm '{arm}' sets {key}={b} but arm '{first_arm}' has {a}; arms must get "
+                                "equal compute (set allow_unequal_compute: true to override)")
+        both = first.rollout.dynamic_sampling and cfg.rollout.dynamic_sampling
+        for key in DYNAMIC_KEYS[: 2 if both else 1]:
+            a, b = _flat_get(first.model_dump(), key), _flat_get(cfg.model_dump(), key)
+            if a != b:
+                raise UserError(f"{path}: arm '{arm}' sets {key}={b} but arm '{first_arm}' has {a}; dynamic sampling "
+                                "generates more rollouts per step than it trains on, so equal steps are not equal "
+                                "compute: compare such arms in generated rollouts (metric rollout/generated) and set "
+                                "allow_unequal_compute: true")
 
 
 def arm_metadata(cfg: TrainConfig) -> dict:

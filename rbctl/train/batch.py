@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from rbctl.rollout.hf import forward_with_cache, new_cache, position_ids, prefix_cache_supported
+from rbctl.rollout.vllm import engine_logprobs_tensor
 
 
 @dataclass
@@ -27,6 +28,9 @@ class RolloutBatch:
     correct: torch.Tensor  # [P, G] bool
     advantages: torch.Tensor  # [P, G]
     engine_logp: torch.Tensor | None = None  # [N, Lr] the rollout engine's log-probs (vLLM), if any
+    step: int = 0  # the training step the rollouts were sampled for (seeds a policy loss's random choice)
+    shaped_rewards: torch.Tensor | None = None  # [P, G] the rewards the estimator saw (unlikeliness), if shaped
+    groups: object = None  # rbctl.train.sampling.Groups: what the rollouts cost (rounds, generated)
 
     @property
     def n(self) -> int:
@@ -45,6 +49,28 @@ def build_batch(prompts: list[list[int]], samples, pad_id: int) -> tuple[torch.T
     resp = ids[:, lp:].clone()  # [n, Lr]: the response, pad_id after it
     rmask = attn[:, lp:].to(torch.float32)  # 1 on response tokens
     return ids, attn, resp, rmask, lp
+
+
+def make_batch(prompts: list[list[int]], samples, pad_id: int, **fields) -> RolloutBatch:
+    """The training batch of prompts and their samples; `fields` are RolloutBatch's other fields.
+    The engine's sampled-token log-probs come along where the engine recorded them."""
+    ids, attn, resp, rmask, lp = build_batch(prompts, samples, pad_id)
+    engine_logp = None
+    if samples and samples[0] and samples[0][0].logprobs is not None:
+        engine_logp = engine_logprobs_tensor(samples, resp.shape[1])
+    return RolloutBatch(ids, attn, resp, rmask, lp, engine_logp=engine_logp, **fields)
+
+
+def sample_rows(step: int, problems, idx: list[int], samples, batch: RolloutBatch) -> list[dict]:
+    """The rows of samples.jsonl for this step's rollouts (reward as graded, advantage as trained on)."""
+    rows = []
+    for p, group in enumerate(samples):
+        prob = problems[idx[p]]
+        for g, s in enumerate(group):
+            rows.append({"step": step, "prompt_id": prob.id, "problem": prob.problem, "answer": prob.answer,
+                         "completion": s.text, "reward": batch.rewards[p, g].item(),
+                         "advantage": batch.advantages[p, g].item()})
+    return rows
 
 
 def response_logits(model, input_ids, attention_mask, prompt_width: int, group_size: int = 1) -> torch.Tensor:

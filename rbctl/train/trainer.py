@@ -1,12 +1,13 @@
 """The trainer: one run's set-up and one training step: rollouts → rewards → advantages (± budget)
-→ PPO-clipped update → κ_eff. The loop around it (checkpoints, logging, evaluation) is `loop.py`.
+→ policy-loss update → κ_eff. The loop around it (checkpoints, logging, evaluation) is `loop.py`.
 
 How one step runs (and where it departs from a textbook GRPO loop):
 1. P prompts are taken in a seeded order (a fresh permutation of the pool each epoch), and G
    rollouts each are sampled with a seed derived from (run seed, step): a resumed run samples
-   exactly what an uninterrupted one would.
+   exactly what an uninterrupted one would. Dynamic sampling refills P with mixed groups (`sampling.py`).
 2. Rewards: the built-in task's exact checker, or the shared math grader (`rbctl.grading`).
-3. Advantages from `rbctl.algo.compute_advantages` ([P, G] → [P, G]), broadcast over tokens.
+3. Advantages ([P, G] → [P, G], broadcast over tokens) and the loss are the arm's `Objective`
+   (`objective.py`: reward transform, estimator ± budget, policy loss, token mask; no branch here).
 4. `ppo_epochs` optimizer steps on the batch. The log-probs of the first epoch's forward pass are
    the behaviour policy's (nothing has changed yet), so no separate "old log-prob" pass is run,
    unless dropout is active: then they come from a no-grad eval-mode pass, as the rollouts were
@@ -29,20 +30,22 @@ import numpy as np
 import torch
 
 from rbctl import algo
-from rbctl.algo.losses import BatchNorm, adaptive_alpha, aggregation_weights, k3_kl, ppo_clip_loss, token_entropy, token_logprobs
+from rbctl.algo.losses import BatchNorm, adaptive_alpha, aggregation_weights, k3_kl, token_entropy, token_logprobs
 from rbctl.config.train import TrainConfig
 from rbctl.errors import UserError
 from rbctl.rollout.base import SamplingParams
 from rbctl.rollout.factory import build_engine
 from rbctl.rollout.models import load_policy
-from rbctl.rollout.vllm import engine_logprobs_tensor, logprob_mismatch, tis_weights
+from rbctl.rollout.vllm import logprob_mismatch, tis_weights
 from rbctl.store.rundir import MODEL, last_good_checkpoint
 from rbctl.tasks.prompting import encode_prompts, resolve_template
-from rbctl.train.batch import RolloutBatch, dropout_active, build_batch, response_logits
+from rbctl.train.batch import RolloutBatch, dropout_active, make_batch, response_logits, sample_rows
 from rbctl.train.checkpoint import load_state, rng_state, set_rng_state
-from rbctl.train.data import load_training_problems, prompt_order, reward_function, step_seed, task_spec, warm_start_spec
+from rbctl.train.data import load_training_problems, reward_function, task_spec, warm_start_spec
 from rbctl.train.distributed import init_from_env
+from rbctl.train.objective import Objective, stat_metric
 from rbctl.train.precision import prepare_trainable, resolve_precision
+from rbctl.train.sampling import Groups, collect_groups, round_prompts, round_seed
 
 
 class Trainer:
@@ -52,6 +55,7 @@ class Trainer:
         self.cfg = cfg
         self.run_dir = Path(run_dir)
         self.log = log
+        self.objective = Objective(cfg)  # policy loss, token mask, reward transform, estimator
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         self.dist = init_from_env()
@@ -179,28 +183,33 @@ class Trainer:
     def rollout(self, step: int):
         """This rank's prompts and rollouts; rewards are gathered so advantages use the global batch."""
         c = self.cfg
-        idx = prompt_order(c.seed, step, c.rollout.prompts_per_step, len(self.problems))[self.dist.shard(c.rollout.prompts_per_step)]
+        share = self.dist.shard(c.rollout.prompts_per_step)
+        groups = collect_groups(lambda rnd: self._sample_round(step, rnd, share), share.stop - share.start,
+                                c.rollout.dynamic_sampling, c.rollout.max_resample_rounds)
+        idx, samples, correct, self.grader_failures = groups.idx, groups.samples, groups.correct, groups.grader_failures
+        prompts, rewards = [self.prompt_ids(i) for i in idx], correct.float()
+        shaped = self.objective.shape_rewards(rewards, samples)  # what the estimator sees (unlikeliness)
+        adv = self.objective.advantages(self.dist.gather_rows(shaped))
+        mine = slice(self.dist.rank * len(idx), (self.dist.rank + 1) * len(idx))
+        batch = make_batch(prompts, samples, self.pad_id, rewards=rewards, correct=correct, advantages=adv[mine],
+                           step=step, shaped_rewards=shaped, groups=groups)
+        return batch, idx, samples
+
+    def _sample_round(self, step: int, rnd: int, share: slice) -> Groups:
+        c = self.cfg
+        idx = round_prompts(c.seed, step, rnd, c.rollout.prompts_per_step, len(self.problems))[share]
         prompts = [self.prompt_ids(i) for i in idx]
         # ranks sample different prompts from different streams; one process reproduces the same seeds
         params = SamplingParams(n=c.rollout.group_size, temperature=c.rollout.temperature, top_p=c.rollout.top_p,
                                 max_new_tokens=c.rollout.max_new_tokens,
-                                seed=step_seed(c.seed, step) + 1_000_003 * self.dist.rank)
+                                seed=round_seed(c.seed, step, rnd) + 1_000_003 * self.dist.rank)
         # hf samples in the training precision (same autocast); vLLM in its own dtype (logprob_diff, TIS)
         with self.precision.context() if self.engine.name == "hf" else contextlib.nullcontext():
             samples = self.engine.generate(prompts, params)
-        flags, self.grader_failures = self.reward_fn([s.text for group in samples for s in group],
-                                                     [self.problems[i].answer for i in idx for _ in range(c.rollout.group_size)])
+        flags, failures = self.reward_fn([s.text for group in samples for s in group],
+                                         [self.problems[i].answer for i in idx for _ in range(c.rollout.group_size)])
         correct = torch.tensor(flags, dtype=torch.bool).reshape(len(idx), c.rollout.group_size)
-        rewards = correct.float()
-        global_rewards = self.dist.gather_rows(rewards)
-        adv = algo.compute_advantages(global_rewards, c.algo.estimator, c.algo.budget, c.algo.shift)
-        mine = slice(self.dist.rank * len(idx), (self.dist.rank + 1) * len(idx))
-        ids, attn, resp, rmask, lp = build_batch(prompts, samples, self.pad_id)
-        engine_logp = None
-        if samples and samples[0] and samples[0][0].logprobs is not None:
-            engine_logp = engine_logprobs_tensor(samples, resp.shape[1])
-        batch = RolloutBatch(ids, attn, resp, rmask, lp, rewards, correct, adv[mine], engine_logp)
-        return batch, idx, samples
+        return Groups(idx, samples, correct, failures, generated=len(flags))
 
     def _micro_batches(self, n: int) -> list[slice]:
         mb = self.cfg.algo.micro_batch_size or n
@@ -254,8 +263,9 @@ class Trainer:
         old_logp: list[torch.Tensor] = self._eval_logp(self.model, batch, slices) if eval_old else []
         ref_logp = self._eval_logp(None, batch, slices) if self.use_ref else []
         entropy_on = a.entropy.mode != "none"
-        stats = {"entropy_sum": 0.0, "kl_sum": 0.0, "clip_low": 0.0, "clip_high": 0.0, "loss": 0.0,
-                 "grad_norm": [], "logprob_diff": None}
+        obj = self.objective
+        stats = {"entropy_sum": 0.0, "kl_sum": 0.0, "loss": 0.0, "grad_norm": [], "logprob_diff": None}
+        tok = {"clipped_low": 0.0, "clipped_high": 0.0}  # policy-loss token statistics (+ mask), summed over tokens
         skipped = 0
         for epoch in range(a.ppo_epochs):
             self.opt.zero_grad(set_to_none=True)
@@ -265,11 +275,12 @@ class Trainer:
                 last = k == len(slices) - 1
                 sync = self.train_model.no_sync() if (self.dist.enabled and not last) else contextlib.nullcontext()
                 with sync:
-                    logp, ent = self._forward_logp(self.train_model, batch, sl, with_entropy=(epoch == 0 or entropy_on),
-                                                   entropy_grad=entropy_on)
+                    logp, ent = self._forward_logp(self.train_model, batch, sl, entropy_grad=entropy_on,
+                                                   with_entropy=epoch == 0 or entropy_on or obj.needs_entropy)
                     if epoch == 0 and not eval_old:
                         old_logp.append(logp.detach())  # behaviour policy = the model before any update
-                    pg = ppo_clip_loss(logp, old_logp[k], adv_flat[sl].to(dev), a.clip_low, a.clip_high)
+                    # the arm's policy loss, restricted to its token mask if it has one
+                    pg = obj.policy_loss(logp, old_logp[k], adv_flat[sl].to(dev), mask, ent, draw=(batch.step, epoch, k))
                     w = aggregation_weights(mask, a.loss_agg, norm)
                     loss_mat = pg.loss_mat
                     if batch.engine_logp is not None and a.tis_cap is not None:
@@ -285,8 +296,8 @@ class Trainer:
                     # DDP averages gradients over ranks; the weights are already global, so undo the 1/world
                     (loss * world).backward()
                 loss_total += loss.item()
-                stats["clip_low"] += (pg.clipped_low.float() * mask).sum().item() / a.ppo_epochs
-                stats["clip_high"] += (pg.clipped_high.float() * mask).sum().item() / a.ppo_epochs
+                for name, hit in pg.token_stats.items():
+                    tok[name] = tok.get(name, 0.0) + (hit.float() * mask).sum().item() / a.ppo_epochs
                 if epoch == 0:
                     stats["entropy_sum"] += (ent.detach() * mask).sum().item()
                     if kl is not None:
@@ -306,15 +317,14 @@ class Trainer:
             stats["logprob_diff"] = logprob_mismatch(batch.engine_logp.to(dev), torch.cat(old_logp), batch.response_mask.to(dev))
         if hasattr(self.engine, "sync_weights"):
             self.engine.sync_weights(self.model)  # vLLM: the next rollout samples from the updated policy
-        ent_sum, kl_sum, clip_lo, clip_hi = self.dist.sum(stats["entropy_sum"], stats["kl_sum"], stats["clip_low"], stats["clip_high"])
+        ent_sum, kl_sum, *tok_sums = self.dist.sum(stats["entropy_sum"], stats["kl_sum"], *tok.values())
         n_tok = max(norm.n_tokens, 1)
         return {
             "old_logp": old_logp,
             "slices": slices,
             "entropy": ent_sum / n_tok,
             "kl": kl_sum / n_tok if self.use_ref else None,
-            "clip/frac_low": clip_lo / n_tok,
-            "clip/frac_high": clip_hi / n_tok,
+            **{stat_metric(name): v / n_tok for name, v in zip(tok, tok_sums)},
             "loss/total": stats["loss"],
             "grad_norm": float(np.mean(stats["grad_norm"])) if stats["grad_norm"] else None,
             "nonfinite/skipped": skipped,
@@ -390,13 +400,15 @@ class Trainer:
         }
         if upd["rollout/logprob_diff"] is not None:
             metrics["rollout/logprob_diff"] = upd["rollout/logprob_diff"]
-        rows = []
-        for p, group in enumerate(samples):
-            for g, s in enumerate(group):
-                rows.append({"step": step, "prompt_id": self.problems[idx[p]].id, "problem": self.problems[idx[p]].problem,
-                             "answer": self.problems[idx[p]].answer, "completion": s.text,
-                             "reward": batch.rewards[p, g].item(), "advantage": batch.advantages[p, g].item()})
-        return metrics, rows
+        metrics.update({k: v for k, v in upd.items() if k.startswith(("policy_loss/", "tokens/"))})
+        g = batch.groups
+        generated, topped_up, rounds = self.dist.sum(g.generated, g.topped_up, g.rounds)
+        metrics["rollout/generated"] = int(generated)  # what equal compute counts under dynamic sampling
+        if c.rollout.dynamic_sampling:
+            metrics.update({"rollout/rounds": rounds / self.dist.world, "rollout/topped_up": int(topped_up)})
+        if self.objective.beta:
+            metrics["reward/shaped_mean"] = self.dist.gather_rows(batch.shaped_rewards).mean().item()
+        return metrics, sample_rows(step, self.problems, idx, samples, batch)
 
     def state(self, step: int) -> dict:
         """What a checkpoint needs beside the weights (tensors, lists and numbers only)."""

@@ -1,0 +1,303 @@
+"""The comparison arms wired into the config and the trainer (docs/method.md, "Other arms"): each
+trains, logs its metrics and composes where defined; `policy_loss: clip` is the previous update
+exactly; the entropy mask restricts the gradient to its tokens; dynamic sampling keeps mixed groups
+and counts generated rollouts; a sweep mixing dynamic and fixed batches is refused; the shipped
+arms sweep validates."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+import yaml
+from safetensors.torch import load_file
+
+from rbctl.algo.losses import ppo_clip_loss
+from rbctl.algo.policy_losses import PolicyLossResult
+from rbctl.config.train import load_train_config
+from rbctl.errors import UserError
+from rbctl.rollout.base import Sample
+from rbctl.sweep.ablate import COMPUTE_KEYS, load_sweep
+from rbctl.train.loop import train
+from rbctl.train.objective import Objective
+from rbctl.train.sampling import Groups, collect_groups
+from tests.conftest import TINY_TRAIN
+
+TIMING = ("time/", "throughput/")
+quiet = dict(progress=False, log=lambda *a: None)
+
+
+def _lines(run_dir):
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def _weights(run_dir, step):
+    return load_file(str(run_dir / "checkpoints" / f"step_{step:06d}" / "model" / "model.safetensors"))
+
+
+# Each arm: its overrides and the metrics it must log (besides every default one).
+ARMS = {
+    "clip_cov": ({"algo__policy_loss": "clip_cov", "algo__clip_cov_ratio": 0.2, "algo__clip_cov_lb": -5.0},
+                 ["policy_loss/frac_cov_clipped", "clip/frac_low"]),
+    "kl_cov": ({"algo__policy_loss": "kl_cov", "algo__kl_cov_ratio": 0.2}, ["policy_loss/frac_kl_penalised"]),
+    "gspo": ({"algo__policy_loss": "gspo"}, ["clip/frac_high"]),
+    "entropy_mask": ({"algo__entropy_token_quantile": 0.2}, ["tokens/frac_entropy_mask"]),
+    "passk": ({"algo__estimator": "passk", "algo__passk_k": 2}, []),
+    "maxrl": ({"algo__estimator": "maxrl"}, []),
+    "unlikeliness": ({"algo__unlikeliness_beta": 0.25}, ["reward/shaped_mean"]),
+    "unlikeliness_budget": ({"algo__unlikeliness_beta": 0.25, "algo__budget": 1.0}, ["reward/shaped_mean"]),
+    "dynamic": ({"rollout__dynamic_sampling": "true"}, ["rollout/rounds", "rollout/topped_up"]),
+    "mask_kl_cov_budget": ({"algo__entropy_token_quantile": 0.5, "algo__policy_loss": "kl_cov",
+                            "algo__budget": 1.0, "algo__estimator": "rloo"}, ["tokens/frac_entropy_mask"]),
+}
+
+
+@pytest.mark.parametrize("arm", list(ARMS))
+def test_each_arm_trains_two_steps_without_nan_and_logs_its_metrics(arm, tiny_config, tmp_path):
+    overrides, keys = ARMS[arm]
+    run = tmp_path / arm
+    train(tiny_config(steps=2, save_every=2, **overrides), run, **quiet)
+    lines = _lines(run)
+    assert [r["step"] for r in lines] == [1, 2]
+    for r in lines:
+        for k in ["loss/total", "grad_norm", "entropy", "kappa", "rollout/generated", *keys]:
+            assert r.get(k) is not None, (k, r)
+        for k, v in r.items():
+            assert not (isinstance(v, float) and math.isnan(v)), (k, v)
+        assert r["nonfinite/skipped"] == 0
+        assert r["rollout/generated"] >= 4 * 4  # P·G
+    last = lines[-1]
+    if arm == "clip_cov":
+        assert any(r["policy_loss/frac_cov_clipped"] > 0 for r in lines)
+    if arm == "kl_cov":
+        assert last["policy_loss/frac_kl_penalised"] == pytest.approx(0.2, abs=0.02)  # ⌊0.2·#valid⌋ tokens
+    if arm == "entropy_mask":
+        assert 0.15 <= last["tokens/frac_entropy_mask"] <= 0.5  # top 20% (ties at τ kept)
+    if arm.startswith("unlikeliness"):
+        assert all(r["reward/shaped_mean"] <= r["reward/mean"] for r in lines)  # r·(1 − β·rank/G) <= r
+
+
+def _legacy_policy_loss(self, logp, old_logp, adv, mask, entropy=None, draw=()):
+    """The update before the arms: `losses.ppo_clip_loss` with algo.clip_low/clip_high, nothing else."""
+    out = ppo_clip_loss(logp, old_logp, adv, self.cfg.clip_low, self.cfg.clip_high)
+    return PolicyLossResult(out.loss_mat, {"clipped_low": out.clipped_low, "clipped_high": out.clipped_high})
+
+
+@pytest.mark.parametrize("extra", [{}, {"algo__budget": 1.0, "algo__ppo_epochs": 2, "algo__micro_batch_size": 8}])
+def test_policy_loss_clip_is_the_previous_update_exactly(extra, tiny_config, tmp_path, monkeypatch):
+    cfg = tiny_config(steps=2, save_every=2, **extra)
+    assert cfg.algo.policy_loss == "clip"
+    new = tmp_path / "new"
+    train(cfg, new, **quiet)
+    with monkeypatch.context() as m:  # the arms' code path off: the old PPO loss, rewards unshaped
+        m.setattr(Objective, "policy_loss", _legacy_policy_loss)
+        m.setattr(Objective, "shape_rewards", lambda self, rewards, samples: rewards)
+        old = tmp_path / "old"
+        train(cfg, old, **quiet)
+    a, b = _lines(new), _lines(old)
+    assert len(a) == len(b) == 2
+    for ra, rb in zip(a, b):
+        assert set(ra) == set(rb)
+        for k in ra:
+            if not k.startswith(TIMING):
+                assert ra[k] == rb[k], (ra["step"], k)
+    wa, wb = _weights(new, 2), _weights(old, 2)
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_entropy_quantile_one_keeps_every_token_and_changes_nothing(tiny_config, tmp_path):
+    train(tiny_config(steps=1), tmp_path / "off", **quiet)
+    train(tiny_config(steps=1, algo__entropy_token_quantile=1.0), tmp_path / "all", **quiet)
+    a, b = _lines(tmp_path / "off")[0], _lines(tmp_path / "all")[0]
+    assert b["tokens/frac_entropy_mask"] == 1.0
+    for k in a:
+        if not k.startswith(TIMING):
+            assert a[k] == b[k], k
+    wa, wb = _weights(tmp_path / "off", 1), _weights(tmp_path / "all", 1)
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_entropy_mask_gives_gradient_only_to_the_high_entropy_tokens():
+    cfg = load_train_config(None, ["algo.entropy_token_quantile=0.4"])
+    obj = Objective(cfg)
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+    entropy = torch.tensor([[0.1, 0.9, 0.5], [0.7, 0.2, 5.0]])  # 5.0 is padding: never counted
+    # valid entropies sorted: 0.1 0.2 0.5 0.7 0.9; τ = quantile(0.6) = 0.5 + 0.4·(0.7 − 0.5) = 0.58
+    logp = torch.full((2, 3), -1.0, requires_grad=True)
+    adv = torch.tensor([1.0, -1.0])
+    out = obj.policy_loss(logp, logp.detach(), adv, mask, entropy)
+    (out.loss_mat * mask).sum().backward()
+    has_grad = logp.grad != 0
+    assert has_grad.tolist() == [[False, True, False], [True, False, False]]
+    # at ρ = exp(0) = 1 the clip surrogate's gradient is −A on the kept tokens
+    assert logp.grad[0, 1].item() == pytest.approx(-1.0) and logp.grad[1, 0].item() == pytest.approx(1.0)
+    assert out.token_stats["entropy_mask_kept"].tolist() == has_grad.tolist()
+    # the same batch without the mask: every valid token gets gradient
+    logp.grad = None
+    plain = Objective(load_train_config(None, []))
+    assert plain.policy_loss(logp, logp.detach(), adv, mask, entropy).token_stats.keys() == {"clipped_low", "clipped_high"}
+    (plain.policy_loss(logp, logp.detach(), adv, mask, entropy).loss_mat * mask).sum().backward()
+    assert (logp.grad != 0).tolist() == mask.bool().tolist()
+
+
+def test_clip_cov_pick_is_seeded_by_the_draw_and_leaves_the_global_rng_alone():
+    cfg = load_train_config(None, ["algo.policy_loss=clip_cov", "algo.clip_cov_ratio=0.3", "algo.clip_cov_lb=-10"])
+    obj = Objective(cfg)
+    torch.manual_seed(0)
+    logp, old = torch.randn(4, 6), torch.randn(4, 6) * 0.01
+    logp = old + logp * 0.01
+    adv, mask = torch.tensor([1.0, -1.0, 0.5, -0.5]), torch.ones(4, 6)
+    state = torch.get_rng_state()
+    a = obj.policy_loss(logp, old, adv, mask, draw=(3, 0, 0)).token_stats["cov_clipped"]
+    b = obj.policy_loss(logp, old, adv, mask, draw=(3, 0, 0)).token_stats["cov_clipped"]
+    assert torch.equal(torch.get_rng_state(), state)
+    assert torch.equal(a, b) and a.sum().item() == 7  # ⌊0.3·24⌋ of the candidates
+    picks = {tuple(obj.policy_loss(logp, old, adv, mask, draw=(s, 0, 0)).token_stats["cov_clipped"].flatten().tolist())
+             for s in range(8)}
+    assert len(picks) > 1
+
+
+def test_policy_loss_parameters_come_from_the_config():
+    cfg = load_train_config(None, ["algo.policy_loss=gspo", "algo.clip_low=0.1"])
+    assert Objective(cfg).loss_params == {"eps_low": 3e-4, "eps_high": 4e-4}  # GSPO's own ε
+    assert cfg.algo.loss_agg == "seq-mean-token-mean"  # forced by the registry
+    cfg = load_train_config(None, ["algo.policy_loss=kl_cov", "algo.kl_cov_ratio=0.01", "algo.kl_cov_coef=0.5"])
+    assert Objective(cfg).loss_params == {"kl_cov_ratio": 0.01, "kl_cov_coef": 0.5}
+    cfg = load_train_config(None, ["algo.policy_loss=clip_cov"])
+    assert Objective(cfg).loss_params == {"eps_low": 0.2, "eps_high": 0.28, "clip_cov_ratio": 2e-4,
+                                          "clip_cov_lb": 1.0, "clip_cov_ub": 5.0}
+    cfg = load_train_config(None, ["algo.estimator=passk", "algo.passk_k=3"])
+    obj = Objective(cfg)
+    assert obj.estimator_params == {"k": 3}
+    r = torch.tensor([[1.0, 0, 0, 0, 0, 0, 0, 0]])
+    from rbctl.algo import compute_advantages
+
+    assert torch.equal(obj.advantages(r), compute_advantages(r, "passk", k=3))
+
+
+def test_unlikeliness_ranks_by_the_samplers_mean_token_logprob():
+    obj = Objective(load_train_config(None, ["algo.unlikeliness_beta=0.5", "rollout.group_size=4"]))
+
+    def s(lps):
+        return Sample(0, [1] * len(lps), "", True, lps)
+
+    # mean log-probs: -1.0, -0.25, -3.0, -0.5 -> ranks (ascending) 1, 3, 0, 2
+    samples = [[s([-1.0, -1.0]), s([-0.25]), s([-2.0, -4.0]), s([-0.5, -0.5, -0.5])]]
+    r = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
+    shaped = obj.shape_rewards(r, samples)
+    assert shaped.tolist() == [[1 - 0.5 * 1 / 4, 1 - 0.5 * 3 / 4, 1.0, 0.0]]
+    off = Objective(load_train_config(None, ["algo.unlikeliness_beta=0"]))
+    assert off.shape_rewards(r, samples) is r
+
+
+def _fake_round(patterns):
+    """sample_round(rnd) returning round rnd's groups with the given correct counts (G = 4)."""
+
+    def sample_round(rnd):
+        ks = patterns[rnd]
+        correct = torch.tensor([[i < k for i in range(4)] for k in ks])
+        return Groups(idx=[100 * rnd + p for p in range(len(ks))], samples=[[f"{rnd}.{p}"] * 4 for p in range(len(ks))],
+                      correct=correct, grader_failures=rnd, generated=4 * len(ks))
+
+    return sample_round
+
+
+def test_dynamic_sampling_keeps_mixed_groups_and_counts_what_it_generated():
+    rounds = [[0, 2, 4], [1, 4, 0], [3, 3, 3]]
+    g = collect_groups(_fake_round(rounds), 3, dynamic=True, max_rounds=5)
+    assert g.idx == [1, 100, 200] and g.rounds == 3 and g.generated == 36 and g.topped_up == 0
+    assert g.grader_failures == 0 + 1 + 2
+    k = g.correct.sum(dim=1)
+    assert ((k > 0) & (k < 4)).all()
+    # rounds run out: topped up with filtered-out groups in sampling order
+    g = collect_groups(_fake_round(rounds), 3, dynamic=True, max_rounds=1)
+    assert g.idx == [1, 100, 0] and g.topped_up == 1 and g.generated == 24
+    # off: round 0 as sampled
+    g = collect_groups(_fake_round(rounds), 3, dynamic=False, max_rounds=5)
+    assert g.idx == [0, 1, 2] and g.generated == 12 and g.rounds == 1
+
+
+def test_dynamic_sampling_run_keeps_only_mixed_groups(tiny_config, tmp_path):
+    cfg = tiny_config(steps=2, save_every=2, rollout__dynamic_sampling="true", rollout__max_resample_rounds=20)
+    train(cfg, tmp_path / "dyn", **quiet)
+    train(tiny_config(steps=1), tmp_path / "plain", **quiet)
+    lines, plain = _lines(tmp_path / "dyn"), _lines(tmp_path / "plain")[0]
+    for r in lines:
+        assert r["rollout/generated"] >= 4 * 4
+        assert r["rollout/topped_up"] == 0
+        assert r["groups/frac_mixed"] == 1.0 and r["groups/frac_all_correct"] == r["groups/frac_all_wrong"] == 0
+        assert r["rollout/generated"] == 16 * r["rollout/rounds"]
+    # round 0 is the fixed-batch run's sampling: where it had unmixed groups, more was generated
+    assert plain["rollout/generated"] == 16
+    assert (lines[0]["rollout/generated"] > 16) == (plain["groups/frac_mixed"] < 1)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["algo.estimator=maxrl", "algo.budget=1"], "does not compose with algo.budget"),
+    (["algo.estimator=passk", "algo.passk_k=2", "algo.budget=1"], "does not compose with algo.budget"),
+    (["algo.estimator=passk"], "needs algo.passk_k"),
+    (["algo.estimator=passk", "algo.passk_k=9"], "passk_k=9 must be <= rollout.group_size=8"),
+    (["algo.passk_k=2"], "passk only"),
+    (["algo.estimator=passk", "algo.passk_k=2", "algo.unlikeliness_beta=0.25"], "does not compose with algo.estimator passk"),
+    (["algo.policy_loss=gspo", "algo.loss_agg=token-mean"], "needs algo.loss_agg seq-mean-token-mean"),
+    (["algo.policy_loss=ppo"], "policy_loss"),
+    (["algo.entropy_token_quantile=0"], "entropy_token_quantile"),
+    (["algo.unlikeliness_beta=1.5"], "unlikeliness_beta"),
+    (["algo.clip_cov_lb=5", "algo.clip_cov_ub=1"], "clip_cov_lb must be < algo.clip_cov_ub"),
+])
+def test_invalid_combinations_are_one_line_config_errors(overrides, message):
+    with pytest.raises(UserError, match=message) as e:
+        load_train_config(None, overrides)
+    assert "\n" not in str(e.value)
+
+
+def test_budget_composes_with_the_arms_that_allow_it():
+    for extra in (["algo.policy_loss=clip_cov"], ["algo.policy_loss=gspo"], ["algo.entropy_token_quantile=0.2"],
+                  ["algo.unlikeliness_beta=0.25"], ["rollout.dynamic_sampling=true"]):
+        assert load_train_config(None, ["algo.budget=1", *extra]).algo.budget == 1.0
+
+
+def _write_sweep(tmp_path, arms, **extra):
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump({**TINY_TRAIN, "steps": 2}))
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump({"name": "t", "base": "base.yaml", "arms": arms, **extra}, sort_keys=False))
+    return path
+
+
+def test_sweep_check_refuses_mixing_dynamic_and_fixed_batches(tmp_path):
+    path = _write_sweep(tmp_path, {"grpo": {}, "dapo": {"rollout.dynamic_sampling": True}})
+    with pytest.raises(UserError, match=r"arm 'dapo' sets rollout.dynamic_sampling=True.*generated rollouts.*"
+                                        r"allow_unequal_compute"):
+        load_sweep(path)
+    path = _write_sweep(tmp_path, {"a": {"rollout.dynamic_sampling": True},
+                                   "b": {"rollout.dynamic_sampling": True, "rollout.max_resample_rounds": 9}})
+    with pytest.raises(UserError, match="max_resample_rounds=9"):
+        load_sweep(path)
+    path = _write_sweep(tmp_path, {"a": {"rollout.dynamic_sampling": True}, "b": {"rollout.dynamic_sampling": True,
+                                                                                   "algo.budget": 1.0}})
+    assert len(load_sweep(path)[1]) == 2  # both dynamic, same rounds: equal
+    path = _write_sweep(tmp_path, {"grpo": {}, "dapo": {"rollout.dynamic_sampling": True}}, allow_unequal_compute=True)
+    assert load_sweep(path)[1]["dapo"].rollout.dynamic_sampling
+
+
+def test_the_shipped_arms_sweep_is_valid_and_otherwise_equal_compute():
+    from rbctl.config.presets import preset
+    from rbctl.sweep.ablate import _flat_get
+
+    sweep, configs = load_sweep(preset("ablate_arms.yaml"))
+    assert len(sweep.seeds) >= 5 and sweep.eval.n >= 8
+    assert sweep.base == "quickstart.yaml"
+    a = {name: c.algo for name, c in configs.items()}
+    assert a["grpo"].budget is None and a["grpo_budget"].budget == 1.0
+    assert {a["grpo_entropy_static"].entropy.mode, a["grpo_entropy_adaptive"].entropy.mode} == {"static", "adaptive"}
+    assert {a[n].policy_loss for n in ("clip_cov", "kl_cov", "gspo")} == {"clip_cov", "kl_cov", "gspo"}
+    assert a["entropy_mask"].entropy_token_quantile == 0.2
+    assert a["passk"].estimator == "passk" and a["passk"].passk_k == 4
+    assert a["maxrl"].estimator == "maxrl" and a["unlikeliness"].unlikeliness_beta == 0.25
+    assert configs["dynamic_sampling"].rollout.dynamic_sampling
+    # allow_unequal_compute is set for the dynamic-sampling arm only: every other compute key is equal
+    for key in COMPUTE_KEYS:
+        assert len({json.dumps(_flat_get(c.model_dump(), key)) for c in configs.values()}) == 1, key
+    assert sum(c.rollout.dynamic_sampling for c in configs.values()) == 1
