@@ -189,3 +189,31 @@ def test_plateau_three_quarter_point_is_the_nearest_evaluation():
     v = plateau_check({0: ([0, 30, 60, 70, 90], [0.1, 0.2, 0.3, 0.40, 0.43])}, {}, None)
     assert v.per_seed[0]["t_ref"] == 70 and v.stalled.value == pytest.approx(3.0) and not v.stalled.held
     assert v.entropy_collapsed.held is None
+
+
+def test_arm_variants_name_what_is_added_to_the_estimator():
+    from rbctl.config.sweep import arm_variant
+
+    assert arm_variant({"budget": None, "entropy": {"mode": "none"}, "policy_loss": "clip"}) == "base"
+    assert arm_variant({"budget": 1.0}) == "budget"
+    assert arm_variant({"entropy": {"mode": "static"}}) == "entropy_static"
+    assert arm_variant({"policy_loss": "clip_cov", "budget": 1.0}) == "budget+clip_cov"
+    assert arm_variant({"entropy_token_quantile": 0.2}) == "entropy_mask"
+    assert arm_variant({"unlikeliness_beta": 0.25}) == "unlikeliness"
+    assert arm_variant({"unlikeliness_beta": 0.0}) == "base"  # 0 is off
+    assert arm_variant({}, {"dynamic_sampling": True}) == "dynamic_sampling"
+
+
+def test_every_arm_is_compared_with_its_baseline_and_standalone_estimators_with_grpo():
+    from rbctl.report.compare import stated_pairs
+
+    info = {"grpo": ("grpo", "base"), "grpo_budget": ("grpo", "budget"), "ent": ("grpo", "entropy_static"),
+            "cov": ("grpo", "clip_cov"), "maxrl": ("maxrl", "base"), "dr": ("dr_grpo", "base")}
+    pairs = set(stated_pairs(info))
+    assert pairs == {
+        ("budget_vs_base", "grpo", "grpo_budget", "grpo"),
+        ("entropy_vs_budget", "grpo", "ent", "grpo_budget"), ("entropy_vs_base", "grpo", "ent", "grpo"),
+        ("arm_vs_budget", "grpo", "cov", "grpo_budget"), ("arm_vs_base", "grpo", "cov", "grpo"),
+        ("arm_vs_grpo", "maxrl", "maxrl", "grpo"), ("arm_vs_grpo_budget", "maxrl", "maxrl", "grpo_budget"),
+        ("arm_vs_grpo", "dr_grpo", "dr", "grpo"), ("arm_vs_grpo_budget", "dr_grpo", "dr", "grpo_budget"),
+    }

@@ -53,7 +53,9 @@ def test_smoke_run_changes_parameters_and_logs_every_metric(tiny_config, tmp_pat
     for name in ("config.yaml", "provenance.json", "samples.jsonl"):
         assert (run / name).exists()
     # the checkpoint records its task, so `rbctl eval RUN --benchmarks builtin` tests on that task
-    assert builtin.task_spec_of(run / "checkpoints" / "step_000004" / "model") == task_spec(cfg)
+    from rbctl.tasks.builtin import task_spec_of
+
+    assert task_spec_of(run / "checkpoints" / "step_000004" / "model") == task_spec(cfg)
     prov = json.loads((run / "provenance.json").read_text())
     assert prov["seed"] == 0 and prov["torch"] == torch.__version__
 
@@ -197,7 +199,8 @@ def test_periodic_eval_writes_heldout_lines_with_the_rollout_protocol(tiny_confi
     run = tmp_path / "run"
     train(tiny_config(steps=4, eval__every=2, eval__n=2, eval__limit=4), run, progress=False, log=lambda *a: None)
     lines = [json.loads(x) for x in (run / "eval.jsonl").read_text().splitlines()]
-    assert [(r["step"], r["benchmark"], r["n"]) for r in lines] == [(2, "builtin", 2), (4, "builtin", 2)]
+    # step 0 is the warm start (the held-out curve starts there), then every 2 steps
+    assert [(r["step"], r["benchmark"], r["n"]) for r in lines] == [(0, "builtin", 2), (2, "builtin", 2), (4, "builtin", 2)]
     for r in lines:
         assert 0.0 <= r["avg@n"] <= r["pass@2"] <= 1.0
     summary = json.loads((run / "eval" / "periodic" / "step_000004" / "builtin" / "summary.json").read_text())

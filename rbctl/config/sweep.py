@@ -43,10 +43,24 @@ class SweepConfig(Section):
         return arms
 
 
-def arm_variant(algo: dict) -> str:
-    """An arm's variant from its config's `algo` section (what `rbctl report` groups by):
-    budget, else its entropy-bonus mode (`entropy_static`, `entropy_adaptive`), else base."""
+def arm_variant(algo: dict, rollout: dict | None = None) -> str:
+    """An arm's variant from its config's `algo` and `rollout` sections (what `rbctl report` groups
+    arms by, beside the baseline = the estimator): `base` when nothing is added to the estimator,
+    else what is added, joined by '+': `budget`, `entropy_static` / `entropy_adaptive` (the bonus),
+    the policy loss when not `clip` (`clip_cov`, `kl_cov`, `gspo`), `entropy_mask`,
+    `unlikeliness`, `dynamic_sampling`."""
+    parts = []
     if algo.get("budget") is not None:
-        return "budget"
+        parts.append("budget")
     mode = (algo.get("entropy") or {}).get("mode", "none")
-    return "base" if mode in (None, "none") else f"entropy_{mode}"
+    if mode not in (None, "none"):
+        parts.append(f"entropy_{mode}")
+    if algo.get("policy_loss", "clip") not in (None, "clip"):
+        parts.append(str(algo["policy_loss"]))
+    if algo.get("entropy_token_quantile") is not None:
+        parts.append("entropy_mask")
+    if algo.get("unlikeliness_beta"):
+        parts.append("unlikeliness")
+    if (rollout or {}).get("dynamic_sampling"):
+        parts.append("dynamic_sampling")
+    return "+".join(parts) or "base"

@@ -101,7 +101,7 @@ def arm_scores(runs: list[Run], benchmark: str, ids: list[str]) -> ArmScores:
 class Comparison:
     """One stated comparison: ``arm`` − ``ref`` on one benchmark and metric, paired by seed."""
 
-    kind: str  # budget_vs_base, entropy_vs_budget, entropy_vs_base
+    kind: str  # budget_vs_base; entropy_vs_budget / entropy_vs_base; arm_vs_budget / arm_vs_base; arm_vs_grpo(_budget)
     baseline: str
     arm: str
     ref: str
@@ -141,13 +141,20 @@ def stated_pairs(info: dict[str, tuple[str, str]]) -> list[tuple[str, str, str, 
     """(kind, baseline, arm, ref) for every comparison a report states, from ``info[arm] = (baseline,
     variant)``."""
     out = []
+    by_baseline = lambda baseline, v: sorted(a for a, (b, x) in info.items() if b == baseline and v(x))  # noqa: E731
     for baseline in sorted({b for b, _ in info.values()}):
-        arms = lambda v: sorted(a for a, (b, x) in info.items() if b == baseline and v(x))  # noqa: E731
-        bases, budgets = arms(lambda x: x == "base"), arms(lambda x: x == "budget")
-        entropy = arms(lambda x: x.startswith("entropy"))
+        bases = by_baseline(baseline, lambda x: x == "base")
+        budgets = by_baseline(baseline, lambda x: x == "budget")
         out += [("budget_vs_base", baseline, y, x) for x in bases for y in budgets]
-        out += [("entropy_vs_budget", baseline, e, y) for e in entropy for y in budgets]
-        out += [("entropy_vs_base", baseline, e, x) for e in entropy for x in bases]
+        for arm in by_baseline(baseline, lambda x: x not in ("base", "budget")):
+            kind = "entropy" if info[arm][1] in ("entropy_static", "entropy_adaptive") else "arm"
+            out += [(f"{kind}_vs_budget", baseline, arm, y) for y in budgets]
+            out += [(f"{kind}_vs_base", baseline, arm, x) for x in bases]
+        if not budgets and baseline != "grpo":
+            # an estimator that is itself the arm (e.g. maxrl, passk): against plain GRPO and GRPO + budget
+            for arm in bases:
+                out += [("arm_vs_grpo", baseline, arm, x) for x in by_baseline("grpo", lambda x: x == "base")]
+                out += [("arm_vs_grpo_budget", baseline, arm, y) for y in by_baseline("grpo", lambda x: x == "budget")]
     return out
 
 

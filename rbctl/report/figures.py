@@ -54,11 +54,14 @@ def panel_groups(info: dict[str, tuple[str, str]]) -> list[tuple[str, list[str]]
         core = sorted(a for a, v in mine.items() if v in ("base", "budget"))
         if core:
             groups.append((f"{baseline}: base (solid) vs + budget (dashed)", core))
-        ent = sorted(a for a, v in mine.items() if v.startswith("entropy"))
+        budgets = sorted(a for a, v in mine.items() if v == "budget")
+        ent = sorted(a for a, v in mine.items() if v in ("entropy_static", "entropy_adaptive"))
         if ent:
-            budgets = sorted(a for a, v in mine.items() if v == "budget")
             groups.append((f"{baseline}: entropy bonus vs + budget", budgets + ent))
-        placed |= set(core) | set(ent)
+        others = sorted(a for a, v in mine.items() if v not in ("base", "budget", "entropy_static", "entropy_adaptive"))
+        if others:
+            groups.append((f"{baseline}: other arms vs + budget", budgets + others))
+        placed |= set(core) | set(ent) | set(others)
     rest = sorted(set(info) - placed)
     if rest:
         groups.append(("other arms", rest))

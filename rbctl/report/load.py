@@ -132,7 +132,7 @@ def load_run(path: Path, sweep: str | None = None, status: str = "", sweep_dir: 
         arm=str(info.get("arm") or default_arm),
         seed=int(seed),
         baseline=str(info.get("baseline") or algo.get("estimator") or "unknown"),
-        variant=str(info.get("variant") or variant_of(algo)),
+        variant=str(info.get("variant") or variant_of(algo, cfg.get("rollout"))),
         sweep=info.get("sweep") or sweep,
         status=status,
         config_steps=cfg.get("steps"),

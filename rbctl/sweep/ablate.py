@@ -81,7 +81,7 @@ def _check_equal_compute(path: Path, configs: dict[str, TrainConfig]) -> None:
 
 def arm_metadata(cfg: TrainConfig) -> dict:
     """Baseline and variant of an arm, derived from its config (what the report groups by)."""
-    return {"baseline": cfg.algo.estimator, "variant": arm_variant(cfg.algo.model_dump())}
+    return {"baseline": cfg.algo.estimator, "variant": arm_variant(cfg.algo.model_dump(), cfg.rollout.model_dump())}
 
 
 def run_key(arm: str, seed: int) -> str:
