@@ -288,7 +288,7 @@ def test_the_shipped_arms_sweep_is_valid_and_otherwise_equal_compute():
 
     sweep, configs = load_sweep(preset("ablate_arms.yaml"))
     assert len(sweep.seeds) >= 5 and sweep.eval.n >= 8
-    assert sweep.base == "quickstart.yaml"
+    assert sweep.base == "fixpoint.yaml"  # the plateau task, as the main sweep
     a = {name: c.algo for name, c in configs.items()}
     assert a["grpo"].budget is None and a["grpo_budget"].budget == 1.0
     assert {a["grpo_entropy_static"].entropy.mode, a["grpo_entropy_adaptive"].entropy.mode} == {"static", "adaptive"}
