@@ -24,7 +24,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from rbctl.algo import compute_advantages
+from rbctl.algo import compute_advantages, kappa, nanmean_or_none
 from rbctl.errors import UserError
 from rbctl.integrations import verl as rb_verl
 
@@ -243,6 +243,65 @@ def test_budget_on_hand_values() -> None:
     expected = torch.tensor([[0.75, -0.25, -0.25, -0.25], [0.25, 0.25, -0.25, -0.25]])
     assert_close(adv, as_verl(expected, rows, mask))
     assert (adv[mask == 0] == 0).all()  # nothing outside the response
+
+
+# --- diagnostics: kappa, the advantage gap, kappa_eff -----------------------------------------------
+
+
+def test_estimator_leaves_kappa_and_gap_of_its_batch_hand_values(core_algos) -> None:
+    # K=1 and K=2 of G=4, B=1: κ = gap = B/K per prompt = 1 and ½; mean over the mixed prompts ¾.
+    # The all-wrong prompt is not mixed and is not averaged in.
+    rb_verl.register()
+    rewards = torch.tensor([[1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
+    tlr, mask, uid, _ = verl_batch(rewards)
+    fn = core_algos.get_adv_estimator_fn("grpo_budget")
+    fn(token_level_rewards=tlr, response_mask=mask, config={"budget": 1.0}, index=uid)
+    assert rb_verl.pop_metrics() == pytest.approx({"rbctl/kappa": 0.75, "rbctl/adv_gap": 0.75})
+    assert rb_verl.pop_metrics() == {}  # popped: a step that computes nothing logs nothing stale
+    # Graded rewards: κ is defined, the gap (correct vs wrong) is not and is left out.
+    tlr, mask, uid, _ = verl_batch(REWARDS)
+    fn(token_level_rewards=tlr, response_mask=mask, config={"budget": 2.0, "budget_shift": 0.5}, index=uid)
+    expected = nanmean_or_none(kappa(REWARDS, compute_advantages(REWARDS, "grpo", budget=2.0, shift=0.5)))
+    assert rb_verl.LAST_METRICS == pytest.approx({"rbctl/kappa": expected})
+    # No mixed prompt: nothing to report, and the previous batch's values are gone.
+    tlr, mask, uid, _ = verl_batch(torch.ones(2, 4))
+    fn(token_level_rewards=tlr, response_mask=mask, config=None, index=uid)
+    assert rb_verl.pop_metrics() == {}
+
+
+def test_sharpness_metrics_of_verls_own_grpo_batch(verl_source) -> None:
+    # sharpness_metrics works on any estimator's output: here verl's grpo, whose κ for binary rewards
+    # is 1/(σ̂ + 1e-6) per mixed prompt (docs/method.md, "Advantage gap").
+    module, _ = verl_source
+    verl_grpo = transcribed_verl_grpo if module is None else module.compute_grpo_outcome_advantage
+    rewards = torch.tensor([[1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0]])
+    tlr, mask, uid, _ = verl_batch(rewards)
+    adv, _ = verl_grpo(tlr.clone(), mask, uid)
+    data = types.SimpleNamespace(
+        batch={"token_level_rewards": tlr, "advantages": adv, "response_mask": mask}, non_tensor_batch={"uid": uid}
+    )
+    sigma = rewards[:2].std(dim=1)  # unbiased, as verl
+    expected = float((1 / (sigma + 1e-6)).mean())
+    assert rb_verl.sharpness_metrics(data) == pytest.approx({"rbctl/kappa": expected, "rbctl/adv_gap": expected})
+
+
+def test_kappa_eff_from_batch_hand_values() -> None:
+    # Prompt a: r = (1, 0, 0, 0), d = (0.6, −0.2, −0.2, −0.2): (0.6 − (−0.2)) / (1 − 0) = 0.8.
+    # Prompt b: r = (1, 1, 0, 0), d = (0.3, 0.1, −0.1, −0.1): (0.2 − (−0.1)) / 1 = 0.3.
+    # Prompt c: all wrong, not mixed (its d is ignored). κ_eff = mean(0.8, 0.3) = 0.55.
+    rewards = torch.tensor([[1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
+    d_pg = torch.tensor([[0.6, -0.2, -0.2, -0.2], [0.3, 0.1, -0.1, -0.1], [5.0, 5.0, 5.0, 5.0]])
+    tlr, mask, uid, rows = verl_batch(rewards, seed=3)
+    bs = mask.shape[0]
+    d = torch.empty(bs)
+    d[rows.flatten()] = d_pg.flatten()
+    # Spread each d_i over the response tokens; padding gets large garbage that the mask must remove.
+    gen = torch.Generator().manual_seed(0)
+    old = -torch.rand(bs, L, generator=gen) * 3
+    new = old + (d / mask.sum(dim=1))[:, None] * mask + 7.0 * (1 - mask)
+    assert rb_verl.kappa_eff_from_batch(old, new, mask, tlr.sum(dim=1), uid) == pytest.approx(0.55)
+    assert rb_verl.kappa_eff_from_batch(old, new, mask, tlr, uid) == pytest.approx(0.55)  # token rewards summed
+    assert rb_verl.kappa_eff_from_batch(old, new, mask, torch.zeros(bs), uid) is None  # nothing mixed
 
 
 # --- adapter edges (no verl needed) -----------------------------------------------------------------

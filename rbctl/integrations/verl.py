@@ -22,6 +22,12 @@ Registration must happen in the process that computes advantages (verl's trainer
 actor): `VERL_USE_EXTERNAL_MODULES=rbctl.integrations.verl_plugin` makes every process that imports
 verl import the plugin, which calls `register()`.
 
+Diagnostics (docs/integrations.md, "verl: κ, κ_eff and the advantage gap"): a registered estimator
+returns tensors only, so each call also leaves `rbctl/kappa` and `rbctl/adv_gap` for its batch in
+`LAST_METRICS` (read and cleared by `pop_metrics()`); `sharpness_metrics(data)` computes them from a
+DataProto after the fact, and `kappa_eff_from_batch(...)` computes κ_eff from log-probs before and
+after the actor update. Getting them into verl's logged metrics is user wiring (a trainer subclass).
+
 Differences from verl's built-ins, by design (docs/method.md is the contract):
 - `grpo_budget` with the budget off equals verl's `grpo` (std unbiased, + 1e-6). With the budget
   on there is no per-group std scaling (it would cancel the budget for binary rewards).
@@ -36,7 +42,7 @@ from typing import Any, Callable
 
 import torch
 
-from rbctl.algo import ESTIMATORS, compute_advantages
+from rbctl.algo import ESTIMATORS, advantage_gap, compute_advantages, kappa, kappa_eff, nanmean_or_none
 from rbctl.errors import UserError
 from rbctl.integrations import require_version
 
@@ -89,14 +95,82 @@ def outcome_advantages(
     estimator: str,
     budget: float | None,
     shift: float = DEFAULT_SHIFT,
+    metrics: dict[str, float] | None = None,
 ) -> torch.Tensor:
-    """rbctl's advantages in verl's layout: [bs, L] token rewards -> [bs, L] advantages (A_i on every response token)."""
+    """rbctl's advantages in verl's layout: [bs, L] token rewards -> [bs, L] advantages (A_i on every response token).
+
+    metrics: if given, filled with rbctl/kappa and rbctl/adv_gap of this batch (see _sharpness)."""
     scores = token_level_rewards.sum(dim=-1)  # [bs]: one outcome reward per rollout, as verl's grpo
     rows = group_rows(index).to(scores.device)  # [P, G]
     adv = compute_advantages(scores[rows], estimator, budget=budget, shift=shift)  # [P, G]
+    if metrics is not None:
+        metrics.update(_sharpness(scores[rows], adv))
     per_rollout = torch.empty_like(scores)
     per_rollout[rows.flatten()] = adv.flatten().to(scores.dtype)
     return per_rollout.unsqueeze(-1) * response_mask
+
+
+# The last estimator call's diagnostics, in this process (verl computes advantages in its trainer
+# process): {"rbctl/kappa": float, "rbctl/adv_gap": float}, a key left out when it is undefined.
+LAST_METRICS: dict[str, float] = {}
+
+
+def pop_metrics() -> dict[str, float]:
+    """The diagnostics of the last budgeted-estimator call (see LAST_METRICS), cleared so a step never logs a stale one."""
+    out = dict(LAST_METRICS)
+    LAST_METRICS.clear()
+    return out
+
+
+def _sharpness(scores_pg: torch.Tensor, adv_pg: torch.Tensor) -> dict[str, float]:
+    """rbctl/kappa (mean over mixed prompts) and, for 0/1 rewards, rbctl/adv_gap; undefined ones left out."""
+    out = {}
+    k = nanmean_or_none(kappa(scores_pg, adv_pg))
+    if k is not None:
+        out["rbctl/kappa"] = k
+    if bool(((scores_pg == 0) | (scores_pg == 1)).all()):
+        gap = advantage_gap(scores_pg == 1, adv_pg)
+        if gap is not None:
+            out["rbctl/adv_gap"] = gap
+    return out
+
+
+def sharpness_metrics(data: Any) -> dict[str, float]:
+    """rbctl/kappa and rbctl/adv_gap of a verl batch after compute_advantage, for any estimator.
+
+    data: a verl DataProto (or anything with `.batch` and `.non_tensor_batch` mappings) holding
+    `token_level_rewards` [bs, L], `advantages` [bs, L], `response_mask` [bs, L] and the `uid` array.
+    A rollout's reward is its summed token rewards; its advantage is the mean of `advantages` over its
+    response tokens (the A_i that outcome estimators broadcast). Keys are left out when undefined:
+    no mixed prompt, or (for the gap) a reward other than 0 or 1."""
+    batch, non_tensor = data.batch, data.non_tensor_batch
+    mask = batch["response_mask"].float()
+    scores = batch["token_level_rewards"].float().sum(dim=-1)
+    adv = (batch["advantages"].float() * mask).sum(dim=-1) / mask.sum(dim=-1).clamp(min=1)
+    rows = group_rows(non_tensor["uid"]).to(scores.device)
+    return _sharpness(scores[rows], adv[rows])
+
+
+def kappa_eff_from_batch(
+    old_log_probs: torch.Tensor,
+    new_log_probs: torch.Tensor,
+    response_mask: torch.Tensor,
+    scores: torch.Tensor,
+    index: Any,
+) -> float | None:
+    """κ_eff of one verl batch (docs/method.md, "Sharpness"), mean over mixed prompts; None if none is mixed.
+
+    old_log_probs: [bs, L] log π_old per response token (verl's batch field `old_log_probs`);
+    new_log_probs: [bs, L] the same tokens' log π after the actor update (one more compute_log_prob);
+    response_mask: [bs, L]; scores: [bs] each rollout's reward (token_level_rewards.sum(-1), or
+    [bs, L] token rewards, summed here); index: the `uid` array [bs].
+    d_i = Σ_t (log π_new − log π_old)·mask, gathered by uid into [P, G], then kappa_eff(r, d)."""
+    if scores.dim() == 2:
+        scores = scores.sum(dim=-1)
+    mask = response_mask.double()
+    d = ((new_log_probs.double() - old_log_probs.double()) * mask).sum(dim=-1)
+    rows = group_rows(index).to(d.device)
+    return nanmean_or_none(kappa_eff(scores.double()[rows.to(scores.device)], d[rows]))
 
 
 def _make_estimator(base: str) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
@@ -108,7 +182,10 @@ def _make_estimator(base: str) -> Callable[..., tuple[torch.Tensor, torch.Tensor
             # With the budget off, grpo_budget is verl's grpo *with* std scaling; the unscaled one is dr_grpo.
             raise UserError("norm_adv_by_std_in_grpo=False asks for Dr.GRPO: use algorithm.adv_estimator=dr_grpo_budget")
         with torch.no_grad():
-            advantages = outcome_advantages(token_level_rewards, response_mask, index, base, budget, shift)
+            LAST_METRICS.clear()
+            advantages = outcome_advantages(
+                token_level_rewards, response_mask, index, base, budget, shift, metrics=LAST_METRICS
+            )
         return advantages, advantages
 
     estimator_fn.__name__ = estimator_fn.__qualname__ = f"compute_{base}_budget_outcome_advantage"
