@@ -361,3 +361,20 @@ def test_a_disk_fault_writing_the_sweep_state_is_one_line_exit_1_and_a_rerun_com
     res = subprocess.run(cmd, env=_env(rbctl_cache), capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr
     assert {r["status"] for r in read_state(out)["runs"].values()} == {"done"}
+
+
+def test_a_disk_fault_writing_a_report_table_is_one_line_exit_1_and_a_rerun_completes(
+        tiny_config, tmp_path, tmp_path_factory, capsys, fault):
+    from rbctl.cli import run
+
+    straight = _straight(tiny_config, tmp_path_factory)
+    out = tmp_path / "report"
+    fault("enospc:report:2")
+    capsys.readouterr()
+    assert run(["report", str(straight), "-o", str(out)]) == 1
+    err = _one_error_line(capsys.readouterr().err)
+    assert str(out) in err and "(ENOSPC)" in err, err
+    assert not (out / "report.md").exists() and not list(out.rglob(".*tmp*"))
+    fault(None)
+    assert run(["report", str(straight), "-o", str(out)]) == 0
+    assert (out / "report.md").read_text().startswith("#")

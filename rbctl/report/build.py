@@ -307,7 +307,7 @@ class _Report:
             head.append("- Incomplete: " + "; ".join(f"{i.name} ({i.status})" for i in self.issues) + ".")
         head.append("")
         path = self.out / "report.md"
-        write_atomic(path, "\n".join(head + self.md))
+        write_atomic(path, "\n".join(head + self.md), kind="report")
         return path
 
 

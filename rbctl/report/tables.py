@@ -82,13 +82,13 @@ def latex_table(df: pd.DataFrame) -> str:
 
 def write_table(numbers: pd.DataFrame, shown: pd.DataFrame, tables_dir: Path, name: str) -> str:
     """Write ``name.csv`` (``numbers``), ``name.md`` and ``name.tex`` (``shown``). Returns the Markdown."""
-    write_atomic(Path(tables_dir) / f"{name}.csv", numbers.to_csv(index=False))
+    write_atomic(Path(tables_dir) / f"{name}.csv", numbers.to_csv(index=False), kind="report")
     md = markdown_table(shown)
-    write_atomic(Path(tables_dir) / f"{name}.md", md)
-    write_atomic(Path(tables_dir) / f"{name}.tex", latex_table(shown))
+    write_atomic(Path(tables_dir) / f"{name}.md", md, kind="report")
+    write_atomic(Path(tables_dir) / f"{name}.tex", latex_table(shown), kind="report")
     return md
 
 
 def write_csv(df: pd.DataFrame, path: Path) -> None:
     """One data file (the numbers behind a figure)."""
-    write_atomic(Path(path), df.to_csv(index=False))
+    write_atomic(Path(path), df.to_csv(index=False), kind="report")
