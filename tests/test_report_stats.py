@@ -217,3 +217,10 @@ def test_every_arm_is_compared_with_its_baseline_and_standalone_estimators_with_
         ("arm_vs_grpo", "maxrl", "maxrl", "grpo"), ("arm_vs_grpo_budget", "maxrl", "maxrl", "grpo_budget"),
         ("arm_vs_grpo", "dr_grpo", "dr", "grpo"), ("arm_vs_grpo_budget", "dr_grpo", "dr", "grpo_budget"),
     }
+
+
+def test_a_perfect_spearman_rank_order_gets_no_degenerate_interval():
+    from rbctl.report.stats import spearman_ci
+
+    rho, lo, hi, n = spearman_ci([1, 2, 3, 4, 5], [5, 4, 3, 2, 1])
+    assert rho == pytest.approx(-1.0) and n == 5 and math.isnan(lo) and math.isnan(hi)

@@ -137,7 +137,8 @@ def holm(pvalues, alpha: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
 def spearman_ci(x, y, level: float = 0.95) -> tuple[float, float, float, int]:
     """Spearman's ρ of paired finite values with a Fisher-z interval: z = atanh(ρ) ± q · 1.03/sqrt(n − 3)
     (the Fieller–Hartley–Pearson standard error for Spearman's ρ). Returns (ρ, low, high, n); NaN
-    where n < 3 (ρ) or n < 5 (interval), or when either variable is constant."""
+    where n < 3 (ρ) or n < 5 (interval), or when either variable is constant. At |ρ| = 1 the Fisher
+    transform is infinite and gives no interval: NaN (a perfect rank order of 5 runs is not certainty)."""
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     ok = np.isfinite(x) & np.isfinite(y)
     x, y = x[ok], y[ok]
@@ -145,9 +146,9 @@ def spearman_ci(x, y, level: float = 0.95) -> tuple[float, float, float, int]:
     if n < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
         return math.nan, math.nan, math.nan, n
     rho = float(sps.spearmanr(x, y).statistic)
-    if n < 5:
+    if n < 5 or abs(rho) >= 1.0 - 1e-12:  # scipy returns ±(1 − 1 ulp) for a perfect order
         return rho, math.nan, math.nan, n
-    z = math.atanh(max(-0.999999, min(0.999999, rho)))
+    z = math.atanh(rho)
     half = float(sps.norm.ppf((1 + level) / 2)) * 1.03 / math.sqrt(n - 3)
     return rho, math.tanh(z - half), math.tanh(z + half), n
 
