@@ -141,3 +141,25 @@ def test_sigkill_mid_sweep_then_rerun_does_only_the_missing_work(rbctl_cache, tm
     assert all(r["status"] == "done" for r in state["runs"].values()) and len(state["runs"]) == 4
     for k, m in mtimes.items():  # finished runs were not redone
         assert (out / "runs" / k / "metrics.jsonl").stat().st_mtime_ns == m
+
+
+def test_eval_and_report_on_a_live_run_read_only_sealed_checkpoints_and_complete_lines(tiny_config, tmp_path):
+    """A run still being written: its newest checkpoint has no completion marker yet and its last
+    metrics line is half written. `rbctl eval` takes the newest sealed checkpoint, `rbctl report`
+    the complete lines."""
+    from rbctl.cli import run as cli
+    from rbctl.train.loop import train
+
+    cfg = tiny_config(steps=4, save_every=2)
+    run = tmp_path / "run"
+    train(cfg, run, progress=False, log=lambda *a: None)
+    (run / "checkpoints" / "step_000004" / "COMPLETE").unlink()  # as while step 4 is being written
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write('{"step": 5, "reward/me')
+    assert cli(["eval", str(run), "-b", "builtin", "--limit", "2", "--n", "1", "--max-new-tokens", "4"]) == 0
+    assert (run / "eval" / "step_000002" / "builtin" / "summary.json").exists()  # the sealed step-2 checkpoint
+    assert not (run / "eval" / "step_000004").exists()
+    out = tmp_path / "report"
+    assert cli(["report", str(run), "-o", str(out)]) == 0
+    runs_csv = (out / "tables" / "runs.csv").read_text()
+    assert ",4," in runs_csv  # steps logged: the 4 complete lines, the torn 5th dropped
