@@ -6,7 +6,7 @@ TRL is an optional extra (`pip install -e ".[trl]"`), not a dependency of rbctl.
 
 How the two runs are matched (the workload is read from configs/quickstart.yaml, the one source of
 truth, and mapped onto `GRPOConfig`):
-1. Same policy and tokenizer: the cached warm-started built-in model (`rbctl.tasks.links.warm_started`),
+1. Same policy and tokenizer: the cached warm-started built-in model (`rbctl.tasks.builtin.warm_started`),
    loaded from disk by each framework; same prompts (the built-in task's train split, prompt text
    `builtin.format_problem`), same reward (`builtin.check`, 1 if exact else 0).
 2. Same step: P prompts × G rollouts, max new tokens, temperature, top_p, one optimizer step per
@@ -94,7 +94,7 @@ def _param_count(model) -> int:
 
 
 def run_rbctl(steps: int, threads: int, log_kl: bool) -> dict:
-    from rbctl.tasks.links import warm_started
+    from rbctl.tasks.builtin import warm_started
     from rbctl.tasks.prompting import encode_prompts
     from rbctl.rollout.hf import prefix_cache_supported
     from rbctl.train.data import load_training_problems, prompt_order, task_spec, warm_start_spec
@@ -190,7 +190,8 @@ def run_trl(steps: int, threads: int) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOTrainer
 
-    from rbctl.tasks.links import check, format_problem, warm_started
+    from rbctl.tasks.builtin import warm_started
+    from rbctl.tasks.links import check, format_problem
     from rbctl.train.data import load_training_problems, task_spec, warm_start_spec
 
     _set_threads(threads)
@@ -404,7 +405,7 @@ def main() -> None:
         import trl  # noqa: F401
     except ImportError:
         sys.exit('TRL is not installed; it is an optional extra: pip install -e ".[trl]"')
-    from rbctl.tasks.links import warm_started
+    from rbctl.tasks.builtin import warm_started
     from rbctl.train.data import task_spec, warm_start_spec
 
     cfg = workload_config(args.steps, args.threads, args.log_kl)

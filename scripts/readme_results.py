@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import math
 import sys
 import tempfile
 from pathlib import Path

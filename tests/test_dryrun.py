@@ -77,7 +77,8 @@ def test_quickstart_plan_measures_prompts_with_the_builtin_tokenizer(empty_cache
 def _fake_hub_cache(root: Path, tokenizer=None) -> tuple[Path, float]:
     """A Hub cache laid out as huggingface_hub writes it: a tiny Llama 'org/tiny' (config and
     tokenizer) and a dataset 'org/data' with one JSONL file. Returns (cache dir, exact N)."""
-    from rbctl.tasks.links import TaskSpec, build_tokenizer
+    from rbctl.tasks.builtin import build_tokenizer
+    from rbctl.tasks.links import TaskSpec
 
     tok = tokenizer or build_tokenizer(TaskSpec())
     model = tiny_llama(len(tok), tie_word_embeddings=False)
@@ -109,7 +110,8 @@ def _cached_cfg(**data) -> TrainConfig:
 
 
 def test_cached_model_and_data_give_exact_n_and_measured_prompts(tmp_path):
-    from rbctl.tasks.links import TaskSpec, build_tokenizer
+    from rbctl.tasks.builtin import build_tokenizer
+    from rbctl.tasks.links import TaskSpec
 
     tok = build_tokenizer(TaskSpec())
     cache, n = _fake_hub_cache(tmp_path / "hub", tok)

@@ -15,7 +15,6 @@ import torch
 
 from rbctl.tasks import registry as benchmarks
 from rbctl.tasks import links as builtin
-from rbctl.eval import pipeline as evaluate
 from rbctl.errors import UserError
 from rbctl.config.eval import build_config
 from rbctl.rollout.factory import engine_class
@@ -45,8 +44,10 @@ def _no_hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 def tiny_model_and_tokenizer():
     torch.manual_seed(0)
     spec = builtin.TaskSpec()
-    tok = builtin.build_tokenizer(spec)
-    model = builtin.build_model(spec, builtin.WarmStartSpec(hidden_size=16, layers=1, heads=2), len(tok))
+    from rbctl.tasks.builtin import build_model, build_tokenizer
+
+    tok = build_tokenizer(spec)
+    model = build_model(spec, builtin.WarmStartSpec(hidden_size=16, layers=1, heads=2), len(tok))
     return model, tok
 
 

@@ -29,7 +29,8 @@ P = 2  # prompts per step
 
 
 def tiny_model_and_tokenizer():
-    from rbctl.tasks.links import TaskSpec, build_tokenizer
+    from rbctl.tasks.builtin import build_tokenizer
+    from rbctl.tasks.links import TaskSpec
 
     tokenizer = build_tokenizer(TaskSpec())
     model = tiny_llama(len(tokenizer), layers=1, pad_token_id=tokenizer.pad_token_id,

@@ -86,7 +86,6 @@ def test_two_gloo_ranks_update_like_one_process_on_the_global_batch(tiny_config,
 
 def test_lora_trains_adapters_only_with_the_base_as_reference(tiny_config, tmp_path):
     pytest.importorskip("peft")
-    from rbctl.tasks import links as builtin
     from rbctl.rollout.models import load_policy
     from rbctl.train.data import task_spec, warm_start_spec
 
@@ -102,7 +101,9 @@ def test_lora_trains_adapters_only_with_the_base_as_reference(tiny_config, tmp_p
     assert any(v.abs().sum() > 0 for k, v in adapter.items() if "lora_B" in k)  # the adapters learned
     # `rbctl eval RUN` loads base + adapter merged; it differs from the warm start
     merged = load_policy(str(run), device="cpu").model
-    base = load_file(str(builtin.warm_start_path(task_spec(cfg), warm_start_spec(cfg)) / "model.safetensors"))
+    from rbctl.tasks.builtin import warm_start_path
+
+    base = load_file(str(warm_start_path(task_spec(cfg), warm_start_spec(cfg)) / "model.safetensors"))
     sd = merged.state_dict()
     assert any(not torch.equal(sd[k], base[k]) for k in base if k in sd)
 

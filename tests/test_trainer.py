@@ -31,7 +31,6 @@ def _weights(run_dir, step):
 
 
 def test_smoke_run_changes_parameters_and_logs_every_metric(tiny_config, tmp_path):
-    from rbctl.tasks import links as builtin
     from rbctl.train.data import task_spec, warm_start_spec
 
     cfg = tiny_config()
@@ -47,7 +46,9 @@ def test_smoke_run_changes_parameters_and_logs_every_metric(tiny_config, tmp_pat
         assert r["entropy"] > 0
         assert r["kl"] >= 0
     assert lines[0]["kl"] == pytest.approx(0.0, abs=1e-6)  # step 1: the policy is the reference
-    start = load_file(str(builtin.warm_start_path(task_spec(cfg), warm_start_spec(cfg)) / "model.safetensors"))
+    from rbctl.tasks.builtin import warm_start_path
+
+    start = load_file(str(warm_start_path(task_spec(cfg), warm_start_spec(cfg)) / "model.safetensors"))
     end = _weights(run, 4)
     assert any(not torch.equal(start[k], end[k]) for k in start)
     for name in ("config.yaml", "provenance.json", "samples.jsonl"):

@@ -131,7 +131,8 @@ def fake_sampling_params(monkeypatch):
 @pytest.fixture(scope="module")
 def tiny():
     """A tiny Llama over the built-in character tokenizer (EOS id 2)."""
-    from rbctl.tasks.links import TaskSpec, build_tokenizer
+    from rbctl.tasks.builtin import build_tokenizer
+    from rbctl.tasks.links import TaskSpec
 
     tok = build_tokenizer(TaskSpec())
     return tiny_llama(len(tok), pad_token_id=0, bos_token_id=1, eos_token_id=EOS, tie_word_embeddings=True), tok

@@ -3,8 +3,9 @@
 
 Every built-in task module has the same entry points: `TaskSpec` and `WarmStartSpec` (frozen
 dataclasses; `TaskSpec.kind` names the task), `problems(spec, split)`, `extract_answer`, `check`,
-`format_problem`, `build_tokenizer(spec)`, `build_model(spec, ws, vocab)`, `warm_start_path`,
-`warm_started(spec, ws, log)` and `register_benchmark(spec)`. No torch here.
+`format_problem`, `register_benchmark(spec)`, and for its policy `alphabet(spec)`,
+`max_positions(spec)` and `sft_warm_start(spec, ws)`. The policy itself is built here, the same way
+for every task, through `rbctl.tasks.tiny` (imported, with torch, only when a policy is built).
 """
 
 from __future__ import annotations
@@ -60,5 +61,26 @@ def register_benchmark(spec=None) -> None:
     module_of(spec).register_benchmark(spec)
 
 
+def build_tokenizer(spec):
+    from rbctl.tasks import tiny
+
+    return tiny.build_tokenizer(module_of(spec).alphabet(spec))
+
+
+def build_model(spec, ws, vocab_size: int):
+    from rbctl.tasks import tiny
+
+    return tiny.build_model(ws, vocab_size, module_of(spec).max_positions(spec))
+
+
+def warm_start_path(spec, ws) -> Path:
+    from rbctl.tasks import tiny
+
+    return tiny.warm_start_path(spec.kind, spec, ws)
+
+
 def warm_started(spec, ws, log=print) -> Path:
-    return module_of(spec).warm_started(spec, ws, log=log)
+    """Path of the cached warm-started policy of `spec`'s task; trains it (under a file lock) if missing."""
+    from rbctl.tasks import tiny
+
+    return tiny.warm_started(spec.kind, spec, ws, lambda: module_of(spec).sft_warm_start(spec, ws), log=log)

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from pathlib import Path
 from typing import ClassVar
 
 from rbctl.tasks.links import LETTERS, check, extract_answer, format_problem  # noqa: F401  (the shared entry points)
@@ -192,7 +191,7 @@ def is_walk(completion: str) -> bool:
     return not completion.startswith("#")
 
 
-# --- the policy (torch is imported by rbctl.tasks.tiny, only when a policy is built) -------------
+# --- the policy: its alphabet, size and demonstrations (built by rbctl.tasks.builtin / tiny) --------
 
 
 def alphabet(spec: TaskSpec) -> str:
@@ -201,31 +200,6 @@ def alphabet(spec: TaskSpec) -> str:
 
 def max_positions(spec: TaskSpec) -> int:
     return 2 * spec.num_keys + 4 * spec.max_hops + 48
-
-
-def build_tokenizer(spec: TaskSpec):
-    from rbctl.tasks import tiny
-
-    return tiny.build_tokenizer(alphabet(spec))
-
-
-def build_model(spec: TaskSpec, ws: WarmStartSpec, vocab_size: int):
-    from rbctl.tasks import tiny
-
-    return tiny.build_model(ws, vocab_size, max_positions(spec))
-
-
-def warm_start_path(spec: TaskSpec, ws: WarmStartSpec) -> Path:
-    from rbctl.tasks import tiny
-
-    return tiny.warm_start_path(KIND, spec, ws)
-
-
-def warm_started(spec: TaskSpec, ws: WarmStartSpec, log=print) -> Path:
-    """Path of the cached warm-started model; trains it (under a file lock) if missing."""
-    from rbctl.tasks import tiny
-
-    return tiny.warm_started(KIND, spec, ws, lambda: sft_warm_start(spec, ws), log=log)
 
 
 def sft_warm_start(spec: TaskSpec, ws: WarmStartSpec):

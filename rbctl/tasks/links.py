@@ -21,7 +21,6 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 from typing import ClassVar
-from pathlib import Path
 
 
 from rbctl.tasks.registry import Benchmark, Problem, register
@@ -109,7 +108,7 @@ def check(completion: str, answer: str) -> bool:
     return extract_answer(completion) == answer
 
 
-# --- the policy (torch is imported by rbctl.tasks.tiny, only when a policy is built) -------------
+# --- the policy: its alphabet, size and demonstrations (built by rbctl.tasks.builtin / tiny) --------
 
 
 def alphabet(spec: TaskSpec) -> str:
@@ -120,34 +119,9 @@ def max_positions(spec: TaskSpec) -> int:
     return 2 * spec.num_keys + 2 * spec.max_hops + 16
 
 
-def build_tokenizer(spec: TaskSpec):
-    from rbctl.tasks import tiny
-
-    return tiny.build_tokenizer(alphabet(spec))
-
-
-def build_model(spec: TaskSpec, ws: WarmStartSpec, vocab_size: int):
-    from rbctl.tasks import tiny
-
-    return tiny.build_model(ws, vocab_size, max_positions(spec))
-
-
 def format_problem(problem: str) -> str:
     """The prompt text of the built-in task: the problem and a '?'."""
     return problem + "?"
-
-
-def warm_start_path(spec: TaskSpec, ws: WarmStartSpec) -> Path:
-    from rbctl.tasks import tiny
-
-    return tiny.warm_start_path(KIND, spec, ws)
-
-
-def warm_started(spec: TaskSpec, ws: WarmStartSpec, log=print) -> Path:
-    """Path of the cached warm-started model; trains it (under a file lock) if missing."""
-    from rbctl.tasks import tiny
-
-    return tiny.warm_started(KIND, spec, ws, lambda: sft_warm_start(spec, ws), log=log)
 
 
 def sft_warm_start(spec: TaskSpec, ws: WarmStartSpec):

@@ -147,11 +147,10 @@ def _resolve_model(cfg: TrainConfig, r: Resolved, cache_dir) -> None:
         from rbctl.train.data import task_spec, warm_start_spec
 
         spec, ws = task_spec(cfg), warm_start_spec(cfg)
-        task = builtin.module_of(spec)
-        r.tokenizer = task.build_tokenizer(spec)
-        model = task.build_model(spec, ws, len(r.tokenizer))
+        r.tokenizer = builtin.build_tokenizer(spec)
+        model = builtin.build_model(spec, ws, len(r.tokenizer))
         r.n_params, r.n_source = float(sum(p.numel() for p in model.parameters())), "built in code"
-        cached = (task.warm_start_path(spec, ws) / "config.json").exists()
+        cached = (builtin.warm_start_path(spec, ws) / "config.json").exists()
         r.model_note = "the built-in policy" + ("" if cached else " (its warm start is trained at the first run, ~1 min)")
         return
     p = Path(name).expanduser()
