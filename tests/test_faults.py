@@ -215,6 +215,14 @@ def _env(rbctl_cache, **extra) -> dict:
     return {**os.environ, "RBCTL_CACHE": str(rbctl_cache), **extra}
 
 
+def _interruptible():
+    """For a child that a test Ctrl-Cs: SIGINT as a terminal delivers it. A process started in the
+    background by a non-interactive shell inherits SIGINT ignored, and so would the child."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _wait(cond, proc, timeout=240.0):
     import time
 
@@ -251,7 +259,8 @@ def test_sigint_to_train_prints_the_last_checkpoint_and_the_resume_command_exit_
     _prewarm(tiny_config)
     cfg, rd = _cfg_file(tmp_path, steps=500, save_every=2), tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "rbctl", "train", str(cfg), "-o", str(rd), "-q"],
-                            env=_env(rbctl_cache), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            env=_env(rbctl_cache), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_interruptible)
     _wait(lambda: len(read_jsonl(rd / "metrics.jsonl")) >= 3, proc)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
@@ -275,7 +284,8 @@ def test_sigint_to_ablate_stops_launching_records_state_and_prints_what_to_rerun
     out = tmp_path / "out"
     log = open(tmp_path / "log.txt", "w")  # not a terminal: plain lines
     proc = subprocess.Popen([sys.executable, "-m", "rbctl", "ablate", str(sweep), "-o", str(out), "--no-report"],
-                            env=_env(rbctl_cache), stdout=log, stderr=subprocess.PIPE, text=True)
+                            env=_env(rbctl_cache), stdout=log, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_interruptible)
     first = out / "runs" / "grpo" / "seed_0"
     _wait(lambda: len(read_jsonl(first / "metrics.jsonl")) >= 3, proc)
     proc.send_signal(signal.SIGINT)  # to the parent alone (a terminal's Ctrl-C reaches the workers too)
