@@ -45,7 +45,8 @@ import random
 from dataclasses import dataclass
 from typing import ClassVar
 
-from rbctl.tasks.links import LETTERS, check, extract_answer, format_problem  # noqa: F401  (the shared entry points)
+# the links task's letters, alphabet (so its tokenizer), prompt format and checker serve this task too
+from rbctl.tasks.links import alphabet, check, extract_answer, format_problem, keys  # noqa: F401
 from rbctl.tasks.registry import Benchmark, Problem, register
 
 KIND = "fixpoint"
@@ -84,10 +85,6 @@ class WarmStartSpec:
     layers: int = 2
     heads: int = 4
     seed: int = 0
-
-
-def keys(spec: TaskSpec) -> str:
-    return LETTERS[: spec.num_keys]
 
 
 def max_answer_tokens(spec: TaskSpec) -> int:
@@ -192,10 +189,6 @@ def is_walk(completion: str) -> bool:
 
 
 # --- the policy: its alphabet, size and demonstrations (built by rbctl.tasks.builtin / tiny) --------
-
-
-def alphabet(spec: TaskSpec) -> str:
-    return LETTERS[: spec.num_keys] + LETTERS[: spec.num_keys].upper() + "0123456789#?|"
 
 
 def max_positions(spec: TaskSpec) -> int:
