@@ -1,0 +1,50 @@
+"""The run's optimizer: torch's foreach AdamW (the same weights as the default implementation, bit
+for bit), and the learning-rate schedule."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from rbctl.train.optim import lr_factor, make_optimizer
+from tests.conftest import tiny_llama
+
+
+def train_weights(tiny_config, foreach: bool | None, steps: int = 4) -> list[torch.Tensor]:
+    cfg = tiny_config(optim__lr=1e-2, optim__weight_decay=0.1)
+    model = tiny_llama(32, layers=2, seed=0)
+    params = list(model.parameters())
+    if foreach is None:
+        opt, _ = make_optimizer(params, cfg)
+    else:
+        o = cfg.optim
+        opt = torch.optim.AdamW(params, lr=o.lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay, foreach=foreach)
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(steps):
+        ids = torch.randint(0, 32, (4, 12), generator=gen)
+        opt.zero_grad()
+        model(input_ids=ids, labels=ids).loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+    return [p.detach().clone() for p in params]
+
+
+def test_run_optimizer_is_foreach_and_gives_the_default_weights_bit_for_bit(tiny_config) -> None:
+    opt, _ = make_optimizer(list(tiny_llama(32).parameters()), tiny_config())
+    assert opt.param_groups[0]["foreach"] is True
+    default = train_weights(tiny_config, foreach=False)  # torch's default on CPU: a loop over tensors
+    ours = train_weights(tiny_config, foreach=None)
+    start = [p.detach() for p in tiny_llama(32, layers=2, seed=0).parameters()]
+    assert all(not torch.equal(a, b) for a, b in zip(ours, start))  # every tensor moved
+    assert all(torch.equal(a, b) for a, b in zip(ours, default))
+
+
+def test_lr_schedule_warmup_then_constant_or_cosine(tiny_config) -> None:
+    const = tiny_config(steps=10, optim__warmup_steps=2)
+    assert [lr_factor(const, s) for s in range(4)] == [0.5, 1.0, 1.0, 1.0]
+    cos = tiny_config(steps=10, optim__warmup_steps=2, optim__schedule="cosine")
+    assert lr_factor(cos, 2) == 1.0
+    assert lr_factor(cos, 6) == pytest.approx(0.5 * (1 + math.cos(math.pi * 0.5)))
+    assert lr_factor(cos, 10) == pytest.approx(0.0, abs=1e-12)
