@@ -16,8 +16,10 @@ from rbctl.algo.losses import (
     aggregation_weights,
     k3_kl,
     ppo_clip_loss,
+    entropy_of_logprobs,
     token_entropy,
     token_logprobs,
+    vocab_logprobs,
 )
 
 
@@ -148,6 +150,28 @@ def test_token_entropy_with_masked_vocabulary_is_finite() -> None:
     q = 1 / (1 + math.e)
     h = token_entropy(torch.tensor([[[0.0, -math.inf, 1.0]]])).item()
     assert h == pytest.approx(-(q * math.log(q) + (1 - q) * math.log(1 - q)))
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.6, 1.7])
+def test_logged_entropy_from_log_softmax_matches_slow_reference(temperature: float) -> None:
+    logits = logits_case()
+    h = entropy_of_logprobs(vocab_logprobs(logits, temperature))
+    assert_close(h, slow_entropy(logits, temperature))
+    assert_close(h, token_entropy(logits, temperature))
+
+
+def test_logged_entropy_with_masked_vocabulary_is_finite() -> None:
+    q = 1 / (1 + math.e)  # p ∝ [1, 0, e], as for token_entropy
+    h = entropy_of_logprobs(vocab_logprobs(torch.tensor([[[0.0, -math.inf, 1.0]]]))).item()
+    assert h == pytest.approx(-(q * math.log(q) + (1 - q) * math.log(1 - q)))
+    assert entropy_of_logprobs(vocab_logprobs(torch.zeros(1, 1, 5))).item() == pytest.approx(math.log(5))
+
+
+def test_token_logprobs_reuse_a_given_log_softmax() -> None:
+    logits = logits_case()
+    tokens = torch.tensor([[0, 6, 3], [2, 2, 5]])
+    lsm = vocab_logprobs(logits, 0.6)
+    assert torch.equal(token_logprobs(logits, tokens, 0.6, vocab_logp=lsm), token_logprobs(logits, tokens, 0.6))
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.6])

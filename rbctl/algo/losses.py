@@ -17,10 +17,26 @@ from rbctl.errors import UserError
 # --- per-token quantities --------------------------------------------------------------------------
 
 
-def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
-    """log π(y_t | context) at the sampling temperature. logits [N, T, V], tokens [N, T] -> [N, T]."""
-    logp = torch.log_softmax(logits.float() / temperature, dim=-1)
+def vocab_logprobs(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """log π(v | context) over the vocabulary at the sampling temperature, in float32: [N, T, V]."""
+    return torch.log_softmax(logits.float() / temperature, dim=-1)
+
+
+def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0,
+                   vocab_logp: torch.Tensor | None = None) -> torch.Tensor:
+    """log π(y_t | context) at the sampling temperature. logits [N, T, V], tokens [N, T] -> [N, T].
+    `vocab_logp`: `vocab_logprobs(logits, temperature)` if the caller has it already."""
+    logp = vocab_logprobs(logits, temperature) if vocab_logp is None else vocab_logp
     return logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+
+
+@torch.no_grad()
+def entropy_of_logprobs(vocab_logp: torch.Tensor) -> torch.Tensor:
+    """H_t = −Σ_v π(v) log π(v) from log-probabilities [N, T, V] -> [N, T], without gradient: the
+    logged entropy, from the log-softmax the log-probs already needed (no second softmax pass over
+    the vocabulary). Equal to `token_entropy` up to float rounding (tests/test_losses.py)."""
+    p = vocab_logp.exp()
+    return -(p * vocab_logp).masked_fill_(p == 0, 0.0).sum(dim=-1)  # p = 0 terms: 0·(−inf) → 0, not NaN
 
 
 def token_entropy(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:

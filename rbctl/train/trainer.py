@@ -30,7 +30,8 @@ import numpy as np
 import torch
 
 from rbctl import algo
-from rbctl.algo.losses import BatchNorm, adaptive_alpha, aggregation_weights, k3_kl, token_entropy, token_logprobs
+from rbctl.algo.losses import (BatchNorm, adaptive_alpha, aggregation_weights, entropy_of_logprobs, k3_kl, token_entropy,
+                               token_logprobs, vocab_logprobs)
 from rbctl.config.train import TrainConfig
 from rbctl.errors import UserError
 from rbctl.rollout.base import SamplingParams
@@ -44,6 +45,7 @@ from rbctl.train.checkpoint import load_state, rng_state, set_rng_state
 from rbctl.train.data import load_training_problems, reward_function, task_spec, warm_start_spec
 from rbctl.train.distributed import init_from_env
 from rbctl.train.objective import Objective, stat_metric
+from rbctl.train.optim import make_optimizer
 from rbctl.train.precision import prepare_trainable, resolve_precision
 from rbctl.train.sampling import Groups, collect_groups, round_prompts, round_seed
 
@@ -101,7 +103,7 @@ class Trainer:
         r = self.cfg.rollout
         opts = r.vllm.model_dump() if r.engine == "vllm" else {"logprobs": True}  # rollout/logprob_diff
         return build_engine(r.engine, model, self.tokenizer, source=self.base_source, batch_size=r.max_batch,
-                            seed=self.cfg.seed, **opts)
+                            seed=self.cfg.seed, sample_dtype=r.dtype, **opts)
 
     def _policy_model(self, base, resume_ck: Path | None):
         if self.lora:
@@ -126,10 +128,7 @@ class Trainer:
         return DistributedDataParallel(self.model, device_ids=ids)
 
     def _make_optimizer(self) -> None:
-        o = self.cfg.optim
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        self.opt = torch.optim.AdamW(params, lr=o.lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay)
-        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, self._lr_lambda)
+        self.opt, self.sched = make_optimizer([p for p in self.model.parameters() if p.requires_grad], self.cfg)
         self.alpha = self.cfg.algo.entropy.alpha
 
     def _restore(self, ck: Path) -> None:
@@ -161,15 +160,6 @@ class Trainer:
         lc = self.cfg.model.lora
         return get_peft_model(model, LoraConfig(r=lc.r, lora_alpha=lc.alpha, lora_dropout=lc.dropout,
                                                 target_modules=lc.target_modules, task_type="CAUSAL_LM"))
-
-    def _lr_lambda(self, s: int) -> float:
-        o = self.cfg.optim
-        if o.warmup_steps and s < o.warmup_steps:
-            return (s + 1) / o.warmup_steps
-        if o.schedule == "cosine":
-            span = max(1, self.cfg.steps - o.warmup_steps)
-            return 0.5 * (1 + math.cos(math.pi * min(1.0, (s - o.warmup_steps) / span)))
-        return 1.0
 
     def prompt_ids(self, idx: int) -> list[int]:
         """Prompts are encoded once and cached: no re-tokenisation per step."""
@@ -223,14 +213,11 @@ class Trainer:
             logits = response_logits(model, batch.input_ids[sl].to(dev), batch.attention_mask[sl].to(dev),
                                      batch.prompt_width, group_size=group)
         t = self.cfg.rollout.temperature
-        logp = token_logprobs(logits, batch.response_ids[sl].to(dev), t)
+        vocab_logp = vocab_logprobs(logits, t)
+        logp = token_logprobs(logits, batch.response_ids[sl].to(dev), t, vocab_logp=vocab_logp)
         ent = None
-        if with_entropy:
-            if entropy_grad:
-                ent = token_entropy(logits, t)
-            else:
-                with torch.no_grad():
-                    ent = token_entropy(logits.detach(), t)
+        if with_entropy:  # with gradient for an entropy bonus; else logged from the log-softmax at hand
+            ent = token_entropy(logits, t) if entropy_grad else entropy_of_logprobs(vocab_logp.detach())
         return logp, ent
 
     @torch.no_grad()
