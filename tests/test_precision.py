@@ -80,6 +80,23 @@ def test_hf_engine_logs_its_logprob_mismatch_with_the_trainer(tiny_config, tmp_p
         assert d is not None and 0.0 <= d < (1e-4 if mode == "fp32" else 0.05), d
 
 
+def test_bfloat16_sampling_replica_is_measured_against_the_float32_trainer(tiny_config, tmp_path):
+    """rollout.dtype bfloat16: float32 training, bf16 sampling; the mismatch is logged, and bounded."""
+    fp32 = train(tiny_config(steps=2), tmp_path / "fp32", **QUIET)
+    bf16 = train(tiny_config(steps=2, rollout__dtype="bfloat16"), tmp_path / "bf16", **QUIET)
+    for a, b in zip(fp32, bf16):
+        # bf16 weights (8-bit mantissa) move the sampler's log-probs well above the fp32 rounding floor
+        assert a["rollout/logprob_diff"] < 1e-4 < b["rollout/logprob_diff"] < 0.05, (a, b)
+
+
+def test_bfloat16_sampling_is_refused_for_vllm():
+    from rbctl.errors import UserError
+    from rbctl.rollout.factory import build_engine
+
+    with pytest.raises(UserError, match="rollout.dtype"):
+        build_engine("vllm", None, None, source="m", batch_size=1, sample_dtype="bfloat16")
+
+
 @pytest.mark.parametrize("fast", [True, False])
 def test_hf_sampled_logprobs_are_the_trainers(fast):
     """Both sampling paths (the CPU loop and `model.generate` with the recording processor) report

@@ -120,3 +120,25 @@ def test_a_generation_config_with_its_own_processors_falls_back_to_generate():
     assert not HFEngine(model, _Tok()).fast
     model.generation_config.repetition_penalty = 1.0
     assert HFEngine(model, _Tok()).fast
+
+
+def test_bfloat16_sampling_replica_follows_the_policy_and_keeps_buffers_and_ties():
+    model = tiny_llama(12, seed=0, pad_token_id=0, bos_token_id=1, eos_token_id=EOS, initializer_range=0.5,
+                       tie_word_embeddings=True)
+    engine = HFEngine(model, _Tok(), dtype="bfloat16", logprobs=True)
+    replica = engine.sampling_model()
+    assert replica is not model and engine.sampling_model() is replica  # built once, then refreshed
+    assert {p.dtype for p in replica.parameters()} == {torch.bfloat16}
+    assert {p.dtype for p in model.parameters()} == {torch.float32}  # the policy is left as it is
+    assert all(b.dtype == a.dtype for a, b in zip(model.buffers(), replica.buffers()))  # rotary freqs stay float32
+    assert replica.lm_head.weight is replica.model.embed_tokens.weight  # tied weights stay tied
+    for a, b in zip(model.parameters(), replica.parameters()):
+        assert torch.equal(b, a.detach().to(torch.bfloat16))
+    with torch.no_grad():  # an optimizer step on the policy reaches the replica at the next generation
+        model.model.embed_tokens.weight.add_(1.0)
+    params = SamplingParams(n=2, temperature=1.0, max_new_tokens=6, seed=0)
+    out = engine.generate(PROMPTS, params)
+    assert torch.equal(replica.model.embed_tokens.weight, model.model.embed_tokens.weight.detach().to(torch.bfloat16))
+    assert [len(g) for g in out] == [2] * len(PROMPTS)
+    assert all(s.logprobs is not None and len(s.logprobs) == len(s.token_ids) for g in out for s in g)
+    assert HFEngine(model, _Tok()).sampling_model() is model  # dtype auto: the policy itself

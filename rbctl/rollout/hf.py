@@ -18,6 +18,7 @@ distributed) samples than `generate` would; greedy decoding gives the same token
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 
@@ -141,8 +142,10 @@ class HFEngine:
 
     name = "hf"
 
-    def __init__(self, model, tokenizer, max_batch: int = 256, logprobs: bool = False):
-        self.model = model
+    def __init__(self, model, tokenizer, max_batch: int = 256, logprobs: bool = False, dtype: str = "auto"):
+        self.model = model  # the policy; training updates it in place
+        self.dtype = dtype  # "bfloat16": sample from a bf16 replica of it (`sampling_model`)
+        self._replica = None
         self.logprobs = logprobs  # record the sampled tokens' log-probs (training: rollout/logprob_diff)
         self.tokenizer = tokenizer
         self.max_batch = max_batch
@@ -160,18 +163,19 @@ class HFEngine:
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Sample]]:
         if params.seed is not None:
             torch.manual_seed(params.seed)
-        device = next(self.model.parameters()).device
+        model = self.sampling_model()
+        device = next(model.parameters()).device
         per_call = max(1, self.max_batch // params.n)
         out: list[list[Sample]] = []
-        was_training = self.model.training
-        self.model.eval()
+        was_training = model.training
+        model.eval()
         try:
             for start in range(0, len(prompts), per_call):
                 chunk = prompts[start:start + per_call]
                 if self.fast:
-                    responses, logps = self._sample(chunk, params, device)
+                    responses, logps = self._sample(model, chunk, params, device)
                 else:
-                    responses, logps = self._hf_generate(chunk, params, device)
+                    responses, logps = self._hf_generate(model, chunk, params, device)
                 for j, resp in enumerate(responses):
                     p = start + j // params.n
                     if j % params.n == 0:
@@ -180,17 +184,35 @@ class HFEngine:
                     text = self.tokenizer.decode(toks, skip_special_tokens=True)
                     out[-1].append(Sample(p, toks, text, finished, logps[j][: len(toks)] if logps is not None else None))
         finally:
-            self.model.train(was_training)
+            model.train(was_training)
         return out
 
-    def _sample(self, chunk: list[list[int]], params: SamplingParams, device):
+    @torch.no_grad()
+    def sampling_model(self):
+        """The model that samples: the policy, or with dtype "bfloat16" a replica of it whose
+        parameters are bfloat16 copies of the policy's (buffers, such as rotary frequencies, stay as
+        they are), refreshed from the policy at every call: one cast-copy of the weights, ~0.1 s
+        for 135M parameters."""
+        params = list(self.model.parameters())
+        if self.dtype != "bfloat16" or params[0].dtype == torch.bfloat16:
+            return self.model
+        if self._replica is None:
+            # deepcopy with the parameters pre-mapped: no float32 copy of the weights is ever made
+            memo = {id(p): torch.nn.Parameter(p.detach().to(torch.bfloat16), requires_grad=False) for p in params}
+            self._replica = copy.deepcopy(self.model, memo)
+        else:
+            for dst, src in zip(self._replica.parameters(), params):
+                dst.copy_(src)
+        return self._replica
+
+    def _sample(self, model, chunk: list[list[int]], params: SamplingParams, device):
         """Response token lists [B·n] (prompt-major), each up to its first EOS or max_new_tokens, and
         their log-probs (`sampled_logprobs`; None when greedy or not recorded)."""
         n, eos = params.n, torch.tensor(self.eos_ids, device=device)
         ids, mask = left_pad(chunk, self.pad_id)
         ids, mask = ids.to(device), mask.to(device)
-        cache = new_cache(self.model)
-        logits = forward_with_cache(self.model, ids, mask, position_ids(mask), cache, logits_to_keep=1)[:, -1]
+        cache = new_cache(model)
+        logits = forward_with_cache(model, ids, mask, position_ids(mask), cache, logits_to_keep=1)[:, -1]
         cache.batch_repeat_interleave(n)  # [B, …] -> [B·n, …]: prompt b's rows are b·n … b·n+n−1
         logits, mask = logits.repeat_interleave(n, 0), mask.repeat_interleave(n, 0)
         pos = mask.sum(-1, keepdim=True)  # position of the first response token, [B·n, 1]
@@ -213,11 +235,11 @@ class HFEngine:
                 cache.batch_select_indices(keep)
                 rows, nxt, mask, pos = rows[keep], nxt[keep], mask[keep], pos[keep]
             mask = torch.cat([mask, mask.new_ones(len(rows), 1)], dim=1)
-            logits = forward_with_cache(self.model, nxt[:, None], mask, pos, cache, logits_to_keep=1)[:, -1]
+            logits = forward_with_cache(model, nxt[:, None], mask, pos, cache, logits_to_keep=1)[:, -1]
             pos = pos + 1
         return tokens.tolist(), (logps.tolist() if sampled else None)
 
-    def _hf_generate(self, chunk: list[list[int]], params: SamplingParams, device):
+    def _hf_generate(self, model, chunk: list[list[int]], params: SamplingParams, device):
         """Response token lists [B·n] from `model.generate` (padding after EOS included) and their
         log-probs (recorded by `_LogprobRecorder`; None when greedy or not recorded)."""
         ids, mask = left_pad(chunk, self.pad_id)
@@ -236,7 +258,7 @@ class HFEngine:
                 gen_kwargs["logits_processor"] = [recorder]
         else:
             gen_kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-        seqs = self.model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **gen_kwargs)
+        seqs = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **gen_kwargs)
         resp = seqs[:, ids.shape[1]:]
         return resp.tolist(), (recorder.result(resp).tolist() if recorder is not None else None)
 
