@@ -1,7 +1,11 @@
-"""The local launcher of `rbctl ablate`: one spawned process per run, `jobs` at a time.
+"""The local launcher of `rbctl ablate`: one process per run, `jobs` at a time.
 
 A process per run (not a pool) so that one worker killed by the kernel (out of memory) fails only
-its own run: it is reported with the signal that ended it and the others go on. The first Ctrl-C
+its own run: it is reported with the signal that ended it and the others go on. Run processes are
+forked from a fork server that has imported torch, transformers and the trainer once (`PRELOAD`; it
+runs no computation, so no OpenMP thread pool is inherited): each run skips the ~5 s of imports a
+fresh interpreter spends (python -m scripts.bench_main_job --compare). Each run takes the launcher's
+environment and working directory as they are when it starts. The first Ctrl-C
 (SIGINT) stops launching runs, interrupts the running ones (they keep their last checkpoint) and
 returns; a second one stops at once. When output is not a terminal (a log file, a Slurm job) plain
 lines replace the Rich display: one per run start and end and a one-line progress every
@@ -10,6 +14,7 @@ lines replace the Rich display: one per run start and end and a one-line progres
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import sys
@@ -22,7 +27,26 @@ def _interrupt_once(signum, frame):  # pragma: no cover - runs in the worker
     raise KeyboardInterrupt
 
 
-def _child(target, key: str, args: tuple, queue) -> None:  # pragma: no cover - runs in the worker
+# Imported once by the fork server, before any run is forked from it.
+PRELOAD = ["torch", "transformers", "rbctl.sweep.ablate", "rbctl.train.loop", "rbctl.eval.pipeline"]
+
+
+def run_context():
+    """The multiprocessing context of run processes: a preloaded fork server where the platform has
+    one (Linux, macOS), else fresh interpreters (spawn)."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return get_context("spawn")
+    ctx = get_context("forkserver")
+    ctx.set_forkserver_preload(PRELOAD)
+    return ctx
+
+
+def _child(target, key: str, args: tuple, queue, env: dict | None = None, cwd: str | None = None) -> None:  # pragma: no cover - runs in the worker
+    if env is not None:  # the fork server was started earlier: take the launcher's current environment
+        os.environ.clear()
+        os.environ.update(env)
+    if cwd is not None:
+        os.chdir(cwd)
     signal.signal(signal.SIGINT, _interrupt_once)
     queue.put((key, "start", 0, {}))
     try:
@@ -49,7 +73,7 @@ class Interrupted(Exception):
 def execute(target, todo: list[tuple[str, int, tuple]], jobs: int, record, display) -> None:
     """Run `target(*args, queue)` for each (key, steps, args) of `todo`, `jobs` at a time;
     `record(key, result)` is called as each ends. Raises Interrupted after a Ctrl-C."""
-    ctx = get_context("spawn")  # fresh interpreters: no inherited OpenMP thread pools
+    ctx = run_context()
     manager = ctx.Manager()  # its server process ignores SIGINT
     queue = manager.Queue()
     waiting, running, results = list(todo), {}, {}
@@ -73,7 +97,8 @@ def execute(target, todo: list[tuple[str, int, tuple]], jobs: int, record, displ
                     stop["forwarded"] = True
                 while waiting and len(running) < jobs:
                     key, _, args = waiting.pop(0)
-                    p = ctx.Process(target=_child, args=(target, key, args, queue), daemon=False)
+                    p = ctx.Process(target=_child, args=(target, key, args, queue, dict(os.environ), os.getcwd()),
+                                    daemon=False)
                     p.start()
                     running[key] = p
                 _drain(queue, display, results)
