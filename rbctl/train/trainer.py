@@ -12,8 +12,9 @@ How one step runs (and where it departs from a textbook GRPO loop):
    the behaviour policy's (nothing has changed yet), so no separate "old log-prob" pass is run,
    unless dropout is active: then they come from a no-grad eval-mode pass, as the rollouts were
    sampled. Entropy and the KL to the reference are logged from the pre-update forward passes.
-   Forwards and hf sampling run in `model.precision` (rbctl.train.precision); the sampler's own
-   log-probs against the old ones are logged as `rollout/logprob_diff` (vLLM: TIS corrects them).
+   Forwards and hf sampling run in `model.precision` (rbctl.train.precision), unless
+   `rollout.dtype: bfloat16` samples from a bf16 replica; the sampler's own log-probs against the
+   old ones are logged as `rollout/logprob_diff` (TIS, `algo.tis_cap`, corrects them).
 5. κ_eff (every `kappa_eff_every` steps): one more forward pass after the update gives
    d_i = Σ_t log π_new − log π_old per rollout (docs/method.md, "Sharpness").
 """
