@@ -53,3 +53,27 @@ def test_trl_config_mirrors_the_quickstart(tmp_path):
     assert (t.bf16, t.fp16, t.gradient_checkpointing) == (False, False, False)
     assert getattr(t.optim, "value", t.optim) == "adamw_torch"
     assert cfg.model.gradient_checkpointing is False and cfg.model.dtype in ("auto", "float32")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("trl") is None, reason="TRL is an optional extra")
+def test_real_model_bench_gives_trl_the_work_rbctl_does(tmp_path):
+    import argparse
+
+    from scripts import bench_trl_smollm2 as real
+
+    args = argparse.Namespace(data=tmp_path / "gsm8k_train.jsonl", steps=4, threads=1, rbctl_set=None)
+    cfg = real.rbctl_config(args, tmp_path / "model")
+    bf16 = real.rbctl_config(args, tmp_path / "model", bf16_sampling=True)
+    t = real.trl_config(cfg, str(tmp_path / "trl"))
+    assert (t.bf16, t.fp16, t.gradient_checkpointing, getattr(t.optim, "value", t.optim)) == (False, False, False, "adamw_torch")
+    assert cfg.model.precision in ("auto", "fp32") and cfg.model.lora is None and not cfg.model.gradient_checkpointing
+    assert (cfg.rollout.dtype, bf16.rollout.dtype) == ("auto", "bfloat16")
+    assert t.per_device_train_batch_size == cfg.rollout.prompts_per_step * cfg.rollout.group_size == 16
+    assert t.num_generations == cfg.rollout.group_size and t.max_completion_length == cfg.rollout.max_new_tokens == 64
+    assert t.generation_kwargs == {"min_new_tokens": 64} and t.shuffle_dataset is False
+    assert (t.temperature, t.top_p, t.learning_rate, t.weight_decay) == \
+           (cfg.rollout.temperature, cfg.rollout.top_p, cfg.optim.lr, cfg.optim.weight_decay) == (1.0, 1.0, 1e-6, 0.0)
+    assert (t.adam_beta1, t.adam_beta2, t.max_grad_norm) == (cfg.optim.beta1, cfg.optim.beta2, cfg.optim.max_grad_norm)
+    assert (t.beta, t.num_iterations, t.loss_type) == (0.0, cfg.algo.ppo_epochs, "grpo")
+    assert cfg.algo.kl_coef == 0 and not cfg.algo.log_kl and cfg.algo.estimator == "grpo" and cfg.algo.budget is None
+    assert cfg.algo.loss_agg == "seq-mean-token-mean" and cfg.kappa_eff_every == 1
