@@ -127,7 +127,7 @@ def run_rbctl(args, model_dir: Path, bf16_sampling: bool = False) -> dict:
     for row, t0, t1 in zip(rows, [start] + ends, ends):
         row["step_s"] = t1 - t0
     return {"steps": rows, "peak_rss_mib": _peak_rss_mib(),
-            "settings": {"kappa_eff_every": cfg.kappa_eff_every, "rollout.dtype": getattr(cfg.rollout, "dtype", "(training precision)"),
+            "settings": {"kappa_eff_every": cfg.kappa_eff_every, "rollout.dtype": cfg.rollout.dtype,
                          "model.precision": cfg.model.precision}}
 
 
