@@ -235,11 +235,12 @@ def run_trl(steps: int, threads: int) -> dict:
             "extra_forwards": extra_forward_passes(cfg, "trl")}
 
 
-def run_matmul(threads: int, reps: int = 5) -> dict:
+def run_matmul(threads: int, reps: int = 5, dtype: str = "float32") -> dict:
+    """FLOP/s of a MATMUL_N³ torch.mm in `dtype`, median of `reps`."""
     import torch
 
     _set_threads(threads)
-    a, b = torch.randn(MATMUL_N, MATMUL_N), torch.randn(MATMUL_N, MATMUL_N)
+    a, b = (torch.randn(MATMUL_N, MATMUL_N, dtype=getattr(torch, dtype)) for _ in range(2))
     torch.mm(a, b)
     times = []
     for _ in range(reps):

@@ -14,6 +14,7 @@ from rbctl.algo.losses import (
     BatchNorm,
     adaptive_alpha,
     aggregation_weights,
+    at_tokens,
     k3_kl,
     ppo_clip_loss,
     entropy_of_logprobs,
@@ -167,11 +168,11 @@ def test_logged_entropy_with_masked_vocabulary_is_finite() -> None:
     assert entropy_of_logprobs(vocab_logprobs(torch.zeros(1, 1, 5))).item() == pytest.approx(math.log(5))
 
 
-def test_token_logprobs_reuse_a_given_log_softmax() -> None:
+def test_token_logprobs_are_the_log_softmax_at_the_tokens() -> None:
     logits = logits_case()
     tokens = torch.tensor([[0, 6, 3], [2, 2, 5]])
     lsm = vocab_logprobs(logits, 0.6)
-    assert torch.equal(token_logprobs(logits, tokens, 0.6, vocab_logp=lsm), token_logprobs(logits, tokens, 0.6))
+    assert torch.equal(at_tokens(lsm, tokens), token_logprobs(logits, tokens, 0.6))
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.6])

@@ -22,12 +22,14 @@ def vocab_logprobs(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tens
     return torch.log_softmax(logits.float() / temperature, dim=-1)
 
 
-def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0,
-                   vocab_logp: torch.Tensor | None = None) -> torch.Tensor:
-    """log π(y_t | context) at the sampling temperature. logits [N, T, V], tokens [N, T] -> [N, T].
-    `vocab_logp`: `vocab_logprobs(logits, temperature)` if the caller has it already."""
-    logp = vocab_logprobs(logits, temperature) if vocab_logp is None else vocab_logp
-    return logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+def at_tokens(vocab_logp: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """The entries of `vocab_logp` [N, T, V] at `tokens` [N, T] -> [N, T]."""
+    return vocab_logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+
+
+def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """log π(y_t | context) at the sampling temperature. logits [N, T, V], tokens [N, T] -> [N, T]."""
+    return at_tokens(vocab_logprobs(logits, temperature), tokens)
 
 
 @torch.no_grad()

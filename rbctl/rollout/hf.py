@@ -193,8 +193,10 @@ class HFEngine:
         parameters are bfloat16 copies of the policy's (buffers, such as rotary frequencies, stay as
         they are), refreshed from the policy at every call: one cast-copy of the weights, ~0.1 s
         for 135M parameters."""
+        if self.dtype != "bfloat16":
+            return self.model
         params = list(self.model.parameters())
-        if self.dtype != "bfloat16" or params[0].dtype == torch.bfloat16:
+        if params[0].dtype == torch.bfloat16:
             return self.model
         if self._replica is None:
             # deepcopy with the parameters pre-mapped: no float32 copy of the weights is ever made

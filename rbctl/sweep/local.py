@@ -41,12 +41,10 @@ def run_context():
     return ctx
 
 
-def _child(target, key: str, args: tuple, queue, env: dict | None = None, cwd: str | None = None) -> None:  # pragma: no cover - runs in the worker
-    if env is not None:  # the fork server was started earlier: take the launcher's current environment
-        os.environ.clear()
-        os.environ.update(env)
-    if cwd is not None:
-        os.chdir(cwd)
+def _child(target, key: str, args: tuple, queue, env: dict, cwd: str) -> None:  # pragma: no cover - runs in the worker
+    os.environ.clear()  # the fork server was started earlier: take the launcher's current environment
+    os.environ.update(env)
+    os.chdir(cwd)
     signal.signal(signal.SIGINT, _interrupt_once)
     queue.put((key, "start", 0, {}))
     try:

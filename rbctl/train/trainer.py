@@ -31,8 +31,8 @@ import numpy as np
 import torch
 
 from rbctl import algo
-from rbctl.algo.losses import (BatchNorm, adaptive_alpha, aggregation_weights, entropy_of_logprobs, k3_kl, token_entropy,
-                               token_logprobs, vocab_logprobs)
+from rbctl.algo.losses import (BatchNorm, adaptive_alpha, aggregation_weights, at_tokens, entropy_of_logprobs, k3_kl,
+                               token_entropy, vocab_logprobs)
 from rbctl.config.train import TrainConfig
 from rbctl.errors import UserError
 from rbctl.rollout.base import SamplingParams
@@ -215,7 +215,7 @@ class Trainer:
                                      batch.prompt_width, group_size=group)
         t = self.cfg.rollout.temperature
         vocab_logp = vocab_logprobs(logits, t)
-        logp = token_logprobs(logits, batch.response_ids[sl].to(dev), t, vocab_logp=vocab_logp)
+        logp = at_tokens(vocab_logp, batch.response_ids[sl].to(dev))
         ent = None
         if with_entropy:  # with gradient for an entropy bonus; else logged from the log-softmax at hand
             ent = token_entropy(logits, t) if entropy_grad else entropy_of_logprobs(vocab_logp.detach())
