@@ -161,6 +161,24 @@ def test_logged_entropy_from_log_softmax_matches_slow_reference(temperature: flo
     assert_close(h, token_entropy(logits, temperature))
 
 
+def test_logged_entropy_of_many_rows_matches_the_reference_row_by_row() -> None:
+    # more rows than one chunk of entropy_of_logprobs, with a masked token in a later chunk
+    logits = 2.0 * torch.randn(9, 5, 11, generator=torch.Generator().manual_seed(4))
+    logits[7, 2, 3] = -math.inf
+    h = entropy_of_logprobs(vocab_logprobs(logits))
+    assert h.shape == (9, 5) and torch.isfinite(h).all()
+    assert_close(h, token_entropy(logits))
+
+
+def test_temperature_one_uses_the_logits_as_they_are() -> None:
+    from rbctl.algo.losses import scaled
+
+    logits = logits_case()
+    assert scaled(logits, 1.0) is logits  # no pass over the vocabulary to divide by 1
+    assert torch.equal(vocab_logprobs(logits, 1.0), torch.log_softmax(logits, dim=-1))
+    assert torch.equal(scaled(logits, 0.5), logits / 0.5)
+
+
 def test_logged_entropy_with_masked_vocabulary_is_finite() -> None:
     q = 1 / (1 + math.e)  # p ∝ [1, 0, e], as for token_entropy
     h = entropy_of_logprobs(vocab_logprobs(torch.tensor([[[0.0, -math.inf, 1.0]]]))).item()

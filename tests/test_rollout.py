@@ -80,6 +80,54 @@ def test_decoding_from_the_repeated_prompt_cache_gives_the_full_forward_logits()
     torch.testing.assert_close(torch.cat(got, dim=1), want[:, ids.shape[1] - 1:])
 
 
+def test_reserved_cache_samples_the_same_tokens_as_a_growing_cache(monkeypatch):
+    """The sampling loop writes keys and values into reserved room (`reserve_cache`); tokens and
+    log-probs are bit-identical to the concatenating DynamicCache, with rows leaving at EOS."""
+    import rbctl.rollout.hf as hf
+
+    model = _tiny_llama(2)
+    params = SamplingParams(n=3, temperature=1.0, max_new_tokens=10, seed=5)
+    engine = HFEngine(model, _Tok(), logprobs=True)
+    reserved = engine.generate(PROMPTS, params)
+    monkeypatch.setattr(hf, "reserve_cache", lambda cache, room: None)
+    growing = engine.generate(PROMPTS, params)
+    assert [[(s.token_ids, s.logprobs) for s in g] for g in reserved] == \
+           [[(s.token_ids, s.logprobs) for s in g] for g in growing]
+    assert {s.finished for g in reserved for s in g} == {True, False}  # rows left the batch at EOS
+
+
+def test_reserved_cache_layer_grows_as_usual_once_its_room_is_used():
+    from rbctl.rollout.hf import forward_with_cache, left_pad, new_cache, position_ids, reserve_cache
+
+    model = _tiny_llama(0)
+    ids, mask = left_pad(PROMPTS, 0)
+    with torch.no_grad():
+        want = model(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask)).logits
+        cache = new_cache(model)
+        width = 2
+        forward_with_cache(model, ids[:, :width], mask[:, :width], position_ids(mask)[:, :width], cache)
+        reserve_cache(cache, 1)  # room for one token; the prompt needs more
+        assert type(cache.layers[0]).__name__ == "ReservedLayer"
+        got = [forward_with_cache(model, ids[:, t:t + 1], mask[:, :t + 1], position_ids(mask)[:, t:t + 1], cache)
+               for t in range(width, ids.shape[1])]
+    assert cache.get_seq_length() == ids.shape[1]
+    torch.testing.assert_close(torch.cat(got, dim=1), want[:, width:])
+
+
+def test_bfloat16_prefill_keeps_the_last_logits_exactly():
+    """In bf16 the kept positions are gathered (a tensor `logits_to_keep`): same logits as slicing
+    the full forward's."""
+    from rbctl.rollout.hf import forward_with_cache, left_pad, new_cache, position_ids
+
+    model = _tiny_llama(1).to(torch.bfloat16)
+    ids, mask = left_pad(PROMPTS, 0)
+    with torch.no_grad():
+        full = model(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask)).logits
+        last = forward_with_cache(model, ids, mask, position_ids(mask), new_cache(model), logits_to_keep=1)
+    assert last.shape == (len(PROMPTS), 1, full.shape[-1]) and last.dtype == torch.bfloat16
+    torch.testing.assert_close(last, full[:, -1:], rtol=0, atol=0)
+
+
 def _nucleus_probs(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
     """Slow reference: softmax(z/T) restricted to the smallest set of top tokens whose mass reaches top_p."""
     p = torch.softmax(logits.double() / temperature, dim=-1)
