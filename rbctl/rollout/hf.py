@@ -11,7 +11,9 @@ logits in float32, `TemperatureLogitsWarper` then `TopPLogitsWarper` (transforme
 multinomial (argmax when greedy), stop at EOS or max_new_tokens — and does less work:
 1. each prompt is run once, not n times: its KV cache is repeated n times after the prefill;
 2. a sequence that has emitted EOS leaves the batch (its rows are dropped from the cache), so
-   later decoding steps run only the unfinished sequences.
+   later decoding steps run only the unfinished sequences;
+3. the cache has room reserved for max_new_tokens after the prefill (`reserve_cache`), so each
+   step writes its keys and values in place instead of copying the whole cache.
 Random draws are spread over rows differently than in `generate`, so a seed gives other (equally
 distributed) samples than `generate` would; greedy decoding gives the same tokens.
 """
