@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rbctl.rollout.hf import HFEngine
+from rbctl.rollout.hf import HFEngine, draw
 from rbctl.rollout.base import SamplingParams
 
 from tests.conftest import tiny_llama
@@ -160,6 +160,25 @@ def test_fast_loop_samples_the_tempered_nucleus_distribution(temperature, top_p)
     assert 0.5 * (got - want).abs().sum() < 0.04
     if top_p < 1.0:
         assert (want == 0).sum() >= 2  # the filter removed tokens: the check above is not vacuous
+
+
+def test_draw_by_inverse_cdf_follows_the_weights_and_never_picks_a_zero():
+    weights = torch.tensor([0.0, 3.0, 0.0, 1.0, 0.5, 0.5, 0.0, 0.0])  # unnormalised, zeros at both ends
+    want = weights.double() / weights.sum()
+    torch.manual_seed(0)
+    got = torch.bincount(draw(weights.expand(200_000, -1)), minlength=8).double() / 200_000
+    assert got[want == 0].sum() == 0
+    # 200k draws from 4 outcomes: total variation's standard deviation is below 0.002
+    assert 0.5 * (got - want).abs().sum() < 0.006
+
+
+def test_draw_at_either_end_of_the_uniform_range_picks_a_nonzero_weight(monkeypatch):
+    weights = torch.tensor([[0.0, 0.1, 0.2, 0.3, 0.0, 0.0], [0.0, 1e-30, 0.0, 0.7, 0.0, 0.0]])
+    top = 1.0 - 2.0 ** -53  # torch.rand's largest float64
+    monkeypatch.setattr(torch, "rand", lambda shape, **kw: torch.full(shape, top, **kw))
+    assert draw(weights).tolist() == [3, 3]  # the last nonzero weight, not a trailing zero
+    monkeypatch.setattr(torch, "rand", lambda shape, **kw: torch.zeros(shape, **kw))
+    assert draw(weights).tolist() == [1, 1]  # the first nonzero weight, not a leading zero
 
 
 def test_a_generation_config_with_its_own_processors_falls_back_to_generate():

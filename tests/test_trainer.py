@@ -101,7 +101,7 @@ def test_budget_changes_the_update_but_not_the_rollouts_of_step_one(tiny_config,
         return [{k: v for k, v in r.items() if k != "advantage"} for r in rows if r["step"] == 1]
 
     assert rollouts(base) and rollouts(base) == rollouts(budget)
-    assert 0 < a["groups/frac_all_correct"] + a["groups/frac_all_wrong"] < 1  # some group is mixed: a gradient
+    assert a["groups/frac_all_correct"] + a["groups/frac_all_wrong"] < 1  # some group is mixed: a gradient
     # ... but not the same update: the weights after step 1 differ.
     wa, wb = _weights(base, 1), _weights(budget, 1)
     assert wa.keys() == wb.keys()
