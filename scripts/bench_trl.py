@@ -137,7 +137,7 @@ MATCHED_WORK = {
     "bf16": False,  # rbctl trains float32 weights in float32 on CPU
     "fp16": False,
     "gradient_checkpointing": False,  # rbctl: model.gradient_checkpointing false in the quickstart
-    "optim": "adamw_torch",  # rbctl: torch.optim.AdamW (the default implementation for CPU tensors)
+    "optim": "adamw_torch_fused",  # rbctl: torch.optim.AdamW(fused=True) on CPU tensors (rbctl.train.optim)
 }
 ATTN_IMPLEMENTATION = "sdpa"  # both load the model with transformers' default attention; stated explicitly
 
@@ -344,7 +344,7 @@ def report(args, results: dict[str, list[dict]], matmul: list[float]) -> None:
           f"clip {a.clip_low}/{a.clip_high}, loss {a.loss_agg} (TRL loss_type=grpo), 1 optimizer step per batch, "
           f"policy of {s['rbctl']['params']:,} parameters")
     print("matched settings: precision float32 (TRL bf16=False, fp16=False), no gradient checkpointing, "
-          f"optimizer AdamW (torch; TRL optim={MATCHED_WORK['optim']}), attention {ATTN_IMPLEMENTATION} in both")
+          f"optimizer torch AdamW, fused in both (TRL optim={MATCHED_WORK['optim']}), attention {ATTN_IMPLEMENTATION} in both")
     print(f"KL: {kl}; rbctl also measures kappa_eff every {cfg.kappa_eff_every} step(s) (one more forward pass)")
     print(f"runs: {args.rounds} rounds x {args.steps} steps per framework, alternating, each in its own process; "
           f"medians over {s['rbctl']['n_steps']} steps each (first {args.warmup} and last step of each run excluded)")

@@ -103,6 +103,7 @@ def prompt_plan(cfg, tok) -> list[dict]:
 
 def run_rbctl(args, model_dir: Path, bf16_sampling: bool = False) -> dict:
     import rbctl.rollout.hf as hf
+    import rbctl.train.trainer as trainer
     from rbctl.train.loop import train
 
     _set_threads(args.threads)
@@ -113,6 +114,16 @@ def run_rbctl(args, model_dir: Path, bf16_sampling: bool = False) -> dict:
         self.eos_ids = []
 
     hf.HFEngine.__init__ = full_length
+    made = {}  # the optimizer the trainer really built, for the printed settings
+    make_optimizer = trainer.make_optimizer
+
+    def recording(params, cfg):
+        opt, sched = make_optimizer(params, cfg)
+        impl = "fused" if opt.defaults.get("fused") else "foreach" if opt.defaults.get("foreach") else "loop"
+        made["optimizer"] = f"{type(opt).__name__} ({impl})"
+        return opt, sched
+
+    trainer.make_optimizer = recording
     cfg = rbctl_config(args, model_dir, bf16_sampling)
     ends, rows = [], []
 
@@ -129,7 +140,7 @@ def run_rbctl(args, model_dir: Path, bf16_sampling: bool = False) -> dict:
         row["step_s"] = t1 - t0
     return {"steps": rows, "peak_rss_mib": _peak_rss_mib(),
             "settings": {"kappa_eff_every": cfg.kappa_eff_every, "rollout.dtype": cfg.rollout.dtype,
-                         "model.precision": cfg.model.precision}}
+                         "model.precision": cfg.model.precision} | made}
 
 
 def trl_config(cfg, out_dir: str):
@@ -189,10 +200,13 @@ def run_trl(args, model_dir: Path) -> dict:
                         processing_class=tok, callbacks=[StepEnds()])
         start = time.perf_counter()
         trainer.train()
+        opt = getattr(trainer.optimizer, "optimizer", trainer.optimizer)  # the torch optimizer inside accelerate's wrapper
+        impl = "fused" if opt.defaults.get("fused") else "foreach" if opt.defaults.get("foreach") else "loop"
     for row, t0, t1 in zip(rows, [start] + ends, ends):
         row["step_s"] = t1 - t0
     return {"steps": rows, "peak_rss_mib": _peak_rss_mib(),
-            "settings": {k: getattr(targs, k) for k in MATCHED_WORK} | {"optim": getattr(targs.optim, "value", targs.optim)}}
+            "settings": {k: getattr(targs, k) for k in MATCHED_WORK} | {"optim": getattr(targs.optim, "value", targs.optim),
+                                                                       "optimizer": f"{type(opt).__name__} ({impl})"}}
 
 
 def run_matmul(args) -> dict:

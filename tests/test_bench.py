@@ -38,6 +38,16 @@ def test_extra_forward_passes_count_the_reference_and_kappa_eff():
     assert bench.extra_forward_passes(cfg, "trl") == 0.0
 
 
+def _rbctl_adamw_is_fused(cfg) -> bool:
+    """rbctl's optimizer for CPU float32 weights is the one TRL is given (`optim=adamw_torch_fused`)."""
+    import torch
+
+    from rbctl.train.optim import make_optimizer
+
+    opt, _ = make_optimizer([torch.zeros(3, requires_grad=True)], cfg)
+    return isinstance(opt, torch.optim.AdamW) and opt.defaults["fused"] is True
+
+
 @pytest.mark.skipif(importlib.util.find_spec("trl") is None, reason="TRL is an optional extra")
 def test_trl_config_mirrors_the_quickstart(tmp_path):
     cfg = bench.workload_config(steps=5, threads=1, log_kl=False)
@@ -49,9 +59,9 @@ def test_trl_config_mirrors_the_quickstart(tmp_path):
     assert (t.beta, t.num_iterations, t.epsilon, t.epsilon_high) == (0.0, 1, a.clip_low, a.clip_high)
     assert t.loss_type == "grpo" and t.scale_rewards == "group" and not t.use_vllm
     assert t.save_strategy == "no" and t.report_to == [] and t.use_cpu
-    # the options that change the work match rbctl's: float32, no checkpointing, torch AdamW
+    # the options that change the work match rbctl's: float32, no checkpointing, torch's fused AdamW
     assert (t.bf16, t.fp16, t.gradient_checkpointing) == (False, False, False)
-    assert getattr(t.optim, "value", t.optim) == "adamw_torch"
+    assert getattr(t.optim, "value", t.optim) == "adamw_torch_fused" and _rbctl_adamw_is_fused(cfg)
     assert cfg.model.gradient_checkpointing is False and cfg.model.dtype in ("auto", "float32")
 
 
@@ -65,7 +75,8 @@ def test_real_model_bench_gives_trl_the_work_rbctl_does(tmp_path):
     cfg = real.rbctl_config(args, tmp_path / "model")
     bf16 = real.rbctl_config(args, tmp_path / "model", bf16_sampling=True)
     t = real.trl_config(cfg, str(tmp_path / "trl"))
-    assert (t.bf16, t.fp16, t.gradient_checkpointing, getattr(t.optim, "value", t.optim)) == (False, False, False, "adamw_torch")
+    assert (t.bf16, t.fp16, t.gradient_checkpointing, getattr(t.optim, "value", t.optim)) == (False, False, False, "adamw_torch_fused")
+    assert _rbctl_adamw_is_fused(cfg)
     assert cfg.model.precision in ("auto", "fp32") and cfg.model.lora is None and not cfg.model.gradient_checkpointing
     assert (cfg.rollout.dtype, bf16.rollout.dtype) == ("auto", "bfloat16")
     assert t.per_device_train_batch_size == cfg.rollout.prompts_per_step * cfg.rollout.group_size == 16

@@ -181,6 +181,13 @@ def test_draw_at_either_end_of_the_uniform_range_picks_a_nonzero_weight(monkeypa
     assert draw(weights).tolist() == [1, 1]  # the first nonzero weight, not a leading zero
 
 
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), 0.0])
+def test_draw_refuses_weights_without_a_distribution(bad):
+    weights = torch.tensor([[0.5, 0.5, 0.0], [bad, 0.0, 0.0]])
+    with pytest.raises(RuntimeError, match="inf or nan"):
+        draw(weights)
+
+
 def test_a_generation_config_with_its_own_processors_falls_back_to_generate():
     model = _tiny_llama(0)
     model.generation_config.repetition_penalty = 1.3

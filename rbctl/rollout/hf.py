@@ -231,6 +231,8 @@ def draw(probs: torch.Tensor) -> torch.Tensor:
     64-token rollout of 16 rows on SmolLM2's vocabulary at 2 threads)."""
     cdf = probs.double().cumsum_(-1)
     total = cdf[:, -1:]
+    if not bool(((total > 0) & torch.isfinite(total)).all()):  # as torch.multinomial refuses them
+        raise RuntimeError("sampling weights contain inf or nan, or a row sums to 0 (non-finite logits?)")
     # torch.rand's float64 lies in [0, 1 - 2^-53], and a product with such a factor rounds below the
     # total, so some entry (the last nonzero weight's) exceeds u; right=True skips empty intervals
     u = torch.rand(total.shape, dtype=cdf.dtype, device=cdf.device) * total
