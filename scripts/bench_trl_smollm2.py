@@ -101,6 +101,12 @@ def prompt_plan(cfg, tok) -> list[dict]:
     return rows
 
 
+def optimizer_name(opt) -> str:
+    """A torch optimizer's class and implementation, e.g. "AdamW (fused)"."""
+    impl = "fused" if opt.defaults.get("fused") else "foreach" if opt.defaults.get("foreach") else "loop"
+    return f"{type(opt).__name__} ({impl})"
+
+
 def run_rbctl(args, model_dir: Path, bf16_sampling: bool = False) -> dict:
     import rbctl.rollout.hf as hf
     import rbctl.train.trainer as trainer
@@ -119,8 +125,7 @@ def run_rbctl(args, model_dir: Path, bf16_sampling: bool = False) -> dict:
 
     def recording(params, cfg):
         opt, sched = make_optimizer(params, cfg)
-        impl = "fused" if opt.defaults.get("fused") else "foreach" if opt.defaults.get("foreach") else "loop"
-        made["optimizer"] = f"{type(opt).__name__} ({impl})"
+        made["optimizer"] = optimizer_name(opt)
         return opt, sched
 
     trainer.make_optimizer = recording
@@ -201,12 +206,11 @@ def run_trl(args, model_dir: Path) -> dict:
         start = time.perf_counter()
         trainer.train()
         opt = getattr(trainer.optimizer, "optimizer", trainer.optimizer)  # the torch optimizer inside accelerate's wrapper
-        impl = "fused" if opt.defaults.get("fused") else "foreach" if opt.defaults.get("foreach") else "loop"
     for row, t0, t1 in zip(rows, [start] + ends, ends):
         row["step_s"] = t1 - t0
     return {"steps": rows, "peak_rss_mib": _peak_rss_mib(),
             "settings": {k: getattr(targs, k) for k in MATCHED_WORK} | {"optim": getattr(targs.optim, "value", targs.optim),
-                                                                       "optimizer": f"{type(opt).__name__} ({impl})"}}
+                                                                       "optimizer": optimizer_name(opt)}}
 
 
 def run_matmul(args) -> dict:

@@ -43,9 +43,10 @@ def _rbctl_adamw_is_fused(cfg) -> bool:
     import torch
 
     from rbctl.train.optim import make_optimizer
+    from scripts.bench_trl_smollm2 import optimizer_name  # what the SmolLM2 bench prints for each framework
 
     opt, _ = make_optimizer([torch.zeros(3, requires_grad=True)], cfg)
-    return isinstance(opt, torch.optim.AdamW) and opt.defaults["fused"] is True
+    return optimizer_name(opt) == "AdamW (fused)" and opt.defaults["fused"] is True
 
 
 @pytest.mark.skipif(importlib.util.find_spec("trl") is None, reason="TRL is an optional extra")
