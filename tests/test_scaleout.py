@@ -58,6 +58,9 @@ def _ddp_worker(rank: int, world: int, port: int, cfg_json: str, batch_path: str
     tr.update(_shard(torch.load(batch_path, weights_only=False), rank, world))
     torch.save({"params": {n: p.detach().clone() for n, p in tr.model.named_parameters()}, "grads": grads},
                os.path.join(out_dir, f"rank{rank}.pt"))
+    # both ranks are done with the group before either tears it down: one rank's gloo context aborted
+    # ("terminate called without an active exception", SIGABRT) once in a full-suite run otherwise
+    torch.distributed.barrier()
     torch.distributed.destroy_process_group()
 
 
