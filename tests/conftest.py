@@ -1,5 +1,13 @@
 """Shared test helpers: the shared benchmark folder, a tiny random Llama, an isolated cache for the
-built-in policy's warm start, and a tiny training config."""
+built-in policy's warm start, and a tiny training config.
+
+The tests are laid out by kind:
+- `tests/unit/`: pure functions and single components (estimators, losses, metrics, statistics,
+  the grader, the task generators, the planner, the sampling loop); fast;
+- `tests/integration/`: the trainer, sweeps, evaluation and reports on the built-in tasks, the CLI,
+  the integrations and the vLLM stand-in;
+- `tests/system/`: process kills and faults, packaging, the real model (SmolLM2).
+"""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from rbctl.train.trainer import Trainer
 from tests.vllm_standin import use_vllm_standin
 
 QUIET = dict(progress=False, log=lambda *a: None)
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
 def _lines(run_dir):

@@ -268,7 +268,7 @@ def _mixed_cases(n: int, seed: int = 0) -> list[tuple[str, str]]:
 
 @pytest.mark.slow
 def test_throughput_200_mixed_cases() -> None:
-    """Grader speed; run with `pytest -m slow -s tests/test_grading.py -k throughput`."""
+    """Grader speed; run with `pytest -m slow -s tests/unit/test_grading.py -k throughput`."""
     cases = _mixed_cases(200)
     warm_up()
     start = time.perf_counter()

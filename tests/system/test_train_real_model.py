@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.test_trainer import REQUIRED_KEYS
+from tests.integration.test_trainer import REQUIRED_KEYS
 
 
 def smollm2_gguf() -> Path | None:

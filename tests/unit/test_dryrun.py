@@ -14,7 +14,7 @@ from rbctl.config.train import TrainConfig, load_train_config
 from rbctl.train.plan import ASSUMED_PROMPT_TOKENS, KNOWN_SIZES, dry_run, main, step_cost
 from tests.conftest import tiny_llama
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
 @pytest.fixture(autouse=True)

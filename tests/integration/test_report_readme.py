@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from scripts.readme_results import main
-from tests.test_report import CORRECT, make_run
+from tests.integration.test_report import CORRECT, make_run
 
 
 def test_readme_results_prints_report_numbers(tmp_path, capsys):
@@ -17,7 +17,7 @@ def test_readme_results_prints_report_numbers(tmp_path, capsys):
     assert main([str(sweep)]) == 0
     text = capsys.readouterr().out
     assert text.startswith("## Results") and "seeds per arm: 2" in text and "4 runs, 2 arms" in text
-    # avg@n Δ per seed .1875 and .25 (tests/test_report.py): mean +21.9 [−17.8, +61.6], not significant
+    # avg@n Δ per seed .1875 and .25 (tests/integration/test_report.py): mean +21.9 [−17.8, +61.6], not significant
     assert "| grpo_budget − grpo | builtin | avg@n | 2 | +21.9 [-17.8, +61.6] | +18.8, +25.0 |" in text
     assert "| grpo_budget − grpo | builtin | pass@4 | 2 | +25.0 [+25.0, +25.0] | +25.0, +25.0 | 0.000 | yes |" in text
     assert "| grpo | 2 | 0.205 [" in text  # final entropy: last quarter of 0.20, 0.21

@@ -14,7 +14,7 @@ QUICKSTART = "configs/quickstart.yaml"
 def _repo_root(monkeypatch, rbctl_cache):
     from pathlib import Path
 
-    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])
 
 
 def _err_line(capsys) -> str:

@@ -16,9 +16,9 @@ import pytest
 import yaml
 
 from tests.conftest import SHARED_BENCHMARKS as SHARED, SHARED_MISSING
-from tests.test_train_real_model import smollm2_gguf
+from tests.system.test_train_real_model import smollm2_gguf
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 ARMS = ("grpo", "grpo_budget")
 LOGGED = ("reward/mean", "entropy", "kappa", "kappa_eff")
 

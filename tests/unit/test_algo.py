@@ -27,7 +27,7 @@ from rbctl.algo import (
 from rbctl.errors import UserError
 
 # The estimators that take no parameters and compose with the budget; maxrl and passk
-# (tests/test_arms.py) refuse a budget and passk needs k.
+# (tests/unit/test_arms.py) refuse a budget and passk needs k.
 NAMES = [n for n, e in ESTIMATORS.items() if e.composes_with_budget and not e.params]
 EPS = 1e-6  # docs/method.md: GRPO divides by (std + 1e-6)
 
