@@ -3,7 +3,7 @@ type, default and description, generated from the schemas (rbctl.config.train, r
 
     python scripts/config_doc.py > docs/config.md
 
-`tests/test_cli.py` checks that docs/config.md is current.
+`tests/integration/test_cli.py` checks that docs/config.md is current.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def schema_markdown(schema: type[BaseModel] = TrainConfig, title: str = "Trainin
 def reference_markdown() -> str:
     """docs/config.md: every key of the training config and of a sweep file."""
     head = ("# Config reference\n\nGenerated from the schemas in `rbctl/config/train.py` and `rbctl/config/sweep.py` "
-            "by `python scripts/config_doc.py > docs/config.md`; `tests/test_cli.py` checks that this file is "
+            "by `python scripts/config_doc.py > docs/config.md`; `tests/integration/test_cli.py` checks that this file is "
             "current.\n\n")
     return head + schema_markdown() + "\n" + schema_markdown(SweepConfig, "Sweep file (`rbctl ablate`)")
 

@@ -44,7 +44,7 @@ def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: floa
 def entropy_of_logprobs(vocab_logp: torch.Tensor) -> torch.Tensor:
     """H_t = −Σ_v π(v) log π(v) from log-probabilities [N, T, V] -> [N, T], without gradient: the
     logged entropy, from the log-softmax the log-probs already needed (no second softmax pass over
-    the vocabulary). Equal to `token_entropy` up to float rounding (tests/test_losses.py)."""
+    the vocabulary). Equal to `token_entropy` up to float rounding (tests/unit/test_losses.py)."""
     out = vocab_logp.new_empty(vocab_logp.shape[:-1])
     # a few rows at a time: the temporaries stay small (16 × 64 × 49k float32 would be 200 MB each)
     for lp, h in zip(vocab_logp.split(4), out.split(4)):

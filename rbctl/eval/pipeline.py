@@ -5,7 +5,8 @@ For each benchmark, ``OUT/<benchmark>/`` receives (each file written atomically)
   literally ``avg@n``; ``n`` is stored beside it), ``pass@K`` and ``maj@K`` for K = 1, 2, 4, … ≤ n,
   each ``{value, ci_low, ci_high}`` (docs/method.md, "Evaluation metrics"; rbctl.grading.metrics);
   ``per_problem`` (correct samples per problem, for intervals across seeds); ``grader`` status
-  counts; ``protocol`` (everything that decides the figures: engine, sampling, template and an
+  counts; ``labels`` (share of each value of the benchmark's per-sample labels, where it has any,
+  e.g. the fixpoint task's ``{"strategy": {"walk": 0.16, "shortcut": 0.84}}``); ``protocol`` (everything that decides the figures: engine, sampling, template and an
   example prompt, versions, device, dtype); ``time_s``, ``tokens_per_s``.
 - ``samples.jsonl``: one line per sample (problem id, sample index, completion, extracted answer,
   gold, correct, grade status, finished).
@@ -186,7 +187,7 @@ def _summarize(name, probs, samples, grades, source, step, protocol) -> dict:
     metrics = summarize(correct, answers, equivalent=equivalent)
     metrics = {("avg@n" if k.startswith("avg@") else k): v for k, v in metrics.items()}
     counts = Counter(g.status for per in grades for g in per)
-    return {
+    summary = {
         "benchmark": name,
         "model": source,
         "step": step,
@@ -199,6 +200,21 @@ def _summarize(name, probs, samples, grades, source, step, protocol) -> dict:
         "mean_new_tokens": float(np.mean([len(s.token_ids) for per in samples for s in per])),
         "protocol": protocol,
     }
+    if benchmark_for(name).labels is not None:
+        summary["labels"] = label_shares(benchmark_for(name).labels, probs, samples)
+    return summary
+
+
+def label_shares(labels, probs, samples) -> dict[str, dict[str, float]]:
+    """Share of each value of each per-sample label over all samples: {label: {value: share}}."""
+    counts: dict[str, Counter] = {}
+    total = 0
+    for p, per in zip(probs, samples):
+        for s in per:
+            total += 1
+            for key, value in labels(s.text, p).items():
+                counts.setdefault(key, Counter())[value] += 1
+    return {k: {v: c / total for v, c in sorted(cnt.items())} for k, cnt in counts.items()}
 
 
 def _write_outputs(bench_dir: Path, summary, probs, samples, grades) -> None:
@@ -245,10 +261,13 @@ def _versions() -> dict[str, str | None]:
 
 def periodic_eval_line(summary: dict, step: int) -> dict:
     """One flat line of ``RUN_DIR/eval.jsonl`` from one benchmark's summary:
-    ``{"step", "benchmark", "avg@n", "pass@1", …, "maj@K", "n"}`` (values only, no intervals)."""
+    ``{"step", "benchmark", "avg@n", "pass@1", …, "maj@K", "n"}`` (values only, no intervals), plus
+    ``label/<label>/<value>`` shares where the benchmark labels its samples."""
     line = {"step": step, "benchmark": summary["benchmark"]}
     line.update({k: v["value"] for k, v in summary["metrics"].items()})
     line["n"] = summary["n"]
+    for key, shares in summary.get("labels", {}).items():
+        line.update({f"label/{key}/{value}": share for value, share in shares.items()})
     return line
 
 

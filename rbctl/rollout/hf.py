@@ -101,7 +101,7 @@ def reserve_cache(cache, room: int) -> None:
     more tokens, so decoding writes each step's keys and values in place (`_reserved_layer_class`)
     instead of concatenating them onto a copy of the whole cache (torch.profiler put that copy at
     ~30% of a SmolLM2 rollout of 16 rows × 64 tokens; in wall time the gain is within this CPU's
-    noise). Attention reads the same values, so results are unchanged (tests/test_rollout.py)."""
+    noise). Attention reads the same values, so results are unchanged (tests/unit/test_rollout.py)."""
     from transformers.cache_utils import DynamicLayer
 
     for i, layer in enumerate(cache.layers):

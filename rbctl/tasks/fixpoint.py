@@ -188,6 +188,12 @@ def is_walk(completion: str) -> bool:
     return not completion.startswith("#")
 
 
+def strategy(completion: str, problem=None) -> dict[str, str]:
+    """The strategy a sample chose at its first token (the benchmark's per-sample label): a
+    completion that opens with '#' is the shortcut, anything else walks."""
+    return {"strategy": "walk" if is_walk(completion) else "shortcut"}
+
+
 # --- the policy: its alphabet, size and demonstrations (built by rbctl.tasks.builtin / tiny) --------
 
 
@@ -218,4 +224,4 @@ def register_benchmark(spec: TaskSpec) -> None:
     """Register this task's test split as the benchmark `builtin`."""
     register(Benchmark(name="builtin", split="test", description=f"built-in fixed-point task, test split "
                        f"({spec.test_size} problems, exact answers)", loader=lambda: problems(spec, "test"),
-                       extract_answer=extract_answer), replace=True)
+                       extract_answer=extract_answer, labels=strategy), replace=True)

@@ -64,6 +64,10 @@ class Benchmark:
     # How answers are graded. None: the shared math grader (math-verify, rbctl.grading). A function:
     # exact answers (the built-in tasks): it extracts the answer, which is right iff it equals the gold.
     extract_answer: Callable[[str], str | None] | None = None
+    # Per-sample categorical labels for analysis, (completion, problem) -> {label: value}, e.g. the
+    # fixpoint task's {"strategy": "walk"}: their shares go into summary.json (`labels`) and into the
+    # periodic evaluation lines (`label/<label>/<value>`). None: no labels.
+    labels: Callable[[str, Problem], dict[str, str]] | None = None
 
     @property
     def grader(self) -> str:

@@ -4,7 +4,7 @@ AdamW runs torch's fused kernel where every parameter is a floating tensor on th
 device (else its multi-tensor "foreach" implementation). On SmolLM2-135M the fused step took
 0.06–0.09 s against 0.50–0.68 s for foreach and 0.74–1.3 s for torch's default on CPU (a loop over
 tensors), at 1 and 2 threads. It computes the same update in a different order: its weights differ
-from the loop's by float rounding from the first step (tests/test_optim.py bounds the difference),
+from the loop's by float rounding from the first step (tests/unit/test_optim.py bounds the difference),
 so results measured before 2026-12-01 (foreach, bit-identical to the loop) are not reproduced bit
 for bit by later commits.
 """

@@ -72,3 +72,22 @@ def test_a_policy_folder_records_its_task(tmp_path):
 
     bench = get_benchmark("builtin")
     assert "fixed-point" in bench.description and bench.extract_answer("iBbB#B") == "B"
+
+
+def test_the_strategy_label_and_its_shares_in_a_summary_and_an_eval_line():
+    from types import SimpleNamespace
+
+    from rbctl.eval.pipeline import label_shares, periodic_eval_line
+    from rbctl.tasks.fixpoint import strategy
+
+    assert strategy("#B") == {"strategy": "shortcut"}
+    assert strategy("iBbB#B") == {"strategy": "walk"}
+    # 2 problems × 2 samples: 3 shortcuts, 1 walk -> shares 3/4 and 1/4
+    samples = [[SimpleNamespace(text="#B"), SimpleNamespace(text="iBbB#B")],
+               [SimpleNamespace(text="#A"), SimpleNamespace(text="#C")]]
+    shares = label_shares(strategy, [None, None], samples)
+    assert shares == {"strategy": {"shortcut": 0.75, "walk": 0.25}}
+    line = periodic_eval_line({"benchmark": "builtin", "n": 2, "metrics": {"avg@n": {"value": 0.5}},
+                               "labels": shares}, step=40)
+    assert line == {"step": 40, "benchmark": "builtin", "avg@n": 0.5, "n": 2,
+                    "label/strategy/shortcut": 0.75, "label/strategy/walk": 0.25}
