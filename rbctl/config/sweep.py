@@ -29,7 +29,7 @@ class SweepConfig(Section):
     arms: dict[str, dict[str, Any]] = Field(..., description="Arm name -> dotted-key overrides of the base config.")
     eval: SweepEval = Field(default_factory=SweepEval, description="Final evaluation of every run.")
     jobs: int = Field(2, ge=1, description="Runs in parallel (worker processes); threads are divided between them.")
-    allow_unequal_compute: bool = Field(False, description="Allow arms to differ in steps, P, G, max_new_tokens or ppo_epochs.")
+    allow_unequal_compute: bool = Field(False, description="Allow arms to differ in steps, P, G, max_new_tokens, ppo_epochs or ppo_mini_batch_size.")
     launcher: Optional[LauncherCfg] = Field(None, description="submitit settings for `--launcher submitit` (Slurm, or its local mode).")
 
     @field_validator("arms")

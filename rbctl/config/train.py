@@ -115,9 +115,10 @@ class AlgoCfg(Section):
     clip_high: float = Field(0.28, ge=0.0, description="PPO ε_high: ratio ceiling 1 + ε_high (> ε_low is clip-higher).")
     kl_coef: float = Field(0.0, ge=0.0, description="Coefficient of the k3 KL to the frozen initial policy (0 = no KL term).")
     log_kl: bool = Field(True, description="Keep a frozen reference to log the KL even when kl_coef is 0 (an extra forward pass).")
-    ppo_epochs: int = Field(1, ge=1, description="Optimizer steps per rollout batch.")
+    ppo_epochs: int = Field(1, ge=1, description="Passes over each rollout batch (each pass takes one optimizer step per mini-batch).")
+    ppo_mini_batch_size: Optional[int] = Field(None, ge=1, description="Prompts per mini-batch (verl's ppo_mini_batch_size; each prompt brings its G rollouts): every epoch deals the batch's groups into P / this many mini-batches, one optimizer step each, with ratios against the log-probs from before the first step (docs/method.md, \"Mini-batch updates\"); null = P: one optimizer step per epoch.")
     tis_cap: Optional[float] = Field(None, gt=0.0, description="Truncated importance sampling cap C for engine/trainer log-prob mismatch (vLLM); null = off.")
-    micro_batch_size: int = Field(0, ge=0, description="Sequences per forward/backward (gradient accumulation); 0 = whole batch.")
+    micro_batch_size: int = Field(0, ge=0, description="Sequences per forward/backward (gradient accumulation inside one optimizer step); 0 = the whole (mini-)batch.")
     entropy: EntropyCfg = Field(default_factory=EntropyCfg, description="Entropy bonus (the ablation arm).")
     policy_loss: Literal["clip", "clip_cov", "kl_cov", "gspo"] = Field("clip", description="Policy loss (rbctl.algo.POLICY_LOSSES): PPO clip, Clip-Cov, KL-Cov or GSPO (docs/method.md, \"Other arms\").")
     clip_cov_ratio: float = Field(2e-4, gt=0.0, le=1.0, description="Clip-Cov: fraction of valid tokens whose gradient is detached.")
@@ -206,6 +207,9 @@ class TrainConfig(Section):
             self.algo.loss_agg = forced or ESTIMATORS[self.algo.estimator].default_loss_agg
         if self.algo.passk_k is not None and self.algo.passk_k > self.rollout.group_size:
             raise ValueError(f"algo.passk_k={self.algo.passk_k} must be <= rollout.group_size={self.rollout.group_size}")
+        mb = self.algo.ppo_mini_batch_size
+        if mb is not None and (mb > self.rollout.prompts_per_step or self.rollout.prompts_per_step % mb):
+            raise ValueError(f"algo.ppo_mini_batch_size={mb} must divide rollout.prompts_per_step={self.rollout.prompts_per_step}")
         if self.algo.tis_cap is not None and self.rollout.engine != "vllm":
             raise ValueError("algo.tis_cap corrects vLLM/trainer log-prob mismatch: it needs rollout.engine 'vllm'")
         if self.algo.entropy.mode == "static" and self.algo.entropy.alpha <= 0:

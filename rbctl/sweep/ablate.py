@@ -29,7 +29,8 @@ from rbctl.store.atomic import write_atomic
 from rbctl.store.rundir import RUN_META, final_eval_dir
 
 # Arms must get equal compute: these keys may differ between arms only when the sweep says so.
-COMPUTE_KEYS = ("steps", "rollout.prompts_per_step", "rollout.group_size", "rollout.max_new_tokens", "algo.ppo_epochs")
+COMPUTE_KEYS = ("steps", "rollout.prompts_per_step", "rollout.group_size", "rollout.max_new_tokens", "algo.ppo_epochs",
+                "algo.ppo_mini_batch_size")
 # Dynamic sampling generates more rollouts per step than it trains on (`rollout/generated`): at equal
 # steps an arm with it gets more compute than one without, or than one with other rounds.
 DYNAMIC_KEYS = ("rollout.dynamic_sampling", "rollout.max_resample_rounds")

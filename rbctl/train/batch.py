@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
+
+from rbctl.errors import UserError
 
 from rbctl.rollout.hf import forward_with_cache, new_cache, position_ids, prefix_cache_supported
 from rbctl.rollout.vllm import engine_logprobs_tensor
@@ -59,6 +62,34 @@ def make_batch(prompts: list[list[int]], samples, pad_id: int, **fields) -> Roll
     if samples and samples[0] and samples[0][0].logprobs is not None:
         engine_logp = engine_logprobs_tensor(samples, resp.shape[1])
     return RolloutBatch(ids, attn, resp, rmask, lp, engine_logp=engine_logp, **fields)
+
+
+def micro_slices(n: int, size: int) -> list[slice]:
+    """Contiguous slices of `size` rows covering n rows (one slice of all when size is 0)."""
+    size = size or n
+    return [slice(i, min(i + size, n)) for i in range(0, n, size)]
+
+
+def mini_batch_rows(n_prompts: int, group_size: int, m: int, micro_batch_size: int,
+                    seed: tuple[int, ...]) -> list[list]:
+    """The optimizer steps of one epoch over a batch of `n_prompts` groups (prompt-major rows):
+    `m` mini-batches of whole groups, each a list of micro-batches of at most `micro_batch_size`
+    rows. m = 1 is the whole batch in order, as contiguous slices; m > 1 deals the groups out by a
+    permutation seeded by `seed` = (run seed, step, epoch), each mini-batch's groups in row order,
+    its micro-batches as row-index tensors (docs/method.md, "Mini-batch updates")."""
+    if m == 1:
+        return [micro_slices(n_prompts * group_size, micro_batch_size)]
+    if n_prompts % m:
+        raise UserError(f"algo.ppo_mini_batch_size: this process holds {n_prompts} prompts, which do not "
+                        f"split into {m} mini-batches of whole groups")
+    order = np.random.default_rng([*seed, 29]).permutation(n_prompts)
+    size = n_prompts // m
+    out = []
+    for j in range(m):
+        groups = torch.as_tensor(np.sort(order[j * size:(j + 1) * size]))
+        rows = (groups[:, None] * group_size + torch.arange(group_size)).reshape(-1)  # [size·G]
+        out.append([rows[sl] for sl in micro_slices(len(rows), micro_batch_size)])
+    return out
 
 
 def sample_rows(step: int, problems, idx: list[int], samples, batch: RolloutBatch) -> list[dict]:

@@ -8,7 +8,8 @@ model, data, estimator, budget, P, G, steps, engine, and per step
     rollout FLOPs   2 · N · T                                                (forward only)
     training FLOPs  6 · N · T · ppo_epochs                                   (forward + backward)
     extra forwards  2 · N · T for the reference model (kl_coef > 0 or log_kl),
-                    2 · N · T / kappa_eff_every for κ_eff
+                    2 · N · T / kappa_eff_every for κ_eff,
+                    2 · N · T for the behaviour policy's log-probs with several mini-batches
 
 N counts every parameter (the usual 2N / 6N rule; attention's L² term is left out). Where each
 number comes from is printed beside it: N from the cached model config (exact count on the meta
@@ -273,10 +274,11 @@ class StepCost:
     train_flops: float | None
     ref_flops: float | None
     kappa_flops: float | None
+    old_flops: float | None = None  # the behaviour policy's no-grad pass (M > 1 mini-batches)
 
     @property
     def total_flops(self) -> float | None:
-        parts = (self.rollout_flops, self.train_flops, self.ref_flops, self.kappa_flops)
+        parts = (self.rollout_flops, self.train_flops, self.ref_flops, self.kappa_flops, self.old_flops or 0.0)
         return None if self.rollout_flops is None else sum(parts)
 
 
@@ -286,12 +288,14 @@ def step_cost(cfg: TrainConfig, prompt_tokens: float, n_params: float | None) ->
     if n_params is None:
         return StepCost(prompt_tokens, tokens, None, None, None, None)
     has_ref = a.kl_coef > 0 or a.log_kl
+    several = a.ppo_mini_batch_size is not None and a.ppo_mini_batch_size < ro.prompts_per_step
     return StepCost(
         prompt_tokens, tokens,
         rollout_flops=2 * n_params * tokens,
         train_flops=6 * n_params * tokens * a.ppo_epochs,
         ref_flops=2 * n_params * tokens if has_ref else 0.0,
         kappa_flops=2 * n_params * tokens / cfg.kappa_eff_every if cfg.kappa_eff_every else 0.0,
+        old_flops=2 * n_params * tokens if several else 0.0,
     )
 
 
@@ -353,7 +357,8 @@ def dry_run(cfg: TrainConfig, *, source: str | None = None, cache_dir: str | Pat
     row("rollout", f"engine {ro.engine}; P = {P} prompts × G = {G} rollouts; max_new_tokens {ro.max_new_tokens}; "
                    f"temperature {ro.temperature:g}, top_p {ro.top_p:g}")
     kappa = f"κ_eff every {cfg.kappa_eff_every} steps" if cfg.kappa_eff_every else "κ_eff never"
-    row("schedule", f"{cfg.steps} steps × {a.ppo_epochs} PPO epoch(s); lr {o.lr:g} ({o.schedule}, warm-up {o.warmup_steps}); "
+    mb = a.ppo_mini_batch_size or P
+    row("schedule", f"{cfg.steps} steps × {a.ppo_epochs} PPO epoch(s) × {P // mb} mini-batch(es) of {mb} prompts; lr {o.lr:g} ({o.schedule}, warm-up {o.warmup_steps}); "
                     f"{kappa}; checkpoint every {cfg.save_every}")
     ev = cfg.eval
     row("eval", f"every {ev.every} steps on {', '.join(ev.benchmarks)} (n {ev.n}, temperature {ev.temperature:g})"
@@ -364,7 +369,8 @@ def dry_run(cfg: TrainConfig, *, source: str | None = None, cache_dir: str | Pat
     if c.total_flops is not None:
         row("  rollout", f"2·N·tokens = {_sci(c.rollout_flops)} FLOPs")
         row("  training", f"6·N·tokens·ppo_epochs = {_sci(c.train_flops)} FLOPs")
-        row("  extra", f"reference {_sci(c.ref_flops)} + κ_eff {_sci(c.kappa_flops)} FLOPs (forward passes)")
+        row("  extra", f"reference {_sci(c.ref_flops)} + κ_eff {_sci(c.kappa_flops)} + behaviour log-probs "
+                       f"{_sci(c.old_flops)} FLOPs (forward passes)")
         row("  total", f"{_sci(c.total_flops)} FLOPs per step, {_sci(c.total_flops * cfg.steps)} for {cfg.steps} steps")
         row("memory", _memory_line(cfg, r.n_params))
     else:

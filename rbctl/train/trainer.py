@@ -8,14 +8,13 @@ How one step runs (and where it departs from a textbook GRPO loop):
 2. Rewards: the built-in task's exact checker, or the shared math grader (`rbctl.grading`).
 3. Advantages ([P, G] → [P, G], broadcast over tokens) and the loss are the arm's `Objective`
    (`objective.py`: reward transform, estimator ± budget, policy loss, token mask; no branch here).
-4. `ppo_epochs` optimizer steps on the batch. The log-probs of the first epoch's forward pass are
-   the behaviour policy's (nothing has changed yet), so no separate "old log-prob" pass is run,
-   unless dropout is active: then they come from a no-grad eval-mode pass, as the rollouts were
-   sampled. Entropy and the KL to the reference are logged from the pre-update forward passes.
-   Forwards and hf sampling run in `model.precision` (rbctl.train.precision), unless
+4. The update (`update.py`): `ppo_epochs` passes over the batch, each dealing its groups into M
+   mini-batches (`algo.ppo_mini_batch_size`), one optimizer step each, ratios against the
+   behaviour policy's log-probs from before the first step (docs/method.md, "Mini-batch
+   updates"). Entropy and the KL to the reference are logged for the pre-update policy. Forwards and hf sampling run in `model.precision` (rbctl.train.precision), unless
    `rollout.dtype: bfloat16` samples from a bf16 replica; the sampler's own log-probs against the
    old ones are logged as `rollout/logprob_diff` (TIS, `algo.tis_cap`, corrects them).
-5. κ_eff (every `kappa_eff_every` steps): one more forward pass after the update gives
+5. κ_eff (every `kappa_eff_every` steps): one more forward pass after the last step gives
    d_i = Σ_t log π_new − log π_old per rollout (docs/method.md, "Sharpness").
 """
 
@@ -23,35 +22,33 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import math
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from rbctl import algo
-from rbctl.algo.losses import (BatchNorm, adaptive_alpha, aggregation_weights, at_tokens, entropy_of_logprobs, k3_kl,
-                               token_entropy, vocab_logprobs)
+from rbctl.algo.losses import adaptive_alpha
 from rbctl.config.train import TrainConfig
 from rbctl.errors import UserError
 from rbctl.rollout.base import SamplingParams
 from rbctl.rollout.factory import build_engine
 from rbctl.rollout.models import load_policy
-from rbctl.rollout.vllm import logprob_mismatch, tis_weights
 from rbctl.store.rundir import MODEL, last_good_checkpoint
 from rbctl.tasks.prompting import encode_prompts, resolve_template
-from rbctl.train.batch import RolloutBatch, dropout_active, make_batch, response_logits, sample_rows
+from rbctl.train.batch import make_batch, sample_rows
 from rbctl.train.checkpoint import load_state, rng_state, set_rng_state
 from rbctl.train.data import load_training_problems, reward_function, task_spec, warm_start_spec
 from rbctl.train.distributed import init_from_env
-from rbctl.train.objective import Objective, stat_metric
+from rbctl.train.objective import Objective
 from rbctl.train.optim import make_optimizer
 from rbctl.train.precision import prepare_trainable, resolve_precision
 from rbctl.train.sampling import Groups, collect_groups, round_prompts, round_seed
+from rbctl.train.update import Updater
+from rbctl.train.step_metrics import batch_metrics
 
 
-class Trainer:
+class Trainer(Updater):
     """One run's model, optimizer and engine, and one training step (rollout → update → κ_eff)."""
 
     def __init__(self, cfg: TrainConfig, run_dir: Path, log=print):
@@ -202,145 +199,19 @@ class Trainer:
         correct = torch.tensor(flags, dtype=torch.bool).reshape(len(idx), c.rollout.group_size)
         return Groups(idx, samples, correct, failures, generated=len(flags))
 
-    def _micro_batches(self, n: int) -> list[slice]:
-        mb = self.cfg.algo.micro_batch_size or n
-        return [slice(i, min(i + mb, n)) for i in range(0, n, mb)]
-
-    def _forward_logp(self, model, batch: RolloutBatch, sl: slice, with_entropy: bool, entropy_grad: bool):
-        dev = self.device
-        # Under DDP every row runs whole: the shared-prompt path calls the model twice per backward.
-        group = 1 if self.dist.enabled else self.cfg.rollout.group_size
-        with self.precision.context():
-            logits = response_logits(model, batch.input_ids[sl].to(dev), batch.attention_mask[sl].to(dev),
-                                     batch.prompt_width, group_size=group)
-        t = self.cfg.rollout.temperature
-        vocab_logp = vocab_logprobs(logits, t)
-        logp = at_tokens(vocab_logp, batch.response_ids[sl].to(dev))
-        ent = None
-        if with_entropy:  # with gradient for an entropy bonus; else logged from the log-softmax at hand
-            ent = token_entropy(logits, t) if entropy_grad else entropy_of_logprobs(vocab_logp.detach())
-        return logp, ent
-
-    @torch.no_grad()
-    def _eval_logp(self, model, batch: RolloutBatch, slices: list[slice]) -> list[torch.Tensor]:
-        """No-grad log-probs in eval mode (no dropout, as the rollouts were sampled), per micro-batch.
-        `model` None: the reference (the adapter-disabled base with LoRA, else the frozen copy)."""
-        ref = model is None
-        model = (self.model if self.lora else self.ref) if ref else model
-        was = model.training
-        model.eval()
-        try:
-            with self.model.disable_adapter() if ref and self.lora else contextlib.nullcontext():
-                return [self._forward_logp(model, batch, sl, False, False)[0] for sl in slices]
-        finally:
-            model.train(was)
-
-    def update(self, batch: RolloutBatch) -> dict:
-        """`ppo_epochs` optimizer steps on this rank's share of the batch; every normaliser is global."""
-        c = self.cfg
-        dev = self.device
-        a = c.algo
-        world = self.dist.world
-        n_seqs, n_tokens = self.dist.sum(batch.n, batch.response_mask.sum().item())
-        norm = BatchNorm(n_seqs=int(n_seqs), n_tokens=int(n_tokens), max_new_tokens=c.rollout.max_new_tokens)
-        adv_flat = batch.advantages.reshape(-1)
-        slices = self._micro_batches(batch.n)
-        # with dropout active the training forward is noisy: the behaviour policy's log-probs are taken
-        # in eval mode, as the rollouts were sampled; otherwise the first epoch's forward gives them
-        eval_old = dropout_active(self.model)
-        old_logp: list[torch.Tensor] = self._eval_logp(self.model, batch, slices) if eval_old else []
-        ref_logp = self._eval_logp(None, batch, slices) if self.use_ref else []
-        entropy_on = a.entropy.mode != "none"
-        obj = self.objective
-        stats = {"entropy_sum": 0.0, "kl_sum": 0.0, "loss": 0.0, "grad_norm": [], "logprob_diff": None}
-        tok = {"clipped_low": 0.0, "clipped_high": 0.0}  # policy-loss token statistics (+ mask), summed over tokens
-        skipped = 0
-        for epoch in range(a.ppo_epochs):
-            self.opt.zero_grad(set_to_none=True)
-            loss_total = 0.0
-            for k, sl in enumerate(slices):
-                mask = batch.response_mask[sl].to(dev)
-                last = k == len(slices) - 1
-                sync = self.train_model.no_sync() if (self.dist.enabled and not last) else contextlib.nullcontext()
-                with sync:
-                    logp, ent = self._forward_logp(self.train_model, batch, sl, entropy_grad=entropy_on,
-                                                   with_entropy=epoch == 0 or entropy_on or obj.needs_entropy)
-                    if epoch == 0 and not eval_old:
-                        old_logp.append(logp.detach())  # behaviour policy = the model before any update
-                    # the arm's policy loss, restricted to its token mask if it has one
-                    pg = obj.policy_loss(logp, old_logp[k], adv_flat[sl].to(dev), mask, ent, draw=(batch.step, epoch, k))
-                    w = aggregation_weights(mask, a.loss_agg, norm)
-                    loss_mat = pg.loss_mat
-                    if batch.engine_logp is not None and a.tis_cap is not None:
-                        loss_mat = loss_mat * tis_weights(old_logp[k], batch.engine_logp[sl].to(dev), a.tis_cap)
-                    kl = None
-                    if self.use_ref:
-                        kl = k3_kl(logp, ref_logp[k])
-                        if a.kl_coef > 0:
-                            loss_mat = loss_mat + a.kl_coef * kl
-                    if entropy_on:
-                        loss_mat = loss_mat - self.alpha * ent
-                    loss = (w * loss_mat).sum()
-                    # DDP averages gradients over ranks; the weights are already global, so undo the 1/world
-                    (loss * world).backward()
-                loss_total += loss.item()
-                for name, hit in pg.token_stats.items():
-                    tok[name] = tok.get(name, 0.0) + (hit.float() * mask).sum().item() / a.ppo_epochs
-                if epoch == 0:
-                    stats["entropy_sum"] += (ent.detach() * mask).sum().item()
-                    if kl is not None:
-                        stats["kl_sum"] += (kl.detach() * mask).sum().item()
-            loss_total = self.dist.sum(loss_total)[0]
-            grad_norm = torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad],
-                                                       c.optim.max_grad_norm)
-            if not (math.isfinite(loss_total) and torch.isfinite(grad_norm)):
-                self.opt.zero_grad(set_to_none=True)
-                skipped += 1
-                continue  # never step on a non-finite loss or gradient
-            self.opt.step()
-            stats["grad_norm"].append(grad_norm.item())
-            stats["loss"] += loss_total / a.ppo_epochs
-        self.sched.step()
-        if batch.engine_logp is not None:  # the sampling path's log-probs vs the trainer's (any engine)
-            stats["logprob_diff"] = logprob_mismatch(batch.engine_logp.to(dev), torch.cat(old_logp), batch.response_mask.to(dev))
-        if hasattr(self.engine, "sync_weights"):
-            self.engine.sync_weights(self.model)  # vLLM: the next rollout samples from the updated policy
-        ent_sum, kl_sum, *tok_sums = self.dist.sum(stats["entropy_sum"], stats["kl_sum"], *tok.values())
-        n_tok = max(norm.n_tokens, 1)
-        return {
-            "old_logp": old_logp,
-            "slices": slices,
-            "entropy": ent_sum / n_tok,
-            "kl": kl_sum / n_tok if self.use_ref else None,
-            **{stat_metric(name): v / n_tok for name, v in zip(tok, tok_sums)},
-            "loss/total": stats["loss"],
-            "grad_norm": float(np.mean(stats["grad_norm"])) if stats["grad_norm"] else None,
-            "nonfinite/skipped": skipped,
-            "rollout/logprob_diff": stats["logprob_diff"],
-        }
-
-    @torch.no_grad()
-    def logratio_sums(self, batch: RolloutBatch, old_logp: list[torch.Tensor], slices: list[slice]) -> torch.Tensor:
-        """d_i = Σ_t (log π_new − log π_old) over each rollout's response tokens, as [P, G]."""
-        d = []
-        new_logp = self._eval_logp(self.model, batch, slices)  # eval mode, as the old log-probs
-        for k, sl in enumerate(slices):
-            logp = new_logp[k]
-            mask = batch.response_mask[sl].to(self.device)
-            d.append(((logp - old_logp[k]) * mask).sum(-1).cpu())
-        return self.dist.gather_rows(torch.cat(d).reshape(batch.rewards.shape))
-
     def step(self, step: int) -> tuple[dict, list]:
         c = self.cfg
         t0 = time.perf_counter()
         batch, idx, samples = self.rollout(step)
         t1 = time.perf_counter()
-        upd = self.update(batch)
+        result = self.update(batch)
+        upd = result.metrics
         t2 = time.perf_counter()
         kappa_eff = None
-        # no optimizer step was taken (every epoch's loss non-finite): nothing to measure, κ_eff is null
-        if c.kappa_eff_every and step % c.kappa_eff_every == 0 and upd["nonfinite/skipped"] < c.algo.ppo_epochs:
-            d = self.logratio_sums(batch, upd["old_logp"], upd["slices"])
+        # κ_eff is measured after the last optimizer step of the batch; when every step was skipped
+        # (non-finite), nothing changed and κ_eff is null
+        if c.kappa_eff_every and step % c.kappa_eff_every == 0 and upd["nonfinite/skipped"] < result.optimizer_steps:
+            d = self.logratio_sums(batch, result.old_logp)
             kappa_eff = algo.nanmean_or_none(algo.kappa_eff(self.dist.gather_rows(batch.rewards), d))
         t3 = time.perf_counter()
         lr_used = self.opt.param_groups[0]["lr"]
@@ -349,33 +220,18 @@ class Trainer:
         if ent_cfg.mode == "adaptive":
             self.alpha = adaptive_alpha(self.alpha, upd["entropy"], ent_cfg.target, ent_cfg.delta,
                                         ent_cfg.alpha_min, ent_cfg.alpha_max)
-        rewards = self.dist.gather_rows(batch.rewards)  # [P, G] over all ranks
-        correct = self.dist.gather_rows(batch.correct)
-        advantages = self.dist.gather_rows(batch.advantages)
-        resp_len = self.dist.gather_rows(batch.response_mask.sum(-1))
-        finished = self.dist.gather_rows(torch.tensor([s.finished for g in samples for s in g], dtype=torch.float32))
-        gs = algo.group_stats(correct)
-        kappa_p = algo.kappa(rewards, advantages)
-        gen_tokens = int(resp_len.sum().item())
+        rollouts, gen_tokens = batch_metrics(self.dist, batch, samples, c.rollout.dynamic_sampling,
+                                             bool(self.objective.beta))
         step_s = t3 - t0
         metrics = {
-            "reward/mean": rewards.mean().item(),
-            "acc/mean": correct.float().mean().item(),
+            **rollouts,
             "entropy": upd["entropy"],
-            "kappa": algo.nanmean_or_none(kappa_p),
             "kappa_eff": kappa_eff,
-            "adv/gap": algo.advantage_gap(correct, advantages),
-            "adv/abs_mean": advantages.abs().mean().item(),
-            "groups/frac_all_correct": gs.frac_all_correct,
-            "groups/frac_all_wrong": gs.frac_all_wrong,
-            "groups/frac_mixed": gs.frac_mixed,
             "clip/frac_low": upd["clip/frac_low"],
             "clip/frac_high": upd["clip/frac_high"],
             "kl": upd["kl"],
             "loss/total": upd["loss/total"],
             "entropy/alpha": alpha_used if ent_cfg.mode != "none" else 0.0,
-            "response/len_mean": resp_len.float().mean().item(),
-            "response/frac_truncated": 1.0 - finished.mean().item(),
             "grad_norm": upd["grad_norm"],
             "nonfinite/skipped": upd["nonfinite/skipped"],
             "grader/failures": int(self.dist.sum(self.grader_failures)[0]),
@@ -389,13 +245,6 @@ class Trainer:
         if upd["rollout/logprob_diff"] is not None:
             metrics["rollout/logprob_diff"] = upd["rollout/logprob_diff"]
         metrics.update({k: v for k, v in upd.items() if k.startswith(("policy_loss/", "tokens/"))})
-        g = batch.groups
-        generated, topped_up, rounds = self.dist.sum(g.generated, g.topped_up, g.rounds)
-        metrics["rollout/generated"] = int(generated)  # what equal compute counts under dynamic sampling
-        if c.rollout.dynamic_sampling:
-            metrics.update({"rollout/rounds": rounds / self.dist.world, "rollout/topped_up": int(topped_up)})
-        if self.objective.beta:
-            metrics["reward/shaped_mean"] = self.dist.gather_rows(batch.shaped_rewards).mean().item()
         return metrics, sample_rows(step, self.problems, idx, samples, batch)
 
     def state(self, step: int) -> dict:

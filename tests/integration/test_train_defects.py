@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from rbctl.train import trainer as trainer_mod
+from rbctl.train import update as update_mod
 from rbctl.train.loop import train
 from rbctl.train.trainer import Trainer
 
@@ -20,14 +20,14 @@ def test_warm_start_steps_zero_trains_from_the_untrained_policy(tiny_config, tmp
 
 def test_a_step_skipped_for_a_nonfinite_loss_logs_kappa_eff_as_null(tiny_config, tmp_path, monkeypatch):
     tr = Trainer(tiny_config(kappa_eff_every=1), tmp_path / "run", log=lambda *a: None)
-    real = trainer_mod.aggregation_weights
-    monkeypatch.setattr(trainer_mod, "aggregation_weights", lambda *a, **k: real(*a, **k) * float("nan"))
+    real = update_mod.aggregation_weights
+    monkeypatch.setattr(update_mod, "aggregation_weights", lambda *a, **k: real(*a, **k) * float("nan"))
     before = [p.detach().clone() for p in tr.model.parameters()]
     metrics, _ = tr.step(1)
     assert metrics["nonfinite/skipped"] == 1
     assert metrics["kappa_eff"] is None  # was ≈ 0: the unchanged policy measured against itself
     assert all(torch.equal(a, b) for a, b in zip(before, tr.model.parameters()))
-    monkeypatch.setattr(trainer_mod, "aggregation_weights", real)
+    monkeypatch.setattr(update_mod, "aggregation_weights", real)
     metrics, _ = tr.step(2)
     assert metrics["nonfinite/skipped"] == 0 and metrics["kappa_eff"] is not None
 
@@ -47,8 +47,8 @@ def test_old_logprobs_are_taken_in_eval_mode_under_dropout(tiny_config, tmp_path
     upd = tr.update(batch)
     assert tr.model.training  # back in training mode afterwards
     # the behaviour policy's log-probs: exactly the eval-mode ones (a dropout forward differs by O(1))
-    torch.testing.assert_close(torch.cat(upd["old_logp"]), want, rtol=0, atol=1e-6)
-    assert upd["rollout/logprob_diff"] < 1e-4  # the hf sampler's own log-probs agree with them
+    torch.testing.assert_close(upd.old_logp, want, rtol=0, atol=1e-6)
+    assert upd.metrics["rollout/logprob_diff"] < 1e-4  # the hf sampler's own log-probs agree with them
 
 
 def test_top_p_below_one_is_refused_for_training_with_the_reason():

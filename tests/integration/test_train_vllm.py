@@ -96,7 +96,7 @@ def test_tis_weights_scale_the_loss_on_the_same_batch(tiny_config, tmp_path, mon
     without = Trainer(tiny_config(rollout__engine="vllm"), tmp_path / "b", log=lambda *a: None)
     batch, _, _ = with_tis.rollout(1)
     assert batch.engine_logp is not None and batch.advantages.abs().sum() > 0
-    a, b = with_tis.update(batch), without.update(batch)
+    a, b = with_tis.update(batch).metrics, without.update(batch).metrics
     # same weights, same batch, no KL or entropy term: every token's policy-gradient term is scaled by
     # w = exp(0.3), so is the gradient (its norm is taken before clipping)
     assert b["grad_norm"] > 0
