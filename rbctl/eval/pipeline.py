@@ -147,7 +147,7 @@ def _generate(engine: Engine, prompts, params, batch_size, progress, name) -> li
     return samples
 
 
-def _extraction_policy(name: str) -> dict[str, object] | str:
+def _extraction_policy(name: str) -> dict[str, str] | str:
     """How answers are found for benchmark ``name``: the math grader's policy, or the docstring of
     the benchmark's own extractor."""
     from rbctl.grading.extract import EXTRACTION_POLICY

@@ -42,7 +42,8 @@ class GradeResult:
     box), ``timeout`` (exceeded ``timeout_s`` or rejected by a pre-check), ``error`` (math-verify
     raised, the gold did not parse, or the worker died). Only ``ok`` can be correct.
     extracted: the answer as written in the completion (before `join_digit_groups`).
-    extraction: one of EXTRACTIONS, how ``extracted`` was found (``none``: it is None).
+    extraction: how ``extracted`` was found: one of EXTRACTIONS (``none``: it is None), or ``task``
+    where a benchmark's own extractor found it (rbctl.eval.pipeline, the built-in tasks).
     """
 
     correct: bool
