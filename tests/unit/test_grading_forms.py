@@ -153,7 +153,6 @@ def test_separated_numbers_vote_together() -> None:
         ("\\boxed{3}. Final Answer: The final answer is $4$.", ("3", "boxed")),
         ("The final answer is $4$. \\boxed{4", (None, "none")),  # unclosed last box: no answer
         # several boxes: the last one (an answer split over boxes keeps only its last part)
-        ("first \\boxed{3}, finally \\boxed{5}.", ("5", "boxed")),
         ("The integers are \\boxed{-2} and \\boxed{1}.", ("1", "boxed")),
     ],
 )
@@ -186,7 +185,6 @@ def test_several_boxes_grade_the_last_one() -> None:
     assert grade_detailed(split, "1").correct
     assert not grade_detailed(split, "1,-2").correct
     assert grade_detailed(r"\boxed{1,-2}", "1,-2").correct  # one box with both parts is right
-    assert not grade_detailed(r"first \boxed{5}, finally \boxed{3}.", "5").correct
 
 
 def test_phrase_extraction_is_linear_on_long_inputs() -> None:
