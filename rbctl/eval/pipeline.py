@@ -5,11 +5,14 @@ For each benchmark, ``OUT/<benchmark>/`` receives (each file written atomically)
   literally ``avg@n``; ``n`` is stored beside it), ``pass@K`` and ``maj@K`` for K = 1, 2, 4, … ≤ n,
   each ``{value, ci_low, ci_high}`` (docs/method.md, "Evaluation metrics"; rbctl.grading.metrics);
   ``per_problem`` (correct samples per problem, for intervals across seeds); ``grader`` status
-  counts; ``labels`` (share of each value of the benchmark's per-sample labels, where it has any,
-  e.g. the fixpoint task's ``{"strategy": {"walk": 0.16, "shortcut": 0.84}}``); ``protocol`` (everything that decides the figures: engine, sampling, template and an
-  example prompt, versions, device, dtype); ``time_s``, ``tokens_per_s``.
-- ``samples.jsonl``: one line per sample (problem id, sample index, completion, extracted answer,
-  gold, correct, grade status, finished).
+  counts; ``extraction`` counts of how answers were found (``boxed``, ``phrase``, ``none`` for the
+  math grader; ``task``, ``none`` for a benchmark with its own extractor); ``labels`` (share of each
+  value of the benchmark's per-sample labels, where it has any, e.g. the fixpoint task's
+  ``{"strategy": {"walk": 0.16, "shortcut": 0.84}}``); ``protocol`` (everything that decides the
+  figures: engine, sampling, template and an example prompt, the grader and its ``extraction``
+  policy, versions, device, dtype); ``time_s``, ``tokens_per_s``.
+- ``samples.jsonl``: one line per sample (problem id, sample index, completion, extracted answer
+  and how it was found, gold, correct, grade status, finished).
 
 Grading: each benchmark's own grader (``Benchmark.extract_answer``): the built-in tasks' answers are exact and vote by string
 equality; every other benchmark goes through ``rbctl.grading.verify`` (math-verify) and votes with
@@ -116,6 +119,7 @@ def evaluate_policy(
             **protocol,
             "example_prompt": render_prompt(policy.tokenizer, probs[0].problem, template, instruction or ""),
             "grader": benchmark_for(name).grader,
+            "extraction": _extraction_policy(name),
         }
         summary = _summarize(name, probs, samples, grades, policy.source, step, protocol)
         summary["time_s"] = round(time.perf_counter() - t0, 3)
@@ -145,6 +149,17 @@ def _generate(engine: Engine, prompts, params, batch_size, progress, name) -> li
     return samples
 
 
+def _extraction_policy(name: str) -> dict[str, str] | str:
+    """How answers are found for benchmark ``name``: the math grader's policy, or the docstring of
+    the benchmark's own extractor."""
+    from rbctl.grading.extract import EXTRACTION_POLICY
+
+    extract = benchmark_for(name).extract_answer
+    if extract is None:
+        return EXTRACTION_POLICY
+    return (extract.__doc__ or extract.__qualname__).strip()
+
+
 def _grade(name: str, probs, samples, timeout_s: float, progress) -> list[list[GradeResult]]:
     """Grades ``[P][n]`` in the order of ``samples``, by the benchmark's own grader."""
     from rbctl.grading.verify import GradeResult, grade_many
@@ -160,8 +175,9 @@ def _grade(name: str, probs, samples, timeout_s: float, progress) -> list[list[G
         if extract is not None:  # exact answers
             for text, gold in zip(t, g):
                 extracted = extract(text)
-                status = "ok" if extracted is not None else "no_answer"
-                flat.append(GradeResult(extracted is not None and extracted == gold, extracted, status))
+                found = extracted is not None
+                flat.append(GradeResult(found and extracted == gold, extracted, "ok" if found else "no_answer",
+                                        extraction="task" if found else "none"))
         else:
             flat += grade_many(t, g, timeout_s=timeout_s)
         if progress:
@@ -174,19 +190,22 @@ def _summarize(name, probs, samples, grades, source, step, protocol) -> dict:
     import numpy as np
 
     from rbctl.grading.metrics import summarize
-    from rbctl.grading.verify import STATUSES, answers_equivalent
+    from rbctl.grading.verify import EXTRACTIONS, STATUSES, answers_equivalent
 
     n = len(samples[0])
     correct = np.array([[g.correct for g in per] for per in grades], dtype=bool)  # [P, n]
     answers = [[g.extracted for g in per] for per in grades]
     if benchmark_for(name).extract_answer is not None:  # exact answers vote by string equality
         equivalent = str.__eq__
+        kinds = ("task", "none")
     else:
+        kinds = EXTRACTIONS
         timeout = protocol["grader_timeout_s"]
         equivalent = lambda a, b: answers_equivalent(a, b, timeout_s=timeout)  # noqa: E731
     metrics = summarize(correct, answers, equivalent=equivalent)
     metrics = {("avg@n" if k.startswith("avg@") else k): v for k, v in metrics.items()}
     counts = Counter(g.status for per in grades for g in per)
+    found = Counter(g.extraction for per in grades for g in per)
     summary = {
         "benchmark": name,
         "model": source,
@@ -196,6 +215,7 @@ def _summarize(name, probs, samples, grades, source, step, protocol) -> dict:
         "metrics": metrics,
         "per_problem": [{"id": p.id, "n": n, "correct": int(c)} for p, c in zip(probs, correct.sum(axis=1))],
         "grader": {s: counts.get(s, 0) for s in STATUSES},
+        "extraction": {k: found.get(k, 0) for k in kinds},
         "truncated": float(np.mean([not s.finished for per in samples for s in per])),
         "mean_new_tokens": float(np.mean([len(s.token_ids) for per in samples for s in per])),
         "protocol": protocol,
@@ -223,9 +243,9 @@ def _write_outputs(bench_dir: Path, summary, probs, samples, grades) -> None:
     for p, per_s, per_g in zip(probs, samples, grades):
         for j, (s, g) in enumerate(zip(per_s, per_g)):
             lines.append(json.dumps({
-                "id": p.id, "sample": j, "completion": s.text, "extracted": g.extracted, "gold": p.answer,
-                "correct": bool(g.correct), "status": g.status, "finished": bool(s.finished),
-                "num_tokens": len(s.token_ids),
+                "id": p.id, "sample": j, "completion": s.text, "extracted": g.extracted,
+                "extraction": g.extraction, "gold": p.answer, "correct": bool(g.correct), "status": g.status,
+                "finished": bool(s.finished), "num_tokens": len(s.token_ids),
             }, ensure_ascii=False))
     write_atomic(bench_dir / "samples.jsonl", "".join(line + "\n" for line in lines))
     write_atomic(bench_dir / "summary.json", json.dumps(summary, indent=2, ensure_ascii=False) + "\n", kind="eval_summary")

@@ -1,9 +1,19 @@
 """Grading without torch: answer extraction, the killable math-verify worker pool, eval metrics.
 
-One grader serves evaluation and the training reward (docs/method.md, "Evaluation metrics").
+One grader serves evaluation and the training reward (docs/method.md, "Evaluation metrics" and
+"Answer extraction").
 """
 
-from rbctl.grading.extract import STATUSES, GradeResult, extract_boxed, precheck
+from rbctl.grading.extract import (
+    EXTRACTION_POLICY,
+    EXTRACTIONS,
+    STATUSES,
+    GradeResult,
+    extract_boxed,
+    extract_final_answer,
+    join_digit_groups,
+    precheck,
+)
 from rbctl.grading.verify import (
     answers_equivalent,
     grade,
@@ -13,5 +23,6 @@ from rbctl.grading.verify import (
     warm_up,
 )
 
-__all__ = ["STATUSES", "GradeResult", "answers_equivalent", "extract_boxed", "grade", "grade_answer",
-           "grade_detailed", "grade_many", "precheck", "warm_up"]
+__all__ = ["EXTRACTIONS", "EXTRACTION_POLICY", "STATUSES", "GradeResult", "answers_equivalent", "extract_boxed",
+           "extract_final_answer", "grade", "grade_answer", "grade_detailed", "grade_many", "join_digit_groups",
+           "precheck", "warm_up"]

@@ -1,7 +1,21 @@
 """Answer extraction and pre-checks: pure string functions, no subprocess, no sympy.
 
-The answer of a completion is the content of its LAST ``\\boxed{...}`` (see `rbctl.grading.verify`
-for the whole grading contract). `precheck` rejects answers that could not finish in sympy anyway.
+Extraction policy (docs/method.md, "Answer extraction"; `EXTRACTION_POLICY` is the same policy as
+written into each evaluation's ``summary.json``), in this order:
+
+1. ``boxed``: if the completion contains ``\\boxed`` or ``\\fbox``, its answer is the content of the
+   LAST box (`extract_boxed`); earlier boxes are ignored, so an answer split over several boxes
+   keeps only its last part. If that last box is never closed (a truncated generation) there is
+   no answer, and neither an earlier box nor a phrase is used instead.
+2. ``phrase``: a completion without any box is searched for a final-answer phrase
+   (`extract_phrase`): the last "Final Answer: X" or "final answer ... is X" (such as "The final
+   answer is $34$." or the Minerva "Final Answer: The final answer is $34$. I hope it is
+   correct."), wherever it is; without one, "answer is X" as the last words of the completion.
+3. ``none``: no answer.
+
+Before an answer (or a gold answer) is compared, `join_digit_groups` reads numbers written with
+thousands separators (``12\\,345``, ``1 000``, ``1{,}000``) as one number. `precheck` rejects
+answers that could not finish in sympy.
 """
 
 from __future__ import annotations
@@ -17,21 +31,26 @@ MAX_ANSWER_CHARS = 1000
 MAX_BRACE_DEPTH = 50
 MAX_RESULT_DIGITS = 1e6  # 3^{10^6} (477k digits) grades in 0.15 s; 9^{9^9} (3.7e8 digits) hangs.
 STATUSES = ("ok", "no_answer", "timeout", "error")
+EXTRACTIONS = ("boxed", "phrase", "none")  # how an answer was found, in the order they are tried
 
 
 @dataclass(frozen=True)
 class GradeResult:
     """Verdict of one grading call.
 
-    status: ``ok`` (compared; ``correct`` is the verdict), ``no_answer`` (no boxed answer),
-    ``timeout`` (exceeded ``timeout_s`` or rejected by a pre-check), ``error`` (math-verify raised,
-    the gold did not parse, or the worker died). Only ``ok`` can be correct.
+    status: ``ok`` (compared; ``correct`` is the verdict), ``no_answer`` (no answer, or an empty
+    box), ``timeout`` (exceeded ``timeout_s`` or rejected by a pre-check), ``error`` (math-verify
+    raised, the gold did not parse, or the worker died). Only ``ok`` can be correct.
+    extracted: the answer as written in the completion (before `join_digit_groups`).
+    extraction: how ``extracted`` was found: one of EXTRACTIONS (``none``: it is None), or ``task``
+    where a benchmark's own extractor found it (rbctl.eval.pipeline, the built-in tasks).
     """
 
     correct: bool
     extracted: str | None
     status: str
     detail: str = ""
+    extraction: str = "none"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -110,6 +129,146 @@ def extract_boxed(text: str) -> str | None:
     m = re.match(r"[^$\n]*", text[k:])
     content = m.group(0).strip().rstrip(".")
     return content or None
+
+
+# Final-answer phrases, for completions without a box. The forms follow lm-evaluation-harness's
+# minerva_math task (its `get_unnormalized_answer` reads "Final Answer: The final answer is X. I hope
+# it is correct.") and math-verify's LatexExtractionConfig anchors ("final answer.{0,100}?\s+is X",
+# "answer: X"), restricted to what cannot be read out of a line of reasoning: a plain
+# "answer is X" counts only as the last words of the completion.
+_PHRASE = re.compile(r"(?i)\b(?:(?P<final>final\s+answer\b)|answer\s+is(?![\w'’]))")
+_FINAL_COLON = re.compile(r"\**\s*:")  # "Final Answer:", "**Final Answer**:"
+# "final answer ... is X": at most 100 characters between, within one sentence (no ". ", no newline)
+_UP_TO_IS = re.compile(r"(?:[^\n.]|\.(?!\s)){0,100}?\s+is(?![\w'’])", re.IGNORECASE)
+_MATH_SPANS = (("$$", "$$"), ("\\[", "\\]"), ("\\(", "\\)"), ("$", "$"))
+_PHRASE_LEAD = re.compile(r"[\s:*]*")  # spaces, a colon, Markdown bold before the value
+_PHRASE_TAIL = re.compile(r"[\s.*$]*(?:I hope it is correct\.?[\s.*$]*)?", re.IGNORECASE)
+_PLAIN_VALUE = re.compile(r"[^\n]*?(?=\*\*|\.\s|\n|$)")  # up to bold, a sentence end or the line end
+_PHRASE_WINDOW = 2 * MAX_ANSWER_CHARS  # a value is read within this many characters of its phrase
+
+
+def _phrase_value(text: str, i: int) -> tuple[str, int, bool] | None:
+    """The value that follows a phrase ending at ``text[i]``: (value, index after it, is math).
+
+    ``$X$``, ``$$X$$``, ``\\(X\\)``, ``\\[X\\]``: the math content (a backslash escapes the next
+    character, so ``\\$`` does not close it); else the rest of the line up to ``**`` or a sentence
+    end (a period followed by a space). Trailing periods and commas are dropped. None if empty or
+    unclosed within _PHRASE_WINDOW characters.
+    """
+    i = _PHRASE_LEAD.match(text, i).end()
+    end_limit = min(len(text), i + _PHRASE_WINDOW)
+    for opener, closer in _MATH_SPANS:
+        if text.startswith(opener, i):
+            j = i + len(opener)
+            while j < end_limit and not text.startswith(closer, j):
+                j += 2 if text[j] == "\\" else 1
+            if j >= end_limit:
+                return None
+            value = text[i + len(opener) : j].strip().rstrip(".,").strip()
+            return (value, j + len(closer), True) if value else None
+    m = _PLAIN_VALUE.match(text, i, end_limit)
+    value = m.group(0).strip().rstrip(".,").strip()
+    return (value, m.end(), False) if value else None
+
+
+def _final_answer_value(text: str, i: int) -> tuple[str, int, bool] | None:
+    """The value of a "final answer" phrase whose words end at ``text[i]``.
+
+    "Final Answer: $X$" gives X. Otherwise, as math-verify does, an ``is`` within 100 characters of
+    the same sentence starts the value ("Final Answer: The largest $n$ is 34." gives 34, and so does
+    "The final answer is 34."); "Final Answer: X" without one gives X.
+    """
+    colon = _FINAL_COLON.match(text, i)
+    got = _phrase_value(text, colon.end()) if colon else None
+    if got is not None and got[2]:
+        return got
+    copula = _UP_TO_IS.match(text, colon.end() if colon else i)
+    if copula is not None and (got is None or copula.end() <= got[1]):
+        return _phrase_value(text, copula.end())
+    return got
+
+
+def extract_phrase(text: str) -> str | None:
+    """The answer of a final-answer phrase in ``text``, or None (see the module docstring).
+
+    The last "final answer" phrase with a value (`_final_answer_value`) wins wherever it is;
+    without one, "answer is X" counts when nothing but punctuation, Markdown bold or "I hope it is
+    correct." follows X. Values are read by `_phrase_value`: ``$34$``, ``**34**``, ``34.`` all give
+    ``34``.
+    """
+    matches = list(_PHRASE.finditer(text))
+    for m in reversed(matches):  # the last phrase with a value wins: stop at the first from the end
+        if m.group("final") is not None:
+            got = _final_answer_value(text, m.end())
+            if got is not None:
+                return got[0]
+    for m in reversed(matches):
+        if m.group("final") is None:
+            got = _phrase_value(text, m.end())
+            if got is not None:
+                return got[0] if _PHRASE_TAIL.match(text, got[1]).end() == len(text) else None
+    return None
+
+
+def extract_final_answer(text: str) -> tuple[str | None, str]:
+    """``(answer, kind)`` of a completion by the extraction policy; kind is one of EXTRACTIONS.
+
+    Any ``\\boxed``/``\\fbox`` makes it ``boxed`` (the last box; None if it is unclosed, with kind
+    ``none``); only a completion without a box is searched for a phrase.
+    """
+    if _last_box_start(text) is not None:
+        answer = extract_boxed(text)
+        return answer, "boxed" if answer is not None else "none"
+    answer = extract_phrase(text)
+    return answer, "phrase" if answer is not None else "none"
+
+
+# Thousands separators. Only groups of exactly three digits after a first group of one to three
+# digits are joined, so "1, 2", "(1, 2)", "2 \pi", "12 5" keep their meaning.
+# - LaTeX spacing and the comma idioms of MATH solutions ("10{,}000", "10,\!000") and plain or thin
+#   spaces (LaTeX ignores spaces in math mode: "1 000" is printed as 1000): always a separator.
+#   math-verify reads `12\,345` as 12 + 345 and `1 000` as 1*0, which made `\boxed{1 000}` equal 0.
+# - A plain comma ("1,000"): math-verify already reads an answer that is nothing but such a number
+#   as one number, yet `x = 1,000` as the set {1, 0}. We join plain commas only when every comma of
+#   the answer is inside such a number and the answer has no tuple, interval or set delimiter, so
+#   "(1,500)" stays an interval and "1,000, 2" a list.
+_SPACE_SEPARATOR = (
+    r"(?:\s*(?:\\,|\\thinspace(?![A-Za-z])|\\:|\\;|\\ |\{,\}|,\\!)\s*"  # LaTeX spacing, {,} and ,\!
+    "|[ \u00a0\u2009\u202f]+)"  # plain, no-break, thin and narrow no-break spaces
+)
+# Not preceded by a digit, a decimal point or a one-character exponent/subscript (x^2 000).
+_GROUPED_NUMBER = re.compile(rf"(?<![\d.^_])\d{{1,3}}(?:{_SPACE_SEPARATOR}\d{{3}})+(?!\d)")
+_COMMA_NUMBER = re.compile(r"(?<![\d.^_])\d{1,3}(?:,\d{3})+(?!\d)")
+_TUPLE_DELIMITERS = re.compile(r"[()\[\]]|\\[{}]|\\langle|\\rangle")
+
+
+def join_digit_groups(answer: str) -> str:
+    """``answer`` with thousands separators removed from its numbers (see the rules above).
+
+    ``12\\,345`` -> ``12345``, ``1 000.5`` -> ``1000.5``, ``1{,}000`` -> ``1000``,
+    ``x = 1,000`` -> ``x = 1000``; ``1, 2``, ``(1,500)``, ``2 \\pi`` are returned unchanged.
+    """
+    answer = _GROUPED_NUMBER.sub(lambda m: re.sub(r"\D", "", m.group(0)), answer)
+    if "," in answer and _TUPLE_DELIMITERS.search(answer) is None:
+        numbers = list(_COMMA_NUMBER.finditer(answer))
+        if sum(m.group(0).count(",") for m in numbers) == answer.count(","):
+            answer = _COMMA_NUMBER.sub(lambda m: m.group(0).replace(",", ""), answer)
+    return answer
+
+
+# The policy as written into summary.json (`protocol.extraction`): what the functions above do.
+EXTRACTION_POLICY = {
+    "order": "boxed, then phrase: a phrase is looked for only in a completion without any box",
+    "boxed": "content of the last \\boxed{...}, \\fbox{...} or \\boxed X; earlier boxes are ignored; "
+             "an unclosed last box is no answer",
+    "phrase": "the last 'Final Answer: X' or 'final answer ... is X' (at most 100 characters between, "
+              "one sentence); without one, 'answer is X' ending the completion; X is $X$, $$X$$, "
+              "\\(X\\), \\[X\\], **X** or the rest of the sentence",
+    "numbers": "in prediction and gold, digit groups of three after a first group of 1-3 digits are "
+               "joined across \\, \\: \\; \\thinspace '\\ ' {,} ,\\! and spaces (U+0020, U+00A0, U+2009, "
+               "U+202F); across plain commas only when every comma of the answer is such a separator "
+               "and the answer has no brackets",
+}
 
 
 # ---------------------------------------------------------------------------------------------

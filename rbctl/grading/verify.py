@@ -1,14 +1,15 @@
 """The one grader of rbctl: training rewards and evaluation both call `grade`.
 
 Contract
-1. The answer of a completion is the content of its LAST ``\\boxed{...}`` (or ``\\fbox{...}``,
-   or ``\\boxed 5`` without braces). If that last box is unclosed (a truncated generation) there is
-   no answer: we do not fall back to an earlier box.
-2. The extracted answer and the gold answer are both parsed by math-verify (each wrapped in
-   ``\\boxed{}`` so that a bare gold string such as ``025`` or ``336^\\circ`` goes through the same
-   LaTeX path as a model answer) and compared with ``math_verify.verify(gold, pred)``.
-   math-verify supplies: fractions vs decimals, ``\\dfrac``, leading zeros, ``^\\circ``, ``x = 5``
-   vs ``5``, thousands separators, intervals, percentages, ``\\sqrt``, ``\\pi``.
+1. The answer of a completion is found by the extraction policy of `rbctl.grading.extract`
+   (docs/method.md, "Answer extraction"): its LAST box, else a final-answer phrase; an unclosed
+   last box (a truncated generation) is no answer. ``GradeResult.extraction`` records which.
+2. Numbers written with thousands separators (``12\\,345``, ``1 000``, ``1{,}000``) are first read
+   as one number in both answers (`join_digit_groups`). The extracted answer and the gold answer
+   are then both parsed by math-verify (each wrapped in ``\\boxed{}`` so that a bare gold string
+   such as ``025`` or ``336^\\circ`` goes through the same LaTeX path as a model answer) and
+   compared with ``math_verify.verify(gold, pred)``. math-verify supplies: fractions vs decimals,
+   ``\\dfrac``, leading zeros, ``^\\circ``, ``x = 5`` vs ``5``, intervals, percentages, ``\\sqrt``, ``\\pi``.
 3. Multiple-choice letters: math-verify compares ``B``, ``(B)``, ``\\text{(B)}`` as the symbol
    ``b``. One addition of ours: when the gold is a single letter A-E, a prediction that starts with
    a parenthesised letter (``\\textbf{(B) }12``, the AMC style) is reduced to that letter.
@@ -47,13 +48,8 @@ from functools import lru_cache
 from pathlib import Path
 
 from rbctl.grading.extract import (  # noqa: F401  (re-exported: the grading API)
-    STATUSES,
-    GradeResult,
-    _CHOICE_PRED,
-    _strip_text_commands,
-    choice_letter,
-    extract_boxed,
-    precheck,
+    EXTRACTIONS, MAX_ANSWER_CHARS, STATUSES, GradeResult, _CHOICE_PRED, _strip_text_commands, choice_letter,
+    extract_boxed, extract_final_answer, join_digit_groups, precheck,
 )
 
 WORKER_STARTUP_TIMEOUT_S = 120.0  # importing sympy on a loaded 2-core machine can take a while
@@ -344,33 +340,43 @@ def warm_up() -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def grade_answer(extracted: str, answer: str, timeout_s: float = 5.0) -> GradeResult:
-    """Compare an already extracted answer with the gold ``answer`` (see module docstring)."""
+def _prepare(answer: str) -> str:
+    """What math-verify is given for an answer: its thousands separators joined. Over-long answers
+    are left as they are (the pre-check rejects them), so the regex never scans a huge string."""
+    return join_digit_groups(answer) if len(answer) <= MAX_ANSWER_CHARS else answer
+
+
+def grade_answer(extracted: str, answer: str, timeout_s: float = 5.0, extraction: str = "boxed") -> GradeResult:
+    """Compare an already extracted answer with the gold ``answer`` (see module docstring).
+
+    ``extraction``: how ``extracted`` was found, recorded in the result (one of EXTRACTIONS)."""
     if not extracted.strip():
-        return GradeResult(False, extracted, "no_answer", "empty box")
-    for text, who in ((extracted, "prediction"), (answer, "gold")):
+        return GradeResult(False, extracted, "no_answer", "empty box", extraction)
+    pred, gold = _prepare(extracted), _prepare(answer)
+    for text, who in ((pred, "prediction"), (gold, "gold")):
         reason = precheck(text)
         if reason is not None:
-            return GradeResult(False, extracted, "timeout", f"pre-check rejected {who}: {reason}")
-    gold_letter = choice_letter(answer)
+            return GradeResult(False, extracted, "timeout", f"pre-check rejected {who}: {reason}", extraction)
+    gold_letter = choice_letter(gold)
     if gold_letter is not None:
-        m = _CHOICE_PRED.match(_strip_text_commands(extracted))
+        m = _CHOICE_PRED.match(_strip_text_commands(pred))
         if m is not None:
-            return GradeResult(m.group(1) == gold_letter, extracted, "ok", "choice letter")
-    status, correct, detail = _run("grade", answer, extracted, timeout_s)
-    return GradeResult(correct, extracted, status, detail)
+            return GradeResult(m.group(1) == gold_letter, extracted, "ok", "choice letter", extraction)
+    status, correct, detail = _run("grade", gold, pred, timeout_s)
+    return GradeResult(correct, extracted, status, detail, extraction)
 
 
 def grade_detailed(completion: str, answer: str, timeout_s: float = 5.0) -> GradeResult:
-    """Grade the last boxed answer of ``completion`` against ``answer``, with status."""
-    extracted = extract_boxed(completion)
+    """Grade the answer of ``completion`` (extraction policy: last box, else a final-answer phrase)
+    against ``answer``, with status and extraction kind."""
+    extracted, kind = extract_final_answer(completion)
     if extracted is None:
-        return GradeResult(False, None, "no_answer")
-    return grade_answer(extracted, answer, timeout_s)
+        return GradeResult(False, None, "no_answer", extraction=kind)
+    return grade_answer(extracted, answer, timeout_s, extraction=kind)
 
 
 def grade(completion: str, answer: str, timeout_s: float = 5.0) -> bool:
-    """True iff the last boxed answer of ``completion`` equals ``answer`` per math-verify."""
+    """True iff the answer of ``completion`` (`grade_detailed`) equals ``answer`` per math-verify."""
     return grade_detailed(completion, answer, timeout_s).correct
 
 
@@ -396,12 +402,14 @@ def answers_equivalent(a: str | None, b: str | None, timeout_s: float = 5.0) -> 
     """Whether two extracted answers vote together in majority voting.
 
     Identical strings are equal (reflexivity, no sympy needed); otherwise math-verify in either
-    direction. None, pre-check rejections, time-outs and errors are "not equivalent".
+    direction, after `join_digit_groups` (so ``1\\,000`` and ``1000`` vote together). None,
+    pre-check rejections, time-outs and errors are "not equivalent".
     """
     if a is None or b is None:
         return False
     if a.strip() == b.strip():
         return bool(a.strip())
+    a, b = _prepare(a), _prepare(b)
     if precheck(a) is not None or precheck(b) is not None:
         return False
     status, equal, _ = _run("equiv", a, b, timeout_s)

@@ -19,6 +19,7 @@ from rbctl.errors import UserError
 from rbctl.config.eval import build_config
 from rbctl.rollout.factory import engine_class
 from rbctl.eval.pipeline import evaluate_policy, periodic_eval_lines
+from rbctl.grading.extract import EXTRACTION_POLICY
 from rbctl.rollout.models import BUILTIN_MARKER, LoadedPolicy
 from rbctl.rollout.base import Sample
 from tests.conftest import SHARED_BENCHMARKS as SHARED, SHARED_MISSING
@@ -28,10 +29,11 @@ needs_shared = pytest.mark.skipif(
     reason=SHARED_MISSING,
 )
 SUMMARY_KEYS = {
-    "benchmark", "model", "step", "n", "num_problems", "metrics", "per_problem", "grader",
+    "benchmark", "model", "step", "n", "num_problems", "metrics", "per_problem", "grader", "extraction",
     "truncated", "mean_new_tokens", "protocol", "time_s", "tokens_per_s",
 }
-SAMPLE_KEYS = {"id", "sample", "completion", "extracted", "gold", "correct", "status", "finished", "num_tokens"}
+SAMPLE_KEYS = {"id", "sample", "completion", "extracted", "extraction", "gold", "correct", "status", "finished",
+               "num_tokens"}
 
 
 @pytest.fixture(autouse=True)
@@ -87,11 +89,14 @@ def test_builtin_outputs_match_samples(tiny: LoadedPolicy, tmp_path: Path) -> No
         sum(s["correct"] for s in samples if s["id"] == i) for i in ids]
     assert summary["grader"]["ok"] + summary["grader"]["no_answer"] == 12
     assert summary["grader"]["no_answer"] == sum(s["extracted"] is None for s in samples)
+    assert summary["extraction"] == {"task": summary["grader"]["ok"], "none": summary["grader"]["no_answer"]}
+    assert all(s["extraction"] == ("none" if s["extracted"] is None else "task") for s in samples)
     proto = summary["protocol"]
     assert (proto["engine"], proto["template"], proto["temperature"], proto["max_new_tokens"], proto["batch_size"]) == (
         "hf", "builtin", 1.0, 8, 4)
     assert proto["example_prompt"] == builtin.format_problem(builtin.problems(builtin.TaskSpec(), "test")[0].problem)
     assert proto["instruction"] is None  # the built-in template has none
+    assert proto["extraction"] == builtin.extract_answer.__doc__.strip()  # the task's own extractor
     assert set(proto["versions"]) == {"rbctl", "torch", "transformers", "math-verify"}
 
     lines = periodic_eval_lines(results, step=5)
@@ -179,11 +184,35 @@ def test_math_metrics_by_hand(tiny: LoadedPolicy, tmp_path: Path) -> None:
         "maj@4": 0.5,  # p0 "26" x2 beats "27" -> wrong; p1 three equivalent halves -> right
     })
     assert summary["grader"] == {"ok": 7, "no_answer": 1, "timeout": 0, "error": 0}
+    assert summary["extraction"] == {"boxed": 7, "phrase": 0, "none": 1}
     assert [p["correct"] for p in summary["per_problem"]] == [1, 3]
     assert summary["protocol"]["engine"] == "scripted"
+    assert summary["protocol"]["extraction"] == EXTRACTION_POLICY
     samples = read_samples(tmp_path / "out" / "my_test" / "samples.jsonl")
     assert [s["extracted"] for s in samples[:4]] == ["27", None, "26", "26"]
+    assert [s["extraction"] for s in samples[:4]] == ["boxed", "none", "boxed", "boxed"]
     assert summary["mean_new_tokens"] == 2.5  # token lists of length 1..4
+
+
+def test_phrases_and_separated_numbers_are_graded_and_counted(tiny: LoadedPolicy, tmp_path: Path) -> None:
+    data = tmp_path / "sep.jsonl"
+    data.write_text(json.dumps({"id": "p0", "problem": "x", "answer": "1000"}) + "\n"
+                    + json.dumps({"id": "p1", "problem": "y", "answer": "0"}) + "\n")
+    script = [
+        ["\\boxed{1 000}", "The final answer is $1{,}000$.", "no answer", "\\boxed{0}"],  # right, right, -, wrong
+        ["\\boxed{1 000}", "Final Answer: 0", "\\boxed{0} and \\boxed{1}", "The answer is 0."],  # -, right, -, right
+    ]
+    cfg = build_config(benchmarks=[f"file:{data}"], n=4)
+    summary = evaluate_policy(tiny, cfg, tmp_path / "out", engine=ScriptedEngine(script))[f"file:{data}"]
+    values = {k: v["value"] for k, v in summary["metrics"].items()}
+    assert values["avg@n"] == pytest.approx(0.5)  # (2/4 + 2/4) / 2; `1 000` no longer equals 0
+    assert values["maj@4"] == pytest.approx(1.0)  # p0: `1 000` and `1{,}000` vote together; p1: two 0s
+    assert summary["extraction"] == {"boxed": 4, "phrase": 3, "none": 1}
+    samples = read_samples(tmp_path / "out" / "sep" / "samples.jsonl")
+    assert [(s["extracted"], s["extraction"], s["correct"]) for s in samples] == [
+        ("1 000", "boxed", True), ("1{,}000", "phrase", True), (None, "none", False), ("0", "boxed", False),
+        ("1 000", "boxed", False), ("0", "phrase", True), ("1", "boxed", False), ("0", "phrase", True),
+    ]
 
 
 @needs_shared

@@ -86,7 +86,8 @@ VERDICTS = [
     (r"$\boxed{\frac{1}{\sqrt{4}}}$", "0.5", True),
     (r"\fbox{7}", "7", True),
     (r"so the answer is $\boxed 7$.", "7", True),
-    (r"The answer is 5.", "5", False),  # no box
+    (r"The answer is 5.", "5", True),  # no box: the final-answer phrase (tests/unit/test_grading_forms.py)
+    (r"The answer is 5 if n is odd, else 6.", "5", False),  # no box, and "answer is 5" does not end it
     (r"\boxed{5} and then \boxed{6", "5", False),  # last box unclosed: no answer
     (r"\boxed{}", "5", False),
 ]
@@ -109,7 +110,9 @@ def test_statuses_are_reported() -> None:
     assert grade_detailed("no box here", "5") == GradeResult(False, None, "no_answer")
     assert grade_detailed(r"\boxed{}", "5").status == "no_answer"
     ok = grade_detailed(r"\boxed{6}", "5")
-    assert (ok.correct, ok.extracted, ok.status) == (False, "6", "ok")
+    assert (ok.correct, ok.extracted, ok.status, ok.extraction) == (False, "6", "ok", "boxed")
+    unclosed = grade_detailed(r"The final answer is 5. \boxed{5", "5")  # a box decides: no phrase fallback
+    assert (unclosed.correct, unclosed.status, unclosed.extraction) == (False, "no_answer", "none")
 
 
 @pytest.mark.parametrize(
@@ -187,7 +190,7 @@ def test_hard_timeout_kills_worker_and_next_call_works() -> None:
     elapsed = time.monotonic() - start
     assert (result.correct, result.status) == (False, "timeout")
     assert 0.5 <= elapsed < 0.5 + SLACK_S
-    assert grade_detailed(r"\boxed{\frac{1}{2}}", "0.5") == GradeResult(True, r"\frac{1}{2}", "ok")
+    assert grade_detailed(r"\boxed{\frac{1}{2}}", "0.5") == GradeResult(True, r"\frac{1}{2}", "ok", extraction="boxed")
 
 
 def test_timeout_from_non_main_thread() -> None:

@@ -1,14 +1,17 @@
-"""The grader under attack: generated LaTeX-ish strings never raise and always return in time."""
+"""The grader under attack: generated LaTeX-ish strings never raise and always return in time, and
+joining thousands separators only ever removes separators."""
 
 from __future__ import annotations
 
 import os
+import re
 import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from rbctl.grading.extract import join_digit_groups
 from rbctl.grading.verify import STATUSES, grade_detailed
 
 TIMEOUT_S = 2.0
@@ -53,6 +56,31 @@ def _check(completion: str, answer: str) -> None:
 @given(body=latexish(), answer=latexish())
 def test_grader_never_raises_and_returns_in_time(body, answer):
     _check(f"so the answer is \\boxed{{{body}}}", answer)
+
+
+@settings(max_examples=EXAMPLES // 2, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@given(body=latexish(), answer=latexish())
+def test_grader_never_raises_on_final_answer_phrases(body, answer):
+    _check(f"The final answer is ${body}$.", answer)
+    _check(f"Final Answer: {body}", answer)
+
+
+SEPARATED = st.lists(
+    st.one_of(st.sampled_from(["1", "12", "000", "345", "1234", " ", ",", "{,}", "\\,", ",\\!", "\\;", "\\ ",
+                               "\u2009", ".", "(", ")", "x", "^", "\\pi"]), st.text(max_size=3)),
+    max_size=20,
+).map("".join)
+
+
+@settings(max_examples=500, deadline=None, derandomize=True)
+@given(SEPARATED)
+def test_join_digit_groups_only_removes_separators(answer):
+    joined = join_digit_groups(answer)
+    assert re.sub(r"\D", "", joined) == re.sub(r"\D", "", answer)  # the same digits, in order
+    assert len(joined) <= len(answer)
+    assert join_digit_groups(joined) == joined  # nothing left to join
+    if not re.search(r"\d{3}", answer):
+        assert joined == answer  # a separator needs a group of three digits after it
 
 
 def _parent_rss_mib() -> float:
