@@ -164,6 +164,7 @@ def ablate(
     no_report: bool = typer.Option(False, "--no-report", help="Do not write the report at the end."),
     launcher: str = typer.Option("local", "--launcher", help="local (worker processes here) or submitit (Slurm, or submitit's local mode; settings from the sweep's `launcher:` section)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress display."),
+    seed_offset: int = typer.Option(0, "--seed-offset", help="Add N to every seed: the same sweep on a disjoint set of seeds (default output runs/SWEEP_NAME_seedsN)."),
 ) -> None:
     """Run a declared grid of arms × seeds, each run followed by its evaluation; resumable.
 
@@ -175,14 +176,15 @@ def ablate(
     from rbctl.sweep.ablate import DEFAULT_SWEEP, run_sweep, summarize_state
 
     path = sweep or DEFAULT_SWEEP
-    sweep_dir = out or Path("runs") / Path(path).stem
+    sweep_dir = out or Path("runs") / (Path(path).stem + (f"_seeds{seed_offset}" if seed_offset else ""))
     t0 = time.perf_counter()
     if launcher not in ("local", "submitit"):
         raise UserError(f"--launcher must be 'local' or 'submitit', got '{launcher}'")
     from rbctl.sweep.local import Interrupted
 
     try:
-        state = run_sweep(path, sweep_dir, jobs=jobs, force=force, progress=not quiet, launcher=launcher)
+        state = run_sweep(path, sweep_dir, jobs=jobs, force=force, progress=not quiet, launcher=launcher,
+                          seed_offset=seed_offset)
     except (Interrupted, KeyboardInterrupt):
         import shlex
 
@@ -191,6 +193,7 @@ def ablate(
         done, total, _ = summarize_state(read_state(sweep_dir))
         again = ["rbctl", "ablate"] + ([str(sweep)] if sweep else []) + ["-o", str(sweep_dir)]
         again += (["--jobs", str(jobs)] if jobs else []) + (["--launcher", launcher] if launcher != "local" else [])
+        again += ["--seed-offset", str(seed_offset)] if seed_offset else []
         typer.secho(f"interrupted: {done}/{total} runs done, the rest recorded in {sweep_dir / 'state.json'} "
                     f"(partial runs keep their checkpoints); finish with: {shlex.join(again)}", err=True)
         raise typer.Exit(130)

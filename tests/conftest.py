@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+REPO = Path(__file__).resolve().parents[1]  # the repository root
+
 # The benchmark files shared beside the checkout (../shared/benchmarks); tests that need them skip
 # with this reason where they are absent.
 SHARED_BENCHMARKS = Path(os.environ.get("RBCTL_SHARED_BENCHMARKS", Path(__file__).resolve().parents[2] / "shared" / "benchmarks"))

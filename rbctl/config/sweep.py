@@ -26,11 +26,19 @@ class SweepConfig(Section):
     base: str = Field(..., description="Base training config YAML, relative to the sweep file.")
     set: dict[str, Any] = Field(default_factory=dict, description="Overrides applied to the base for every arm.")
     seeds: list[int] = Field(default_factory=lambda: [0], description="Run seeds; every arm runs every seed.")
+    warm_starts: list[str] = Field(default_factory=list, description="Shipped warm starts crossed with the seeds (a level of the study: every arm runs every warm start × seed, in runs/ARM/WARM_START/seed_S, paired by (warm start, seed)); empty = the base config's own warm start.")
     arms: dict[str, dict[str, Any]] = Field(..., description="Arm name -> dotted-key overrides of the base config.")
     eval: SweepEval = Field(default_factory=SweepEval, description="Final evaluation of every run.")
     jobs: int = Field(2, ge=1, description="Runs in parallel (worker processes); threads are divided between them.")
     allow_unequal_compute: bool = Field(False, description="Allow arms to differ in steps, P, G, max_new_tokens, ppo_epochs or ppo_mini_batch_size.")
     launcher: Optional[LauncherCfg] = Field(None, description="submitit settings for `--launcher submitit` (Slurm, or its local mode).")
+
+    @field_validator("seeds")
+    @classmethod
+    def _distinct_seeds(cls, seeds):
+        if len(set(seeds)) != len(seeds):
+            raise ValueError(f"seeds must be distinct, got {seeds}")
+        return seeds
 
     @field_validator("arms")
     @classmethod

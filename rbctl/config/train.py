@@ -46,6 +46,8 @@ class BuiltinTaskCfg(Section):
     walk_demo_frac: float = Field(0.15, ge=0.0, le=1.0, description="fixpoint warm start: share of demonstrations that walk to the fixed point (the others take the shortcut).")
     shortcut_demo_error: float = Field(0.0, ge=0.0, lt=1.0, description="fixpoint warm start: probability that a shortcut demonstration's single look-up is wrong.")
     warm_start_steps: int = Field(1200, ge=0, description="Warm start: supervised steps on demonstrations (cached).")
+    walk_phase: float = Field(0.5, ge=0.0, le=1.0, description="fixpoint warm start: share of the SFT steps that see clean walks only (they form the look-up circuit); the rest see the demonstrators' mixture.")
+    warm_start: Optional[str] = Field(None, description="A warm start shipped inside the package (rbctl/tasks/warm_starts/, e.g. fixpoint-ws1), loaded and SHA-256-checked instead of training the SFT recipe; its recorded task and SFT settings must equal this section's. null = train the recipe once and cache it (RBCTL_CACHE).")
 
     @model_validator(mode="after")
     def _hops(self):

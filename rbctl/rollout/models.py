@@ -95,10 +95,12 @@ def load_policy(
     dtype: str = "auto",
     builtin_task=None,
     builtin_warm_start=None,
+    builtin_shipped: str | None = None,
     step: int | None = None,
     log=print,
 ) -> LoadedPolicy:
-    """Load model and tokenizer. `builtin` trains (once) and loads the cached warm-started policy."""
+    """Load model and tokenizer. `builtin` loads the shipped warm start `builtin_shipped`, or trains
+    (once) and loads the cached warm-started policy."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     gguf = None
@@ -107,7 +109,7 @@ def load_policy(
 
         spec = builtin_task or builtin.task("links").TaskSpec()
         ws = builtin_warm_start or builtin.module_of(spec).WarmStartSpec()
-        src = str(builtin.warm_started(spec, ws, log=log))
+        src = str(builtin.warm_started(spec, ws, log=log, shipped=builtin_shipped))
     else:
         src, gguf = resolve_source(name_or_path, step)
     dev = resolve_device(device)

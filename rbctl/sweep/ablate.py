@@ -43,10 +43,13 @@ def _flat_get(d: dict, dotted: str):
     return d
 
 
-def load_sweep(path: Path) -> tuple[SweepConfig, dict[str, TrainConfig]]:
-    """Validate the sweep file and every arm's resolved training config (errors name the arm and key)."""
+def load_sweep(path: Path, seed_offset: int = 0) -> tuple[SweepConfig, dict[str, TrainConfig]]:
+    """Validate the sweep file and every arm's resolved training config (errors name the arm and key).
+    `seed_offset` is added to every seed (the same sweep on a disjoint set of seeds)."""
     path = Path(path)
     sweep = validate(SweepConfig, read_yaml(path), str(path))
+    if seed_offset:
+        sweep = sweep.model_copy(update={"seeds": [s + seed_offset for s in sweep.seeds]})
     base_path = (path.parent / sweep.base).resolve()
     base = read_yaml(base_path)
     configs = {}
@@ -58,7 +61,31 @@ def load_sweep(path: Path) -> tuple[SweepConfig, dict[str, TrainConfig]]:
             raise UserError(str(e)) from None
     if not sweep.allow_unequal_compute:
         _check_equal_compute(path, configs)
+    if sweep.warm_starts:  # each warm start must fit every arm's task settings (one-line error otherwise)
+        from rbctl.tasks.shipped import shipped_warm_start
+        from rbctl.train.data import task_spec, warm_start_spec
+
+        for ws in sweep.warm_starts:
+            for arm, cfg in configs.items():
+                try:
+                    shipped_warm_start(ws, task_spec(cfg), warm_start_spec(cfg))
+                except UserError as e:
+                    raise UserError(f"{path}: warm_starts entry '{ws}', arm '{arm}': {e}") from None
     return sweep, configs
+
+
+def _with_warm_start(cfg: TrainConfig, warm_start: str | None) -> TrainConfig:
+    """The arm's config starting from shipped warm start `warm_start` (unchanged for None)."""
+    if warm_start is None:
+        return cfg
+    builtin = cfg.data.builtin.model_copy(update={"warm_start": warm_start})
+    return cfg.model_copy(update={"data": cfg.data.model_copy(update={"builtin": builtin})})
+
+
+def units(sweep: SweepConfig) -> list[tuple[str | None, int]]:
+    """The units of replication every arm runs: (warm start, seed), warm start None when the sweep
+    does not cross warm starts."""
+    return [(ws, s) for ws in (sweep.warm_starts or [None]) for s in sweep.seeds]
 
 
 def _check_equal_compute(path: Path, configs: dict[str, TrainConfig]) -> None:
@@ -85,8 +112,9 @@ def arm_metadata(cfg: TrainConfig) -> dict:
     return {"baseline": cfg.algo.estimator, "variant": arm_variant(cfg.algo.model_dump(), cfg.rollout.model_dump())}
 
 
-def run_key(arm: str, seed: int) -> str:
-    return f"{arm}/seed_{seed}"
+def run_key(arm: str, seed: int, warm_start: str | None = None) -> str:
+    """A run's key in state.json, and its directory under SWEEP/runs/."""
+    return f"{arm}/seed_{seed}" if warm_start is None else f"{arm}/{warm_start}/seed_{seed}"
 
 
 # --- state ----------------------------------------------------------------------------------------
@@ -161,7 +189,7 @@ def _run_one(run_dir: str, cfg_dict: dict, meta: dict, eval_dict: dict, threads:
     from rbctl.console import quiet_libraries
 
     quiet_libraries()
-    key = f"{meta['arm']}/seed_{meta['seed']}"
+    key = run_key(meta["arm"], meta["seed"], meta.get("warm_start"))
     try:
         from rbctl.config.eval import EvalConfig
         from rbctl.train.loop import train
@@ -197,10 +225,12 @@ def _run_one(run_dir: str, cfg_dict: dict, meta: dict, eval_dict: dict, threads:
 
 
 def run_sweep(sweep_path: Path, sweep_dir: Path, jobs: int | None = None, force: bool = False,
-              progress: bool = True, log=print, launcher: str = "local", progress_every: float = 60.0) -> dict:
-    """Run (or resume) every (arm, seed) of the sweep; returns the final state. After a Ctrl-C it
-    raises rbctl.sweep.local.Interrupted, the state recorded (interrupted runs resume on a rerun)."""
-    sweep, configs = load_sweep(sweep_path)
+              progress: bool = True, log=print, launcher: str = "local", progress_every: float = 60.0,
+              seed_offset: int = 0) -> dict:
+    """Run (or resume) every (arm, warm start, seed) of the sweep; returns the final state. After a
+    Ctrl-C it raises rbctl.sweep.local.Interrupted, the state recorded (interrupted runs resume on a
+    rerun). `seed_offset` shifts every seed (a disjoint replication of the same sweep)."""
+    sweep, configs = load_sweep(sweep_path, seed_offset)
     jobs = jobs or sweep.jobs
     sweep_dir = Path(sweep_dir)
     sweep_dir.mkdir(parents=True, exist_ok=True)
@@ -215,21 +245,24 @@ def run_sweep(sweep_path: Path, sweep_dir: Path, jobs: int | None = None, force:
         state = read_state(sweep_dir)
         todo = []
         for arm, cfg in configs.items():
-            for seed in sweep.seeds:
-                key = run_key(arm, seed)
-                rd = sweep_dir / "runs" / arm / f"seed_{seed}"
-                rcfg = cfg.model_copy(update={"seed": seed})
+            for ws, seed in units(sweep):
+                key = run_key(arm, seed, ws)
+                rd = sweep_dir / "runs" / key
+                rcfg = _with_warm_start(cfg, ws).model_copy(update={"seed": seed})
                 if final_eval_done(rd, rcfg.steps, sweep.eval.benchmarks) and state["runs"].get(key, {}).get("status") == "done":
                     continue
                 meta = {"arm": arm, "seed": seed, "sweep": sweep.name, **arm_metadata(rcfg)}
+                if ws is not None:
+                    meta["warm_start"] = ws
                 todo.append((key, rd, rcfg, meta))
                 state["runs"][key] = {"status": "pending", "error": None}
         write_state(sweep_dir, state)
-        total_runs = len(configs) * len(sweep.seeds)
-        log(f"sweep '{sweep.name}': {total_runs} runs ({len(configs)} arms × {len(sweep.seeds)} seeds), "
+        total_runs = len(configs) * len(units(sweep))
+        unit = f"{len(sweep.warm_starts)} warm starts × {len(sweep.seeds)} seeds" if sweep.warm_starts else f"{len(sweep.seeds)} seeds"
+        log(f"sweep '{sweep.name}': {total_runs} runs ({len(configs)} arms × {unit}), "
             f"{total_runs - len(todo)} already finished, {len(todo)} to run with {jobs} parallel jobs")
         if todo:
-            _prepare_shared(configs, log)
+            _prepare_shared({key: cfg for key, _, cfg, _ in todo}, log)
             if launcher == "submitit":
                 _execute_submitit(todo, sweep, sweep_dir, state, log)
             else:
@@ -241,11 +274,15 @@ def _prepare_shared(configs: dict[str, TrainConfig], log) -> None:
     """Build the cached warm start once, before the workers start, instead of in every worker."""
     from rbctl.train.data import task_spec, warm_start_spec
 
-    for cfg in configs.values():
-        if cfg.model.name == "builtin":
-            from rbctl.tasks import builtin
+    from rbctl.tasks import builtin
 
-            builtin.warm_started(task_spec(cfg), warm_start_spec(cfg), log=log)
+    done = set()
+    for cfg in configs.values():
+        b = cfg.data.builtin
+        key = (b.model_dump_json(), cfg.model.name)
+        if cfg.model.name == "builtin" and key not in done:
+            done.add(key)
+            builtin.warm_started(task_spec(cfg), warm_start_spec(cfg), log=log, shipped=b.warm_start)
 
 
 def _execute(todo, sweep: SweepConfig, sweep_dir: Path, state: dict, jobs: int, progress: bool,

@@ -22,7 +22,8 @@ KINDS = {"links": "rbctl.tasks.links", "fixpoint": "rbctl.tasks.fixpoint"}
 # The warm-start settings the config sets: dataclass field -> data.builtin key (the others, such as
 # the model's size and the SFT seed, are the dataclass's defaults and recorded in the policy's marker)
 WARM_START_KEYS = {"demo_error": "demo_error", "walk_demo_frac": "walk_demo_frac",
-                   "shortcut_demo_error": "shortcut_demo_error", "steps": "warm_start_steps"}
+                   "shortcut_demo_error": "shortcut_demo_error", "walk_phase": "walk_phase",
+                   "steps": "warm_start_steps"}
 
 
 def task(kind: str) -> ModuleType:
@@ -79,8 +80,15 @@ def warm_start_path(spec, ws) -> Path:
     return tiny.warm_start_path(spec.kind, spec, ws)
 
 
-def warm_started(spec, ws, log=print) -> Path:
-    """Path of the cached warm-started policy of `spec`'s task; trains it (under a file lock) if missing."""
+def warm_started(spec, ws, log=print, shipped: str | None = None) -> Path:
+    """Path of the warm-started policy of `spec`'s task: the shipped warm start `shipped` (checked
+    against `spec`, `ws` and its SHA-256s: rbctl.tasks.shipped), else the recipe's cached one,
+    trained (under a file lock) if missing."""
     from rbctl.tasks import tiny
+
+    if shipped is not None:
+        from rbctl.tasks.shipped import shipped_warm_start
+
+        return shipped_warm_start(shipped, spec, ws)
 
     return tiny.warm_started(spec.kind, spec, ws, lambda: module_of(spec).sft_warm_start(spec, ws), log=log)

@@ -151,6 +151,10 @@ def _resolve_model(cfg: TrainConfig, r: Resolved, cache_dir) -> None:
         r.tokenizer = builtin.build_tokenizer(spec)
         model = builtin.build_model(spec, ws, len(r.tokenizer))
         r.n_params, r.n_source = float(sum(p.numel() for p in model.parameters())), "built in code"
+        if cfg.data.builtin.warm_start:
+            builtin.warm_started(spec, ws, shipped=cfg.data.builtin.warm_start)  # refuses a mismatched or changed one
+            r.model_note = f"the built-in policy, shipped warm start {cfg.data.builtin.warm_start} (SHA-256 checked)"
+            return
         cached = (builtin.warm_start_path(spec, ws) / "config.json").exists()
         r.model_note = "the built-in policy" + ("" if cached else " (its warm start is trained at the first run, ~1 min)")
         return

@@ -89,7 +89,8 @@ class Trainer(Updater):
         if self.dist.enabled and torch.cuda.is_available() and device in ("auto", "cuda"):
             device = f"cuda:{self.dist.local_rank}"
         self.load_kwargs = dict(device=device, dtype=cfg.model.dtype, log=self.log,
-                                builtin_task=task_spec(cfg), builtin_warm_start=warm_start_spec(cfg))
+                                builtin_task=task_spec(cfg), builtin_warm_start=warm_start_spec(cfg),
+                                builtin_shipped=cfg.data.builtin.warm_start)
         base = load_policy(cfg.model.name, **self.load_kwargs)
         self.base_source, self.builtin, self.tokenizer = base.source, base.builtin, base.tokenizer
         self.device = next(base.model.parameters()).device
