@@ -37,9 +37,9 @@ from rbctl.config.train import TrainConfig
 from rbctl.errors import UserError
 from rbctl.rollout.base import SamplingParams
 from rbctl.rollout.factory import build_engine
-from rbctl.rollout.models import load_policy
+from rbctl.rollout.models import load_policy, read_safetensors, with_adapter
 from rbctl.rollout.vllm import logprob_mismatch, tis_weights
-from rbctl.store.rundir import MODEL, last_good_checkpoint
+from rbctl.store.rundir import MODEL, Checkpoint, checkpoints_to_try, first_intact
 from rbctl.tasks.prompting import encode_prompts, resolve_template
 from rbctl.train.batch import RolloutBatch, dropout_active, make_batch, response_logits, sample_rows
 from rbctl.train.checkpoint import load_state, rng_state, set_rng_state
@@ -62,7 +62,8 @@ class Trainer:
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         self.dist = init_from_env()
-        self.resume_step, resume_ck = last_good_checkpoint(self.run_dir, log=log if self.dist.is_main else None)
+        warn = log if self.dist.is_main else None
+        candidates = checkpoints_to_try(self.run_dir, log=warn)  # chosen once, no weight byte read
         base = self._load_base()
         torch.manual_seed(cfg.seed)
         # vLLM is built first (it checks that its share of GPU memory is free); hf once the policy is final
@@ -70,12 +71,15 @@ class Trainer:
         self.use_ref = cfg.algo.kl_coef > 0 or cfg.algo.log_kl
         # with LoRA the reference is the adapter-disabled base; otherwise a frozen copy
         self.ref = copy.deepcopy(base.model).eval().requires_grad_(False) if self.use_ref and not self.lora else None
-        self.model = self._policy_model(base, resume_ck)
+        # the newest checkpoint whose files verify as they are read; a corrupted one: the one before
+        ck, loaded = first_intact(candidates, lambda c: (load_state(c), self._policy_model(base, c)), warn)
+        self.resume_step = ck.step if ck is not None else 0
+        state, self.model = loaded if ck is not None else (None, self._policy_model(base, None))
         del base
         self.train_model = self._wrap_for_training()
         self._make_optimizer()
-        if resume_ck is not None:
-            self._restore(resume_ck)
+        if state is not None:
+            self._restore(ck.path, state)
         self._setup_data()
         if self.engine is None:
             self.engine = self._engine(self.model)
@@ -106,12 +110,14 @@ class Trainer:
         return build_engine(r.engine, model, self.tokenizer, source=self.base_source, batch_size=r.max_batch,
                             seed=self.cfg.seed, sample_dtype=r.dtype, **opts)
 
-    def _policy_model(self, base, resume_ck: Path | None):
+    def _policy_model(self, base, resume: Checkpoint | None):
+        """The policy to train: the base (± fresh LoRA adapters), or checkpoint `resume`'s weights
+        (read once, verified as read, before anything of the base is changed)."""
         if self.lora:
-            model = self._with_lora(base.model, resume_ck / MODEL if resume_ck is not None else None)
-        elif resume_ck is not None:  # the checkpoint holds the float32 master weights, unless bf16-pure
+            model = self._with_lora(base.model, resume)
+        elif resume is not None:  # the checkpoint holds the float32 master weights, unless bf16-pure
             dtype = "float32" if self.precision.master_fp32 else self.cfg.model.dtype
-            model = load_policy(str(resume_ck / MODEL), **{**self.load_kwargs, "dtype": dtype}).model
+            model = load_policy(resume, **{**self.load_kwargs, "dtype": dtype}).model
         else:
             model = base.model
         prepare_trainable(model, self.precision, self.lora, self.log)
@@ -132,8 +138,7 @@ class Trainer:
         self.opt, self.sched = make_optimizer([p for p in self.model.parameters() if p.requires_grad], self.cfg)
         self.alpha = self.cfg.algo.entropy.alpha
 
-    def _restore(self, ck: Path) -> None:
-        state = load_state(ck)
+    def _restore(self, ck: Path, state: dict) -> None:
         if state.get("world_size", 1) != self.dist.world:
             raise UserError(f"checkpoint {ck} was written by {state.get('world_size', 1)} processes; "
                             f"resume with the same number (now {self.dist.world})")
@@ -150,14 +155,16 @@ class Trainer:
         self._prompt_cache: dict[int, list[int]] = {}
         self.reward_fn = reward_function(self.cfg)
 
-    def _with_lora(self, model, adapter_dir: Path | None):
+    def _with_lora(self, model, resume: Checkpoint | None):
         """Wrap the model with LoRA adapters (fresh, or the checkpoint's on resume): only they train."""
         try:
-            from peft import LoraConfig, PeftModel, get_peft_model
+            from peft import LoraConfig, get_peft_model
         except ImportError:
             raise UserError("model.lora needs peft: pip install 'rbctl[lora]'") from None
-        if adapter_dir is not None:
-            return PeftModel.from_pretrained(model, str(adapter_dir), is_trainable=True)
+        if resume is not None:
+            resume.verify(f"{MODEL}/adapter_config.json")
+            weights = read_safetensors(resume, f"{MODEL}/adapter_model.safetensors")
+            return with_adapter(model, resume.model_dir, weights, trainable=True)
         lc = self.cfg.model.lora
         return get_peft_model(model, LoraConfig(r=lc.r, lora_alpha=lc.alpha, lora_dropout=lc.dropout,
                                                 target_modules=lc.target_modules, task_type="CAUSAL_LM"))
