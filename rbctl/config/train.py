@@ -155,6 +155,7 @@ class OptimCfg(Section):
     beta2: float = Field(0.999, ge=0.0, lt=1.0, description="AdamW β2.")
     warmup_steps: int = Field(0, ge=0, description="Linear learning-rate warm-up steps.")
     schedule: Literal["constant", "cosine"] = Field("constant", description="Learning-rate schedule after warm-up.")
+    schedule_steps: Optional[int] = Field(None, ge=1, description="Steps the cosine schedule spans (null = steps); `rbctl train --extend` pins it to a run's first horizon, and steps past it keep the last step's lr.")
     max_grad_norm: float = Field(1.0, gt=0.0, description="Gradient clipping by global norm.")
 
 

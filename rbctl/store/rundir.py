@@ -2,6 +2,7 @@
 
     RUN_DIR/
       config.yaml             the resolved training config the code used
+      config.step_NNNNNN.yaml the config steps up to NNNNNN ran with, where a resume changed it
       provenance.json         versions, git commit, device, seed
       metrics.jsonl           one line per optimizer step
       samples.jsonl           rollouts every `sample_every` steps

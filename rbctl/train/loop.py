@@ -19,31 +19,33 @@ from rbctl.store.lock import DirLock
 from rbctl.store.rundir import BUILTIN_MARKER, EVAL_LINES, METRICS, PROVENANCE, SAMPLES, periodic_eval_dir
 from rbctl.train.checkpoint import save_checkpoint
 from rbctl.train.data import task_spec
-from rbctl.train.rundir import prepare_run_dir, provenance
+from rbctl.train.rundir import check_run_dir, provenance, write_config
 from rbctl.store.jsonl import append_jsonl, truncate_jsonl
 from rbctl.train.tracking import Tracker
 from rbctl.train.trainer import Trainer
 
 
 def train(cfg: TrainConfig, run_dir: Path, force: bool = False, progress: bool = True, log=print,
-          on_step=None) -> list[dict]:
-    """Train (or resume) the run in `run_dir`; returns the metrics of the steps run now.
+          on_step=None, extend: bool = False) -> list[dict]:
+    """Train (or resume) the run in `run_dir`; returns the metrics of the steps run now. `force`
+    and `extend`: what a resume may change (`rbctl.train.rundir.check_run_dir`).
 
     Rank 0 holds RUN_DIR/.lock for the whole run: a second `rbctl train` on the same directory is
     refused (one writer per run directory)."""
     run_dir = Path(run_dir)
     main_rank = int(os.environ.get("RANK", "0")) == 0
     with DirLock(run_dir, "rbctl train", log=log) if main_rank else nullcontext():
-        return _train(cfg, run_dir, force, progress, log, on_step, main_rank)
+        return _train(cfg, run_dir, force, extend, progress, log, on_step, main_rank)
 
 
-def _train(cfg: TrainConfig, run_dir: Path, force: bool, progress: bool, log, on_step, main_rank: bool) -> list[dict]:
-    if main_rank:  # only rank 0 writes the run directory
-        prepare_run_dir(cfg, run_dir, force)
+def _train(cfg: TrainConfig, run_dir: Path, force: bool, extend: bool, progress: bool, log, on_step,
+           main_rank: bool) -> list[dict]:
+    cfg = check_run_dir(cfg, run_dir, force, extend)  # every rank, before rank 0 rewrites config.yaml below
     tr = Trainer(cfg, run_dir, log=log if main_rank else (lambda *a: None))
     tr.dist.barrier()
     start = tr.resume_step
-    if main_rank:
+    if main_rank:  # only rank 0 writes the run directory
+        write_config(cfg, run_dir, start)
         # Lines written after the checkpoint we resume from are redone: drop them (and a torn last line).
         # A run that starts over (no checkpoint) redoes everything, its step-0 evaluation included.
         for name in (METRICS, SAMPLES, EVAL_LINES):

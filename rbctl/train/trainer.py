@@ -46,7 +46,7 @@ from rbctl.train.checkpoint import load_state, rng_state, set_rng_state
 from rbctl.train.data import load_training_problems, reward_function, task_spec, warm_start_spec
 from rbctl.train.distributed import init_from_env
 from rbctl.train.objective import Objective, stat_metric
-from rbctl.train.optim import make_optimizer
+from rbctl.train.optim import make_optimizer, schedule_record
 from rbctl.train.precision import prepare_trainable, resolve_precision
 from rbctl.train.sampling import Groups, collect_groups, round_prompts, round_seed
 
@@ -139,6 +139,10 @@ class Trainer:
         self.alpha = self.cfg.algo.entropy.alpha
 
     def _restore(self, ck: Path, state: dict) -> None:
+        ran, now = state.get("schedule"), schedule_record(self.cfg)  # None: written before schedules were recorded
+        if ran is not None and ran != now:
+            raise UserError(f"checkpoint {ck} ran with the learning-rate schedule {ran}; this config gives {now}: "
+                            "a run keeps its schedule (rbctl train --extend only lengthens it; docs/scaling.md)")
         if state.get("world_size", 1) != self.dist.world:
             raise UserError(f"checkpoint {ck} was written by {state.get('world_size', 1)} processes; "
                             f"resume with the same number (now {self.dist.world})")
@@ -408,6 +412,7 @@ class Trainer:
     def state(self, step: int) -> dict:
         """What a checkpoint needs beside the weights (tensors, lists and numbers only)."""
         return {"step": step, "optimizer": self.opt.state_dict(), "scheduler": self.sched.state_dict(),
-                "alpha": self.alpha, "rng": rng_state(), "world_size": self.dist.world}
+                "alpha": self.alpha, "rng": rng_state(), "world_size": self.dist.world,
+                "schedule": schedule_record(self.cfg)}
 
 
