@@ -103,6 +103,15 @@ def read_safetensors(ck: Checkpoint, rel: str) -> dict[str, torch.Tensor]:
     return out
 
 
+def checkpoint_weights(ck: Checkpoint) -> dict[str, torch.Tensor]:
+    """Every tensor of the checkpoint's model/*.safetensors (each shard of a sharded save), read once
+    and verified as read."""
+    weights = {}
+    for rel in sorted(r for r in ck.files if r.startswith(f"{MODEL}/") and r.endswith(".safetensors")):
+        weights.update(read_safetensors(ck, rel))
+    return weights
+
+
 def with_adapter(model, adapter_dir: Path, weights: dict, trainable: bool):
     """`model` wrapped with the LoRA adapter saved in `adapter_dir`, its weights given (read and
     verified by the caller): what `PeftModel.from_pretrained` does, without reading the weights again."""
@@ -117,6 +126,21 @@ def with_adapter(model, adapter_dir: Path, weights: dict, trainable: bool):
     return model
 
 
+def lora_policy(model, lora, resume: Checkpoint | None = None):
+    """`model` wrapped with trainable LoRA adapters: fresh ones as the config section `lora` (r, alpha,
+    dropout, target_modules) says, or checkpoint `resume`'s (verified as they are read)."""
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError:
+        raise UserError("model.lora needs peft: pip install 'rbctl[lora]'") from None
+    if resume is not None:
+        resume.verify(f"{MODEL}/adapter_config.json")
+        weights = read_safetensors(resume, f"{MODEL}/adapter_model.safetensors")
+        return with_adapter(model, resume.model_dir, weights, trainable=True)
+    return get_peft_model(model, LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+                                            target_modules=lora.target_modules, task_type="CAUSAL_LM"))
+
+
 def _model_from_checkpoint(ck: Checkpoint, torch_dtype, auto_model):
     """A checkpoint's model: its small files hashed whole, its weights read once and verified as read."""
     for rel in ck.files:
@@ -127,11 +151,9 @@ def _model_from_checkpoint(ck: Checkpoint, torch_dtype, auto_model):
         return _load_lora_merged(str(ck.model_dir), torch_dtype, auto_model, weights)
     from transformers import AutoConfig, GenerationConfig
 
-    state = {}
-    for rel in sorted(r for r in ck.files if r.startswith(f"{MODEL}/") and r.endswith(".safetensors")):
-        state.update(read_safetensors(ck, rel))  # every shard of a sharded save
     config = AutoConfig.from_pretrained(ck.model_dir)
-    model = auto_model._model_mapping[type(config)].from_pretrained(None, config=config, state_dict=state, dtype=torch_dtype)
+    model = auto_model._model_mapping[type(config)].from_pretrained(None, config=config, state_dict=checkpoint_weights(ck),
+                                                                    dtype=torch_dtype)
     if (ck.model_dir / "generation_config.json").exists():
         model.generation_config = GenerationConfig.from_pretrained(ck.model_dir)
     model.name_or_path = model.config._name_or_path = str(ck.model_dir)  # as from_pretrained(folder) records

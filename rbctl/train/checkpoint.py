@@ -40,14 +40,15 @@ def set_rng_state(state: dict) -> None:
 
 
 def save_checkpoint(run_dir: Path, step: int, model, tokenizer, state: dict, keep: int,
-                    builtin_marker: Path | None) -> None:
+                    builtin_marker: Path | None, weights: dict | None = None) -> None:
     """Write checkpoint `step` into a `.tmp` folder, seal it with the manifest (SHA-256 and size of
-    every file), then rename it into place and delete all but the newest `keep` checkpoints."""
+    every file), then rename it into place and delete all but the newest `keep` checkpoints.
+    `weights`: the full state dict to save (gathered from FSDP shards), else the model's own."""
     final = checkpoint_dir(run_dir, step)
     tmp = final.with_name(final.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     (tmp / MODEL).mkdir(parents=True)
-    model.save_pretrained(tmp / MODEL, safe_serialization=True)
+    model.save_pretrained(tmp / MODEL, safe_serialization=True, state_dict=weights)
     tokenizer.save_pretrained(tmp / MODEL)
     if builtin_marker is not None and builtin_marker.exists():
         shutil.copy(builtin_marker, tmp / MODEL / builtin_marker.name)

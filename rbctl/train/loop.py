@@ -62,8 +62,8 @@ def _train(cfg: TrainConfig, run_dir: Path, force: bool, extend: bool, progress:
     if main_rank:
         tracker = Tracker(run_dir, cfg.log.tensorboard, cfg.log.wandb, cfg.log.wandb_project, cfg.log.wandb_mode,
                           config=cfg.model_dump(mode="json"))
-    if main_rank and start == 0 and cfg.eval.every:
-        _periodic_eval(tr, cfg, run_dir, 0, {})  # the held-out curve starts at the warm start
+    if start == 0 and cfg.eval.every:
+        _periodic_eval(tr, cfg, run_dir, 0, {}, main_rank)  # the held-out curve starts at the warm start
     marker = Path(tr.base_source) / BUILTIN_MARKER if tr.builtin else None
     done: list[dict] = []
     display = _Display(cfg.steps, start, enabled=progress and main_rank)
@@ -77,15 +77,18 @@ def _train(cfg: TrainConfig, run_dir: Path, force: bool, extend: bool, progress:
                     raise UserError(f"loss or gradient non-finite for {nonfinite_row} steps in a row at step {step} "
                                     f"(max_nonfinite_steps={cfg.max_nonfinite_steps}); lower optim.lr or check the "
                                     "rewards (those steps were skipped: no checkpoint holds NaN)")
+                if cfg.eval.every and (step % cfg.eval.every == 0 or step == cfg.steps):
+                    _periodic_eval(tr, cfg, run_dir, step, metrics, main_rank)
                 if main_rank:
-                    if cfg.eval.every and (step % cfg.eval.every == 0 or step == cfg.steps):
-                        _periodic_eval(tr, cfg, run_dir, step, metrics)
                     tracker.log(step, metrics)
                     if step % cfg.sample_every == 0 or step == 1:
                         for r in rows[: cfg.samples_per_log]:
                             append_jsonl(run_dir / SAMPLES, r)
-                    if step % cfg.save_every == 0 or step == cfg.steps:
-                        save_checkpoint(run_dir, step, tr.model, tr.tokenizer, tr.state(step), cfg.keep_checkpoints, marker)
+                if step % cfg.save_every == 0 or step == cfg.steps:  # after its lines: no checkpoint is ahead of metrics.jsonl
+                    weights, state = tr.checkpoint(step)  # every rank: under FSDP it gathers the shards
+                    if main_rank:
+                        save_checkpoint(run_dir, step, tr.model, tr.tokenizer, state, cfg.keep_checkpoints, marker,
+                                        weights=weights)
                 tr.dist.barrier()
                 done.append({"step": step, **metrics})
                 display.update(step, metrics)
@@ -97,8 +100,16 @@ def _train(cfg: TrainConfig, run_dir: Path, force: bool, extend: bool, progress:
     return done
 
 
-def _periodic_eval(tr: Trainer, cfg: TrainConfig, run_dir: Path, step: int, metrics: dict) -> None:
-    """Held-out evaluation during training; one line per benchmark in RUN_DIR/eval.jsonl."""
+def _periodic_eval(tr: Trainer, cfg: TrainConfig, run_dir: Path, step: int, metrics: dict, main_rank: bool) -> None:
+    """Held-out evaluation during training, on rank 0; one line per benchmark in RUN_DIR/eval.jsonl.
+    Every rank enters `tr.full_weights()` (under FSDP the gather is collective); the others leave
+    it at once and wait at the next collective."""
+    with tr.full_weights():
+        if main_rank:
+            _evaluate(tr, cfg, run_dir, step, metrics)
+
+
+def _evaluate(tr: Trainer, cfg: TrainConfig, run_dir: Path, step: int, metrics: dict) -> None:
     e = cfg.eval
     ecfg = EvalConfig(benchmarks=e.benchmarks, n=e.n, temperature=e.temperature, top_p=e.top_p, limit=e.limit,
                       max_new_tokens=e.max_new_tokens or cfg.rollout.max_new_tokens, seed=cfg.seed,
