@@ -60,7 +60,7 @@ def main():
         return round(sum(xs) / len(xs), 4) if xs else None
     per_prob = [[check(s.text, p.answer) for s in g] for p, g in zip(probs, samples)]
     out = {
-        "model": str(src),
+        "model": policy.source,  # the checkpoint model folder a run directory resolved to
         "pass@1": mean(c for _, _, c in rows),
         f"pass@{a.n}": mean(any(g) for g in per_prob),
         "walk_frac": mean(w for _, w, _ in rows),

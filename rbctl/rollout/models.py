@@ -88,6 +88,8 @@ def read_safetensors(ck: Checkpoint, rel: str) -> dict[str, torch.Tensor]:
     out = {}
     with ck.open(rel) as f:
         n = int.from_bytes(f.read(8), "little")
+        if n > 100_000_000:  # safetensors' own limit on the header
+            raise UserError(f"{ck.path / rel}: a {n}-byte header: not a safetensors file")
         header = json.loads(f.read(n))
         header.pop("__metadata__", None)
         at = 0

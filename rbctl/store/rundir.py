@@ -81,15 +81,15 @@ def checkpoint_dirs(run_dir: Path) -> list[Path]:
     return sorted(found, key=lambda p: step_of(p.name))
 
 
+_CHUNK = 1 << 24  # 16 MiB per read while hashing
+
+
 def sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(_CHUNK), b""):
             h.update(chunk)
     return h.hexdigest()
-
-
-_CHUNK = 1 << 24  # 16 MiB per read while hashing
 
 
 def checkpoint_manifest(ck: Path) -> dict:

@@ -4,8 +4,9 @@ Launch with `torchrun --nproc-per-node N -m rbctl train CONFIG -o RUN_DIR` (or `
 --nproc N`, which runs that command). Each rank samples the rollouts of its share of the step's
 P prompts — a prompt's G rollouts never split across ranks — then rewards are gathered so that
 advantages (batch whitening included) and metrics are computed on the global batch, and DDP (or
-FSDP2, `model.fsdp`: `rbctl.train.parallel`) averages gradients. Loss normalisers (token and sequence counts) are global, and each rank's loss
-is scaled by the world size, so the update equals a single-process step on the same global batch.
+FSDP2 with `model.fsdp`: `rbctl.train.parallel`) averages gradients. Loss normalisers (token and
+sequence counts) are global, and each rank's loss is scaled by the world size, so the update
+equals a single-process step on the same global batch.
 Only rank 0 writes the run directory.
 """
 

@@ -84,8 +84,10 @@ def _train(cfg: TrainConfig, run_dir: Path, force: bool, extend: bool, progress:
                     if step % cfg.sample_every == 0 or step == 1:
                         for r in rows[: cfg.samples_per_log]:
                             append_jsonl(run_dir / SAMPLES, r)
-                if step % cfg.save_every == 0 or step == cfg.steps:  # after its lines: no checkpoint is ahead of metrics.jsonl
-                    weights, state = tr.checkpoint(step)  # every rank: under FSDP it gathers the shards
+                # after the step's lines, so that no checkpoint is ahead of metrics.jsonl; on every rank:
+                # under FSDP the checkpoint gathers the shards
+                if step % cfg.save_every == 0 or step == cfg.steps:
+                    weights, state = tr.checkpoint(step)
                     if main_rank:
                         save_checkpoint(run_dir, step, tr.model, tr.tokenizer, state, cfg.keep_checkpoints, marker,
                                         weights=weights)

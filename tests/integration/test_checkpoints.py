@@ -7,6 +7,7 @@ from __future__ import annotations
 import builtins
 import ctypes
 import io
+import json
 import os
 import struct
 import sys
@@ -184,8 +185,6 @@ def _run_copy(src: Path, dst: Path) -> Path:
 
 
 def test_choosing_checks_marker_file_set_and_sizes_and_takes_markers_without_sizes(two_checkpoints, tmp_path):
-    import json
-
     from rbctl.store.rundir import checkpoint_problem, last_good_checkpoint
 
     run = _run_copy(two_checkpoints, tmp_path / "run")
@@ -228,7 +227,6 @@ def test_a_flipped_byte_is_found_as_the_file_is_read(two_checkpoints, tmp_path):
 def test_read_safetensors_equals_safetensors_own_loader(tmp_path):
     """Every dtype the reader maps, 0-d and empty tensors, and a file that safetensors wrote."""
     from rbctl.rollout.models import read_safetensors
-    from rbctl.store.rundir import checkpoints_to_try
     from rbctl.store.rundir import checkpoint_manifest
 
     g = torch.Generator().manual_seed(0)
@@ -242,8 +240,6 @@ def test_read_safetensors_equals_safetensors_own_loader(tmp_path):
     ck = tmp_path / "run" / "checkpoints" / "step_000001"
     (ck / "model").mkdir(parents=True)
     save_file(tensors, str(ck / "model" / "model.safetensors"), metadata={"format": "pt"})
-    import json
-
     (ck / CKPT_DONE).write_text(json.dumps({"step": 1, "files": checkpoint_manifest(ck)}))
     got = read_safetensors(checkpoints_to_try(tmp_path / "run")[0], "model/model.safetensors")
     want = load_file(str(ck / "model" / "model.safetensors"))
