@@ -62,7 +62,8 @@ def train(
     config: Path = typer.Argument(..., help="Training config YAML (e.g. configs/quickstart.yaml)."),
     out: Path = typer.Option(..., "--out", "-o", help="Run directory; an existing one is resumed."),
     set_: Optional[List[str]] = SetOpt,
-    force: bool = typer.Option(False, "--force", help="Use a run directory whose config differs."),
+    force: bool = typer.Option(False, "--force", help="Use a run directory whose config differs (the previous config is kept as RUN_DIR/config.step_N.yaml)."),
+    extend: bool = typer.Option(False, "--extend", help="Resume a cosine-schedule run with another `steps`: its schedule keeps its first horizon; steps past it keep the lr of its last step."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
     nproc: int = typer.Option(1, "--nproc", help="Data-parallel processes on this machine (runs torchrun; one per GPU, or gloo on CPU)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Validate the config, resolve what can be resolved offline, print the plan and a cost estimate; train nothing."),
@@ -85,10 +86,10 @@ def train(
         from rbctl.train.distributed import launch
 
         argv = ["train", str(config), "-o", str(out)] + [a for kv in (set_ or []) for a in ("--set", kv)]
-        argv += (["--force"] if force else []) + (["--quiet"] if quiet else [])
+        argv += [flag for flag, on in (("--force", force), ("--extend", extend), ("--quiet", quiet)) if on]
         raise typer.Exit(launch(nproc, argv))
     try:
-        run_training(cfg, out, force=force, progress=not quiet)
+        run_training(cfg, out, force=force, extend=extend, progress=not quiet)
     except KeyboardInterrupt:
         import shlex
 
@@ -97,7 +98,8 @@ def train(
         step, _ = last_good_checkpoint(out)
         again = ["rbctl", "train", str(config), "-o", str(out)] + [a for kv in (set_ or []) for a in ("--set", kv)]
         saved = f"the last checkpoint is step {step}" if step else "no checkpoint yet"
-        typer.secho(f"interrupted: {saved}; resume with: {shlex.join(again + (['--force'] if force else []))}", err=True)
+        again += [flag for flag, on in (("--force", force), ("--extend", extend)) if on]
+        typer.secho(f"interrupted: {saved}; resume with: {shlex.join(again)}", err=True)
         raise typer.Exit(130)
 
 

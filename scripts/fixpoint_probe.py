@@ -27,20 +27,16 @@ def main():
     from rbctl.config.train import load_train_config
     from rbctl.rollout.base import SamplingParams
     from rbctl.rollout.hf import HFEngine
-    from rbctl.store.rundir import MODEL, is_run_dir, last_good_checkpoint
+    from rbctl.rollout.models import load_policy
     from rbctl.tasks import fixpoint as fp
     from rbctl.tasks.fixpoint import check, format_problem
     from rbctl.train.batch import build_batch, response_logits
     from rbctl.train.data import task_spec
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     cfg = load_train_config(Path(a.config), a.set)
     spec = task_spec(cfg)
-    src = Path(a.model)
-    if is_run_dir(src):
-        src = last_good_checkpoint(src)[1] / MODEL
-    tok = AutoTokenizer.from_pretrained(src)
-    model = AutoModelForCausalLM.from_pretrained(src).eval()
+    policy = load_policy(a.model, device="cpu", dtype="float32")  # a run directory: its newest intact checkpoint
+    tok, model = policy.tokenizer, policy.model.eval()
     probs = fp.problems(spec, "test")[: a.limit]
     prompts = [tok(format_problem(p.problem))["input_ids"] for p in probs]
     eng = HFEngine(model, tok, max_batch=512)
@@ -64,7 +60,7 @@ def main():
         return round(sum(xs) / len(xs), 4) if xs else None
     per_prob = [[check(s.text, p.answer) for s in g] for p, g in zip(probs, samples)]
     out = {
-        "model": str(src),
+        "model": policy.source,  # the checkpoint model folder a run directory resolved to
         "pass@1": mean(c for _, _, c in rows),
         f"pass@{a.n}": mean(any(g) for g in per_prob),
         "walk_frac": mean(w for _, w, _ in rows),

@@ -30,6 +30,7 @@ class ModelCfg(Section):
     gradient_checkpointing: bool = Field(False, description="Trade compute for activation memory on large models.")
     precision: Literal["auto", "bf16-mixed", "fp32", "bf16-pure"] = Field("auto", description="Training precision: bf16-mixed = float32 trainable weights (master copy) with bf16 autocast forwards; fp32; bf16-pure = weights as loaded, no autocast (warned for full-parameter AdamW: small updates round away); auto = bf16-mixed on CUDA, fp32 on CPU.")
     lora: Optional[LoraCfg] = Field(None, description="Train LoRA adapters (peft) instead of all weights; the KL reference is then the adapter-disabled base.")
+    fsdp: bool = Field(False, description="Shard parameters, gradients and AdamW state over the processes of `rbctl train --nproc N` / torchrun (FSDP2, fully_shard per decoder layer); hf rollouts gather the full parameters. Not with model.lora, rollout.engine vllm or rollout.dtype bfloat16 yet (docs/scaling.md).")
 
 
 class BuiltinTaskCfg(Section):
@@ -158,6 +159,7 @@ class OptimCfg(Section):
     beta2: float = Field(0.999, ge=0.0, lt=1.0, description="AdamW β2.")
     warmup_steps: int = Field(0, ge=0, description="Linear learning-rate warm-up steps.")
     schedule: Literal["constant", "cosine"] = Field("constant", description="Learning-rate schedule after warm-up.")
+    schedule_steps: Optional[int] = Field(None, ge=1, description="Steps the cosine schedule spans (null = steps); `rbctl train --extend` pins it to a run's first horizon, and steps past it keep the last step's lr.")
     max_grad_norm: float = Field(1.0, gt=0.0, description="Gradient clipping by global norm.")
 
 
@@ -216,6 +218,10 @@ class TrainConfig(Section):
             raise ValueError("algo.tis_cap corrects vLLM/trainer log-prob mismatch: it needs rollout.engine 'vllm'")
         if self.algo.entropy.mode == "static" and self.algo.entropy.alpha <= 0:
             raise ValueError("algo.entropy.alpha must be > 0 when algo.entropy.mode is 'static'")
+        clash = [k for k, on in (("model.lora", self.model.lora is not None), ("rollout.engine vllm", self.rollout.engine == "vllm"),
+                                 ("rollout.dtype bfloat16", self.rollout.dtype == "bfloat16")) if on]
+        if self.model.fsdp and clash:
+            raise ValueError(f"model.fsdp does not combine with {clash[0]} yet (docs/scaling.md): set model.fsdp false")
         return self
 
 

@@ -9,7 +9,7 @@ from rbctl.config.eval import EvalConfig
 from rbctl.errors import UserError
 from rbctl.eval.pipeline import evaluate_policy, load_problems, sanitize
 from rbctl.rollout.factory import engine_class
-from rbctl.store.rundir import checkpoint_step, final_eval_dir, is_run_dir
+from rbctl.store.rundir import final_eval_dir, is_run_dir
 
 
 def default_out_dir(model: str, step: int | None) -> Path:
@@ -43,40 +43,37 @@ def results_table(results: dict[str, dict]):
     return table
 
 
-def _builtin_task_of(model: str, step: int | None):
-    """The built-in task settings recorded with a built-in policy (a run dir or its checkpoint), else None."""
-    from rbctl.tasks.builtin import task_spec_of
-    from rbctl.rollout.models import resolve_source
-
-    if model == "builtin":
-        return None
-    try:
-        return task_spec_of(Path(resolve_source(model, step)[0]))
-    except UserError:
-        return None
-
-
 def run_eval(
     model: str, cfg: EvalConfig, out_dir: Path | None = None, step: int | None = None, console=None
 ) -> dict[str, dict]:
     """Load ``model`` (hub id, dir, GGUF file, run directory, or ``builtin``) and evaluate it.
 
-    For a run directory, ``step`` picks the checkpoint (default: the latest) and the default
-    ``out_dir`` is ``RUN_DIR/eval/step_XXXXXX``.
+    For a run directory, ``step`` picks the checkpoint (default: the newest whose files verify as
+    they are read; a corrupted one is skipped with a warning) and the default ``out_dir`` is
+    ``RUN_DIR/eval/step_XXXXXX``. The checkpoint is chosen once, here, and handed to the loader.
     """
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from rbctl.rollout.models import load_policy, resolve_source
+    from rbctl.rollout.models import load_first_intact, load_policy, run_checkpoints
+    from rbctl.tasks.builtin import task_spec_of
 
     console = console or Console()
     engine_class(cfg.engine)
-    problems = load_problems(cfg, _builtin_task_of(model, step))  # bad names/data fail before the model loads
-    ckpt_step = step
-    if model != "builtin" and is_run_dir(Path(model).expanduser()):
-        ckpt_step = checkpoint_step(resolve_source(model, step)[0])
+    path = Path(model).expanduser()
+    candidates = run_checkpoints(path, step, log=console.print) if model != "builtin" and is_run_dir(path) else []
+    # the task a built-in policy records (a small marker file), so that bad benchmark names and data
+    # fail before the model loads
+    policy_dir = candidates[0].model_dir if candidates else path if model != "builtin" and path.is_dir() else None
+    problems = load_problems(cfg, task_spec_of(policy_dir) if policy_dir is not None else None)
+    opts = dict(device=cfg.device, dtype=cfg.dtype, log=console.print)
+    ckpt_step = None
+    if candidates:
+        ck, policy = load_first_intact(candidates, **opts)
+        ckpt_step = ck.step
+    else:
+        policy = load_policy(model, **opts)
     out_dir = Path(out_dir) if out_dir is not None else default_out_dir(model, ckpt_step)
-    policy = load_policy(model, device=cfg.device, dtype=cfg.dtype, step=step, log=console.print)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=True) as progress:
         results = evaluate_policy(policy, cfg, out_dir, progress=progress, step=ckpt_step, problems=problems)

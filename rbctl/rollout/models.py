@@ -1,9 +1,14 @@
 """Loading a policy and its tokenizer: a Hugging Face hub id, a local directory, a GGUF file,
-an rbctl run directory (its latest checkpoint), or `builtin` (the embedded default's warm start).
+an rbctl run directory (its latest checkpoint), a checkpoint already chosen (`Checkpoint`), or
+`builtin` (the embedded default's warm start).
+
+A checkpoint's weights are read once, hashed as they are read (`read_safetensors`), and the model is
+built from those tensors; its small files (config, tokenizer) are hashed, then read by transformers.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,8 +16,7 @@ from pathlib import Path
 import torch
 
 from rbctl.errors import UserError
-from rbctl.store.rundir import BUILTIN_MARKER, MODEL, checkpoint_dir, checkpoint_problem, is_run_dir, last_good_checkpoint
-
+from rbctl.store.rundir import BUILTIN_MARKER, MODEL, Checkpoint, checkpoints_to_try, first_intact, is_run_dir
 
 
 @dataclass
@@ -43,24 +47,16 @@ def is_model_dir(p: Path) -> bool:
 
 
 def resolve_source(name_or_path: str, step: int | None = None) -> tuple[str, str | None]:
-    """(directory or hub id, gguf file name or None). Run directories resolve to a checkpoint."""
+    """(directory or hub id, gguf file name or None). A run directory resolves to the model folder of
+    its newest usable checkpoint (or of `step`), chosen without reading a weight byte."""
     p = Path(name_or_path).expanduser()
     if p.is_file():
         if p.suffix != ".gguf":
             raise UserError(f"model path {p} is a file but not a .gguf file; give a model directory or a GGUF file")
         return str(p.parent), p.name
     if p.is_dir():
-        if is_run_dir(p):  # only complete checkpoints whose manifest checks out are read
-            if step is not None:
-                ck = checkpoint_dir(p, step)
-                problem = checkpoint_problem(ck) if ck.is_dir() else "missing"
-                if problem is not None:
-                    raise UserError(f"run directory {p} has no usable checkpoint for step {step} ({problem})")
-                return str(ck / MODEL), None
-            _, ck = last_good_checkpoint(p)
-            if ck is None:
-                raise UserError(f"run directory {p} has no complete checkpoint yet")
-            return str(ck / MODEL), None
+        if is_run_dir(p):
+            return str(run_checkpoints(p, step)[0].model_dir), None
         if not is_model_dir(p):
             raise UserError(f"{p} is not a model directory (no config.json) nor an rbctl run directory")
         return str(p), None
@@ -69,27 +65,128 @@ def resolve_source(name_or_path: str, step: int | None = None) -> tuple[str, str
     return name_or_path, None  # a hub id
 
 
-def _load_lora_merged(adapter_dir: str, torch_dtype, auto_model, auto_peft):
-    """LoRA adapters merged into their base. A base that is a GGUF file (or, for adapters saved
-    before the file was recorded, a folder holding exactly one GGUF file and no config.json) is
-    loaded with `gguf_file=`, which peft's own loader cannot pass."""
-    import json
+def run_checkpoints(run_dir: Path, step: int | None = None, log=None) -> list[Checkpoint]:
+    """`checkpoints_to_try`, refusing a run directory that has none."""
+    found = checkpoints_to_try(run_dir, step, log)
+    if not found:
+        raise UserError(f"run directory {run_dir} has no complete checkpoint yet")
+    return found
 
+
+# safetensors' dtype names (https://github.com/huggingface/safetensors, "Format")
+_ST_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+              "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+              "BOOL": torch.bool, "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2}
+
+
+def read_safetensors(ck: Checkpoint, rel: str) -> dict[str, torch.Tensor]:
+    """The tensors of the checkpoint's safetensors file `rel`, each read straight into its own CPU
+    tensor while the file is hashed (`Checkpoint.open`): one pass over the bytes, one copy in memory.
+    (`safetensors.torch.load` would take the whole file as bytes and copy it again; `safe_open`
+    maps the file, so the hash would be a second read.) The format: an 8-byte little-endian header
+    length, a JSON header {name: {dtype, shape, data_offsets}}, then the tensors' bytes."""
+    out = {}
+    with ck.open(rel) as f:
+        n = int.from_bytes(f.read(8), "little")
+        if n > 100_000_000:  # safetensors' own limit on the header
+            raise UserError(f"{ck.path / rel}: a {n}-byte header: not a safetensors file")
+        header = json.loads(f.read(n))
+        header.pop("__metadata__", None)
+        at = 0
+        for name, info in sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0]):
+            (begin, end), dtype = info["data_offsets"], _ST_DTYPES.get(info["dtype"])
+            t = torch.empty(info["shape"], dtype=dtype) if dtype is not None else None
+            if t is None or begin < at or t.nbytes != end - begin:
+                raise UserError(f"{ck.path / rel}: tensor {name} ({info['dtype']}) is not one this reader takes")
+            f.read(begin - at)  # no gap in files safetensors writes; hashed all the same if there is one
+            if f.readinto(t.reshape(-1).view(torch.uint8).numpy()) != t.nbytes:
+                raise UserError(f"{ck.path / rel}: the file ends inside tensor {name}")
+            out[name], at = t, end
+    return out
+
+
+def checkpoint_weights(ck: Checkpoint) -> dict[str, torch.Tensor]:
+    """Every tensor of the checkpoint's model/*.safetensors (each shard of a sharded save), read once
+    and verified as read."""
+    weights = {}
+    for rel in sorted(r for r in ck.files if r.startswith(f"{MODEL}/") and r.endswith(".safetensors")):
+        weights.update(read_safetensors(ck, rel))
+    return weights
+
+
+def with_adapter(model, adapter_dir: Path, weights: dict, trainable: bool):
+    """`model` wrapped with the LoRA adapter saved in `adapter_dir`, its weights given (read and
+    verified by the caller): what `PeftModel.from_pretrained` does, without reading the weights again."""
+    from peft import PeftConfig, get_peft_model, set_peft_model_state_dict
+
+    config = PeftConfig.from_pretrained(str(adapter_dir))
+    config.inference_mode = not trainable
+    model = get_peft_model(model, config)
+    unexpected = set_peft_model_state_dict(model, weights).unexpected_keys
+    if unexpected:
+        raise UserError(f"{adapter_dir}: adapter weights that fit no layer of the model ({', '.join(sorted(unexpected)[:3])})")
+    return model
+
+
+def lora_policy(model, lora, resume: Checkpoint | None = None):
+    """`model` wrapped with trainable LoRA adapters: fresh ones as the config section `lora` (r, alpha,
+    dropout, target_modules) says, or checkpoint `resume`'s (verified as they are read)."""
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError:
+        raise UserError("model.lora needs peft: pip install 'rbctl[lora]'") from None
+    if resume is not None:
+        resume.verify(f"{MODEL}/adapter_config.json")
+        weights = read_safetensors(resume, f"{MODEL}/adapter_model.safetensors")
+        return with_adapter(model, resume.model_dir, weights, trainable=True)
+    return get_peft_model(model, LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+                                            target_modules=lora.target_modules, task_type="CAUSAL_LM"))
+
+
+def _model_from_checkpoint(ck: Checkpoint, torch_dtype, auto_model):
+    """A checkpoint's model: its small files hashed whole, its weights read once and verified as read."""
+    for rel in ck.files:
+        if rel.startswith(f"{MODEL}/") and not rel.endswith(".safetensors"):
+            ck.verify(rel)
+    if (ck.model_dir / "adapter_config.json").exists():  # a LoRA run's checkpoint: base + adapter, merged
+        weights = read_safetensors(ck, f"{MODEL}/adapter_model.safetensors")
+        return _load_lora_merged(str(ck.model_dir), torch_dtype, auto_model, weights)
+    from transformers import AutoConfig, GenerationConfig
+
+    config = AutoConfig.from_pretrained(ck.model_dir)
+    model = auto_model._model_mapping[type(config)].from_pretrained(None, config=config, state_dict=checkpoint_weights(ck),
+                                                                    dtype=torch_dtype)
+    if (ck.model_dir / "generation_config.json").exists():
+        model.generation_config = GenerationConfig.from_pretrained(ck.model_dir)
+    model.name_or_path = model.config._name_or_path = str(ck.model_dir)  # as from_pretrained(folder) records
+    return model
+
+
+def _load_lora_merged(adapter_dir: str, torch_dtype, auto_model, weights: dict | None = None):
+    """LoRA adapters merged into their base; `weights`: the adapter's, already read (else peft
+    reads them). A base that is a GGUF file (or, for adapters saved before the file was recorded,
+    a folder holding exactly one GGUF file and no config.json) is loaded with `gguf_file=`, which
+    peft's own loader cannot pass."""
+    try:
+        from peft import PeftModel
+    except ImportError:
+        raise UserError(f"{adapter_dir} holds LoRA adapters; loading them needs peft: pip install 'rbctl[lora]'") from None
     base = json.loads((Path(adapter_dir) / "adapter_config.json").read_text()).get("base_model_name_or_path") or ""
     p = Path(base).expanduser()
     ggufs = sorted(p.glob("*.gguf")) if p.is_dir() and not is_model_dir(p) else []
     if p.is_file() and p.suffix == ".gguf":
         ggufs = [p]
-    if len(ggufs) != 1:
-        return auto_peft.from_pretrained(adapter_dir, dtype=torch_dtype).merge_and_unload()
-    from peft import PeftModel
-
-    model = auto_model.from_pretrained(str(ggufs[0].parent), dtype=torch_dtype, gguf_file=ggufs[0].name)
-    return PeftModel.from_pretrained(model, adapter_dir).merge_and_unload()
+    if len(ggufs) == 1:
+        model = auto_model.from_pretrained(str(ggufs[0].parent), dtype=torch_dtype, gguf_file=ggufs[0].name)
+    else:
+        model = auto_model.from_pretrained(base, dtype=torch_dtype)
+    if weights is None:
+        return PeftModel.from_pretrained(model, adapter_dir).merge_and_unload()
+    return with_adapter(model, Path(adapter_dir), weights, trainable=False).merge_and_unload()
 
 
 def load_policy(
-    name_or_path: str,
+    name_or_path: str | Checkpoint,
     *,
     device: str = "auto",
     dtype: str = "auto",
@@ -100,11 +197,20 @@ def load_policy(
     log=print,
 ) -> LoadedPolicy:
     """Load model and tokenizer. `builtin` loads the shipped warm start `builtin_shipped`, or trains
-    (once) and loads the cached warm-started policy."""
+    (once) and loads the cached warm-started policy.
+
+    A run directory loads its checkpoint `step`, or its newest checkpoint that verifies as it is
+    read (a corrupted one is skipped with a warning through `log`). A `Checkpoint` (chosen by the
+    caller) is loaded as it is: a corrupted one raises `CorruptCheckpoint`."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    gguf = None
-    if name_or_path == "builtin":
+    if isinstance(name_or_path, str) and name_or_path != "builtin" and is_run_dir(Path(name_or_path).expanduser()):
+        candidates = run_checkpoints(Path(name_or_path).expanduser(), step, log)
+        return load_first_intact(candidates, device=device, dtype=dtype, log=log)[1]
+    gguf, ck = None, None
+    if isinstance(name_or_path, Checkpoint):
+        ck, src = name_or_path, str(name_or_path.model_dir)
+    elif name_or_path == "builtin":
         from rbctl.tasks import builtin
 
         spec = builtin_task or builtin.task("links").TaskSpec()
@@ -116,15 +222,13 @@ def load_policy(
     torch_dtype = resolve_dtype(dtype, dev)
     kwargs = {"gguf_file": gguf} if gguf else {}
     try:
-        tokenizer = AutoTokenizer.from_pretrained(src, **kwargs)
-        if (Path(src) / "adapter_config.json").exists():  # a LoRA run's checkpoint: base + adapter, merged
-            try:
-                from peft import AutoPeftModelForCausalLM
-            except ImportError:
-                raise UserError(f"{src} holds LoRA adapters; loading them needs peft: pip install 'rbctl[lora]'") from None
-            model = _load_lora_merged(src, torch_dtype, AutoModelForCausalLM, AutoPeftModelForCausalLM)
+        if ck is not None:
+            model = _model_from_checkpoint(ck, torch_dtype, AutoModelForCausalLM)
+        elif (Path(src) / "adapter_config.json").exists():  # LoRA adapters: base + adapter, merged
+            model = _load_lora_merged(src, torch_dtype, AutoModelForCausalLM)
         else:
             model = AutoModelForCausalLM.from_pretrained(src, dtype=torch_dtype, **kwargs)
+        tokenizer = AutoTokenizer.from_pretrained(src, **kwargs)
     except OSError as e:  # hub id not found / offline / not a model
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         hint = " (offline: set HF_HUB_OFFLINE=1 and use a cached model, a local path or a GGUF file)" if not os.path.exists(src) else ""
@@ -143,3 +247,16 @@ def load_policy(
     model.to(dev)
     is_builtin = (Path(src) / BUILTIN_MARKER).exists()
     return LoadedPolicy(model=model, tokenizer=tokenizer, source=src + (f"/{gguf}" if gguf else ""), builtin=is_builtin)
+
+
+def load_first_intact(candidates: list[Checkpoint], log=print, **opts) -> tuple[Checkpoint, LoadedPolicy]:
+    """(checkpoint, policy) of the first of `candidates` (newest first) that verifies as it is read;
+    a corrupted one is skipped with a warning through `log`. A single candidate (the step asked
+    for) is loaded or its error raised."""
+    if len(candidates) == 1:
+        return candidates[0], load_policy(candidates[0], log=log, **opts)
+    ck, policy = first_intact(candidates, lambda c: load_policy(c, log=log, **opts), log)
+    if ck is None:
+        raise UserError(f"run directory {candidates[0].path.parent.parent} has no intact checkpoint "
+                        "(each failed its integrity check)")
+    return ck, policy

@@ -7,6 +7,7 @@ states are stored as tensors, lists and numbers for that reason.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import random
@@ -19,7 +20,7 @@ import torch
 from rbctl.errors import UserError
 from rbctl.store.atomic import write_atomic
 from rbctl.store.faults import inject
-from rbctl.store.rundir import CKPT_DONE, MODEL, checkpoint_dir, checkpoint_dirs, checkpoint_manifest
+from rbctl.store.rundir import CKPT_DONE, MODEL, Checkpoint, checkpoint_dir, checkpoint_dirs, checkpoint_manifest
 
 STATE_FILE = "trainer_state.pt"
 
@@ -39,14 +40,15 @@ def set_rng_state(state: dict) -> None:
 
 
 def save_checkpoint(run_dir: Path, step: int, model, tokenizer, state: dict, keep: int,
-                    builtin_marker: Path | None) -> None:
-    """Write checkpoint `step` into a `.tmp` folder, seal it with the SHA-256 manifest, then rename
-    it into place and delete all but the newest `keep` checkpoints."""
+                    builtin_marker: Path | None, weights: dict | None = None) -> None:
+    """Write checkpoint `step` into a `.tmp` folder, seal it with the manifest (SHA-256 and size of
+    every file), then rename it into place and delete all but the newest `keep` checkpoints.
+    `weights`: the full state dict to save (gathered from FSDP shards), else the model's own."""
     final = checkpoint_dir(run_dir, step)
     tmp = final.with_name(final.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     (tmp / MODEL).mkdir(parents=True)
-    model.save_pretrained(tmp / MODEL, safe_serialization=True)
+    model.save_pretrained(tmp / MODEL, safe_serialization=True, state_dict=weights)
     tokenizer.save_pretrained(tmp / MODEL)
     if builtin_marker is not None and builtin_marker.exists():
         shutil.copy(builtin_marker, tmp / MODEL / builtin_marker.name)
@@ -59,11 +61,16 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, state: dict, kee
         shutil.rmtree(old, ignore_errors=True)
 
 
-def load_state(ck: Path) -> dict:
-    """The trainer state of checkpoint folder `ck`, read as data (no code runs)."""
-    path = Path(ck) / STATE_FILE
+def load_state(ck: Checkpoint) -> dict:
+    """The trainer state of checkpoint `ck`, read once and verified as it is read (a mismatch raises
+    `CorruptCheckpoint`), then unpickled as data (no code runs). It is held twice in memory for a
+    moment (the bytes and the tensors made from them): `torch.load` takes a seekable file, so it
+    cannot unpickle while the file streams through the hash."""
+    path = ck.path / STATE_FILE
+    with ck.open(STATE_FILE) as f:
+        data = f.read()
     try:
-        return torch.load(path, weights_only=True)
+        return torch.load(io.BytesIO(data), weights_only=True)
     except Exception as e:  # an UnpicklingError names the refused global or opcode
         raise UserError(f"{path} is not plain checkpoint data (refused to unpickle it: {_reason(e)}); "
                         "a run directory is read as data, never as code") from None

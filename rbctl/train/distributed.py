@@ -3,9 +3,10 @@
 Launch with `torchrun --nproc-per-node N -m rbctl train CONFIG -o RUN_DIR` (or `rbctl train
 --nproc N`, which runs that command). Each rank samples the rollouts of its share of the step's
 P prompts — a prompt's G rollouts never split across ranks — then rewards are gathered so that
-advantages (batch whitening included) and metrics are computed on the global batch, and DDP
-averages gradients. Loss normalisers (token and sequence counts) are global, and each rank's loss
-is scaled by the world size, so the update equals a single-process step on the same global batch.
+advantages (batch whitening included) and metrics are computed on the global batch, and DDP (or
+FSDP2 with `model.fsdp`: `rbctl.train.parallel`) averages gradients. Loss normalisers (token and
+sequence counts) are global, and each rank's loss is scaled by the world size, so the update
+equals a single-process step on the same global batch.
 Only rank 0 writes the run directory.
 """
 
@@ -59,12 +60,13 @@ class DistContext:
         dist.all_gather(xs, x.to(self.comm_device))
         return torch.cat(xs).to(x.device)
 
-    def gather_objects(self, obj) -> list:
+    def broadcast(self, obj):
+        """Rank 0's `obj` on every rank (pickled; for small objects)."""
         if not self.enabled:
-            return [obj]
-        out = [None] * self.world
-        dist.all_gather_object(out, obj)
-        return out
+            return obj
+        out = [obj]
+        dist.broadcast_object_list(out, src=0, device=self.comm_device)
+        return out[0]
 
     @property
     def comm_device(self) -> torch.device:

@@ -19,31 +19,33 @@ from rbctl.store.lock import DirLock
 from rbctl.store.rundir import BUILTIN_MARKER, EVAL_LINES, METRICS, PROVENANCE, SAMPLES, periodic_eval_dir
 from rbctl.train.checkpoint import save_checkpoint
 from rbctl.train.data import task_spec
-from rbctl.train.rundir import prepare_run_dir, provenance
+from rbctl.train.rundir import check_run_dir, provenance, write_config
 from rbctl.store.jsonl import append_jsonl, truncate_jsonl
 from rbctl.train.tracking import Tracker
 from rbctl.train.trainer import Trainer
 
 
 def train(cfg: TrainConfig, run_dir: Path, force: bool = False, progress: bool = True, log=print,
-          on_step=None) -> list[dict]:
-    """Train (or resume) the run in `run_dir`; returns the metrics of the steps run now.
+          on_step=None, extend: bool = False) -> list[dict]:
+    """Train (or resume) the run in `run_dir`; returns the metrics of the steps run now. `force`
+    and `extend`: what a resume may change (`rbctl.train.rundir.check_run_dir`).
 
     Rank 0 holds RUN_DIR/.lock for the whole run: a second `rbctl train` on the same directory is
     refused (one writer per run directory)."""
     run_dir = Path(run_dir)
     main_rank = int(os.environ.get("RANK", "0")) == 0
     with DirLock(run_dir, "rbctl train", log=log) if main_rank else nullcontext():
-        return _train(cfg, run_dir, force, progress, log, on_step, main_rank)
+        return _train(cfg, run_dir, force, extend, progress, log, on_step, main_rank)
 
 
-def _train(cfg: TrainConfig, run_dir: Path, force: bool, progress: bool, log, on_step, main_rank: bool) -> list[dict]:
-    if main_rank:  # only rank 0 writes the run directory
-        prepare_run_dir(cfg, run_dir, force)
+def _train(cfg: TrainConfig, run_dir: Path, force: bool, extend: bool, progress: bool, log, on_step,
+           main_rank: bool) -> list[dict]:
+    cfg = check_run_dir(cfg, run_dir, force, extend)  # every rank, before rank 0 rewrites config.yaml below
     tr = Trainer(cfg, run_dir, log=log if main_rank else (lambda *a: None))
     tr.dist.barrier()
     start = tr.resume_step
-    if main_rank:
+    if main_rank:  # only rank 0 writes the run directory
+        write_config(cfg, run_dir, start)
         # Lines written after the checkpoint we resume from are redone: drop them (and a torn last line).
         # A run that starts over (no checkpoint) redoes everything, its step-0 evaluation included.
         for name in (METRICS, SAMPLES, EVAL_LINES):
@@ -60,8 +62,8 @@ def _train(cfg: TrainConfig, run_dir: Path, force: bool, progress: bool, log, on
     if main_rank:
         tracker = Tracker(run_dir, cfg.log.tensorboard, cfg.log.wandb, cfg.log.wandb_project, cfg.log.wandb_mode,
                           config=cfg.model_dump(mode="json"))
-    if main_rank and start == 0 and cfg.eval.every:
-        _periodic_eval(tr, cfg, run_dir, 0, {})  # the held-out curve starts at the warm start
+    if start == 0 and cfg.eval.every:
+        _periodic_eval(tr, cfg, run_dir, 0, {}, main_rank)  # the held-out curve starts at the warm start
     marker = Path(tr.base_source) / BUILTIN_MARKER if tr.builtin else None
     done: list[dict] = []
     display = _Display(cfg.steps, start, enabled=progress and main_rank)
@@ -75,15 +77,20 @@ def _train(cfg: TrainConfig, run_dir: Path, force: bool, progress: bool, log, on
                     raise UserError(f"loss or gradient non-finite for {nonfinite_row} steps in a row at step {step} "
                                     f"(max_nonfinite_steps={cfg.max_nonfinite_steps}); lower optim.lr or check the "
                                     "rewards (those steps were skipped: no checkpoint holds NaN)")
+                if cfg.eval.every and (step % cfg.eval.every == 0 or step == cfg.steps):
+                    _periodic_eval(tr, cfg, run_dir, step, metrics, main_rank)
                 if main_rank:
-                    if cfg.eval.every and (step % cfg.eval.every == 0 or step == cfg.steps):
-                        _periodic_eval(tr, cfg, run_dir, step, metrics)
                     tracker.log(step, metrics)
                     if step % cfg.sample_every == 0 or step == 1:
                         for r in rows[: cfg.samples_per_log]:
                             append_jsonl(run_dir / SAMPLES, r)
-                    if step % cfg.save_every == 0 or step == cfg.steps:
-                        save_checkpoint(run_dir, step, tr.model, tr.tokenizer, tr.state(step), cfg.keep_checkpoints, marker)
+                # after the step's lines, so that no checkpoint is ahead of metrics.jsonl; on every rank:
+                # under FSDP the checkpoint gathers the shards
+                if step % cfg.save_every == 0 or step == cfg.steps:
+                    weights, state = tr.checkpoint(step)
+                    if main_rank:
+                        save_checkpoint(run_dir, step, tr.model, tr.tokenizer, state, cfg.keep_checkpoints, marker,
+                                        weights=weights)
                 tr.dist.barrier()
                 done.append({"step": step, **metrics})
                 display.update(step, metrics)
@@ -95,8 +102,16 @@ def _train(cfg: TrainConfig, run_dir: Path, force: bool, progress: bool, log, on
     return done
 
 
-def _periodic_eval(tr: Trainer, cfg: TrainConfig, run_dir: Path, step: int, metrics: dict) -> None:
-    """Held-out evaluation during training; one line per benchmark in RUN_DIR/eval.jsonl."""
+def _periodic_eval(tr: Trainer, cfg: TrainConfig, run_dir: Path, step: int, metrics: dict, main_rank: bool) -> None:
+    """Held-out evaluation during training, on rank 0; one line per benchmark in RUN_DIR/eval.jsonl.
+    Every rank enters `tr.full_weights()` (under FSDP the gather is collective); the others leave
+    it at once and wait at the next collective."""
+    with tr.full_weights():
+        if main_rank:
+            _evaluate(tr, cfg, run_dir, step, metrics)
+
+
+def _evaluate(tr: Trainer, cfg: TrainConfig, run_dir: Path, step: int, metrics: dict) -> None:
     e = cfg.eval
     ecfg = EvalConfig(benchmarks=e.benchmarks, n=e.n, temperature=e.temperature, top_p=e.top_p, limit=e.limit,
                       max_new_tokens=e.max_new_tokens or cfg.rollout.max_new_tokens, seed=cfg.seed,

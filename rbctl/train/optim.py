@@ -33,12 +33,30 @@ def make_optimizer(params: list[torch.Tensor], cfg: TrainConfig) -> tuple[torch.
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(cfg, s))
 
 
-def lr_factor(cfg: TrainConfig, s: int) -> float:
-    """Linear warm-up over `optim.warmup_steps`, then constant or cosine to zero at `steps`."""
+def schedule_steps(cfg: TrainConfig) -> int:
+    """The steps the cosine schedule spans: `optim.schedule_steps`, pinned by `rbctl train --extend`
+    to the horizon a run started with, else `steps`."""
+    return cfg.optim.schedule_steps or cfg.steps
+
+
+def schedule_record(cfg: TrainConfig) -> dict:
+    """Everything the learning rate of step s depends on (the checkpoint keeps it; a resume checks it)."""
     o = cfg.optim
+    return {"lr": o.lr, "schedule": o.schedule, "warmup_steps": o.warmup_steps,
+            "steps": schedule_steps(cfg) if o.schedule == "cosine" else None}  # a constant schedule ignores steps
+
+
+def lr_factor(cfg: TrainConfig, s: int) -> float:
+    """The lr multiplier of the optimizer step s (0-based): linear warm-up over `optim.warmup_steps`,
+    then constant, or cosine from 1 towards 0 at the horizon H = `schedule_steps(cfg)`. Steps past
+    the horizon (a run extended with --extend) keep the factor of its last step, s = H − 1: the
+    schedule continues from where it was instead of stretching the steps already run."""
+    o, horizon = cfg.optim, schedule_steps(cfg)
+    if o.schedule == "cosine":
+        s = min(s, horizon - 1)
     if o.warmup_steps and s < o.warmup_steps:
         return (s + 1) / o.warmup_steps
     if o.schedule == "cosine":
-        span = max(1, cfg.steps - o.warmup_steps)
+        span = max(1, horizon - o.warmup_steps)
         return 0.5 * (1 + math.cos(math.pi * min(1.0, (s - o.warmup_steps) / span)))
     return 1.0

@@ -329,7 +329,9 @@ def _memory_line(cfg: TrainConfig, n_params: float) -> str:
     ref = n_params * load_bytes if (cfg.algo.kl_coef > 0 or cfg.algo.log_kl) else 0.0
     return (f"weights + grads + AdamW ≈ {_gb(n_params * master * 4)} ({precision})"
             + (f", reference copy {_gb(ref)}" if ref else "")
-            + " (full-parameter training, before activations and the rollout engine)")
+            + " (full-parameter training, before activations and the rollout engine)"
+            + ("; model.fsdp: divided by the number of processes, plus the full weights while sampling"
+               if cfg.model.fsdp else ""))
 
 
 def dry_run(cfg: TrainConfig, *, source: str | None = None, cache_dir: str | Path | None = None) -> str:

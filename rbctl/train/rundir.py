@@ -15,7 +15,7 @@ from rbctl.config.base import dump_config, validate
 from rbctl.config.train import TrainConfig
 from rbctl.errors import UserError
 from rbctl.store.atomic import write_atomic
-from rbctl.store.rundir import CHECKPOINTS, CONFIG, METRICS
+from rbctl.store.rundir import CHECKPOINTS, CONFIG, METRICS, step_dir_name
 
 
 def provenance(cfg: TrainConfig, device: torch.device) -> dict:
@@ -45,26 +45,81 @@ def provenance(cfg: TrainConfig, device: torch.device) -> dict:
 
 
 def comparable(cfg: TrainConfig) -> dict:
-    """The config without the keys that may change across a resume (more steps, logging)."""
+    """The config without the keys that may change across a resume (more steps, logging). The
+    learning-rate schedule, which may depend on `steps`, is checked by `check_run_dir`."""
     d = cfg.model_dump(mode="json")
     for k in ("steps", "log", "threads"):
         d.pop(k, None)
+    d["optim"].pop("schedule_steps", None)
     return d
 
 
-def prepare_run_dir(cfg: TrainConfig, run_dir: Path, force: bool) -> None:
-    """Create the run directory, or check that an existing one was made with this config."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    cfg_path = run_dir / CONFIG
-    if cfg_path.exists() and _started(run_dir):
-        import yaml
+def check_run_dir(cfg: TrainConfig, run_dir: Path, force: bool, extend: bool = False) -> TrainConfig:
+    """The config to train `run_dir` with: `cfg` itself for a new run; for a run that got somewhere,
+    `cfg` checked against the config it was made with. Reads only; every rank calls it before rank 0
+    rewrites config.yaml (`write_config`).
 
-        old = validate(TrainConfig, yaml.safe_load(cfg_path.read_text()) or {}, str(cfg_path))
-        if comparable(old) != comparable(cfg) and not force:
-            diff = [k for k in _flat(comparable(cfg)) if _flat(comparable(cfg)).get(k) != _flat(comparable(old)).get(k)]
-            raise UserError(f"run directory {run_dir} was made with a different config ({', '.join(diff[:4])}); "
-                            "use another -o or --force")
-    write_atomic(cfg_path, dump_config(cfg))
+    - Keys other than steps, log and threads may differ only with `force`.
+    - The learning-rate schedule of the steps already run never changes: another optim.lr,
+      optim.schedule or optim.warmup_steps is refused, with or without `force`.
+    - A constant schedule (after any warm-up) does not depend on `steps`: a run extends (or
+      shortens) by a changed `steps` alone.
+    - A cosine schedule spans its horizon (`optim.schedule_steps`, else `steps`): a changed
+      `steps` is refused unless `extend`, which pins `optim.schedule_steps` to the run's horizon.
+      The steps up to it keep their lr; those past it keep the lr of its last step (`lr_factor`).
+      Later resumes inherit the pinned horizon.
+    """
+    cfg_path = run_dir / CONFIG
+    if not (cfg_path.exists() and _started(run_dir)):
+        return cfg
+    import yaml
+
+    old = validate(TrainConfig, yaml.safe_load(cfg_path.read_text()) or {}, str(cfg_path))
+    cfg = _keep_schedule(old, cfg, run_dir, extend)
+    if comparable(old) != comparable(cfg) and not force:
+        new_flat, old_flat = _flat(comparable(cfg)), _flat(comparable(old))
+        diff = [k for k in new_flat if new_flat.get(k) != old_flat.get(k)]
+        raise UserError(f"run directory {run_dir} was made with a different config ({', '.join(diff[:4])}); "
+                        "use another -o or --force")
+    return cfg
+
+
+def _keep_schedule(old: TrainConfig, cfg: TrainConfig, run_dir: Path, extend: bool) -> TrainConfig:
+    o, n = old.optim, cfg.optim
+    changed = [f"optim.{k}: {getattr(o, k)} -> {getattr(n, k)}" for k in ("lr", "schedule", "warmup_steps")
+               if getattr(o, k) != getattr(n, k)]
+    if changed:
+        raise UserError(f"run directory {run_dir} ran with another learning-rate schedule ({', '.join(changed)}); "
+                        f"a run keeps its schedule: train a new run from its weights (-o NEW --set model.name={run_dir})")
+    if n.schedule != "cosine":
+        return cfg
+    horizon = o.schedule_steps or old.steps
+    pinned = n.schedule_steps or o.schedule_steps  # a horizon pinned by an earlier --extend carries over
+    if (pinned or cfg.steps) == horizon:
+        return cfg.model_copy(update={"optim": n.model_copy(update={"schedule_steps": pinned})})
+    if n.schedule_steps is not None:
+        raise UserError(f"run directory {run_dir} ran a cosine schedule over {horizon} steps; "
+                        f"optim.schedule_steps={n.schedule_steps} would change it")
+    if not extend:
+        raise UserError(f"run directory {run_dir} ran a cosine schedule over steps={horizon}; steps={cfg.steps} would "
+                        f"stretch the lr of the steps already run: pass --extend to keep that schedule (steps past "
+                        f"{horizon} keep the lr of its last step) or train a new run from its weights "
+                        f"(-o NEW --set model.name={run_dir})")
+    return cfg.model_copy(update={"optim": n.model_copy(update={"schedule_steps": horizon})})
+
+
+def write_config(cfg: TrainConfig, run_dir: Path, start: int) -> None:
+    """Write the config the run trains with to config.yaml. A run resumed at step `start` > 0 with a
+    config that differs keeps the previous one as config.step_{start}.yaml, the config its steps
+    up to `start` ran with (unless a file for that step exists already: a config tried there
+    before applies to no step kept), so the run directory says what every step ran with."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    cfg_path, text = run_dir / CONFIG, dump_config(cfg)
+    previous = cfg_path.read_text() if cfg_path.exists() else None
+    kept = run_dir / f"config.{step_dir_name(start)}.yaml"
+    if start > 0 and previous is not None and previous != text and not kept.exists():
+        write_atomic(kept, previous)
+    write_atomic(cfg_path, text)
 
 
 def _started(run_dir: Path) -> bool:

@@ -33,15 +33,16 @@ from rbctl.config.train import TrainConfig
 from rbctl.errors import UserError
 from rbctl.rollout.base import SamplingParams
 from rbctl.rollout.factory import build_engine
-from rbctl.rollout.models import load_policy
-from rbctl.store.rundir import MODEL, last_good_checkpoint
+from rbctl.rollout.models import load_policy, lora_policy
+from rbctl.store.rundir import Checkpoint, checkpoint_dir, checkpoints_to_try, first_intact
 from rbctl.tasks.prompting import encode_prompts, resolve_template
 from rbctl.train.batch import make_batch, sample_rows
 from rbctl.train.checkpoint import load_state, rng_state, set_rng_state
 from rbctl.train.data import load_training_problems, reward_function, task_spec, warm_start_spec
 from rbctl.train.distributed import init_from_env
 from rbctl.train.objective import Objective
-from rbctl.train.optim import make_optimizer
+from rbctl.train.optim import make_optimizer, schedule_record
+from rbctl.train.parallel import parallel_for
 from rbctl.train.precision import prepare_trainable, resolve_precision
 from rbctl.train.sampling import Groups, collect_groups, round_prompts, round_seed
 from rbctl.train.update import Updater
@@ -59,23 +60,26 @@ class Trainer(Updater):
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         self.dist = init_from_env()
-        self.resume_step, resume_ck = last_good_checkpoint(self.run_dir, log=log if self.dist.is_main else None)
+        warn = log if self.dist.is_main else None
+        candidates = checkpoints_to_try(self.run_dir, log=warn)  # chosen once, no weight byte read
         base = self._load_base()
+        self.parallel = parallel_for(cfg, self.dist, self.device, log)  # one process, DDP or FSDP
         torch.manual_seed(cfg.seed)
         # vLLM is built first (it checks that its share of GPU memory is free); hf once the policy is final
         self.engine = self._engine(base.model) if cfg.rollout.engine == "vllm" else None
         self.use_ref = cfg.algo.kl_coef > 0 or cfg.algo.log_kl
         # with LoRA the reference is the adapter-disabled base; otherwise a frozen copy
         self.ref = copy.deepcopy(base.model).eval().requires_grad_(False) if self.use_ref and not self.lora else None
-        self.model = self._policy_model(base, resume_ck)
+        self.resume_step, state, self.model = self._resume(base, candidates, warn)
         del base
-        self.train_model = self._wrap_for_training()
+        self.train_model = self.parallel.wrap(self.model)
+        self.ref = self.parallel.wrap_frozen(self.ref) if self.ref is not None else None
         self._make_optimizer()
-        if resume_ck is not None:
-            self._restore(resume_ck)
+        if state is not None:
+            self._restore(state)
         self._setup_data()
         if self.engine is None:
-            self.engine = self._engine(self.model)
+            self.engine = self.parallel.engine(self._engine(self.model), self.model)
         else:  # vLLM was built on the base model: its first generation must push the policy (resumed, LoRA)
             self.engine.model = self.model
         self.pad_id = self.engine.pad_id
@@ -104,12 +108,14 @@ class Trainer(Updater):
         return build_engine(r.engine, model, self.tokenizer, source=self.base_source, batch_size=r.max_batch,
                             seed=self.cfg.seed, sample_dtype=r.dtype, **opts)
 
-    def _policy_model(self, base, resume_ck: Path | None):
+    def _policy_model(self, base, resume: Checkpoint | None):
+        """The policy to train: the base (± fresh LoRA adapters), or checkpoint `resume`'s weights
+        (read once, verified as read, before anything of the base is changed)."""
         if self.lora:
-            model = self._with_lora(base.model, resume_ck / MODEL if resume_ck is not None else None)
-        elif resume_ck is not None:  # the checkpoint holds the float32 master weights, unless bf16-pure
+            model = lora_policy(base.model, self.cfg.model.lora, resume)
+        elif resume is not None:  # the checkpoint holds the float32 master weights, unless bf16-pure
             dtype = "float32" if self.precision.master_fp32 else self.cfg.model.dtype
-            model = load_policy(str(resume_ck / MODEL), **{**self.load_kwargs, "dtype": dtype}).model
+            model = load_policy(resume, **{**self.load_kwargs, "dtype": dtype}).model
         else:
             model = base.model
         prepare_trainable(model, self.precision, self.lora, self.log)
@@ -117,25 +123,33 @@ class Trainer(Updater):
             model.gradient_checkpointing_enable()
         return model.train()
 
-    def _wrap_for_training(self):
-        """What the training forward calls: the DDP wrapper when distributed, else the model."""
-        if not self.dist.enabled:
-            return self.model
-        from torch.nn.parallel import DistributedDataParallel
-
-        ids = [self.device.index] if self.device.type == "cuda" else None
-        return DistributedDataParallel(self.model, device_ids=ids)
+    def _resume(self, base, candidates: list[Checkpoint], warn):
+        """(step, trainer state, policy) of the newest checkpoint whose files verify as they are read
+        (a corrupted one: the one before), else (0, None, the base policy). Under FSDP rank 0 alone
+        reads it; the other ranks get its state by broadcast, and the weights and optimizer state
+        reach every rank's shards in `_restore`."""
+        if self.parallel.sharded:
+            return (*self.parallel.resume(candidates, warn), self._policy_model(base, None))
+        ck, loaded = first_intact(candidates, lambda c: (load_state(c), self._policy_model(base, c)), warn)
+        return (ck.step, *loaded) if ck is not None else (0, None, self._policy_model(base, None))
 
     def _make_optimizer(self) -> None:
         self.opt, self.sched = make_optimizer([p for p in self.model.parameters() if p.requires_grad], self.cfg)
         self.alpha = self.cfg.algo.entropy.alpha
 
-    def _restore(self, ck: Path) -> None:
-        state = load_state(ck)
+    def _restore(self, state: dict) -> None:
+        ck = checkpoint_dir(self.run_dir, self.resume_step)
+        ran, now = state.get("schedule"), schedule_record(self.cfg)  # None: written before schedules were recorded
+        if ran is not None and ran != now:
+            raise UserError(f"checkpoint {ck} ran with the learning-rate schedule {ran}; this config gives {now}: "
+                            "a run keeps its schedule (rbctl train --extend only lengthens it; docs/scaling.md)")
         if state.get("world_size", 1) != self.dist.world:
             raise UserError(f"checkpoint {ck} was written by {state.get('world_size', 1)} processes; "
                             f"resume with the same number (now {self.dist.world})")
-        self.opt.load_state_dict(state["optimizer"])
+        if state.get("fsdp", False) != self.parallel.sharded:
+            raise UserError(f"checkpoint {ck} was written {'with' if state.get('fsdp') else 'without'} FSDP "
+                            "sharding; resume with the same model.fsdp")
+        self.parallel.load(self.model, self.opt, state)
         self.sched.load_state_dict(state["scheduler"])
         self.alpha = state["alpha"]
         set_rng_state(state["rng"])
@@ -147,18 +161,6 @@ class Trainer(Updater):
         self.template = resolve_template(self.tokenizer, self.cfg.data.template, builtin_model=self.builtin)
         self._prompt_cache: dict[int, list[int]] = {}
         self.reward_fn = reward_function(self.cfg)
-
-    def _with_lora(self, model, adapter_dir: Path | None):
-        """Wrap the model with LoRA adapters (fresh, or the checkpoint's on resume): only they train."""
-        try:
-            from peft import LoraConfig, PeftModel, get_peft_model
-        except ImportError:
-            raise UserError("model.lora needs peft: pip install 'rbctl[lora]'") from None
-        if adapter_dir is not None:
-            return PeftModel.from_pretrained(model, str(adapter_dir), is_trainable=True)
-        lc = self.cfg.model.lora
-        return get_peft_model(model, LoraConfig(r=lc.r, lora_alpha=lc.alpha, lora_dropout=lc.dropout,
-                                                target_modules=lc.target_modules, task_type="CAUSAL_LM"))
 
     def prompt_ids(self, idx: int) -> list[int]:
         """Prompts are encoded once and cached: no re-tokenisation per step."""
@@ -248,9 +250,16 @@ class Trainer(Updater):
         metrics.update({k: v for k, v in upd.items() if k.startswith(("policy_loss/", "tokens/"))})
         return metrics, sample_rows(step, self.problems, idx, samples, batch)
 
-    def state(self, step: int) -> dict:
-        """What a checkpoint needs beside the weights (tensors, lists and numbers only)."""
-        return {"step": step, "optimizer": self.opt.state_dict(), "scheduler": self.sched.state_dict(),
-                "alpha": self.alpha, "rng": rng_state(), "world_size": self.dist.world}
+    def checkpoint(self, step: int) -> tuple[dict | None, dict]:
+        """(the weights to save, None: the model's own; what a checkpoint needs beside them: tensors,
+        lists and numbers only). Every rank calls it: under FSDP it gathers the shards to rank 0."""
+        weights, optimizer = self.parallel.full_state(self.model, self.opt)
+        return weights, {"step": step, "optimizer": optimizer, "scheduler": self.sched.state_dict(),
+                         "alpha": self.alpha, "rng": rng_state(), "world_size": self.dist.world,
+                         "schedule": schedule_record(self.cfg), "fsdp": self.parallel.sharded}
+
+    def full_weights(self):
+        """A context in which `self.model` holds its full parameters; every rank enters it (FSDP)."""
+        return self.parallel.gathered(self.model)
 
 

@@ -141,12 +141,24 @@ def test_train_hands_the_validated_config_to_the_trainer(tmp_path, monkeypatch):
     import rbctl.train.loop
 
     seen = {}
-    monkeypatch.setattr(rbctl.train.loop, "train", lambda cfg, out, force, progress: seen.update(cfg=cfg, out=out, force=force))
+    monkeypatch.setattr(rbctl.train.loop, "train",
+                        lambda cfg, out, force, extend, progress: seen.update(cfg=cfg, out=out, force=force, extend=extend))
     assert run(["train", QUICKSTART, "-o", str(tmp_path / "r"), "--set", "algo.budget=2", "--set", "seed=3", "--force", "-q"]) == 0
     cfg = seen["cfg"]
-    assert cfg.algo.budget == 2.0 and cfg.seed == 3 and seen["force"] is True
+    assert cfg.algo.budget == 2.0 and cfg.seed == 3 and seen["force"] is True and seen["extend"] is False
+    assert run(["train", QUICKSTART, "-o", str(tmp_path / "r"), "--extend", "-q"]) == 0 and seen["extend"] is True
     assert cfg.algo.loss_agg == "seq-mean-token-mean"  # grpo's default aggregation, resolved
     assert seen["out"] == tmp_path / "r"
+
+
+def test_train_nproc_hands_every_option_to_torchrun(tmp_path, monkeypatch):
+    import rbctl.train.distributed
+
+    seen = {}
+    monkeypatch.setattr(rbctl.train.distributed, "launch", lambda nproc, argv: seen.update(nproc=nproc, argv=argv) or 0)
+    out = str(tmp_path / "r")
+    assert run(["train", QUICKSTART, "-o", out, "--nproc", "2", "--set", "seed=3", "--extend", "--force", "-q"]) == 0
+    assert seen == {"nproc": 2, "argv": ["train", QUICKSTART, "-o", out, "--set", "seed=3", "--force", "--extend", "--quiet"]}
 
 
 def test_ablate_unknown_arm_key_exits_2_naming_arm_and_key(tmp_path, capsys):

@@ -119,17 +119,17 @@ def test_existing_run_dir_with_another_config_is_refused(tiny_config, tmp_path):
 
 def test_a_run_dir_left_by_a_failed_start_takes_the_corrected_config(tiny_config, tmp_path):
     from rbctl.errors import UserError
-    from rbctl.train.rundir import prepare_run_dir
+    from rbctl.train.rundir import check_run_dir, write_config
 
     run = tmp_path / "run"
-    prepare_run_dir(tiny_config(algo__budget=1.0), run, force=False)  # then the start failed: config.yaml only
+    write_config(tiny_config(algo__budget=1.0), run, 0)  # then the start failed: config.yaml only
     (run / "checkpoints").mkdir()
     (run / "metrics.jsonl").write_text("")
-    prepare_run_dir(tiny_config(), run, force=False)  # the corrected config is accepted
+    write_config(check_run_dir(tiny_config(), run, force=False), run, 0)  # the corrected config is accepted
     assert "budget: null" in (run / "config.yaml").read_text()
     (run / "metrics.jsonl").write_text('{"step": 1}\n')  # once a step is logged, it is a run: refused
     with pytest.raises(UserError, match="different config.*algo.budget"):
-        prepare_run_dir(tiny_config(algo__budget=1.0), run, force=False)
+        check_run_dir(tiny_config(algo__budget=1.0), run, force=False)
 
 
 def test_prompt_order_is_a_permutation_per_epoch():

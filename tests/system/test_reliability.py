@@ -97,20 +97,37 @@ def test_torn_checkpoint_and_torn_metrics_line_are_skipped_on_resume(tiny_config
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
-def test_a_corrupted_checkpoint_fails_its_integrity_check_and_the_previous_one_is_used(tiny_config, tmp_path):
-    from rbctl.store.rundir import last_good_checkpoint
+def test_a_corrupted_checkpoint_fails_its_integrity_check_and_the_previous_one_is_used(tiny_config, tmp_path, capsys):
+    """The flip keeps the file's size, so the checkpoint is chosen (marker and sizes only) and found
+    corrupted as it is read: `rbctl eval` and the resume warn and take step 2; `--step 4` is refused."""
+    import re
+
+    from rbctl.cli import run as cli
     from rbctl.train.loop import train
 
     cfg = tiny_config(steps=4, save_every=2)
     run = tmp_path / "run"
     train(cfg, run, progress=False, log=lambda *a: None)
     weights = run / "checkpoints" / "step_000004" / "model" / "model.safetensors"
+    straight = {k: v.clone() for k, v in load_file(str(weights)).items()}  # copied: load_file maps the file
     data = bytearray(weights.read_bytes())
     data[-1] ^= 0xFF  # one flipped bit pattern in the last byte: same size, different content
     weights.write_bytes(bytes(data))
+    warning = f"warning: skipping checkpoint {run / 'checkpoints' / 'step_000004'}: fails its integrity check (model/model.safetensors)"
+    capsys.readouterr()
+    assert cli(["eval", str(run), "-b", "builtin", "--limit", "2", "--n", "1", "--max-new-tokens", "4"]) == 0
+    squeeze = lambda text: re.sub(r"\s+", "", text)  # noqa: E731 (rich wraps long lines)
+    assert squeeze(warning) in squeeze(capsys.readouterr().out)
+    assert (run / "eval" / "step_000002" / "builtin" / "summary.json").exists() and not (run / "eval" / "step_000004").exists()
+    assert cli(["eval", str(run), "-b", "builtin", "--limit", "2", "--step", "4"]) == 2
+    err = [x for x in capsys.readouterr().err.splitlines() if x.startswith("error:")]
+    assert len(err) == 1 and "step_000004 fails its integrity check (model/model.safetensors)" in err[0], err
     messages = []
-    assert last_good_checkpoint(run, log=messages.append)[0] == 2
-    assert any("integrity check (model/model.safetensors)" in m for m in messages)
+    train(cfg, run, progress=False, log=messages.append)  # resumes from step 2 and redoes steps 3-4
+    assert warning in messages and any("from step 2" in m for m in messages), messages
+    assert _steps(run) == [1, 2, 3, 4]
+    again = load_file(str(weights))
+    assert all(torch.equal(straight[k], again[k]) for k in straight)
 
 
 def _steps(run):

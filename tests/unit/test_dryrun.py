@@ -162,3 +162,11 @@ def test_paper_sweeps_cover_every_baseline_with_and_without_budget(name):
     for f in (f"{name}.yaml", f"{name}_sweep.yaml"):
         first = (CONFIGS / f).read_text().splitlines()[0]
         assert first.startswith(("# rbctl train configs/", "# rbctl ablate configs/")), f  # headed by its command
+
+
+def test_fsdp_plan_says_the_training_state_is_divided_over_the_processes(empty_cache):
+    cfg = load_train_config(CONFIGS / "paper_llama32_3b.yaml", ["model.fsdp=true", "rollout.engine=hf", "algo.tis_cap=null"])
+    plan = dry_run(cfg, cache_dir=empty_cache)
+    assert ("weights + grads + AdamW ≈ 51.2 GB (bf16-mixed), reference copy 6.4 GB (full-parameter training, before "
+            "activations and the rollout engine); model.fsdp: divided by the number of processes, plus the full "
+            "weights while sampling") in plan
