@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rbctl.config.eval import EvalConfig
+from rbctl.config.eval import BUILTIN_MAX_NEW_TOKENS, EvalConfig
 from rbctl.errors import UserError
 from rbctl.eval.pipeline import evaluate_policy, load_problems, sanitize
 from rbctl.rollout.factory import engine_class
@@ -71,7 +71,13 @@ def run_eval(
 
     console = console or Console()
     engine_class(cfg.engine)
-    problems = load_problems(cfg, _builtin_task_of(model, step))  # bad names/data fail before the model loads
+    task_spec = _builtin_task_of(model, step)
+    if task_spec is not None and cfg.max_new_tokens is None:  # room for the task's longest answer (the maze's)
+        from rbctl.tasks.builtin import module_of
+
+        longest = module_of(task_spec).max_answer_tokens(task_spec)
+        cfg = cfg.model_copy(update={"max_new_tokens": max(BUILTIN_MAX_NEW_TOKENS, longest)})
+    problems = load_problems(cfg, task_spec)  # bad names/data fail before the model loads
     ckpt_step = step
     if model != "builtin" and is_run_dir(Path(model).expanduser()):
         ckpt_step = checkpoint_step(resolve_source(model, step)[0])

@@ -12,6 +12,7 @@ import torch
 
 from rbctl import __version__
 from rbctl.config.base import dump_config, validate
+from rbctl.config.builtin import upgrade_legacy
 from rbctl.config.train import TrainConfig
 from rbctl.errors import UserError
 from rbctl.store.atomic import write_atomic
@@ -59,7 +60,7 @@ def prepare_run_dir(cfg: TrainConfig, run_dir: Path, force: bool) -> None:
     if cfg_path.exists() and _started(run_dir):
         import yaml
 
-        old = validate(TrainConfig, yaml.safe_load(cfg_path.read_text()) or {}, str(cfg_path))
+        old = validate(TrainConfig, upgrade_legacy(yaml.safe_load(cfg_path.read_text()) or {}), str(cfg_path))
         if comparable(old) != comparable(cfg) and not force:
             diff = [k for k in _flat(comparable(cfg)) if _flat(comparable(cfg)).get(k) != _flat(comparable(old)).get(k)]
             raise UserError(f"run directory {run_dir} was made with a different config ({', '.join(diff[:4])}); "
