@@ -18,7 +18,8 @@ from rbctl.tasks.builtin import KINDS, config_keys, specs_from_config
 
 DEFAULT_TASK = "links"
 TASK_DOC = ("Tasks: 'links' (follow k hops, the hop count shown; the quick default), 'fixpoint' (follow the links to a "
-            "fixed point, depth hidden: the plateau testbed, docs/plateau_task.md).")
+            "fixed point, depth hidden: the plateau testbed, docs/plateau_task.md), 'maze' (MaxRL's maze navigation, a "
+            "published testbed: docs/maze_task.md).")
 # Keys of the flat section of earlier releases (every task's keys in one section), for reading the
 # config.yaml of a run made then (`upgrade_legacy`).
 LEGACY_KEYS = ("num_keys", "min_hops", "max_hops", "num_roots", "depth1_frac", "train_size", "test_size", "seed",

@@ -1,5 +1,6 @@
-"""The built-in tasks by kind: `links` (follow k hops, the embedded quick default) and `fixpoint`
-(follow the links to a fixed point: the plateau testbed, docs/plateau_task.md).
+"""The built-in tasks by kind: `links` (follow k hops, the embedded quick default), `fixpoint`
+(follow the links to a fixed point: the plateau testbed, docs/plateau_task.md) and `maze` (MaxRL's
+maze navigation, a published testbed: docs/maze_task.md).
 
 Every built-in task module has the same entry points: `TaskSpec` and `WarmStartSpec` (frozen
 dataclasses; `TaskSpec.kind` names the task), `problems(spec, split)`, `format_problem` (the prompt
@@ -28,7 +29,7 @@ from types import ModuleType
 from rbctl.errors import UserError
 from rbctl.store.rundir import builtin_task_record
 
-KINDS = {"links": "rbctl.tasks.links", "fixpoint": "rbctl.tasks.fixpoint"}
+KINDS = {"links": "rbctl.tasks.links", "fixpoint": "rbctl.tasks.fixpoint", "maze": "rbctl.tasks.maze"}
 
 
 def setting(default, doc: str, *, key: str | None = None, **bounds):

@@ -12,7 +12,7 @@ import pytest
 
 from rbctl.config.train import TrainConfig, load_train_config
 from rbctl.errors import UserError
-from rbctl.tasks import builtin, fixpoint, links
+from rbctl.tasks import builtin, fixpoint, links, maze
 from rbctl.train.data import task_spec, warm_start_spec
 from tests.conftest import TINY_TRAIN
 
@@ -47,6 +47,8 @@ def test_a_bare_task_gets_its_own_defaults():
     assert builtin.warm_start_path(task_spec(cfg), warm_start_spec(cfg)).name == BEFORE["fixpoint.yaml"][0]
     cfg = load_train_config(None, [])
     assert (cfg.data.builtin.task, task_spec(cfg), warm_start_spec(cfg)) == ("links", links.TaskSpec(), links.WarmStartSpec())
+    cfg = load_train_config(None, ["data.builtin.task=maze"])
+    assert (task_spec(cfg), warm_start_spec(cfg)) == (maze.TaskSpec(), maze.WarmStartSpec())
 
 
 @pytest.mark.parametrize("overrides, message", [
@@ -57,7 +59,7 @@ def test_a_bare_task_gets_its_own_defaults():
      "unknown config key 'data.builtin.min_hops' for 'fixpoint' (did you mean 'data.builtin.max_hops'?)"),
     (["data.builtin.task=fixpoint", "data.builtin.num_keys=8"],  # the task's own check: a config error
      "max_hops + num_roots (6 + 3) must be <= num_keys (8)"),
-    (["data.builtin.task=sudoku"], "unknown built-in task; valid: links, fixpoint"),
+    (["data.builtin.task=sudoku"], "unknown built-in task; valid: links, fixpoint, maze"),
     (["data.builtin.num_keys=17"], "config key 'data.builtin.num_keys': Input should be less than or equal to 16"),
 ])
 def test_keys_are_validated_against_the_selected_task(overrides, message):
@@ -94,7 +96,7 @@ def test_a_run_config_written_by_the_flat_section_still_resumes():
     old = load_train_config(CONFIGS / "quickstart.yaml").model_dump(mode="json")
     old["data"]["builtin"].update(num_roots=3, depth1_frac=0.7, walk_demo_frac=0.15, shortcut_demo_error=0.0)
     assert comparable(validate(TrainConfig, upgrade_legacy(old), "c")) == comparable(load_train_config(CONFIGS / "quickstart.yaml"))
-    assert upgrade_legacy({"data": {"builtin": {"task": "links", "seed": 9}}}) == {"data": {"builtin": {"task": "links", "seed": 9}}}
+    assert upgrade_legacy({"data": {"builtin": {"task": "maze", "size": 9}}}) == {"data": {"builtin": {"task": "maze", "size": 9}}}
 
 
 def test_config_reference_lists_every_task_key():
