@@ -1,6 +1,6 @@
 """The maze task (rbctl/tasks/maze.py): the checker on a hand-built maze, the generator (perfect
-mazes, seeded, disjoint splits), the tokenizer, the grader the evaluation and the reward share, and a
-tiny warm start."""
+mazes, seeded, disjoint splits), the tokenizer, the grader the evaluation and the reward share, the
+planner's parameter count, and a tiny warm start."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ import pytest
 from rbctl.errors import UserError
 from rbctl.tasks import maze
 from rbctl.tasks.registry import Problem
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 # A hand-built 5×5 maze; START sits on the left border, so a LEFT leaves the grid:
 #   # # # # #
@@ -151,6 +153,42 @@ def test_tokenizer_round_trips_a_prompt():
 
     assert encode_prompts(tok, [maze.problems(spec, "test")[0].problem], "builtin", builtin_task="maze") == [ids]
     assert tok.convert_ids_to_tokens(ids[-1]) == "PATH_START"
+
+
+def test_planner_counts_the_paper_model_on_the_meta_device(tmp_path):
+    from rbctl.config.train import load_train_config
+    from rbctl.tasks import builtin
+    from rbctl.train.data import task_spec, warm_start_spec
+    from rbctl.train.plan import dry_run
+
+    cfg = load_train_config(CONFIGS / "maze_17.yaml")
+    spec, ws = task_spec(cfg), warm_start_spec(cfg)
+    model = builtin.build_model(spec, ws, len(builtin.build_tokenizer(spec)))
+    n = sum(p.numel() for p in model.parameters())
+    # 16 tokens × 256 (tied) + 4 layers × (q 256·256 + 256, k and v 256·128 + 128 each, o 256·256 + 256,
+    # MLP 3·256·1024, 2 norms of 256) + the final norm 256
+    assert n == 16 * 256 + 4 * (65792 + 2 * 32896 + 65792 + 786432 + 512) + 256 == 3_941_632
+    plan = dry_run(cfg, cache_dir=tmp_path)
+    assert f"N ≈ {n:.2e} parameters (the maze task's model config, counted on the meta device)" in plan
+    # every maze prompt has 17·18 + 4 = 310 tokens: T = P·G·(310 + 180) = 256·128·490
+    assert "310 tokens per prompt" in plan and f"= {256 * 128 * 490:.2e}" in plan
+
+
+def test_paper_sweep_arms():
+    from rbctl.sweep.ablate import load_sweep
+
+    sweep, configs = load_sweep(CONFIGS / "ablate_maze_17.yaml")
+    arms = {a: (c.algo.estimator, c.algo.budget, c.algo.entropy.mode, c.algo.passk_k) for a, c in configs.items()}
+    assert arms == {"grpo": ("grpo", None, "none", None), "grpo_entropy": ("grpo", None, "static", None),
+                    "maxrl": ("maxrl", None, "none", None), "grpo_budget": ("grpo", 1.0, "none", None),
+                    "passk": ("passk", None, "none", 4)}
+    c = configs["maxrl"]
+    assert (c.rollout.prompts_per_step, c.rollout.group_size, c.optim.lr, c.rollout.temperature, c.algo.kl_coef,
+            c.algo.loss_agg) == (256, 128, 1e-4, 1.0, 0.0, "token-mean")
+    assert (sweep.eval.n, sweep.eval.temperature) == (2048, 1.0)
+    for f in ("maze_17.yaml", "ablate_maze_17.yaml"):
+        head = (CONFIGS / f).read_text().splitlines()
+        assert head[0].startswith(("# rbctl train configs/", "# rbctl ablate configs/")) and "GPU work" in head[1]
 
 
 def test_tiny_warm_start_trains_and_emits_task_words(rbctl_cache):
