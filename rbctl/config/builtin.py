@@ -29,7 +29,7 @@ LEGACY_KEYS = ("num_keys", "min_hops", "max_hops", "num_roots", "depth1_frac", "
 class BuiltinTaskBase(Section):
     """The keys every built-in task has."""
 
-    task: str = Field(DEFAULT_TASK, description="The built-in task. " + TASK_DOC)
+    task: str = Field(DEFAULT_TASK, description="The built-in task (each section narrows it to its own name).")
 
     @model_validator(mode="after")
     def _task_checks(self):

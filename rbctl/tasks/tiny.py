@@ -1,7 +1,7 @@
-"""The built-in tasks' policy: a tiny Llama of the task's size over a character or word tokenizer, warm-started by supervised training on a task's demonstrations, and
-cached on disk so every arm and seed of a sweep shares one warm start. A task supplies its alphabet,
-its model config and a demonstration sampler; this module does the rest (torch lives here, not in
-the tasks' checkers).
+"""The built-in tasks' policy: a tiny Llama of the task's size over a character or word tokenizer,
+warm-started by supervised training on a task's demonstrations, and cached on disk so every arm and
+seed of a sweep shares one warm start. A task supplies its alphabet, its model config and a
+demonstration sampler; this module does the rest (torch lives here, not in the tasks' checkers).
 """
 
 from __future__ import annotations

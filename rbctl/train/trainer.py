@@ -144,6 +144,8 @@ class Trainer(Updater):
         if not self.problems:
             raise UserError("the training data has no problems")
         self.template = resolve_template(self.tokenizer, self.cfg.data.template, builtin_model=self.builtin is not None)
+        # the `builtin` template formats the problems as their task does (the policy's own for other data)
+        self.prompt_task = self.cfg.data.builtin.task if self.cfg.data.source == "builtin" else (self.builtin or "links")
         self._prompt_cache: dict[int, list[int]] = {}
         self.reward_fn = reward_function(self.cfg)
 
@@ -163,7 +165,7 @@ class Trainer(Updater):
         """Prompts are encoded once and cached: no re-tokenisation per step."""
         if idx not in self._prompt_cache:
             self._prompt_cache[idx] = encode_prompts(self.tokenizer, [self.problems[idx].problem], self.template,
-                                                     self.cfg.data.instruction, self.builtin or "links")[0]
+                                                     self.cfg.data.instruction, self.prompt_task)[0]
         return self._prompt_cache[idx]
 
     # -- one step --
