@@ -76,8 +76,8 @@ def bench_generation(label: str, policy, problems: list[str], max_new_tokens: in
     from rbctl.rollout.base import SamplingParams
 
     device = next(policy.model.parameters()).device
-    template = resolve_template(policy.tokenizer, "auto", policy.builtin)
-    prompts = encode_prompts(policy.tokenizer, problems, template)
+    template = resolve_template(policy.tokenizer, "auto", policy.builtin is not None)
+    prompts = encode_prompts(policy.tokenizer, problems, template, builtin_task=policy.builtin or "links")
     params = SamplingParams(n=1, temperature=0.6, top_p=0.95, max_new_tokens=max_new_tokens, seed=0)
     HFEngine(policy.model, policy.tokenizer, 1).generate(prompts[:1], params)  # warm-up
     chosen = default_batch_size(device.type)

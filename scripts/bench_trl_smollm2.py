@@ -169,6 +169,7 @@ def run_trl(args, model_dir: Path) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOTrainer
 
+    from rbctl.tasks.registry import Problem
     from rbctl.train.data import reward_function
 
     _set_threads(args.threads)
@@ -181,7 +182,7 @@ def run_trl(args, model_dir: Path) -> dict:
     ends: list[float] = []
 
     def math_reward(completions, answer, **_):
-        flags, _failures = grade(list(completions), list(answer))
+        flags, _failures = grade(list(completions), [Problem(id="", problem="", answer=a) for a in answer])
         rows[-1]["reward"] = sum(flags) / len(flags)
         return [float(f) for f in flags]
 

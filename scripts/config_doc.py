@@ -18,6 +18,7 @@ from pydantic import BaseModel
 if __package__ in (None, ""):  # run as a script: make the checkout importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from rbctl.config.base import sections_of  # noqa: E402
 from rbctl.config.sweep import SweepConfig  # noqa: E402
 from rbctl.config.train import TrainConfig  # noqa: E402
 
@@ -35,13 +36,6 @@ def _type_name(ann) -> str:
     return getattr(ann, "__name__", str(ann))
 
 
-def _section_of(ann):
-    for a in (ann, *typing.get_args(ann)):
-        if isinstance(a, type) and issubclass(a, BaseModel):
-            return a
-    return None
-
-
 def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
@@ -50,23 +44,28 @@ def schema_markdown(schema: type[BaseModel] = TrainConfig, title: str = "Trainin
     """A Markdown table of every key of `schema`: dotted name, type, default, description."""
     rows = []
 
-    def walk(model: type[BaseModel], prefix: str) -> None:
+    def walk(model: type[BaseModel], prefix: str, tag: str = "") -> None:
         for name, f in model.model_fields.items():
             key = prefix + name
-            sub = _section_of(f.annotation)
-            if sub is not None:
-                optional = sub is not f.annotation
+            subs = sections_of(f.annotation)
+            if "" in subs:
+                optional = subs[""] is not f.annotation
                 rows.append((key, "section" + (" (or null = off)" if optional else ""), "null" if optional else "",
-                             f.description or ""))
-                walk(sub, key + ".")
+                             f.description or "", ""))
+                walk(subs[""], key + ".")
+                continue
+            if subs:  # a tagged union (data.builtin): each member's keys, marked with its tag
+                rows.append((key, "section, by task: " + " / ".join(subs), "", f.description or "", ""))
+                for t, sub in subs.items():
+                    walk(sub, key + ".", t)
                 continue
             default = f.default_factory() if f.default_factory is not None else f.default
             shown = "required" if f.is_required() else ("null" if default is None else repr(default))
-            rows.append((key, _type_name(f.annotation), shown, f.description or ""))
+            rows.append((key, _type_name(f.annotation), shown, f.description or "", tag))
 
     walk(schema, "")
     lines = [f"## {title}", "", "| key | type | default | description |", "|---|---|---|---|"]
-    lines += [f"| `{k}` | {_cell(t)} | {_cell(d)} | {_cell(desc)} |" for k, t, d, desc in rows]
+    lines += [f"| `{k}`{f' ({tag})' if tag else ''} | {_cell(t)} | {_cell(d)} | {_cell(desc)} |" for k, t, d, desc, tag in rows]
     return "\n".join(lines) + "\n"
 
 

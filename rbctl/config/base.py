@@ -4,11 +4,13 @@ validation into one-line `UserError`s, and dumping a resolved config."""
 from __future__ import annotations
 
 import difflib
+import types
+import typing
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Annotated, Any, Sequence, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Tag, ValidationError
 
 from rbctl.errors import UserError
 
@@ -17,20 +19,53 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
+def sections_of(ann) -> dict[str, type[BaseModel]]:
+    """The config sections an annotation holds, by tag: {"": Section} for a section (or an optional
+    one), {tag: Section, ...} for a tagged union (`data.builtin`: one section per task), {} otherwise."""
+    origin = typing.get_origin(ann)
+    if origin is Annotated:
+        base, *meta = typing.get_args(ann)
+        inner, tag = sections_of(base), next((m.tag for m in meta if isinstance(m, Tag)), None)
+        return {tag: next(iter(inner.values()))} if tag is not None and len(inner) == 1 else inner
+    if origin in (Union, types.UnionType):
+        return {k: v for a in typing.get_args(ann) for k, v in sections_of(a).items()}
+    return {"": ann} if isinstance(ann, type) and issubclass(ann, BaseModel) else {}
+
+
 def _all_keys(model: type[BaseModel], prefix: str = "") -> list[str]:
     keys = []
     for name, f in model.model_fields.items():
         keys.append(prefix + name)
-        ann = f.annotation
-        if isinstance(ann, type) and issubclass(ann, BaseModel):
-            keys.extend(_all_keys(ann, prefix + name + "."))
+        for sub in sections_of(f.annotation).values():
+            keys.extend(_all_keys(sub, prefix + name + "."))
     return keys
+
+
+def _key_path(model: type[BaseModel], loc) -> tuple[list[str], str | None, dict[str, type[BaseModel]]]:
+    """pydantic's error location as config keys: a tagged union's tag (pydantic puts it in the
+    location) is left out. Returns (keys, the last tag passed or None, that union's sections)."""
+    keys, here, tag, union = [], {"": model}, None, {}
+    for part in map(str, loc):
+        if part and part in here:  # a tag: pydantic's step into one member of the union
+            tag, union, here = part, here, {"": here[part]}
+            continue
+        keys.append(part)
+        cls = here.get("")
+        here = sections_of(cls.model_fields[part].annotation) if cls is not None and part in cls.model_fields else {}
+    return keys, tag, union
 
 
 def _format_error(err: ValidationError, model: type[BaseModel], source: str) -> str:
     e = err.errors()[0]
-    loc = ".".join(str(p) for p in e["loc"])
+    keys, tag, union = _key_path(model, e["loc"])
+    loc = ".".join(keys)
     if e["type"] == "extra_forbidden":
+        if tag is not None:  # a key another member of the union has (another built-in task's)
+            owners = [t for t, cls in union.items() if keys[-1] in cls.model_fields]
+            close = difflib.get_close_matches(keys[-1], union[tag].model_fields, n=1, cutoff=0.6)
+            hint = (f" (did you mean '{'.'.join(keys[:-1] + close)}'?)" if close else
+                    f" (a key of {' and '.join(repr(o) for o in owners)}: select it first)" if owners else "")
+            return f"{source}: unknown config key '{loc}' for '{tag}'{hint}"
         close = difflib.get_close_matches(loc, _all_keys(model), n=1, cutoff=0.6)
         hint = f" (did you mean '{close[0]}'?)" if close else ""
         return f"{source}: unknown config key '{loc}'{hint}"
@@ -79,13 +114,13 @@ def read_yaml(path: Path) -> dict:
     return data
 
 
-def _blame(err: ValidationError, source: str, overrides: Sequence[str]) -> str:
+def _blame(err: ValidationError, model: type[BaseModel], source: str, overrides: Sequence[str]) -> str:
     """Who set the offending key: the last `--set` item whose key path contains the error's key (or
     lies inside it), else the file. An error of the whole config (no key) names the file and every
     override, since any of them may have caused it."""
     if not overrides:
         return source
-    loc = [str(p) for p in err.errors()[0]["loc"]]
+    loc = _key_path(model, err.errors()[0]["loc"])[0]
     if not loc:
         return f"{source} with " + ", ".join(f"--set '{item}'" for item in overrides)
     for item in reversed(list(overrides)):
@@ -102,7 +137,7 @@ def validate(schema: type[BaseModel], data: dict, source: str, overrides: Sequen
     try:
         return schema.model_validate(data)
     except ValidationError as e:
-        raise UserError(_format_error(e, schema, _blame(e, source, overrides))) from None
+        raise UserError(_format_error(e, schema, _blame(e, schema, source, overrides))) from None
 
 
 def dump_config(cfg: BaseModel) -> str:

@@ -12,8 +12,9 @@ from rbctl.errors import UserError
 from rbctl.tasks.prompting import MATH_INSTRUCTION
 
 DEFAULT_BENCHMARKS = ("amc23", "aime24", "aime25")
-# The built-in tasks' longest answers are well under 32 tokens; 32 leaves room without letting a
-# policy that never stops run for 1024 tokens.
+# The links and fixpoint tasks' longest answers are well under 32 tokens; 32 leaves room without
+# letting a policy that never stops run for 1024 tokens. A run of a task with longer answers (the
+# maze) is evaluated with room for its longest answer (rbctl.eval.run).
 BUILTIN_MAX_NEW_TOKENS = 32
 
 
@@ -39,7 +40,7 @@ class EvalConfig(BaseModel):
     max_new_tokens: int | None = Field(
         None, ge=1,
         description=f"Most generated tokens per sample. Default: 1024 (real models), "
-        f"{BUILTIN_MAX_NEW_TOKENS} for the built-in policy.",
+        f"{BUILTIN_MAX_NEW_TOKENS} for a built-in policy, or its task's longest answer where longer (the maze).",
     )
     seed: int = Field(0, description="Sampling seed.")
     template: Literal["auto", "chat", "plain", "builtin"] = Field(

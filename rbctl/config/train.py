@@ -13,6 +13,7 @@ from typing import Literal, Optional, Union
 from pydantic import Field, field_validator, model_validator
 
 from rbctl.config.base import Section, apply_overrides, read_yaml, validate
+from rbctl.config.builtin import TASK_DOC, BuiltinCfg, default_section
 from rbctl.tasks.prompting import MATH_INSTRUCTION
 
 
@@ -33,30 +34,6 @@ class ModelCfg(Section):
     fsdp: bool = Field(False, description="Shard parameters, gradients and AdamW state over the processes of `rbctl train --nproc N` / torchrun (FSDP2, fully_shard per decoder layer); hf rollouts gather the full parameters. Not with model.lora, rollout.engine vllm or rollout.dtype bfloat16 yet (docs/scaling.md).")
 
 
-class BuiltinTaskCfg(Section):
-    task: Literal["links", "fixpoint"] = Field("links", description="Built-in task: 'links' (follow k hops, the hop count shown; the quick default) or 'fixpoint' (follow the links to a fixed point, depth hidden: the plateau testbed, docs/plateau_task.md).")
-    num_keys: int = Field(8, ge=2, le=16, description="Letters in the random function (difficulty of one look-up).")
-    min_hops: int = Field(1, ge=1, le=9, description="links: fewest hops of a problem.")
-    max_hops: int = Field(6, ge=1, le=9, description="Most hops of a problem (difficulty spread).")
-    num_roots: int = Field(3, ge=1, le=8, description="fixpoint: fixed points of the function (letters that map to themselves).")
-    depth1_frac: float = Field(0.7, ge=0.0, le=1.0, description="fixpoint: share of problems one hop from their fixed point (where the 2-token shortcut is right); the others have depth uniform in [2, max_hops].")
-    train_size: int = Field(4096, ge=1, description="Problems in the fixed training pool.")
-    test_size: int = Field(256, ge=1, description="Problems in the held-out test split (benchmark 'builtin').")
-    seed: int = Field(1234, description="Task seed: the same problems for every arm and run seed.")
-    demo_error: float = Field(0.2, ge=0.0, lt=1.0, description="Warm start: probability that a demonstration hop is wrong (fixpoint: that a demonstrated walk stops early at a hop).")
-    walk_demo_frac: float = Field(0.15, ge=0.0, le=1.0, description="fixpoint warm start: share of demonstrations that walk to the fixed point (the others take the shortcut).")
-    shortcut_demo_error: float = Field(0.0, ge=0.0, lt=1.0, description="fixpoint warm start: probability that a shortcut demonstration's single look-up is wrong.")
-    warm_start_steps: int = Field(1200, ge=0, description="Warm start: supervised steps on demonstrations (cached).")
-    walk_phase: float = Field(0.5, ge=0.0, le=1.0, description="fixpoint warm start: share of the SFT steps that see clean walks only (they form the look-up circuit); the rest see the demonstrators' mixture.")
-    warm_start: Optional[str] = Field(None, description="A warm start shipped inside the package (rbctl/tasks/warm_starts/, e.g. fixpoint-ws1), loaded and SHA-256-checked instead of training the SFT recipe; its recorded task and SFT settings must equal this section's. null = train the recipe once and cache it (RBCTL_CACHE).")
-
-    @model_validator(mode="after")
-    def _hops(self):
-        if self.min_hops > self.max_hops:
-            raise ValueError("min_hops must be <= max_hops")
-        return self
-
-
 class DataCfg(Section):
     source: str = Field("builtin", description="'builtin', a Hugging Face dataset id, or a local .jsonl/.parquet file.")
     hf_config: Optional[str] = Field(None, description="Dataset config name (for a Hugging Face dataset id).")
@@ -65,7 +42,7 @@ class DataCfg(Section):
     answer_field: str = Field("answer", description="Record field holding the gold answer (dotted path allowed).")
     template: Literal["auto", "chat", "plain", "builtin"] = Field("auto", description="Prompt template: auto = builtin for the built-in policy, else the chat template if the tokenizer has one, else plain.")
     instruction: str = Field(MATH_INSTRUCTION, description="Appended to each problem (not used by the built-in task).")
-    builtin: BuiltinTaskCfg = Field(default_factory=BuiltinTaskCfg, description="The built-in task (source: builtin).")
+    builtin: BuiltinCfg = Field(default_factory=default_section, description="The built-in task (source: builtin): `task` selects one, the other keys are its own settings. " + TASK_DOC)
 
 
 TOP_P_REFUSED = ("top_p < 1 is not supported for training: rollouts would sample from the nucleus while log-probs, "

@@ -14,9 +14,9 @@ For each benchmark, ``OUT/<benchmark>/`` receives (each file written atomically)
 - ``samples.jsonl``: one line per sample (problem id, sample index, completion, extracted answer
   and how it was found, gold, correct, grade status, finished).
 
-Grading: each benchmark's own grader (``Benchmark.extract_answer``): the built-in tasks' answers are exact and vote by string
-equality; every other benchmark goes through ``rbctl.grading.verify`` (math-verify) and votes with
-``answers_equivalent``.
+Grading: each benchmark's own grader (``Benchmark.extract_answer``, and ``Benchmark.check`` where many
+answers are right): the built-in tasks' answers are the task's own and vote by string equality; every
+other benchmark goes through ``rbctl.grading.verify`` (math-verify) and votes with ``answers_equivalent``.
 
 Engines: anything with ``generate(prompt_ids, SamplingParams) -> list[list[Sample]]`` (`Engine`),
 built by `build_engine`: ``hf`` is ``rbctl.rollout.hf.HFEngine``, ``vllm`` is
@@ -94,11 +94,12 @@ def evaluate_policy(
     if engine is None:
         engine = build_engine(cfg.engine, policy.model, policy.tokenizer, source=policy.source,
                               batch_size=batch_size, seed=cfg.seed)
-    template = resolve_template(policy.tokenizer, cfg.template, policy.builtin)
+    template = resolve_template(policy.tokenizer, cfg.template, policy.builtin is not None)
     instruction = None if template == "builtin" else cfg.instruction
+    builtin_task = policy.builtin or "links"  # the `builtin` template of a policy that is not built in: links
     params = SamplingParams(
         n=cfg.n, temperature=cfg.temperature, top_p=cfg.top_p, seed=cfg.seed,
-        max_new_tokens=cfg.max_new_tokens or (BUILTIN_MAX_NEW_TOKENS if policy.builtin else 1024),
+        max_new_tokens=cfg.max_new_tokens or (BUILTIN_MAX_NEW_TOKENS if policy.builtin is not None else 1024),
     )
     param = next(policy.model.parameters())
     protocol = {
@@ -111,13 +112,13 @@ def evaluate_policy(
     results = {}
     for name, probs in problems.items():
         t0 = time.perf_counter()
-        prompts = encode_prompts(policy.tokenizer, [p.problem for p in probs], template, instruction or "")
+        prompts = encode_prompts(policy.tokenizer, [p.problem for p in probs], template, instruction or "", builtin_task)
         samples = _generate(engine, prompts, params, batch_size, progress, name)
         gen_s = time.perf_counter() - t0
         grades = _grade(name, probs, samples, cfg.grader_timeout_s, progress)
         protocol = {
             **protocol,
-            "example_prompt": render_prompt(policy.tokenizer, probs[0].problem, template, instruction or ""),
+            "example_prompt": render_prompt(policy.tokenizer, probs[0].problem, template, instruction or "", builtin_task),
             "grader": benchmark_for(name).grader,
             "extraction": _extraction_policy(name),
         }
@@ -164,22 +165,22 @@ def _grade(name: str, probs, samples, timeout_s: float, progress) -> list[list[G
     """Grades ``[P][n]`` in the order of ``samples``, by the benchmark's own grader."""
     from rbctl.grading.verify import GradeResult, grade_many
 
-    extract = benchmark_for(name).extract_answer
+    bench = benchmark_for(name)
 
     texts = [s.text for per in samples for s in per]
-    golds = [p.answer for p, per in zip(probs, samples) for _ in per]
+    owners = [p for p, per in zip(probs, samples) for _ in per]
     task = progress.add_task(f"{name}: grading", total=len(texts)) if progress else None
     flat: list[GradeResult] = []
     for start in range(0, len(texts), GRADE_CHUNK):
-        t, g = texts[start:start + GRADE_CHUNK], golds[start:start + GRADE_CHUNK]
-        if extract is not None:  # exact answers
-            for text, gold in zip(t, g):
-                extracted = extract(text)
+        t, o = texts[start:start + GRADE_CHUNK], owners[start:start + GRADE_CHUNK]
+        if bench.extract_answer is not None:  # the task's own answers
+            for text, problem in zip(t, o):
+                correct, extracted = bench.task_grade(text, problem)
                 found = extracted is not None
-                flat.append(GradeResult(found and extracted == gold, extracted, "ok" if found else "no_answer",
+                flat.append(GradeResult(correct, extracted, "ok" if found else "no_answer",
                                         extraction="task" if found else "none"))
         else:
-            flat += grade_many(t, g, timeout_s=timeout_s)
+            flat += grade_many(t, [p.answer for p in o], timeout_s=timeout_s)
         if progress:
             progress.advance(task, len(t))
     n = len(samples[0])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rbctl.config.eval import EvalConfig
+from rbctl.config.eval import BUILTIN_MAX_NEW_TOKENS, EvalConfig
 from rbctl.errors import UserError
 from rbctl.eval.pipeline import evaluate_policy, load_problems, sanitize
 from rbctl.rollout.factory import engine_class
@@ -65,7 +65,13 @@ def run_eval(
     # the task a built-in policy records (a small marker file), so that bad benchmark names and data
     # fail before the model loads
     policy_dir = candidates[0].model_dir if candidates else path if model != "builtin" and path.is_dir() else None
-    problems = load_problems(cfg, task_spec_of(policy_dir) if policy_dir is not None else None)
+    task_spec = task_spec_of(policy_dir) if policy_dir is not None else None
+    if task_spec is not None and cfg.max_new_tokens is None:  # room for the task's longest answer (the maze's)
+        from rbctl.tasks.builtin import module_of
+
+        longest = module_of(task_spec).max_answer_tokens(task_spec)
+        cfg = cfg.model_copy(update={"max_new_tokens": max(BUILTIN_MAX_NEW_TOKENS, longest)})
+    problems = load_problems(cfg, task_spec)
     opts = dict(device=cfg.device, dtype=cfg.dtype, log=console.print)
     ckpt_step = None
     if candidates:

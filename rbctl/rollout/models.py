@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from rbctl.errors import UserError
-from rbctl.store.rundir import BUILTIN_MARKER, MODEL, Checkpoint, checkpoints_to_try, first_intact, is_run_dir
+from rbctl.store.rundir import MODEL, Checkpoint, builtin_task_record, checkpoints_to_try, first_intact, is_run_dir
 
 
 @dataclass
@@ -24,7 +24,7 @@ class LoadedPolicy:
     model: torch.nn.Module
     tokenizer: object
     source: str  # what was loaded, resolved (a path or hub id)
-    builtin: bool  # the embedded default's policy (uses the built-in task's prompt format)
+    builtin: str | None  # a built-in policy's task ('links', 'fixpoint', 'maze': its prompt format), else None
 
 
 def resolve_device(device: str) -> torch.device:
@@ -245,8 +245,9 @@ def load_policy(
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     model.to(dev)
-    is_builtin = (Path(src) / BUILTIN_MARKER).exists()
-    return LoadedPolicy(model=model, tokenizer=tokenizer, source=src + (f"/{gguf}" if gguf else ""), builtin=is_builtin)
+    record = builtin_task_record(Path(src))
+    return LoadedPolicy(model=model, tokenizer=tokenizer, source=src + (f"/{gguf}" if gguf else ""),
+                        builtin=None if record is None else record.get("kind", "links"))
 
 
 def load_first_intact(candidates: list[Checkpoint], log=print, **opts) -> tuple[Checkpoint, LoadedPolicy]:

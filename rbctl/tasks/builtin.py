@@ -1,29 +1,54 @@
-"""The built-in tasks by kind: `links` (follow k hops, the embedded quick default) and `fixpoint`
-(follow the links to a fixed point: the plateau testbed, docs/plateau_task.md).
+"""The built-in tasks by kind: `links` (follow k hops, the embedded quick default), `fixpoint`
+(follow the links to a fixed point: the plateau testbed, docs/plateau_task.md) and `maze` (MaxRL's
+maze navigation, a published testbed: docs/maze_task.md).
 
 Every built-in task module has the same entry points: `TaskSpec` and `WarmStartSpec` (frozen
-dataclasses; `TaskSpec.kind` names the task), `problems(spec, split)`, `extract_answer`, `check`,
-`format_problem`, `register_benchmark(spec)`, and for its policy `alphabet(spec)`,
-`max_positions(spec)` and `sft_warm_start(spec, ws)`. The policy itself is built here, the same way
-for every task, through `rbctl.tasks.tiny` (imported, with torch, only when a policy is built).
+dataclasses; `TaskSpec.kind` names the task), `problems(spec, split)`, `format_problem` (the prompt
+text: the policy's `builtin` template), `max_answer_tokens(spec)`, `benchmark(spec)` (its test split
+as the benchmark `builtin`, with the task's grader: `extract_answer`, and `check` where many answers
+are right; the training reward reuses it), and for its policy `alphabet(spec)` (a string: one token
+per character; a tuple: one per word), `model_config(spec, ws, vocab_size)` and
+`sft_warm_start(spec, ws)`. The policy itself is built here, the same way for every task, through
+`rbctl.tasks.tiny` (imported, with torch, only when a policy is built).
+
+A task's settings are defined once, in its dataclasses: a field made with `setting(...)` is a key of
+the training config's `data.builtin` section (rbctl.config.builtin builds each task's section from
+them: the default, the one-line description and the bounds come from here), and the spec's
+`__post_init__` checks are config errors; the other fields keep their defaults and are recorded in
+the policy's marker.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
-from dataclasses import fields
+import typing
 from pathlib import Path
 from types import ModuleType
 
 from rbctl.errors import UserError
 from rbctl.store.rundir import builtin_task_record
 
-KINDS = {"links": "rbctl.tasks.links", "fixpoint": "rbctl.tasks.fixpoint"}
-# The warm-start settings the config sets: dataclass field -> data.builtin key (the others, such as
-# the model's size and the SFT seed, are the dataclass's defaults and recorded in the policy's marker)
-WARM_START_KEYS = {"demo_error": "demo_error", "walk_demo_frac": "walk_demo_frac",
-                   "shortcut_demo_error": "shortcut_demo_error", "walk_phase": "walk_phase",
-                   "steps": "warm_start_steps"}
+KINDS = {"links": "rbctl.tasks.links", "fixpoint": "rbctl.tasks.fixpoint", "maze": "rbctl.tasks.maze"}
+
+
+def setting(default, doc: str, *, key: str | None = None, **bounds):
+    """A dataclass field that the config sets: `data.builtin.<key>` (default: the field's name),
+    described by `doc`, validated with pydantic's `bounds` (ge, gt, le, lt)."""
+    return dataclasses.field(default=default, metadata={"doc": doc, "key": key, "bounds": bounds})
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfigKey:
+    """One key of `data.builtin` for one task: which spec (`"task"` or `"warm_start"`) and field it sets."""
+
+    key: str
+    spec: str
+    field: str
+    type: object
+    default: object
+    doc: str
+    bounds: dict
 
 
 def task(kind: str) -> ModuleType:
@@ -37,15 +62,28 @@ def module_of(spec) -> ModuleType:
     return task(spec.kind)
 
 
+def config_keys(kind: str) -> list[ConfigKey]:
+    """The `data.builtin` keys of task `kind`, TaskSpec's first, in field order."""
+    mod = task(kind)
+    out = []
+    for spec, cls in (("task", mod.TaskSpec), ("warm_start", mod.WarmStartSpec)):
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            if "doc" in f.metadata:
+                out.append(ConfigKey(f.metadata["key"] or f.name, spec, f.name, hints[f.name], f.default,
+                                     f.metadata["doc"], f.metadata["bounds"]))
+    return out
+
+
 def specs_from_config(b) -> tuple:
-    """(TaskSpec, WarmStartSpec) of the task `b.task` from the `data.builtin` config section: every
-    field of the task's `TaskSpec` from the config key of the same name, the warm start's from
-    `WARM_START_KEYS`."""
+    """(TaskSpec, WarmStartSpec) of the task `b.task` from its `data.builtin` config section: each
+    field made with `setting` from its key, every other field its default. A spec's own check (its
+    `__post_init__`) raises ValueError with the keys to change."""
     mod = task(b.task)
-    spec = mod.TaskSpec(**{f.name: getattr(b, f.name) for f in fields(mod.TaskSpec) if hasattr(b, f.name)})
-    ws = mod.WarmStartSpec(**{f.name: getattr(b, WARM_START_KEYS[f.name]) for f in fields(mod.WarmStartSpec)
-                              if f.name in WARM_START_KEYS})
-    return spec, ws
+    values: dict[str, dict] = {"task": {}, "warm_start": {}}
+    for k in config_keys(b.task):
+        values[k.spec][k.field] = getattr(b, k.key)
+    return mod.TaskSpec(**values["task"]), mod.WarmStartSpec(**values["warm_start"])
 
 
 def task_spec_of(model_dir: Path):
@@ -56,10 +94,16 @@ def task_spec_of(model_dir: Path):
     return task(record.get("kind", "links")).TaskSpec(**record["task"])
 
 
+def benchmark(spec):
+    """`spec`'s test split as the benchmark `builtin`, with the task's grader (its `benchmark(spec)`)."""
+    return module_of(spec).benchmark(spec)
+
+
 def register_benchmark(spec=None) -> None:
     """Register `spec`'s test split as the benchmark `builtin` (the links task's defaults if None)."""
-    spec = spec if spec is not None else task("links").TaskSpec()
-    module_of(spec).register_benchmark(spec)
+    from rbctl.tasks.registry import register
+
+    register(benchmark(spec if spec is not None else task("links").TaskSpec()), replace=True)
 
 
 def build_tokenizer(spec):
@@ -68,10 +112,15 @@ def build_tokenizer(spec):
     return tiny.build_tokenizer(module_of(spec).alphabet(spec))
 
 
+def model_config(spec, ws, vocab_size: int):
+    """The transformers config of the task's policy (no weights: count its parameters on the meta device)."""
+    return module_of(spec).model_config(spec, ws, vocab_size)
+
+
 def build_model(spec, ws, vocab_size: int):
     from rbctl.tasks import tiny
 
-    return tiny.build_model(ws, vocab_size, module_of(spec).max_positions(spec))
+    return tiny.build_model(model_config(spec, ws, vocab_size))
 
 
 def warm_start_path(spec, ws) -> Path:

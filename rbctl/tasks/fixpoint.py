@@ -46,8 +46,10 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 # the links task's letters, alphabet (so its tokenizer), prompt format and checker serve this task too
+from rbctl.tasks.builtin import setting
 from rbctl.tasks.links import alphabet, check, extract_answer, format_problem, keys  # noqa: F401
-from rbctl.tasks.registry import Benchmark, Problem, register
+from rbctl.tasks.links import llama_config
+from rbctl.tasks.registry import Benchmark, Problem
 
 KIND = "fixpoint"
 
@@ -57,13 +59,20 @@ class TaskSpec:
     """Settings of the fixed-point task (`data.builtin` with `task: fixpoint`)."""
 
     kind: ClassVar[str] = KIND
-    num_keys: int = 10  # letters in the function
-    num_roots: int = 3  # fixed points (letters mapping to themselves)
-    depth1_frac: float = 0.7  # fraction of problems whose start is one hop from its fixed point
-    max_hops: int = 6  # the other problems: depth uniform in [2, max_hops]
-    train_size: int = 4096
-    test_size: int = 256
-    seed: int = 1234
+    num_keys: int = setting(10, "Letters in the function.", ge=2, le=16)
+    num_roots: int = setting(3, "Fixed points of the function (letters that map to themselves).", ge=1, le=8)
+    depth1_frac: float = setting(0.7, "Share of problems one hop from their fixed point (where the 2-token "
+                                      "shortcut is right); the others have depth uniform in [2, max_hops].",
+                                 ge=0.0, le=1.0)
+    max_hops: int = setting(6, "Depth of the deepest problems.", ge=2, le=9)
+    train_size: int = setting(4096, "Problems in the fixed training pool.", ge=1)
+    test_size: int = setting(256, "Problems in the held-out test split (benchmark 'builtin').", ge=1)
+    seed: int = setting(1234, "Task seed: the same problems for every arm and run seed.")
+
+    def __post_init__(self):
+        if self.max_hops + self.num_roots > self.num_keys:
+            raise ValueError(f"max_hops + num_roots ({self.max_hops} + {self.num_roots}) must be <= num_keys "
+                             f"({self.num_keys}): the deepest chain and the other fixed points need distinct letters")
 
     @property
     def min_hops(self) -> int:  # the shallowest problem (the links task's knob, for shared code)
@@ -74,11 +83,16 @@ class TaskSpec:
 class WarmStartSpec:
     """Settings of the supervised warm start. Changing any of them builds a new cached model."""
 
-    demo_error: float = 0.3  # per hop: probability that a demonstrated walk stops early (wrong answer)
-    walk_demo_frac: float = 0.15  # probability that a demonstration walks (else: the shortcut)
-    shortcut_demo_error: float = 0.0  # probability that a shortcut demonstration's single look-up is wrong
-    walk_phase: float = 0.5  # the first fraction of SFT steps sees clean walks only (forms the look-up circuit)
-    steps: int = 1000
+    demo_error: float = setting(0.3, "Warm start: per hop, probability that a demonstrated walk stops early "
+                                     "(a wrong answer).", ge=0.0, lt=1.0)
+    walk_demo_frac: float = setting(0.15, "Warm start: share of demonstrations that walk to the fixed point "
+                                          "(the others take the shortcut).", ge=0.0, le=1.0)
+    shortcut_demo_error: float = setting(0.0, "Warm start: probability that a shortcut demonstration's single "
+                                              "look-up is wrong.", ge=0.0, lt=1.0)
+    walk_phase: float = setting(0.5, "Warm start: share of the SFT steps that see clean walks only (they form the "
+                                     "look-up circuit); the rest see the demonstrators' mixture.", ge=0.0, le=1.0)
+    steps: int = setting(1000, "Warm start: supervised steps (cached): the first walk_phase half on clean walks, "
+                               "the rest on the demonstrators' mixture.", key="warm_start_steps", ge=0)
     batch_size: int = 64
     lr: float = 3e-3
     hidden_size: int = 64
@@ -201,6 +215,10 @@ def max_positions(spec: TaskSpec) -> int:
     return 2 * spec.num_keys + 4 * spec.max_hops + 48
 
 
+def model_config(spec: TaskSpec, ws: WarmStartSpec, vocab_size: int):
+    return llama_config(ws, vocab_size, max_positions(spec))  # the links task's Llama
+
+
 def sft_warm_start(spec: TaskSpec, ws: WarmStartSpec):
     """Supervised training with a curriculum: clean walks at every depth first (many look-ups per
     sequence, so the look-up circuit forms reliably), then the demonstrators' mixture on the task's
@@ -217,11 +235,12 @@ def sft_warm_start(spec: TaskSpec, ws: WarmStartSpec):
                                                   shortcut_error=ws.shortcut_demo_error)
         return problem, completion
 
-    return tiny.sft_warm_start(ws, alphabet(spec), max_positions(spec), demonstration, format_problem)
+    return tiny.sft_warm_start(ws, alphabet(spec), lambda vocab: model_config(spec, ws, vocab), demonstration,
+                               format_problem)
 
 
-def register_benchmark(spec: TaskSpec) -> None:
-    """Register this task's test split as the benchmark `builtin`."""
-    register(Benchmark(name="builtin", split="test", description=f"built-in fixed-point task, test split "
-                       f"({spec.test_size} problems, exact answers)", loader=lambda: problems(spec, "test"),
-                       extract_answer=extract_answer, labels=strategy), replace=True)
+def benchmark(spec: TaskSpec) -> Benchmark:
+    """The task's test split as the benchmark `builtin`; each sample labelled with its strategy."""
+    return Benchmark(name="builtin", split="test", description=f"built-in fixed-point task, test split "
+                     f"({spec.test_size} problems, exact answers)", loader=lambda: problems(spec, "test"),
+                     extract_answer=extract_answer, labels=strategy)

@@ -22,8 +22,8 @@ import random
 from dataclasses import dataclass
 from typing import ClassVar
 
-
-from rbctl.tasks.registry import Benchmark, Problem, register
+from rbctl.tasks.builtin import setting
+from rbctl.tasks.registry import Benchmark, Problem
 
 LETTERS = "abcdefghijklmnop"
 KIND = "links"
@@ -34,20 +34,26 @@ class TaskSpec:
     """Settings of the built-in task (`data.builtin` in the training config)."""
 
     kind: ClassVar[str] = "links"
-    num_keys: int = 8  # letters in the random function; chance of a blind guess is 1/num_keys
-    min_hops: int = 1
-    max_hops: int = 6
-    train_size: int = 4096  # fixed training pool, so epochs and resume are well defined
-    test_size: int = 256
-    seed: int = 1234  # task seed: the same problems for every arm and run seed
+    num_keys: int = setting(8, "Letters in the random function (difficulty of one look-up; a blind guess is "
+                               "right with probability 1/num_keys).", ge=2, le=16)
+    min_hops: int = setting(1, "Fewest hops of a problem.", ge=1, le=9)
+    max_hops: int = setting(6, "Most hops of a problem (difficulty spread; the hop count is one digit).", ge=1, le=9)
+    train_size: int = setting(4096, "Problems in the fixed training pool (so epochs and resume are well defined).", ge=1)
+    test_size: int = setting(256, "Problems in the held-out test split (benchmark 'builtin').", ge=1)
+    seed: int = setting(1234, "Task seed: the same problems for every arm and run seed.")
+
+    def __post_init__(self):
+        if self.min_hops > self.max_hops:
+            raise ValueError("min_hops must be <= max_hops")
 
 
 @dataclass(frozen=True)
 class WarmStartSpec:
     """Settings of the supervised warm start. Changing any of them builds a new cached model."""
 
-    demo_error: float = 0.2  # probability that a demonstration's hop is wrong
-    steps: int = 1200  # the induction circuit forms after ~700 steps at these settings
+    demo_error: float = setting(0.2, "Warm start: probability that a demonstration hop is wrong.", ge=0.0, lt=1.0)
+    steps: int = setting(1200, "Warm start: supervised steps on demonstrations (cached; the induction circuit "
+                               "forms after ~700 steps at the default settings).", key="warm_start_steps", ge=0)
     batch_size: int = 64
     lr: float = 3e-3
     hidden_size: int = 64
@@ -119,6 +125,24 @@ def max_positions(spec: TaskSpec) -> int:
     return 2 * spec.num_keys + 2 * spec.max_hops + 16
 
 
+def max_answer_tokens(spec: TaskSpec) -> int:
+    """Longest correct answer: the start, 2 per hop, '#', the letter, EOS."""
+    return 2 * spec.max_hops + 4
+
+
+def model_config(spec: TaskSpec, ws: WarmStartSpec, vocab_size: int):
+    return llama_config(ws, vocab_size, max_positions(spec))
+
+
+def llama_config(ws, vocab_size: int, max_positions: int):
+    """A Llama of `ws.layers` layers, width `ws.hidden_size`, `ws.heads` heads (as many KV heads), MLP 4x."""
+    from rbctl.tasks import tiny
+
+    return tiny.model_config(vocab_size=vocab_size, hidden_size=ws.hidden_size, layers=ws.layers,
+                             heads=ws.heads, kv_heads=ws.heads, intermediate_size=4 * ws.hidden_size,
+                             max_positions=max_positions)
+
+
 def format_problem(problem: str) -> str:
     """The prompt text of the built-in task: the problem and a '?'."""
     return problem + "?"
@@ -132,25 +156,16 @@ def sft_warm_start(spec: TaskSpec, ws: WarmStartSpec):
         problem, completion, _ = make_problem(rng, spec, rng.randint(spec.min_hops, spec.max_hops), ws.demo_error)
         return problem, completion
 
-    return tiny.sft_warm_start(ws, alphabet(spec), max_positions(spec), demonstration, format_problem)
+    return tiny.sft_warm_start(ws, alphabet(spec), lambda vocab: model_config(spec, ws, vocab), demonstration,
+                               format_problem)
 
 
-def register_benchmark(spec: TaskSpec | None = None) -> None:
-    """Register the built-in task's test split as the benchmark `builtin`."""
-    spec = spec or TaskSpec()
-    register(
-        Benchmark(
-            name="builtin",
-            hf_id=None,
-            hf_config=None,
-            split="test",
-            problem_field="problem",
-            answer_field="answer",
-            answer_transform=None,
-            local_file=None,
-            description=f"built-in follow-the-links task, test split ({spec.test_size} problems, exact answers)",
-            loader=lambda: problems(spec, "test"),
-            extract_answer=extract_answer,
-        ),
-        replace=True,
+def benchmark(spec: TaskSpec) -> Benchmark:
+    """The task's test split as the benchmark `builtin`."""
+    return Benchmark(
+        name="builtin",
+        split="test",
+        description=f"built-in follow-the-links task, test split ({spec.test_size} problems, exact answers)",
+        loader=lambda: problems(spec, "test"),
+        extract_answer=extract_answer,
     )

@@ -27,12 +27,14 @@ def resolve_template(tokenizer, template: str, builtin_model: bool = False) -> s
     return template
 
 
-def render_prompt(tokenizer, problem: str, template: str, instruction: str = MATH_INSTRUCTION) -> str:
-    """The prompt text for one problem (template already resolved)."""
+def render_prompt(tokenizer, problem: str, template: str, instruction: str = MATH_INSTRUCTION,
+                  builtin_task: str = "links") -> str:
+    """The prompt text for one problem (template already resolved); `builtin_task`: the built-in task
+    whose format the `builtin` template is (the policy's own)."""
     if template == "builtin":
-        from rbctl.tasks.links import format_problem
+        from rbctl.tasks.builtin import task
 
-        return format_problem(problem)
+        return task(builtin_task).format_problem(problem)
     user = f"{problem}\n{instruction}" if instruction else problem
     if template == "chat":
         return tokenizer.apply_chat_template(
@@ -41,8 +43,9 @@ def render_prompt(tokenizer, problem: str, template: str, instruction: str = MAT
     return f"{user}\n"
 
 
-def encode_prompts(tokenizer, problems: list[str], template: str, instruction: str = MATH_INSTRUCTION) -> list[list[int]]:
+def encode_prompts(tokenizer, problems: list[str], template: str, instruction: str = MATH_INSTRUCTION,
+                   builtin_task: str = "links") -> list[list[int]]:
     """Token ids of each prompt. Chat templates already hold their special tokens, so none are added."""
-    texts = [render_prompt(tokenizer, p, template, instruction) for p in problems]
+    texts = [render_prompt(tokenizer, p, template, instruction, builtin_task) for p in problems]
     add_special = template == "plain" or template == "builtin"
     return [tokenizer(t, add_special_tokens=add_special)["input_ids"] for t in texts]

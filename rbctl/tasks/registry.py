@@ -62,8 +62,13 @@ class Benchmark:
     description: str = ""  # one line for `--help` and reports
     loader: Callable[[], list[Problem]] | None = None  # code-defined source (e.g. the builtin task)
     # How answers are graded. None: the shared math grader (math-verify, rbctl.grading). A function:
-    # exact answers (the built-in tasks): it extracts the answer, which is right iff it equals the gold.
+    # the task's own answers (the built-in tasks): it extracts the answer, which is right iff it
+    # equals the gold, or iff `check` says so where given.
     extract_answer: Callable[[str], str | None] | None = None
+    # The task's verdict where many answers are right (the maze: any moves that reach the goal),
+    # (completion, problem) -> correct; None: the extracted answer must equal the gold. Only with
+    # extract_answer (which still gives the answer recorded and voted on: equal answers, equal verdicts).
+    check: Callable[[str, Problem], bool] | None = None
     # Per-sample categorical labels for analysis, (completion, problem) -> {label: value}, e.g. the
     # fixpoint task's {"strategy": "walk"}: their shares go into summary.json (`labels`) and into the
     # periodic evaluation lines (`label/<label>/<value>`). None: no labels.
@@ -73,7 +78,16 @@ class Benchmark:
     def grader(self) -> str:
         if self.extract_answer is None:
             return "rbctl.grading.verify (math-verify)"
+        if self.check is not None:
+            return f"{self.check.__module__}.{self.check.__qualname__}"
         return f"exact match of {self.extract_answer.__module__}.{self.extract_answer.__qualname__}"
+
+    def task_grade(self, completion: str, problem: Problem) -> tuple[bool, str | None]:
+        """(correct, extracted answer) by the task's own grader (a benchmark with `extract_answer`)."""
+        extracted = self.extract_answer(completion)
+        if self.check is not None:
+            return bool(self.check(completion, problem)), extracted
+        return extracted is not None and extracted == problem.answer, extracted
 
 
 def _gsm8k_after_hashes(answer: str) -> str:

@@ -1,7 +1,7 @@
-"""The built-in tasks' policy: a tiny Llama over a character tokenizer, warm-started by supervised
-training on a task's imperfect demonstrations, and cached on disk so every arm and seed of a sweep
-shares one warm start. A task supplies its alphabet, its longest sequence and a demonstration
-sampler; this module does the rest (torch lives here, not in the tasks' checkers).
+"""The built-in tasks' policy: a tiny Llama of the task's size over a character or word tokenizer,
+warm-started by supervised training on a task's demonstrations, and cached on disk so every arm and
+seed of a sweep shares one warm start. A task supplies its alphabet, its model config and a
+demonstration sampler; this module does the rest (torch lives here, not in the tasks' checkers).
 """
 
 from __future__ import annotations
@@ -24,8 +24,11 @@ SPECIALS = ("<pad>", "<s>", "</s>")
 WARMUP_STEPS = 50  # linear learning-rate warm-up of the SFT, then cosine to zero
 
 
-def build_tokenizer(alphabet: str):
-    """A character tokenizer (a real `PreTrainedTokenizerFast`, so checkpoints reload with AutoTokenizer)."""
+def build_tokenizer(alphabet: str | tuple[str, ...]):
+    """A real `PreTrainedTokenizerFast` (checkpoints reload with AutoTokenizer): a character tokenizer
+    when `alphabet` is a string (one token per character, decoded without separators), a word
+    tokenizer when it is a tuple of words (text split at whitespace, decoded joined by spaces). Ids:
+    `SPECIALS` first (pad 0, bos 1, eos 2), then the alphabet in order; anything else reads as pad."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from tokenizers.processors import TemplateProcessing
     from transformers import PreTrainedTokenizerFast
@@ -34,30 +37,48 @@ def build_tokenizer(alphabet: str):
     for c in alphabet:
         vocab.setdefault(c, len(vocab))
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
-    tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
-    tok.decoder = decoders.Fuse()
+    if isinstance(alphabet, str):
+        tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+        tok.decoder = decoders.Fuse()
+    else:
+        tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tok.post_processor = TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
     return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
 
 
-def build_model(ws, vocab_size: int, max_positions: int):
-    """A Llama of `ws.layers` layers, width `ws.hidden_size`, `ws.heads` heads, tied embeddings."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+def model_config(*, vocab_size: int, hidden_size: int, layers: int, heads: int, kv_heads: int,
+                 intermediate_size: int, max_positions: int, eos_token_id: int | list[int] = 2, **extra):
+    """The transformers config of a tiny Llama with tied embeddings (pad 0, bos 1); `extra` goes to
+    `LlamaConfig` as is (attention_bias, rope_theta, rms_norm_eps: the maze's Qwen2-like settings).
+    A list of `eos_token_id`s becomes the generation config's stop tokens (sampling stops at any).
 
-    cfg = LlamaConfig(
+    Why a Llama even where the source is a Qwen2: transformers 5's AutoTokenizer loads any folder of
+    a `qwen2` model with Qwen2Tokenizer, whatever tokenizer_config.json says, and that tokenizer drops
+    a built-in task's words (a maze prompt encodes to `<s>` alone); a Llama folder loads our
+    tokenizer.json as written."""
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
         vocab_size=vocab_size,
-        hidden_size=ws.hidden_size,
-        intermediate_size=4 * ws.hidden_size,
-        num_hidden_layers=ws.layers,
-        num_attention_heads=ws.heads,
-        num_key_value_heads=ws.heads,
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
         max_position_embeddings=max_positions,
         pad_token_id=0,
         bos_token_id=1,
-        eos_token_id=2,
+        eos_token_id=eos_token_id,
         tie_word_embeddings=True,
+        **extra,
     )
-    return LlamaForCausalLM(cfg)
+
+
+def build_model(config):
+    """A freshly initialised Llama of a `model_config` (torch's global RNG draws the weights)."""
+    from transformers import LlamaForCausalLM
+
+    return LlamaForCausalLM(config)
 
 
 def cache_dir() -> Path:
@@ -92,20 +113,24 @@ def warm_started(kind: str, spec, ws, train: Callable[[], tuple], log=print) -> 
     return path
 
 
-def sft_warm_start(ws, alphabet: str, max_positions: int,
-                   demonstration: Callable[[random.Random, int], tuple[str, str]], format_prompt: Callable[[str], str]):
+def sft_warm_start(ws, alphabet: str | tuple[str, ...], config: Callable[[int], object],
+                   demonstration: Callable[[random.Random, int], tuple[str, str]], format_prompt: Callable[[str], str],
+                   *, weight_decay: float = 0.0, betas: tuple[float, float] = (0.9, 0.999),
+                   schedule: str = "cosine", device: str = "cpu"):
     """A fresh tiny policy trained by supervised learning (loss on the completion tokens only) on
     `ws.steps` batches of `ws.batch_size` demonstrations; `demonstration(rng, step)` -> (problem,
-    completion). Returns (model, tokenizer)."""
+    completion); `config(vocab_size)` -> the model's `model_config`. AdamW at `ws.lr`; schedule
+    "cosine": a linear warm-up over WARMUP_STEPS, then cosine to zero at `ws.steps`; "constant":
+    `ws.lr` throughout. Returns (model on the CPU, tokenizer)."""
     torch.manual_seed(ws.seed)
     rng = random.Random(ws.seed)
     tok = build_tokenizer(alphabet)
-    model = build_model(ws, len(tok), max_positions)
-    opt = torch.optim.AdamW(model.parameters(), lr=ws.lr, weight_decay=0.0)
+    model = build_model(config(len(tok))).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=ws.lr, weight_decay=weight_decay, betas=betas)
     total = max(1, ws.steps)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / WARMUP_STEPS) * 0.5 * (1 + math.cos(math.pi * s / total))
-    )
+    shapes = {"cosine": lambda s: min(1.0, (s + 1) / WARMUP_STEPS) * 0.5 * (1 + math.cos(math.pi * s / total)),
+              "constant": lambda s: 1.0}
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, shapes[schedule])
     model.train()
     for step in range(ws.steps):
         seqs, prompt_lens = [], []
@@ -121,6 +146,7 @@ def sft_warm_start(ws, alphabet: str, max_positions: int,
         for i, s in enumerate(seqs):
             ids[i, : len(s)] = torch.tensor(s)
             labels[i, prompt_lens[i]: len(s)] = torch.tensor(s[prompt_lens[i]:])
+        ids, labels = ids.to(device), labels.to(device)
         loss = model(input_ids=ids, attention_mask=(ids != 0).long(), labels=labels).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -128,4 +154,4 @@ def sft_warm_start(ws, alphabet: str, max_positions: int,
         opt.step()
         sched.step()
     model.eval()
-    return model, tok
+    return model.cpu(), tok

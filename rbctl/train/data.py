@@ -35,17 +35,19 @@ def warm_start_spec(cfg: TrainConfig):
 
 
 def reward_function(cfg: TrainConfig):
-    """(completions, answers) -> (correct flags, grader failures). Binary reward: 1 if correct.
+    """(completions, problems) -> (correct flags, grader failures), one problem per completion.
+    Binary reward: 1 if correct.
 
-    The built-in task has its own exact checker; everything else goes through the shared math
-    grader, in parallel worker processes, and its time-outs and errors are counted (as wrong)."""
+    The built-in task is graded by its evaluation grader (its benchmark `builtin`:
+    `Benchmark.task_grade`); everything else goes through the shared math grader, in parallel worker
+    processes, and its time-outs and errors are counted (as wrong)."""
     if cfg.data.source == "builtin":
-        check = builtin.task(cfg.data.builtin.task).check
-        return lambda completions, answers: ([check(c, a) for c, a in zip(completions, answers)], 0)
+        bench = builtin.benchmark(task_spec(cfg))
+        return lambda completions, problems: ([bench.task_grade(c, p)[0] for c, p in zip(completions, problems)], 0)
     from rbctl.grading.verify import grade_many
 
-    def fn(completions: list[str], answers: list[str]) -> tuple[list[bool], int]:
-        results = grade_many(completions, answers)
+    def fn(completions: list[str], problems: list) -> tuple[list[bool], int]:
+        results = grade_many(completions, [p.answer for p in problems])
         return [r.correct for r in results], sum(r.status in ("timeout", "error") for r in results)
 
     return fn

@@ -64,7 +64,7 @@ def _train(cfg: TrainConfig, run_dir: Path, force: bool, extend: bool, progress:
                           config=cfg.model_dump(mode="json"))
     if start == 0 and cfg.eval.every:
         _periodic_eval(tr, cfg, run_dir, 0, {}, main_rank)  # the held-out curve starts at the warm start
-    marker = Path(tr.base_source) / BUILTIN_MARKER if tr.builtin else None
+    marker = Path(tr.base_source) / BUILTIN_MARKER if tr.builtin is not None else None
     done: list[dict] = []
     display = _Display(cfg.steps, start, enabled=progress and main_rank)
     nonfinite_row = 0

@@ -149,14 +149,15 @@ def _resolve_model(cfg: TrainConfig, r: Resolved, cache_dir) -> None:
 
         spec, ws = task_spec(cfg), warm_start_spec(cfg)
         r.tokenizer = builtin.build_tokenizer(spec)
-        model = builtin.build_model(spec, ws, len(r.tokenizer))
-        r.n_params, r.n_source = float(sum(p.numel() for p in model.parameters())), "built in code"
+        r.n_params = _count_params(builtin.model_config(spec, ws, len(r.tokenizer)))
+        r.n_source = f"the {spec.kind} task's model config, counted on the meta device"
         if cfg.data.builtin.warm_start:
             builtin.warm_started(spec, ws, shipped=cfg.data.builtin.warm_start)  # refuses a mismatched or changed one
             r.model_note = f"the built-in policy, shipped warm start {cfg.data.builtin.warm_start} (SHA-256 checked)"
             return
         cached = (builtin.warm_start_path(spec, ws) / "config.json").exists()
-        r.model_note = "the built-in policy" + ("" if cached else " (its warm start is trained at the first run, ~1 min)")
+        r.model_note = f"the built-in {spec.kind} policy" + (
+            "" if cached else f" (its warm start, {ws.steps} SFT steps, is trained at the first run and cached)")
         return
     p = Path(name).expanduser()
     if p.exists():
@@ -198,9 +199,11 @@ def _resolve_data(cfg: TrainConfig, r: Resolved, cache_dir) -> None:
         from rbctl.train.data import task_spec
 
         spec = task_spec(cfg)
-        probs = builtin.module_of(spec).problems(spec, "train")
+        # prompts measured on the test split: drawn like the training pool, and cheap to make (a pool
+        # can be large: the maze's paper scale)
+        probs = builtin.module_of(spec).problems(spec, "test")
         r.records = [{"problem": q.problem, "answer": q.answer} for q in probs[:SAMPLE_RECORDS]]
-        r.data_note = f"the built-in task ({len(probs)} training problems, generated in code)"
+        r.data_note = f"the built-in {spec.kind} task ({spec.train_size} training problems, generated in code)"
         return
     p = Path(d.source).expanduser()
     if p.exists() or d.source.endswith((".jsonl", ".parquet")):
@@ -247,7 +250,7 @@ def _prompt_tokens(cfg: TrainConfig, r: Resolved) -> tuple[float, str]:
         problems = [str(_get_field(rec, cfg.data.problem_field)) for rec in r.records]
         if r.tokenizer is not None:
             template = resolve_template(r.tokenizer, cfg.data.template, builtin_model=cfg.model.name == "builtin")
-            ids = encode_prompts(r.tokenizer, problems, template, cfg.data.instruction)
+            ids = encode_prompts(r.tokenizer, problems, template, cfg.data.instruction, cfg.data.builtin.task)
             return sum(map(len, ids)) / len(ids), f"measured: {template} template and the tokenizer on {len(ids)} records"
         texts = [render_prompt(None, q, "plain", cfg.data.instruction) for q in problems]
         chars = sum(map(len, texts)) / len(texts)

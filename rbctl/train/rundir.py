@@ -12,6 +12,7 @@ import torch
 
 from rbctl import __version__
 from rbctl.config.base import dump_config, validate
+from rbctl.config.builtin import upgrade_legacy
 from rbctl.config.train import TrainConfig
 from rbctl.errors import UserError
 from rbctl.store.atomic import write_atomic
@@ -74,7 +75,7 @@ def check_run_dir(cfg: TrainConfig, run_dir: Path, force: bool, extend: bool = F
         return cfg
     import yaml
 
-    old = validate(TrainConfig, yaml.safe_load(cfg_path.read_text()) or {}, str(cfg_path))
+    old = validate(TrainConfig, upgrade_legacy(yaml.safe_load(cfg_path.read_text()) or {}), str(cfg_path))
     cfg = _keep_schedule(old, cfg, run_dir, extend)
     if comparable(old) != comparable(cfg) and not force:
         new_flat, old_flat = _flat(comparable(cfg)), _flat(comparable(old))

@@ -158,7 +158,9 @@ class Trainer(Updater):
         self.problems = load_training_problems(self.cfg)
         if not self.problems:
             raise UserError("the training data has no problems")
-        self.template = resolve_template(self.tokenizer, self.cfg.data.template, builtin_model=self.builtin)
+        self.template = resolve_template(self.tokenizer, self.cfg.data.template, builtin_model=self.builtin is not None)
+        # the `builtin` template formats the problems as their task does (the policy's own for other data)
+        self.prompt_task = self.cfg.data.builtin.task if self.cfg.data.source == "builtin" else (self.builtin or "links")
         self._prompt_cache: dict[int, list[int]] = {}
         self.reward_fn = reward_function(self.cfg)
 
@@ -166,7 +168,7 @@ class Trainer(Updater):
         """Prompts are encoded once and cached: no re-tokenisation per step."""
         if idx not in self._prompt_cache:
             self._prompt_cache[idx] = encode_prompts(self.tokenizer, [self.problems[idx].problem], self.template,
-                                                     self.cfg.data.instruction)[0]
+                                                     self.cfg.data.instruction, self.prompt_task)[0]
         return self._prompt_cache[idx]
 
     # -- one step --
@@ -198,7 +200,7 @@ class Trainer(Updater):
         with self.precision.context() if self.engine.name == "hf" else contextlib.nullcontext():
             samples = self.engine.generate(prompts, params)
         flags, failures = self.reward_fn([s.text for group in samples for s in group],
-                                         [self.problems[i].answer for i in idx for _ in range(c.rollout.group_size)])
+                                         [self.problems[i] for i in idx for _ in range(c.rollout.group_size)])
         correct = torch.tensor(flags, dtype=torch.bool).reshape(len(idx), c.rollout.group_size)
         return Groups(idx, samples, correct, failures, generated=len(flags))
 

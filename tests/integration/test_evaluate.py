@@ -20,7 +20,8 @@ from rbctl.config.eval import build_config
 from rbctl.rollout.factory import engine_class
 from rbctl.eval.pipeline import evaluate_policy, periodic_eval_lines
 from rbctl.grading.extract import EXTRACTION_POLICY
-from rbctl.rollout.models import BUILTIN_MARKER, LoadedPolicy
+from rbctl.rollout.models import LoadedPolicy
+from rbctl.store.rundir import BUILTIN_MARKER
 from rbctl.rollout.base import Sample
 from tests.conftest import SHARED_BENCHMARKS as SHARED, SHARED_MISSING
 
@@ -56,7 +57,7 @@ def tiny_model_and_tokenizer():
 @pytest.fixture(scope="module")
 def tiny() -> LoadedPolicy:
     model, tok = tiny_model_and_tokenizer()
-    return LoadedPolicy(model=model, tokenizer=tok, source="tiny", builtin=True)
+    return LoadedPolicy(model=model, tokenizer=tok, source="tiny", builtin="links")
 
 
 def read_samples(path: Path) -> list[dict]:

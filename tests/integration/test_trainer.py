@@ -209,3 +209,30 @@ def test_periodic_eval_writes_heldout_lines_with_the_rollout_protocol(tiny_confi
     # held-out samples come from the same distribution as the rollouts: temperature 1, no nucleus cut
     assert summary["protocol"]["temperature"] == 1.0 and summary["protocol"]["top_p"] == 1.0
     assert all("time/eval_s" in m for m in _lines(run) if m["step"] in (2, 4))
+
+
+def test_maze_run_rewards_moves_and_labels_outcomes(tiny_config, tmp_path):
+    """The maze task end to end: rollouts rewarded by the maze checker (the evaluation's grader),
+    outcome shares in eval.jsonl, and `rbctl eval` of the run with the task's prompt and grader."""
+    from rbctl.config.eval import EvalConfig
+    from rbctl.eval.run import run_eval
+    from rbctl.tasks import maze
+
+    cfg = tiny_config(data__builtin="{task: maze, size: 7, train_size: 16, test_size: 8, warm_start_steps: 100, "
+                      "warm_start_batch_size: 16, warm_start_lr: 3.0e-3, model_hidden_size: 32, model_layers: 1, "
+                      "model_heads: 2, model_kv_heads: 1, model_intermediate_size: 64}",
+                      rollout__max_new_tokens=24, steps=2, save_every=2, eval__every=2, eval__n=2, eval__limit=4)
+    run = tmp_path / "run"
+    train(cfg, run, progress=False, log=lambda *a: None)
+    samples = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
+    assert samples
+    for s in samples:  # the logged reward is the checker's verdict on the logged completion
+        assert s["reward"] == float(maze.outcome(s["completion"], s["problem"]) == "solved")
+    evals = [json.loads(line) for line in (run / "eval.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in evals] == [0, 2]
+    for e in evals:
+        shares = {k.removeprefix("label/outcome/"): v for k, v in e.items() if k.startswith("label/outcome/")}
+        assert set(shares) <= set(maze.OUTCOMES) and sum(shares.values()) == pytest.approx(1.0)
+        assert e["avg@n"] == pytest.approx(shares.get("solved", 0.0))
+    summary = run_eval(str(run), EvalConfig(benchmarks=["builtin"], n=1, limit=2), out_dir=tmp_path / "ev")["builtin"]
+    assert summary["protocol"]["max_new_tokens"] == 32 and summary["protocol"]["grader"] == "rbctl.tasks.maze.check"

@@ -68,7 +68,7 @@ def test_llama32_3b_recipe_plan_offline(empty_cache):
 def test_quickstart_plan_measures_prompts_with_the_builtin_tokenizer(empty_cache, rbctl_cache):
     cfg = load_train_config(CONFIGS / "quickstart.yaml")
     plan = dry_run(cfg, cache_dir=empty_cache)
-    assert "builtin: the built-in policy" in plan and "(built in code)" in plan
+    assert "builtin: the built-in links policy" in plan and "(the links task's model config, counted on the meta device)" in plan
     assert "measured: builtin template and the tokenizer on 256 records" in plan
     assert "engine hf; P = 16 prompts × G = 8 rollouts; max_new_tokens 20" in plan
     assert "warnings" not in plan  # nothing to download
