@@ -1,5 +1,5 @@
 """The training config's `data.builtin` section: one section per built-in task, built from the task's
-own settings (the `rbctl.tasks.builtin.setting` fields of its TaskSpec and WarmStartSpec), so every
+own settings (the `rbctl.tasks.settings.setting` fields of its TaskSpec and WarmStartSpec), so every
 default, description and bound is defined once, in the task. `task` selects the section (links when
 absent); a key of another task is an unknown key, and the task's own checks (its specs'
 `__post_init__`) are config errors.

@@ -32,12 +32,6 @@ from rbctl.store.rundir import builtin_task_record
 KINDS = {"links": "rbctl.tasks.links", "fixpoint": "rbctl.tasks.fixpoint", "maze": "rbctl.tasks.maze"}
 
 
-def setting(default, doc: str, *, key: str | None = None, **bounds):
-    """A dataclass field that the config sets: `data.builtin.<key>` (default: the field's name),
-    described by `doc`, validated with pydantic's `bounds` (ge, gt, le, lt)."""
-    return dataclasses.field(default=default, metadata={"doc": doc, "key": key, "bounds": bounds})
-
-
 @dataclasses.dataclass(frozen=True)
 class ConfigKey:
     """One key of `data.builtin` for one task: which spec (`"task"` or `"warm_start"`) and field it sets."""

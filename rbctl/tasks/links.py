@@ -22,7 +22,7 @@ import random
 from dataclasses import dataclass
 from typing import ClassVar
 
-from rbctl.tasks.builtin import setting
+from rbctl.tasks.settings import setting
 from rbctl.tasks.registry import Benchmark, Problem
 
 LETTERS = "abcdefghijklmnop"

@@ -50,7 +50,7 @@ from functools import lru_cache
 from typing import ClassVar
 
 from rbctl.errors import UserError
-from rbctl.tasks.builtin import setting
+from rbctl.tasks.settings import setting
 from rbctl.tasks.registry import Benchmark, Problem
 
 KIND = "maze"

@@ -73,7 +73,7 @@ def test_section_keys_come_from_the_task_dataclasses():
 
     for kind, section in SECTIONS.items():
         keys = builtin.config_keys(kind)
-        assert list(section.model_fields) == ["task"] + [k.key for k in keys]
+        assert list(section.model_fields) == ["task", "warm_start"] + [k.key for k in keys]  # shared keys, then the task's
         for k in keys:
             f = section.model_fields[k.key]
             assert (f.default, f.description) == (k.default, k.doc)
