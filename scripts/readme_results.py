@@ -74,9 +74,9 @@ def readme_markdown(sweep: Path, report_dir: Path) -> str:
                 "seeds with a 95% t-interval over seeds.", "", markdown_table(shown)]
     cause = read("entropy_cause")
     if len(cause):
-        shown = pd.DataFrame({"x": cause["x"], "runs": cause["runs"], "n": cause["n"],
-                              "Spearman ρ [95% CI]": [f"{num(r, 2)} [{num(lo, 2)}, {num(hi, 2)}]" for r, lo, hi in
-                                                      zip(cause["rho"], cause["rho_lo"], cause["rho_hi"])]})
+        shown = pd.DataFrame({"x": cause["x"], "level": cause["level"], "units": cause["units"],
+                              "Pearson r [95% CI]": [f"{num(r, 2)} [{num(lo, 2)}, {num(hi, 2)}]" for r, lo, hi in
+                                                     zip(cause["r"], cause["r_lo"], cause["r_hi"])]})
         out += ["### Entropy and κ_eff vs held-out pass@1", "", markdown_table(shown)]
     plateau = read("plateau")
     if len(plateau):

@@ -22,6 +22,6 @@ def test_readme_results_prints_report_numbers(tmp_path, capsys):
     assert "| grpo_budget − grpo | builtin | pass@4 | 2 | +25.0 [+25.0, +25.0] | +25.0, +25.0 | 0.000 | yes |" in text
     assert "| grpo | 2 | 0.205 [" in text  # final entropy: last quarter of 0.20, 0.21
     # plateau of grpo: held-out 0.4 and 0.41 at T = 4 vs 0.2, 0.21 at step 2 (the evaluation nearest ¾T = 3 before T is step 2)
-    assert "- stalled: no — mean over 2 seeds of |pass@1(T) − pass@1(≈¾T)| = 20.00 points" in text
+    assert "- stalled: no — mean over 2 units of |pass@1(T) − pass@1(≈¾T)| = 20.00 points" in text
     assert "- below_ceiling: yes — ceiling 90.0 − final pass@1 40.5 = 49.5 points" in text
     assert "the plateau did not hold" in text
