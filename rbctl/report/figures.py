@@ -84,13 +84,13 @@ def _styled(fn):
     return inner
 
 
-def _panels(n: int, title: str, height: float = 4.6, cols: int = 2):
+def _panels(n: int, title: str, height: float = 4.6, cols: int = 2, sharey: bool = False):
     from matplotlib.figure import Figure
 
     cols = min(n, cols)
     rows = math.ceil(n / cols)
     fig = Figure(figsize=(WIDTH_IN, height * rows + 0.6), layout="constrained")
-    axes = fig.subplots(rows, cols, squeeze=False).ravel()
+    axes = fig.subplots(rows, cols, squeeze=False, sharey=sharey).ravel()
     for ax in axes[n:]:
         ax.set_visible(False)
     for ax in axes[:n]:
@@ -136,12 +136,11 @@ def plot_trajectory(bands: dict[str, pd.DataFrame], styles: dict[str, Style], gr
     (value, label)`` draws a horizontal reference (the ceiling)."""
     groups = [(t, [a for a in arms if a in bands]) for t, arms in groups]
     groups = [g for g in groups if g[1]] or [("", [])]
-    fig, axes = _panels(len(groups), f"{title}\n{BAND}")
+    fig, axes = _panels(len(groups), f"{title}\n{BAND}", sharey=True)
     for ax, (panel, arms) in zip(axes, groups):
         for arm in arms:
             b, st = bands[arm], styles[arm]
-            units = int(b["seeds"].max())
-            _line(ax, b.index, b["mean"], st, f"{arm} ({units})", markers=len(b) <= 12)
+            _line(ax, b.index, b["mean"], st, f"{arm} (n = {int(b['seeds'].max())})", markers=len(b) <= 12)
             ax.fill_between(b.index, _clip(b["lo"], limits), _clip(b["hi"], limits), color=st.color, alpha=0.15,
                             linewidth=0)
         if hline is not None:
@@ -149,6 +148,7 @@ def plot_trajectory(bands: dict[str, pd.DataFrame], styles: dict[str, Style], gr
         ax.set_title(panel)
         ax.set_xlabel(X_LABEL)
         ax.set_ylabel(ylabel)
+        ax.yaxis.set_tick_params(labelleft=True)
         _legend(ax)
     return fig
 
@@ -160,7 +160,7 @@ def plot_pass_at_k(curves: dict[str, pd.DataFrame], styles: dict[str, Style], gr
     ``curves[arm]`` has columns k, value, lo, hi."""
     groups = [(t, [a for a in arms if a in curves]) for t, arms in groups]
     groups = [g for g in groups if g[1]] or [("", [])]
-    fig, axes = _panels(len(groups), f"pass@k on {benchmark} (final evaluation)\n{BAND}")
+    fig, axes = _panels(len(groups), f"pass@k on {benchmark} (final evaluation)\n{BAND}", sharey=True)
     for ax, (panel, arms) in zip(axes, groups):
         kmax = 1
         for arm in arms:
@@ -174,6 +174,7 @@ def plot_pass_at_k(curves: dict[str, pd.DataFrame], styles: dict[str, Style], gr
         ax.set_title(panel)
         ax.set_xlabel("k (samples per problem)")
         ax.set_ylabel("pass@k (fraction solved)")
+        ax.yaxis.set_tick_params(labelleft=True)
         _legend(ax)
     return fig
 
@@ -182,10 +183,10 @@ def plot_pass_at_k(curves: dict[str, pd.DataFrame], styles: dict[str, Style], gr
 def plot_deltas(rows: list[dict], title: str):
     """The answer's figure: per comparison (one row each, top to bottom) every unit's Δ (points) as a
     dot, the mean Δ with its 95% t-interval as a bar, and 0 as a reference line. ``rows`` have keys
-    label, deltas (points), mean, lo, hi."""
+    label (a second line may carry the verdict), deltas (points), mean, lo, hi."""
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(WIDTH_IN, 1.2 + 0.75 * max(1, len(rows))), layout="constrained")
+    fig = Figure(figsize=(WIDTH_IN, 1.4 + 0.85 * max(1, len(rows))), layout="constrained")
     ax = fig.subplots()
     rng = np.random.default_rng(0)  # vertical jitter of the dots only: reproducible
     for i, r in enumerate(rows):
@@ -214,11 +215,17 @@ def plot_profiles(profiles: dict[str, pd.DataFrame], styles: dict[str, Style], m
     value, lo, hi (fractions)."""
     fig, (ax,) = _panels(1, f"Final {metric} on {benchmark}: fraction of runs scoring above τ\n"
                             "band: 95% bootstrap over runs", height=5.2, cols=1)
+    lo_tau, hi_tau = 1.0, 0.0  # the τ range where some profile is strictly between 0 and 1
     for arm, p in sorted(profiles.items()):
         st = styles[arm]
         ax.step(100 * p["tau"], p["value"], where="post", color=st.color, linestyle=st.linestyle, label=arm)
         ax.fill_between(100 * p["tau"], _clip(p["lo"], (0, 1)), _clip(p["hi"], (0, 1)), step="post", color=st.color,
                         alpha=0.15, linewidth=0)
+        moving = p["tau"][(p["hi"] > 0) & (p["lo"] < 1)]
+        if len(moving):
+            lo_tau, hi_tau = min(lo_tau, float(moving.min())), max(hi_tau, float(moving.max()))
+    if lo_tau < hi_tau:
+        ax.set_xlim(100 * max(0.0, lo_tau - 0.05), 100 * min(1.0, hi_tau + 0.05))
     ax.set_xlabel(f"τ ({metric}, %)")
     ax.set_ylabel("fraction of runs > τ")
     ax.set_ylim(-0.02, 1.02)

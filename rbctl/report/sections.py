@@ -52,16 +52,22 @@ def _eval_benchmark(rep) -> str | None:
 
 
 def reachable_ceiling(rep, bench: str | None) -> Ceiling:
-    """The plateau test's ceiling, in order: the ceiling file; the best arm's final pass@1 (avg@n,
-    mean over units) on ``bench`` in this report; unknown."""
+    """The plateau test's ceiling, in order: the ceiling file; the best arm's final held-out pass@1 in
+    this report (the mean over its units of pass@1 at their last evaluation on ``bench``: the number
+    the stalled and below-ceiling criteria read for the tested arm); unknown."""
     found = ceiling_file(rep.runs, rep.dirs)
     if found is not None:
         return found
-    finals = {a: float(np.mean(list(sc.per_unit("avg").values()))) for (a, b), sc in rep.scores.items() if b == bench}
+    finals = {}
+    for arm in rep.arms:
+        v = diag.plateau_of_arm(rep.by_arm[arm], bench, None) if bench else None
+        if v is not None and v.per_seed and any("final" in d for d in v.per_seed.values()):
+            finals[arm] = (float(np.mean([d["final"] for d in v.per_seed.values() if "final" in d])) / 100,
+                           sum("final" in d for d in v.per_seed.values()))
     if finals:
-        best = max(finals, key=finals.get)
-        return Ceiling(finals[best], f"the best arm's final pass@1 in this report: {best}, mean over "
-                                     f"{_n(len(rep.scores[best, bench].units), 'unit')}")
+        best = max(finals, key=lambda a: finals[a][0])
+        return Ceiling(finals[best][0], f"the best arm's final pass@1 in this report: {best}, mean over "
+                                        f"{_n(finals[best][1], 'unit')}")
     return Ceiling(None, "unknown")
 
 
@@ -347,13 +353,29 @@ def descriptives(rep) -> None:
 # --- trajectories and runs --------------------------------------------------------------------------
 
 
+def shown_labels(keys: set[str], escape: Escape | None) -> list[str]:
+    """The label shares to draw (``label/<name>/<value>`` keys): every value of a label, but of a
+    two-valued label only one (the other is 1 − it): the escape metric when it is one of them, else
+    the last in sorted order."""
+    by_name: dict[str, list[str]] = {}
+    for k in sorted(keys):
+        by_name.setdefault(k.rsplit("/", 1)[0], []).append(k)
+    out = []
+    for values in by_name.values():
+        if len(values) == 2:
+            values = [escape.metric] if escape is not None and escape.metric in values else values[-1:]
+        out += values
+    return out
+
+
 def trajectories(rep) -> None:
     rep.doc.heading(2, "Training trajectories")
     rep.doc.para("Mean over the units that logged the step; band: 95% t-interval over those units, clipped to the "
                  f"metric's range. κ_eff: centred rolling mean over {KAPPA_EFF_WINDOW} logged values per run. Dotted "
                  "line on held-out curves: the plateau test's ceiling.")
     benches = list(dict.fromkeys(e["benchmark"] for r in rep.runs for e in r.evals if "benchmark" in e))
-    labels = sorted({k for r in rep.runs for e in r.evals for k in e if k.startswith("label/")})
+    labels = shown_labels({k for r in rep.runs for e in r.evals for k in e if k.startswith("label/")},
+                          escape_setting(rep)[0])
     # (key in the data file, metric, benchmark of the periodic evaluation or None, slug, title, y label, window, range)
     specs = [(TRAJECTORIES[0][0], None, *TRAJECTORIES[0][1:])]
     for b in benches:
@@ -361,7 +383,8 @@ def trajectories(rep) -> None:
                       "held-out pass@1", 1, (0.0, 1.0)))
         specs += [(k, b, f"{slug(k)}_{slug(b)}", f"Share of samples {k} on {b} (periodic eval)", "share of samples", 1,
                    (0.0, 1.0)) for k in labels]
-    specs += [(t[0], None, *t[1:]) for t in TRAJECTORIES[1:]]
+    logged = {k for r in rep.runs for m in r.metrics for k, v in m.items() if finite(v) and v != 0}
+    specs += [(t[0], None, *t[1:]) for t in TRAJECTORIES[1:] if not t[0].startswith("clip/") or t[0] in logged]
     data = []
     ceiling = getattr(rep, "ceiling", None)
     for metric, bench, name, title, ylabel, window, limits in specs:

@@ -102,7 +102,8 @@ def answer(rep) -> None:
             rep.doc.para("**Refused** (both arms ran the same training config; kept out of the Holm family): "
                          + ", ".join(flagged) + ".")
         drawn = [c for c in comps if rep.spec is not None or c.metric == "avg@n"]
-        rep.figure(plot_deltas([{"label": f"{c.label} ({c.metric})", "deltas": [100 * x for x in c.delta.deltas],
+        rep.figure(plot_deltas([{"label": f"{c.label} ({c.metric})\nHolm p {num(c.p_holm, 3)}: {verdict(c)}",
+                                 "deltas": [100 * x for x in c.delta.deltas],
                                  "mean": 100 * c.delta.mean, "lo": 100 * c.delta.lo, "hi": 100 * c.delta.hi}
                                 for c in drawn], f"Per-unit Δ of the {'principal' if rep.spec else 'stated'} "
                                                  f"comparisons ({units})"),

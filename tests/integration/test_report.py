@@ -66,10 +66,10 @@ def make_run(run_dir: Path, arm: str, seed: int, correct: list[int] | None, *, b
     if torn:
         text += '{"step": 5, "reward/me'  # a crash mid-write
     (run_dir / "metrics.jsonl").write_text(text)
-    if eval_jsonl:  # warm start (step 0: pass@4 = 0.8 + 0.01·seed), then steps 2 and 4
+    if eval_jsonl:  # warm start (step 0: pass@4 = 0.8 + 0.01·seed), then steps 2 and 4; the budget arm 0.1·s/4 higher
         (run_dir / "eval.jsonl").write_text("".join(
-            json.dumps({"step": s, "benchmark": "builtin", "n": N, "avg@n": 0.2 * s / 2 + 0.01 * seed, "pass@1": 0.1,
-                        "pass@4": 0.8 + 0.01 * seed}) + "\n"
+            json.dumps({"step": s, "benchmark": "builtin", "n": N, "pass@1": 0.1, "pass@4": 0.8 + 0.01 * seed,
+                        "avg@n": 0.2 * s / 2 + 0.01 * seed + (0.1 * s / 4 if budget else 0.0)}) + "\n"
             for s in (0, 2, 4)))
     if correct is not None:
         for step, cs in ((2, [0] * len(IDS)), (steps, correct)):  # an earlier evaluation that must be ignored
@@ -220,7 +220,7 @@ def test_trajectories_t_band_step0_and_torn_line(two_arms, two_arm_report):
     assert list(keff.index) == [1, 3, 4] and keff["mean"].tolist() == pytest.approx([8 / 3] * 3)
     held = traj[(traj["arm"] == "grpo_budget") & (traj["metric"] == "heldout:builtin")].set_index("step")
     assert list(held.index) == [0, 2, 4]  # the held-out curve starts at the warm start
-    assert held.loc[4, "mean"] == pytest.approx((0.4 + 0.41) / 2)
+    assert held.loc[4, "mean"] == pytest.approx((0.5 + 0.51) / 2)
 
 
 def test_ceiling_file_and_the_old_warm_start_pass_at_g(two_arms, tmp_path):
@@ -238,15 +238,15 @@ def test_ceiling_file_and_the_old_warm_start_pass_at_g(two_arms, tmp_path):
 
 def test_the_plateau_ceiling_is_the_best_arms_final_pass1_without_a_ceiling_file(two_arm_report):
     plateau = pd.read_csv(two_arm_report.parent / "tables" / "plateau.csv").set_index("criterion")
-    # grpo_budget's final avg@n .625 is the best arm's; grpo's final held-out pass@1 (periodic eval at
-    # step 4) is (.40 + .41)/2 = 40.5 points: 62.5 − 40.5 = 22.0 points below
-    assert plateau.loc["below_ceiling", "value"] == pytest.approx(22.0)
-    assert "ceiling 62.5 − final pass@1 40.5" in plateau.loc["below_ceiling", "detail"]
+    # final held-out pass@1 (the periodic evaluation at T = 4, as for the tested arm): grpo_budget's
+    # (.50 + .51)/2 = 50.5 points is the best arm's; grpo's (.40 + .41)/2 = 40.5: 10.0 points below
+    assert plateau.loc["below_ceiling", "value"] == pytest.approx(10.0)
+    assert "ceiling 50.5 − final pass@1 40.5" in plateau.loc["below_ceiling", "detail"]
     # the old ceiling, the warm start's pass@4 (80.5), beside it
     old = plateau.loc["below_ceiling (old: warm start's pass@G)"]
     assert old["value"] == pytest.approx(80.5 - 40.5) and "warm start's pass@4" in old["detail"]
     units = pd.read_csv(two_arm_report.parent / "tables" / "plateau_units.csv")
-    assert list(units["gap"]) == pytest.approx([62.5 - 40.0, 62.5 - 41.0])  # per seed
+    assert list(units["gap"]) == pytest.approx([50.5 - 40.0, 50.5 - 41.0])  # per seed
     assert list(units["stalled"]) == [False, False]  # |0.40 − 0.20| = 20 points each
     assert "the best arm's final pass@1 in this report: grpo_budget" in two_arm_report.read_text()
 
