@@ -211,12 +211,12 @@ def ablate(
 def report(
     dirs: List[Path] = typer.Argument(..., help="Run or sweep directories."),
     out: Optional[Path] = typer.Option(
-        None, "--out", "-o", help="Output folder [default: SWEEP/report for a single sweep directory; required otherwise]."
+        None, "--out", "-o", help="Output folder [default: DIR/report for a single run or sweep directory; required for several]."
     ),
 ) -> None:
     """Comparison plots and tables from run and sweep directories.
 
-    Writes OUT/report.md (generated summary, tables, figures), `OUT/tables/*.{csv,md,tex}`,
+    Writes OUT/report.md and OUT/report.html (the answer first: the principal comparisons), `OUT/tables/*.{csv,md,tex}`,
     `OUT/figures/*.{png,svg}` and `OUT/data/*.csv`; prints a table of final scores and the report's path."""
     from rich.console import Console
 
