@@ -186,12 +186,13 @@ def ablate(
     except (Interrupted, KeyboardInterrupt):
         import shlex
 
+        from rbctl.store.rundir import SWEEP_STATE
         from rbctl.sweep.ablate import read_state
 
         done, total, _ = summarize_state(read_state(sweep_dir))
         again = ["rbctl", "ablate"] + ([str(sweep)] if sweep else []) + ["-o", str(sweep_dir)]
         again += (["--jobs", str(jobs)] if jobs else []) + (["--launcher", launcher] if launcher != "local" else [])
-        typer.secho(f"interrupted: {done}/{total} runs done, the rest recorded in {sweep_dir / 'state.json'} "
+        typer.secho(f"interrupted: {done}/{total} runs done, the rest recorded in {sweep_dir / SWEEP_STATE} "
                     f"(partial runs keep their checkpoints); finish with: {shlex.join(again)}", err=True)
         raise typer.Exit(130)
     done, total, failed = summarize_state(state)

@@ -18,7 +18,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-import pandas as pd
 
 from rbctl.report import make_report
 from rbctl.report.load import find_runs

@@ -60,10 +60,10 @@ class Escape(Section):
     """When a run leaves the plateau's shortcut: the first periodic evaluation at which a logged
     eval.jsonl value crosses a threshold (docs/method.md, "Premature convergence", escape time)."""
 
-    metric: str = Field("label/strategy/walk", description="eval.jsonl key, e.g. label/strategy/walk (share of samples that walk).")
+    metric: str = Field("label/strategy/walk", description="Key of the periodic evaluation, e.g. label/strategy/walk (share of samples that walk).")
     threshold: float = Field(0.5, description="The run has escaped at the first evaluation where metric crosses this value.")
     direction: Literal["above", "below"] = Field("above", description="Escaped when metric >= threshold (above) or <= threshold (below).")
-    benchmark: Optional[str] = Field(None, description="Benchmark of the eval.jsonl lines (null = the first of eval.benchmarks).")
+    benchmark: Optional[str] = Field(None, description="Benchmark of the periodic evaluation (null = the first of eval.benchmarks).")
 
 
 class SweepConfig(Section):

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from rbctl.errors import UserError
-from rbctl.report import sections, verdict
+from rbctl.report import convergence, sections, verdict
 from rbctl.report.compare import ArmScores, Comparison, all_comparisons, arm_scores, common_problems
 from rbctl.report.document import Doc
 from rbctl.report.figures import arm_styles, panel_groups, save_figure
@@ -83,7 +83,7 @@ class Report:
     def write(self) -> Path:
         self.doc.heading(1, "rbctl report")
         self.doc.para("Inputs: " + ", ".join(f"`{d}`" for d in self.dirs))
-        for section in (verdict.answer, verdict.power, verdict.warm_starts, sections.plateau, sections.escape,
+        for section in (verdict.answer, verdict.power, verdict.warm_starts, convergence.plateau, convergence.escape,
                         sections.final_scores, sections.exploratory, sections.associations, sections.descriptives,
                         sections.trajectories, sections.runs):
             section(self)

@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 import numpy as np
-from scipy import stats as sps
 
 
 def iqm(scores) -> float | np.ndarray:
