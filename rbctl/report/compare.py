@@ -22,7 +22,8 @@ import numpy as np
 
 from rbctl.errors import UserError
 from rbctl.report.load import Run
-from rbctl.report.stats import PairedDelta, hierarchical_bootstrap_delta, holm, paired_delta, pass_at_k_matrix
+from rbctl.grading.metrics import pass_at_k
+from rbctl.report.stats import PairedDelta, hierarchical_bootstrap_delta, holm, paired_delta
 
 ALPHA = 0.05
 
@@ -53,7 +54,7 @@ class ArmScores:
 
     def pass_at(self, k: int) -> np.ndarray:
         """Unbiased pass@k per (seed, problem), ``[S, P]``."""
-        return pass_at_k_matrix(self.n, self.correct, k)
+        return pass_at_k(self.n, self.correct, k)
 
     def values(self, metric: str, k: int | None = None) -> np.ndarray:
         """``[S, P]`` of avg@n (``metric == "avg"``) or pass@k (default k = n)."""

@@ -14,21 +14,6 @@ import numpy as np
 from scipy import stats as sps
 
 
-def pass_at_k_matrix(n: np.ndarray, c: np.ndarray, k: int) -> np.ndarray:
-    """Unbiased pass@k per cell of ``n`` samples with ``c`` correct (Chen et al. 2021; the product form
-    1 − Π_{j=n−c+1}^{n} (1 − k/j), exactly 1 when n − c < k). Requires 1 ≤ k ≤ min(n)."""
-    n, c = np.asarray(n, dtype=int), np.asarray(c, dtype=int)
-    if k < 1 or k > n.min():
-        raise ValueError(f"pass@{k} needs 1 <= k <= n (n = {int(n.min())})")
-    out = np.ones(n.shape, dtype=float)
-    flat_n, flat_c, flat_o = n.ravel(), c.ravel(), out.ravel()
-    for i, (ni, ci) in enumerate(zip(flat_n, flat_c)):
-        if ni - ci >= k:
-            j = np.arange(ni - ci + 1, ni + 1, dtype=float)
-            flat_o[i] = 1.0 - float(np.prod(1.0 - k / j))
-    return flat_o.reshape(n.shape)
-
-
 def t_interval(values, level: float = 0.95) -> tuple[float, float, float]:
     """(mean, low, high): mean ± t_{(1+level)/2, n−1} · sd / sqrt(n), sd unbiased; NaN bounds for n < 2."""
     v = np.asarray(values, dtype=float)
@@ -55,15 +40,6 @@ def t_interval_rows(matrix, level: float = 0.95) -> tuple[np.ndarray, np.ndarray
         half = sps.t.ppf((1 + level) / 2, np.maximum(n - 1, 1)) * sd / np.sqrt(n)
     half = np.where(n >= 2, half, np.nan)
     return mean, mean - half, mean + half
-
-
-def bootstrap_mean_ci(values, n_boot: int = 2000, level: float = 0.95, seed: int = 0) -> tuple[float, float]:
-    """Percentile bootstrap interval of the mean of a 1-D sample (used over problems for one seed)."""
-    v = np.asarray(values, dtype=float)
-    rng = np.random.default_rng(seed)
-    means = v[rng.integers(0, len(v), size=(n_boot, len(v)))].mean(axis=1)
-    lo, hi = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
-    return float(lo), float(hi)
 
 
 @dataclass(frozen=True)

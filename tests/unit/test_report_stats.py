@@ -15,7 +15,6 @@ from rbctl.report.stats import (
     hierarchical_bootstrap_delta,
     holm,
     paired_delta,
-    pass_at_k_matrix,
     pearson_ci,
     t_interval,
     tail_mean,
@@ -71,16 +70,6 @@ def test_verdicts_apply_holm_over_the_family():
     assert verdicts([paired_delta({0: 0.1}, {0: 0.3})]) == ["untestable"]
     low = paired_delta({0: 0.4, 1: 0.5, 2: 0.6}, {0: 0.5, 1: 0.6, 2: 0.71})
     assert verdicts([low]) == ["lower"]
-
-
-def test_pass_at_k_matrix_hand_computed():
-    n = np.array([[4, 4, 4]])
-    c = np.array([[0, 1, 4]])
-    # pass@2 with 1 of 4 correct: 1 − C(3,2)/C(4,2) = 1 − 3/6
-    assert pass_at_k_matrix(n, c, 2) == pytest.approx(np.array([[0.0, 0.5, 1.0]]))
-    assert pass_at_k_matrix(n, c, 1) == pytest.approx(c / n)
-    with pytest.raises(ValueError):
-        pass_at_k_matrix(n, c, 5)
 
 
 def test_hierarchical_bootstrap_degenerate_and_seed_spread():
