@@ -39,7 +39,6 @@ class ArmScores:
     correct: np.ndarray  # [S, P] int
     n: np.ndarray  # [S, P] int
     steps: list[int]  # [S] step of each run's final evaluation
-    runs: list[str] = field(default_factory=list)  # [S] run names (for errors)
     maj: dict[tuple, float] = field(default_factory=dict)  # unit -> maj@k of its summary (all its problems)
     maj_k: int | None = None
 
@@ -100,10 +99,10 @@ def arm_scores(runs: list[Run], benchmark: str, ids: list[str]) -> ArmScores:
         correct.append(c)
         n.append(m)
     sc = ArmScores(runs[0].arm, benchmark, [r.unit for r in runs], ids, np.array(correct), np.array(n),
-                   [r.final_step for r in runs], [r.name for r in runs])
+                   [r.final_step for r in runs])
     majs = {r.unit: _maj(r.finals[benchmark], sc.kmax) for r in runs}
     ks = {m[0] for m in majs.values() if m}
-    if len(ks) == 1 and all(majs.values()):  # only when every seed logged the same maj@k
+    if len(ks) == 1 and all(majs.values()):  # only when every run logged the same maj@k
         sc.maj_k = ks.pop()
         sc.maj = {s: m[1] for s, m in majs.items()}
     return sc
@@ -140,19 +139,14 @@ class Comparison:
 
 def compare(a: ArmScores, b: ArmScores, metric: str, kind: str, baseline: str, family: str,
             n_boot: int = 2000) -> Comparison:
-    """Δ = a − b for ``metric``: "avg@n", "pass@k", or "pass" (pass@k at the largest common k).
-
-    A non-finite per-unit score is a `UserError` naming the run."""
+    """Δ = a − b for ``metric``: "avg@n", "pass@k", or "pass" (pass@k at the largest common k). The
+    scores are finite: `arm_scores` refuses counts that are not."""
     k = min(a.kmax, b.kmax) if metric in ("pass", "avg@n") else int(metric.split("@")[1])
     if k > min(a.kmax, b.kmax):
         raise UserError(f"{metric} of {a.arm} − {b.arm} on {a.benchmark}: the final evaluations have only "
                         f"n = {min(a.kmax, b.kmax)} samples per problem")
     kind_of = "avg" if metric == "avg@n" else "pass"
     pa, pb = a.per_unit(kind_of, k), b.per_unit(kind_of, k)
-    for sc, per in ((a, pa), (b, pb)):
-        bad = [(name, per[u]) for u, name in zip(sc.units, sc.runs) if not math.isfinite(per[u])]
-        if bad:
-            raise UserError(f"run {bad[0][0]}: its {metric} on {sc.benchmark} is {bad[0][1]}, not a number")
     d = paired_delta(pa, pb)
     hb = (math.nan, math.nan)
     if d.n >= 2:
