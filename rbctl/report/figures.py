@@ -99,11 +99,13 @@ def _panels(n: int, title: str, height: float = 4.6, cols: int = 2, sharey: bool
     return fig, list(axes[:n])
 
 
-def _legend(ax, ncol: int = 2) -> None:
+def _legend(ax, ncol: int = 2, width: int = 18) -> None:
+    """The panel's legend below it; one column when a label is longer than ``width`` characters (two
+    columns of long labels run into the next panel)."""
     handles, labels = ax.get_legend_handles_labels()
     if labels:
-        ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=ncol, frameon=False,
-                  handlelength=3.0)
+        ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.16), frameon=False, handlelength=3.0,
+                  ncol=ncol if max(map(len, labels)) <= width else 1)
 
 
 def _clip(values, limits):
@@ -158,6 +160,8 @@ def plot_pass_at_k(curves: dict[str, pd.DataFrame], styles: dict[str, Style], gr
                    benchmark: str):
     """pass@k against k per arm (k = 1 … n) with its 95% t-band over units clipped to [0, 1];
     ``curves[arm]`` has columns k, value, lo, hi."""
+    from matplotlib.ticker import NullLocator
+
     groups = [(t, [a for a in arms if a in curves]) for t, arms in groups]
     groups = [g for g in groups if g[1]] or [("", [])]
     fig, axes = _panels(len(groups), f"pass@k on {benchmark} (final evaluation)\n{BAND}", sharey=True)
@@ -171,6 +175,9 @@ def plot_pass_at_k(curves: dict[str, pd.DataFrame], styles: dict[str, Style], gr
             kmax = max(kmax, int(c["k"].max()))
         if kmax >= 8:
             ax.set_xscale("log", base=2)
+            ticks = [k for k in (1, 2, 4, 8, 16, 32, 64, 128, 256) if k <= kmax]
+            ax.set_xticks(ticks, [str(k) for k in ticks])
+            ax.xaxis.set_minor_locator(NullLocator())
         ax.set_title(panel)
         ax.set_xlabel("k (samples per problem)")
         ax.set_ylabel("pass@k (fraction solved)")
@@ -204,7 +211,7 @@ def plot_deltas(rows: list[dict], title: str):
     ax.set_xlabel("Δ = arm − reference (points)")
     ax.set_title(title)
     ax.grid(alpha=0.3, axis="x")
-    _legend(ax, ncol=3)
+    _legend(ax, ncol=3, width=40)
     return fig
 
 
@@ -229,7 +236,7 @@ def plot_profiles(profiles: dict[str, pd.DataFrame], styles: dict[str, Style], m
     ax.set_xlabel(f"τ ({metric}, %)")
     ax.set_ylabel("fraction of runs > τ")
     ax.set_ylim(-0.02, 1.02)
-    _legend(ax, ncol=3)
+    _legend(ax, ncol=3, width=40)
     return fig
 
 
@@ -246,7 +253,7 @@ def plot_survival(curves: dict[str, pd.DataFrame], styles: dict[str, Style], tit
     ax.set_xlabel(X_LABEL)
     ax.set_ylabel("fraction of runs not yet escaped")
     ax.set_ylim(-0.02, 1.02)
-    _legend(ax, ncol=3)
+    _legend(ax, ncol=3, width=40)
     return fig
 
 

@@ -260,10 +260,10 @@ def trajectories(rep) -> None:
     rep.doc.heading(2, "Training trajectories")
     rep.doc.para("Mean over the units that logged the step; band: 95% t-interval over those units, clipped to the "
                  f"metric's range. κ_eff: centred rolling mean over {KAPPA_EFF_WINDOW} logged values per run. Dotted "
-                 "line on held-out curves: the plateau test's ceiling.")
+                 "line: the plateau test's ceiling on held-out curves, the escape threshold on the escape metric's.")
     benches = list(dict.fromkeys(e["benchmark"] for r in rep.runs for e in r.evals if "benchmark" in e))
-    labels = shown_labels({k for r in rep.runs for e in r.evals for k in e if k.startswith("label/")},
-                          escape_setting(rep)[0])
+    escape = escape_setting(rep)[0]
+    labels = shown_labels({k for r in rep.runs for e in r.evals for k in e if k.startswith("label/")}, escape)
     # (key in the data file, metric, benchmark of the periodic evaluation or None, slug, title, y label, window, range)
     specs = [(TRAJECTORIES[0][0], None, *TRAJECTORIES[0][1:])]
     for b in benches:
@@ -287,6 +287,8 @@ def trajectories(rep) -> None:
             hline = None
             if metric == "avg@n" and ceiling is not None and ceiling.value is not None:
                 hline = (ceiling.value, f"ceiling {pct(ceiling.value)}%")
+            elif escape is not None and metric == escape.metric:
+                hline = (escape.threshold, f"escape threshold {escape.threshold:g}")
             rep.figure(plot_trajectory(bands, rep.styles, rep.groups, title, ylabel, hline, limits), f"traj_{name}", title)
     if data:
         write_csv(pd.concat(data)[["arm", "metric", "step", "mean", "lo", "hi", "seeds"]], rep.data / "trajectories.csv")
