@@ -75,7 +75,7 @@ def answer(rep) -> None:
         rep.doc.para(f"The {_n(len(s.principal), 'comparison')} the sweep file states before running, on "
                      f"{s.metric} ({comps[0].benchmark if comps else s.benchmark or 'the first benchmark'}). Δ = arm − "
                      f"reference in points, paired by unit ({units}); 95% t-interval over units, unadjusted; "
-                     f"Holm–Bonferroni over these {m} comparisons at α = {s.alpha}; P(improvement) = P(a run of the arm "
+                     f"Holm–Bonferroni over {'this comparison' if m == 1 else f'these {m} comparisons'} at α = {s.alpha}; P(improvement) = P(a run of the arm "
                      "beats a run of the reference) with a 95% paired bootstrap interval. Every other comparison in "
                      "this report is exploratory.")
     else:
@@ -84,6 +84,11 @@ def answer(rep) -> None:
                      f"baseline + budget and vs its baseline), avg@n and pass@n, as one Holm–Bonferroni family of "
                      f"{sum(not c.same_config for c in comps)} at α = 0.05. Δ in points, paired by unit ({units}); "
                      "95% t-interval over units, unadjusted.")
+    if rep.spec is not None:
+        missing = [f"{a} − {r}" for a, r in rep.spec.principal if not any((c.arm, c.ref) == (a, r) for c in comps)]
+        if missing:
+            rep.doc.para("**Not computed** (no final evaluations of both arms on the principal benchmark): "
+                         + ", ".join(missing) + ".")
     if not comps:
         rep.doc.para("No principal comparison has final evaluations on both sides.")
     else:

@@ -146,6 +146,14 @@ def test_figures_of_the_study(study):
     assert not (figures / "traj_label_strategy_shortcut_builtin.png").exists()  # 1 − walk: not drawn twice
 
 
+def test_a_principal_comparison_without_runs_is_named(tmp_path):
+    design = {**DESIGN, "principal": [["grpo_budget", "grpo"], ["grpo_entropy_static", "grpo"]]}
+    sweep = make_sweep(tmp_path / "s", arms=("grpo", "grpo_budget"), seeds=(0, 1, 2), comparisons=design)
+    text = make_report([sweep], tmp_path / "out", n_boot=50).read_text()
+    assert "**Not computed** (no final evaluations of both arms on the principal benchmark): grpo_entropy_static − grpo." in text
+    assert "Holm–Bonferroni over this comparison at α = 0.05" in text
+
+
 def test_warm_start_from_the_layout_and_a_broken_score_names_the_run(tmp_path):
     sweep = make_sweep(tmp_path / "s", arms=("grpo", "grpo_budget"), seeds=(0, 1), warm_starts=("ws_a",))
     (sweep / "runs" / "grpo" / "ws_a" / "seed_1" / "run.json").unlink()
