@@ -14,13 +14,9 @@ from rbctl.report.compare import stated_pairs
 from rbctl.report.escape import escape_rows, fmt_step, logrank_rows, survival_summary
 from rbctl.report.figures import plot_survival
 from rbctl.report.load import Ceiling, ceiling_file, warm_start_pass_at_g
-from rbctl.report.tables import num, pct, write_csv
+from rbctl.report.tables import num, pct, plural, write_csv, yes_no
 
 PLATEAU_ARM = ("grpo", "base")
-
-
-def _n(count: int, word: str) -> str:
-    return f"{count} {word}{'s' * (count != 1)}"
 
 
 def eval_benchmark(rep) -> str | None:
@@ -48,7 +44,7 @@ def reachable_ceiling(rep, bench: str | None) -> Ceiling:
     if finals:
         best = max(finals, key=lambda a: finals[a][0])
         return Ceiling(finals[best][0], f"the best arm's final pass@1 in this report: {best}, mean over "
-                                        f"{_n(finals[best][1], 'unit')}")
+                                        f"{plural(finals[best][1], 'unit')}")
     return Ceiling(None, "unknown")
 
 
@@ -64,23 +60,23 @@ def plateau(rep) -> None:
     v = diag.plateau_of_arm(rep.by_arm[arm], bench, rep.ceiling.value)
     v_old = diag.plateau_of_arm(rep.by_arm[arm], bench, old.value)
     ceiling = "unknown" if rep.ceiling.value is None else f"{pct(rep.ceiling.value)}% ({rep.ceiling.source})"
-    rep.doc.para(f"Arm `{arm}` on {bench}, {_n(v.seeds, 'unit')}: the plateau "
+    rep.doc.para(f"Arm `{arm}` on {bench}, {plural(v.seeds, 'unit')}: the plateau "
                  f"**{'held' if v.held else 'did not hold'}**. Ceiling: {ceiling}. Criteria (docs/method.md): held-out "
                  "pass@1 changes < 2 points over the last quarter, ≥ 15 points below a reachable ceiling, final "
                  "entropy < 1/3 of the warm start's; each over units (means), then per unit. The last row applies the "
                  "old ceiling, the warm start's pass@G, which arms can exceed: it is shown for comparison only.")
     table = diag.plateau_table(arm, v, v_old, old.source)
-    shown = table.assign(held=[diag._held(h) for h in table["held"]])[["criterion", "held", "detail"]]
+    shown = table.assign(held=[yes_no(h) for h in table["held"]])[["criterion", "held", "detail"]]
     rep.table(table, shown, "plateau")
     units = diag.plateau_units(v, rep.ceiling.value)
     if len(units):
         shown = pd.DataFrame({
             "unit": units["unit"], "steps ¾T, T": [f"{num(a, 0)}, {num(b, 0)}" for a, b in zip(units["t_ref"], units["t"])],
-            "|Δ pass@1| (points)": [num(x, 2) for x in units["change"]], "stalled": [diag._held(h) for h in units["stalled"]],
+            "|Δ pass@1| (points)": [num(x, 2) for x in units["change"]], "stalled": [yes_no(h) for h in units["stalled"]],
             "final pass@1": [num(x, 1) for x in units["final"]], "below ceiling (points)": [num(x, 1) for x in units["gap"]],
-            "≥ 15 below": [diag._held(h) for h in units["below_ceiling"]],
+            "≥ 15 below": [yes_no(h) for h in units["below_ceiling"]],
             "entropy final / warm": [num(x, 2) for x in units["entropy_ratio"]],
-            "collapsed": [diag._held(h) for h in units["entropy_collapsed"]]})
+            "collapsed": [yes_no(h) for h in units["entropy_collapsed"]]})
         rep.table(units, shown, "plateau_units")
 
 

@@ -49,10 +49,6 @@ def plateau_of_arm(runs: list[Run], benchmark: str, ceiling: float | None) -> Pl
     return plateau_check(heldout, entropy, ceiling)
 
 
-def _held(h) -> str:
-    return "not evaluated" if h is None else ("yes" if h else "no")
-
-
 def plateau_table(arm: str, v: PlateauVerdict, old: PlateauVerdict, old_source: str) -> pd.DataFrame:
     """One row per criterion, the overall verdict, and the below-ceiling criterion against the old
     ceiling (the warm start's pass@G, ``old_source``) for comparison."""

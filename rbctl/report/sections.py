@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from rbctl.config.sweep import Escape
+from rbctl.grading.metrics import bootstrap_ci
 from rbctl.report import diagnostics as diag
 from rbctl.report.compare import EXPLORATORY, STATED
 from rbctl.report.convergence import escape_setting
@@ -20,8 +21,7 @@ from rbctl.report.load import unit_label
 from rbctl.report.robust import iqm, score_distribution, stratified_bootstrap
 from rbctl.report.series import KAPPA_EFF_WINDOW, band, unit_frame
 from rbctl.report.stats import t_interval
-from rbctl.report.tables import delta, finite, num, pct, points_list, slug, with_ci, write_csv
-from rbctl.grading.metrics import bootstrap_ci
+from rbctl.report.tables import delta, finite, num, pct, plural, points_list, slug, with_ci, write_csv
 
 # (metrics key, file slug, title, y label, rolling window, range of the metric). No response-length
 # panel: the built-in tasks' length follows the prompt mix, identical across arms.
@@ -35,10 +35,6 @@ TRAJECTORIES = (
     ("clip/frac_high", "clip_frac_high", "Tokens clipped above (clip/frac_high)", "fraction of tokens", 1, (0.0, 1.0)),
 )
 PROFILE_STEP = 0.005  # τ grid of the score distributions, in fractions
-
-
-def _n(count: int, word: str) -> str:
-    return f"{count} {word}{'s' * (count != 1)}"
 
 
 # --- final scores -----------------------------------------------------------------------------------
@@ -311,8 +307,8 @@ def runs(rep) -> None:
     shown = numbers[["run", "baseline", "variant", "status", "last_step", "final_eval_step", "notes"]]
     shown.columns = ["run", "baseline", "variant", "status", "steps logged", "final eval step", "notes"]
     rep.doc.heading(2, "Runs")
-    rep.doc.para(f"{_n(len(rep.runs), 'run')}, {_n(len(rep.arms), 'arm')}"
-                 + (f", {_n(len(rep.warm_starts), 'warm start')}" if rep.warm_starts else "") + ".")
+    rep.doc.para(f"{plural(len(rep.runs), 'run')}, {plural(len(rep.arms), 'arm')}"
+                 + (f", {plural(len(rep.warm_starts), 'warm start')}" if rep.warm_starts else "") + ".")
     rep.table(numbers, shown, "runs")
     if rep.issues:
         rep.doc.heading(3, "Failed, unfinished or missing runs")

@@ -19,6 +19,16 @@ def slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") or "x"
 
 
+def plural(count: int, word: str) -> str:
+    """``1 seed``, ``3 seeds``."""
+    return f"{count} {word}{'s' * (count != 1)}"
+
+
+def yes_no(held) -> str:
+    """A criterion's outcome: yes, no, or not evaluated (None)."""
+    return "not evaluated" if held is None else ("yes" if held else "no")
+
+
 def finite(v) -> bool:
     """A real, finite number (not None, not bool, not NaN)."""
     try:

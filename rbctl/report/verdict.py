@@ -15,12 +15,8 @@ from rbctl.report.figures import plot_deltas
 from rbctl.report.load import unit_label
 from rbctl.report.power import mde_paired, power_paired, units_for_power
 from rbctl.report.robust import prob_improvement, stratified_bootstrap
-from rbctl.report.tables import delta, num, points_list
+from rbctl.report.tables import delta, num, plural, points_list
 from rbctl.report.warmstart import warm_start_level
-
-
-def _n(count: int, word: str) -> str:
-    return f"{count} {word}{'s' * (count != 1)}"
 
 
 def headline(rep) -> list[Comparison]:
@@ -72,7 +68,7 @@ def answer(rep) -> None:
     if rep.spec is not None:
         s = rep.spec
         m = sum(not c.same_config for c in comps)
-        rep.doc.para(f"The {_n(len(s.principal), 'comparison')} the sweep file states before running, on "
+        rep.doc.para(f"The {plural(len(s.principal), 'comparison')} the sweep file states before running, on "
                      f"{s.metric} ({comps[0].benchmark if comps else s.benchmark or 'the first benchmark'}). Δ = arm − "
                      f"reference in points, paired by unit ({units}); 95% t-interval over units, unadjusted; "
                      f"Holm–Bonferroni over {'this comparison' if m == 1 else f'these {m} comparisons'} at α = {s.alpha}; P(improvement) = P(a run of the arm "
@@ -168,7 +164,7 @@ def warm_starts(rep) -> None:
         return
     comps = [c for c in headline(rep) if not c.same_config and (rep.spec is not None or c.metric == "avg@n")]
     rep.doc.heading(2, "Warm starts")
-    rep.doc.para(f"{_n(len(rep.warm_starts), 'warm start')}: {', '.join(rep.warm_starts)}. Per warm start: Δ over "
+    rep.doc.para(f"{plural(len(rep.warm_starts), 'warm start')}: {', '.join(rep.warm_starts)}. Per warm start: Δ over "
                  "its seeds, t-interval and p unadjusted (exploratory). **Over warm starts**: each warm start's mean "
                  "Δ is one unit, t over the W warm starts (W − 1 df): the test that generalises to another warm start. "
                  "**Pooled**: the (warm start, seed) units of the answer, Holm-adjusted: inference for these warm "
