@@ -47,6 +47,7 @@ class Report:
         self.benchmarks = sorted({b for _, b in self.scores})
         self.comparisons: list[Comparison] = all_comparisons(self.info, self.scores, self.benchmarks, self.spec,
                                                              self.same_config, n_boot)
+        self.numbers = verdict.comparison_rows(self, self.comparisons)  # one row per comparison: comparisons.csv
 
     def _scores(self) -> dict[tuple[str, str], ArmScores]:
         out = {}

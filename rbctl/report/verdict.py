@@ -62,7 +62,6 @@ def _pi(v, lo, hi) -> str:
 def answer(rep) -> None:
     """The principal comparisons as a verdict table, and the figure of their per-unit Δ."""
     comps = headline(rep)
-    rep.numbers = comparison_rows(rep, rep.comparisons)  # every comparison: comparisons.csv
     rep.doc.heading(2, "Answer: the principal comparisons")
     units = "(warm start, seed) pairs" if rep.warm_starts else "seeds"
     if rep.spec is not None:
