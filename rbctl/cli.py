@@ -190,13 +190,14 @@ def ablate(
     except (Interrupted, KeyboardInterrupt):
         import shlex
 
+        from rbctl.store.rundir import SWEEP_STATE
         from rbctl.sweep.ablate import read_state
 
         done, total, _ = summarize_state(read_state(sweep_dir))
         again = ["rbctl", "ablate"] + ([str(sweep)] if sweep else []) + ["-o", str(sweep_dir)]
         again += (["--jobs", str(jobs)] if jobs else []) + (["--launcher", launcher] if launcher != "local" else [])
         again += ["--seed-offset", str(seed_offset)] if seed_offset else []
-        typer.secho(f"interrupted: {done}/{total} runs done, the rest recorded in {sweep_dir / 'state.json'} "
+        typer.secho(f"interrupted: {done}/{total} runs done, the rest recorded in {sweep_dir / SWEEP_STATE} "
                     f"(partial runs keep their checkpoints); finish with: {shlex.join(again)}", err=True)
         raise typer.Exit(130)
     done, total, failed = summarize_state(state)
@@ -216,12 +217,12 @@ def ablate(
 def report(
     dirs: List[Path] = typer.Argument(..., help="Run or sweep directories."),
     out: Optional[Path] = typer.Option(
-        None, "--out", "-o", help="Output folder [default: SWEEP/report for a single sweep directory; required otherwise]."
+        None, "--out", "-o", help="Output folder [default: DIR/report for a single run or sweep directory; required for several]."
     ),
 ) -> None:
     """Comparison plots and tables from run and sweep directories.
 
-    Writes OUT/report.md (generated summary, tables, figures), `OUT/tables/*.{csv,md,tex}`,
+    Writes OUT/report.md and OUT/report.html (the answer first: the principal comparisons), `OUT/tables/*.{csv,md,tex}`,
     `OUT/figures/*.{png,svg}` and `OUT/data/*.csv`; prints a table of final scores and the report's path."""
     from rich.console import Console
 

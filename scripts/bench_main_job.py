@@ -60,7 +60,9 @@ def run_main_job(tree: Path, sweep: str | None, out: Path, cache: Path) -> tuple
 def final_evals(sweep_dir: Path) -> dict[str, str]:
     """Every run's final evaluation summary, by run folder (for a same-results check)."""
     out = {}
-    for path in sorted(sweep_dir.glob("runs/*/seed_*/eval/step_*/*/summary.json")):
+    from rbctl.store.rundir import SUMMARY
+
+    for path in sorted(sweep_dir.glob(f"runs/*/seed_*/eval/step_*/*/{SUMMARY}")):
         d = json.loads(path.read_text())
         out[str(path.relative_to(sweep_dir))] = json.dumps([d["metrics"], d["per_problem"]], sort_keys=True)
     return out

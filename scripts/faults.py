@@ -26,8 +26,9 @@ def train_cmd(cfg: Path, run: Path) -> list[str]:
 
 def logged_steps(run: Path) -> list[int]:
     from rbctl.store.jsonl import read_jsonl
+    from rbctl.store.rundir import METRICS
 
-    return [r["step"] for r in read_jsonl(run / "metrics.jsonl")]
+    return [r["step"] for r in read_jsonl(run / METRICS)]
 
 
 def kill_when(cmd: list[str], ready, rng: random.Random, env: dict | None = None, timeout_s: float = 300) -> str:
@@ -99,7 +100,9 @@ def disk_fault(spec: str, cfg: Path, straight: Path, run: Path, steps: int) -> s
     torn = [p for p in run.rglob("*") if p.name.startswith(".") and ".tmp" in p.name]
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if kind == "eval_summary":
-        equal = again.returncode == 0 and any(run.rglob("summary.json"))
+        from rbctl.store.rundir import SUMMARY
+
+        equal = again.returncode == 0 and any(run.rglob(SUMMARY))
     else:
         final = f"checkpoints/step_{steps:06d}/model/model.safetensors"
         equal = again.returncode == 0 and same_weights(straight / final, run / final) and \

@@ -1,93 +1,89 @@
-"""Print the Markdown of the README's "Results" section from a sweep's report numbers.
+"""Print docs/results.md: a dated, self-describing Markdown document of a sweep's results.
 
-    python -m scripts.readme_results SWEEP_DIR [--report REPORT_DIR]
+    python -m scripts.readme_results SWEEP_DIR [--report REPORT_DIR] [--command "rbctl ablate ..."] > docs/results.md
 
 Builds the report (`rbctl.report.make_report`, into a temporary folder unless ``--report`` names an
-existing one) and prints only numbers read back from its tables, so the README can be regenerated
-and cannot drift from the data: the date the runs last wrote, the number of seeds, every Δ with its
-t-interval, Holm-adjusted p and per-seed values, the final entropy and κ_eff tables, and the plateau
-verdict of the GRPO arm.
+existing one) and prints only what its tables hold, so the document is regenerated, never edited:
+the date, the commit the runs ran (their provenance's ``git_commit``), the command, the machine
+(CPU model and instruction sets from /proc/cpuinfo), then the principal verdicts, the power of the
+design, the warm starts, the plateau test, escape times, final scores and the exploratory tables.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import os
 import sys
 import tempfile
 from pathlib import Path
 
-import pandas as pd
 
 from rbctl.report import make_report
-from rbctl.report.tables import delta, markdown_table, num, with_ci
+from rbctl.report.load import find_runs
+from rbctl.store.read import newest_metrics_time
+
+ISA_FLAGS = ("avx2", "avx512f", "amx_bf16", "amx_int8", "amx_tile")
+# (table file, heading, what the document says about it)
+SECTIONS = (
+    ("verdicts", "Principal comparisons", "The comparisons the sweep file states before running (or, without them, every "
+     "stated pair as one family): Δ in points with a 95% t-interval over units, Holm-adjusted p, P(improvement)."),
+    ("power", "Power of the design", "Paired two-sided t-test at α/m; planning SD from the sweep file, measured SD from "
+     "these runs."),
+    ("warm_starts", "Warm starts", "Per warm start, over warm starts (the warm start as the unit) and pooled; the share "
+     "of Δ's variance between warm starts."),
+    ("plateau", "Plateau test (plain GRPO)", "Criterion by criterion over units; the last row is the old warm-start "
+     "pass@G ceiling."),
+    ("plateau_units", None, "Per unit."),
+    ("escape", "Escape time", "Kaplan–Meier median and restricted mean escape step per arm."),
+    ("escape_logrank", None, "Log-rank tests (unadjusted)."),
+    ("final_scores", "Final scores", "Mean over units, 95% t-interval over units."),
+    ("iqm", None, "Interquartile mean with a stratified bootstrap interval."),
+    ("exploratory", "Exploratory comparisons", "Not in the principal family: unadjusted p, and Holm over this family."),
+    ("comparisons", "Comparisons in detail", "Every stated pair with its per-unit Δ."),
+    ("entropy_cause", "Entropy and κ_eff vs pass@1", "Between arms (arm means) and within arms (run − arm mean)."),
+    ("final_entropy_kappa", None, "Final entropy, κ and κ_eff (last quarter of each run)."),
+)
 
 
-def _runs_date(sweep: Path) -> str:
-    """The UTC date of the newest metrics.jsonl under the sweep (when its runs last logged)."""
-    times = [p.stat().st_mtime for p in Path(sweep).rglob("metrics.jsonl")]
-    if not times:
-        return "unknown"
-    return dt.datetime.fromtimestamp(max(times), tz=dt.timezone.utc).date().isoformat()
+def cpu_description(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """``AMD EPYC (16 logical CPUs); avx2 yes, avx512f yes, amx_bf16 no, …`` from /proc/cpuinfo."""
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        return "unknown (no /proc/cpuinfo)"
+    model = next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")), "unknown")
+    flags = set(next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), []))
+    cpus = sum(line.startswith("processor") for line in text.splitlines())
+    isa = ", ".join(f"{f} {'yes' if f in flags else 'no'}" for f in ISA_FLAGS)
+    return f"{model} ({cpus} logical CPUs, {os.cpu_count()} usable); {isa}"
 
 
-def _ci(m, lo, hi) -> str:
-    return f"{num(m)} [{num(lo)}, {num(hi)}]"
-
-
-def readme_markdown(sweep: Path, report_dir: Path) -> str:
-    """The Results section from ``report_dir/tables/*.csv`` (a report of ``sweep``)."""
-    t = Path(report_dir) / "tables"
-    read = lambda name: pd.read_csv(t / f"{name}.csv") if (t / f"{name}.csv").is_file() else pd.DataFrame()  # noqa: E731
-    runs, scores, comps = read("runs"), read("final_scores"), read("comparisons")
-    seeds = sorted(runs.groupby("arm")["seed"].nunique().unique()) if len(runs) else []
-    out = ["## Results", "",
-           f"Sweep `{Path(sweep).name}`, runs last logged on {_runs_date(sweep)}; {len(runs)} runs, "
-           f"{runs['arm'].nunique() if len(runs) else 0} arms, seeds per arm: {', '.join(map(str, seeds)) or 'none'}. "
-           "Generated by `python -m scripts.readme_results` from `rbctl report`'s tables; do not edit by hand.", ""]
-    if len(scores):
-        shown = pd.DataFrame({"arm": scores["arm"], "benchmark": scores["benchmark"], "seeds": scores["seeds"],
-                              "avg@n %": [with_ci(*x) for x in zip(scores["avg"], scores["avg_lo"], scores["avg_hi"])],
-                              "pass@n %": [with_ci(*x) for x in zip(scores["pass_k"], scores["pass_k_lo"],
-                                                                    scores["pass_k_hi"])],
-                              "maj@k %": [with_ci(*x) for x in zip(scores["maj"], scores["maj_lo"], scores["maj_hi"])]})
-        out += ["### Final scores", "", "Mean over seeds, 95% t-interval over seeds.", "", markdown_table(shown)]
-    if len(comps):
-        shown = pd.DataFrame({
-            "comparison": comps["arm"] + " − " + comps["ref"], "benchmark": comps["benchmark"],
-            "metric": comps["metric"], "seeds": comps["seeds"],
-            "Δ points [95% t-CI, unadj.]": [delta(*x) for x in zip(comps["delta"], comps["delta_lo"], comps["delta_hi"])],
-            "per-seed Δ (points)": [", ".join(f"{100 * float(v):+.1f}" for v in str(s).split(","))
-                                    for s in comps["per_seed_delta"]],
-            "Holm p": [num(p) for p in comps["p_holm"]],
-            "significant": ["yes" if s else "no" for s in comps["significant"]]})
-        out += ["### Comparisons", "", f"Paired by seed; Holm–Bonferroni over all {len(comps)} comparisons "
-                "(α = 0.05); the intervals are not adjusted for multiplicity.", "", markdown_table(shown)]
-    desc = read("final_entropy_kappa")
-    if len(desc):
-        shown = pd.DataFrame({"arm": desc["arm"], "seeds": desc["seeds"],
-                              "final entropy (nats/token)": [_ci(*x) for x in zip(
-                                  desc["entropy_final"], desc["entropy_final_lo"], desc["entropy_final_hi"])],
-                              "final κ_eff": [_ci(*x) for x in zip(
-                                  desc["kappa_eff_final"], desc["kappa_eff_final_lo"], desc["kappa_eff_final_hi"])]})
-        out += ["### Entropy and κ_eff", "", "Each run's mean over the last quarter of its logged values; mean over "
-                "seeds with a 95% t-interval over seeds.", "", markdown_table(shown)]
-    cause = read("entropy_cause")
-    if len(cause):
-        shown = pd.DataFrame({"x": cause["x"], "runs": cause["runs"], "n": cause["n"],
-                              "Spearman ρ [95% CI]": [f"{num(r, 2)} [{num(lo, 2)}, {num(hi, 2)}]" for r, lo, hi in
-                                                      zip(cause["rho"], cause["rho_lo"], cause["rho_hi"])]})
-        out += ["### Entropy and κ_eff vs held-out pass@1", "", markdown_table(shown)]
-    plateau = read("plateau")
-    if len(plateau):
-        held = lambda h: {"True": "yes", "False": "no"}.get(str(h), "not evaluated")  # noqa: E731
-        overall = plateau[plateau["criterion"] == "plateau"].iloc[0]
-        out += ["### Plateau test", "", f"Arm `{overall['arm']}`: the plateau "
-                f"{'held' if str(overall['held']) == 'True' else 'did not hold'}.", ""]
-        out += [f"- {r.criterion}: {held(r.held)} — {r.detail}" for r in plateau.itertuples() if r.criterion != "plateau"]
-        out.append("")
-    if not len(scores) and not len(comps):
-        out += ["No final evaluations in the report.", ""]
+def results_markdown(sweep: Path, report_dir: Path, command: str | None = None, cpuinfo: Path = Path("/proc/cpuinfo"),
+                     today: dt.date | None = None) -> str:
+    """The document, from ``report_dir/tables/*.md`` (a report of ``sweep``)."""
+    runs, _ = find_runs([sweep])
+    commits = sorted({str(r.provenance.get("git_commit")) for r in runs if r.provenance.get("git_commit")})
+    logged = newest_metrics_time(sweep)
+    last = dt.datetime.fromtimestamp(logged, tz=dt.timezone.utc).date().isoformat() if logged else "unknown"
+    per_arm = sorted({sum(r.arm == a for r in runs) for a in {r.arm for r in runs}})
+    name = next((r.sweep for r in runs if r.sweep), Path(sweep).name)
+    out = ["# Results", "",
+           f"Generated on {(today or dt.date.today()).isoformat()} by `python -m scripts.readme_results {sweep}` from "
+           "`rbctl report`'s tables; do not edit by hand.", "",
+           f"- Sweep `{name}` in `{sweep}`: {len(runs)} runs, {len({r.arm for r in runs})} arms, units per arm: "
+           f"{', '.join(map(str, per_arm)) or 'none'}; runs last logged on {last}.",
+           f"- Commit: {', '.join(f'`{c}`' for c in commits) or 'unknown (no provenance)'} (the runs' provenance).",
+           f"- Command: `{command or f'rbctl ablate SWEEP.yaml -o {sweep}'}`.",
+           f"- Machine (where this document was generated): {cpu_description(cpuinfo)}.", ""]
+    tables = Path(report_dir) / "tables"
+    for name, heading, note in SECTIONS:
+        f = tables / f"{name}.md"
+        if not f.is_file():
+            continue
+        if heading:
+            out += [f"## {heading}", ""]
+        out += [note, "", f.read_text().rstrip(), ""]
     return "\n".join(out)
 
 
@@ -95,13 +91,14 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("sweep", type=Path)
     p.add_argument("--report", type=Path, default=None, help="an existing report folder of SWEEP (else one is built)")
+    p.add_argument("--command", default=None, help="the command that ran the sweep (printed in the document)")
     args = p.parse_args(argv)
     if args.report is not None:
-        print(readme_markdown(args.sweep, args.report))
+        print(results_markdown(args.sweep, args.report, args.command))
         return 0
     with tempfile.TemporaryDirectory() as tmp:
         make_report([args.sweep], Path(tmp) / "report")
-        print(readme_markdown(args.sweep, Path(tmp) / "report"))
+        print(results_markdown(args.sweep, Path(tmp) / "report", args.command))
     return 0
 
 

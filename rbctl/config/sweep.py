@@ -3,9 +3,10 @@ evaluation of every run and the launcher settings."""
 
 from __future__ import annotations
 
-from typing import Any, Optional
+import re
+from typing import Any, Literal, Optional
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from rbctl.config.base import Section
 from rbctl.config.launcher import LauncherCfg
@@ -21,6 +22,50 @@ class SweepEval(Section):
     data_dir: Optional[str] = Field(None, description="Local benchmark JSONL directory (else RBCTL_DATA_DIR or the Hub).")
 
 
+_METRIC = re.compile(r"avg@n|pass@[1-9][0-9]*")
+
+
+class Comparisons(Section):
+    """The principal comparisons, stated before running (docs/method.md, "Comparing arms"): the only
+    Holm–Bonferroni family of the report; every other comparison it shows is exploratory."""
+
+    principal: list[tuple[str, str]] = Field(..., min_length=1, description="Principal comparisons as [arm, reference] pairs (Δ = arm − reference).")
+    metric: str = Field("avg@n", description="Principal metric: avg@n (pass@1 from n samples) or pass@k with k <= eval.n.")
+    benchmark: Optional[str] = Field(None, description="Benchmark of the principal metric (null = the first of eval.benchmarks).")
+    alpha: float = Field(0.05, gt=0.0, lt=1.0, description="Family-wise error rate of the principal family (Holm–Bonferroni).")
+    mde: float = Field(..., gt=0.0, description="Minimum detectable effect the design must detect, in points of the metric.")
+    planning_sd: float = Field(..., gt=0.0, description="Per-unit SD of Δ (points) the number of units was chosen from.")
+    power: float = Field(0.8, gt=0.0, lt=1.0, description="Power at mde the design was chosen for (paired two-sided t-test at alpha/m).")
+
+    @field_validator("metric")
+    @classmethod
+    def _metric(cls, v):
+        if not _METRIC.fullmatch(v):
+            raise ValueError("must be avg@n or pass@k (k >= 1)")
+        return v
+
+    @field_validator("principal")
+    @classmethod
+    def _pairs(cls, pairs):
+        for i, (arm, ref) in enumerate(pairs):
+            if arm == ref:
+                raise ValueError(f"pair {i} compares arm '{arm}' with itself")
+        dup = [p for i, p in enumerate(pairs) if p in pairs[:i]]
+        if dup:
+            raise ValueError(f"pair [{dup[0][0]}, {dup[0][1]}] is listed twice")
+        return pairs
+
+
+class Escape(Section):
+    """When a run leaves the plateau's shortcut: the first periodic evaluation at which a logged
+    eval.jsonl value crosses a threshold (docs/method.md, "Premature convergence", escape time)."""
+
+    metric: str = Field("label/strategy/walk", description="Key of the periodic evaluation, e.g. label/strategy/walk (share of samples that walk).")
+    threshold: float = Field(0.5, description="The run has escaped at the first evaluation where metric crosses this value.")
+    direction: Literal["above", "below"] = Field("above", description="Escaped when metric >= threshold (above) or <= threshold (below).")
+    benchmark: Optional[str] = Field(None, description="Benchmark of the periodic evaluation (null = the first of eval.benchmarks).")
+
+
 class SweepConfig(Section):
     name: str = Field("sweep", description="Sweep name (shown in reports).")
     base: str = Field(..., description="Base training config YAML, relative to the sweep file.")
@@ -32,6 +77,8 @@ class SweepConfig(Section):
     jobs: int = Field(2, ge=1, description="Runs in parallel (worker processes); threads are divided between them.")
     allow_unequal_compute: bool = Field(False, description="Allow arms to differ in steps, P, G, max_new_tokens, ppo_epochs or ppo_mini_batch_size.")
     launcher: Optional[LauncherCfg] = Field(None, description="submitit settings for `--launcher submitit` (Slurm, or its local mode).")
+    comparisons: Optional[Comparisons] = Field(None, description="Principal comparisons, metric and power design, stated before running (null = every stated pair, one Holm family).")
+    escape: Optional[Escape] = Field(None, description="Escape-time analysis of the report (null = off).")
 
     @field_validator("seeds")
     @classmethod
@@ -49,6 +96,24 @@ class SweepConfig(Section):
             if not name or "/" in name or name.startswith("."):
                 raise ValueError(f"arm name '{name}' is not a valid directory name")
         return arms
+
+    @model_validator(mode="after")
+    def _comparisons_name_arms(self):
+        if self.comparisons is not None:
+            for i, pair in enumerate(self.comparisons.principal):
+                for arm in pair:
+                    if arm not in self.arms:
+                        raise ValueError(f"config key 'comparisons.principal.{i}': unknown arm '{arm}' "
+                                         f"(the sweep's arms: {', '.join(self.arms)})")
+            m = re.fullmatch(r"pass@(\d+)", self.comparisons.metric)
+            if m and int(m.group(1)) > self.eval.n:
+                raise ValueError(f"config key 'comparisons.metric': {self.comparisons.metric} needs k <= eval.n = "
+                                 f"{self.eval.n}")
+            bench = self.comparisons.benchmark
+            if bench is not None and bench not in self.eval.benchmarks:
+                raise ValueError(f"config key 'comparisons.benchmark': '{bench}' is not one of eval.benchmarks "
+                                 f"({', '.join(self.eval.benchmarks)})")
+        return self
 
 
 def arm_variant(algo: dict, rollout: dict | None = None) -> str:

@@ -38,6 +38,7 @@ from rbctl.config.eval import BUILTIN_MAX_NEW_TOKENS, EvalConfig
 from rbctl.rollout.base import Engine, SamplingParams
 from rbctl.rollout.factory import build_engine, default_batch_size
 from rbctl.store.atomic import write_atomic
+from rbctl.store.rundir import SUMMARY
 from rbctl.tasks.registry import benchmark_for, is_custom_spec
 
 if TYPE_CHECKING:
@@ -249,7 +250,7 @@ def _write_outputs(bench_dir: Path, summary, probs, samples, grades) -> None:
                 "finished": bool(s.finished), "num_tokens": len(s.token_ids),
             }, ensure_ascii=False))
     write_atomic(bench_dir / "samples.jsonl", "".join(line + "\n" for line in lines))
-    write_atomic(bench_dir / "summary.json", json.dumps(summary, indent=2, ensure_ascii=False) + "\n", kind="eval_summary")
+    write_atomic(bench_dir / SUMMARY, json.dumps(summary, indent=2, ensure_ascii=False) + "\n", kind="eval_summary")
 
 
 def bench_dir_name(benchmark: str) -> str:

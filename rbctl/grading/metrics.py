@@ -4,8 +4,8 @@ Definitions (docs/method.md, "Evaluation metrics"), for P problems with n sample
 - avg@n   = (1/P) Σ_i c_i / n                       ("pass@1 from n samples")
 - pass@k  = (1/P) Σ_i [1 − C(n−c_i, k) / C(n, k)]   (unbiased; Chen et al. 2021, Codex paper)
 - maj@k   = (1/P) Σ_i 1[the most voted answer among the first k samples of problem i is correct]
-- every figure carries a 95% percentile-bootstrap interval over problems (and over seeds, where
-  there are seeds).
+- every figure carries a 95% percentile-bootstrap interval over problems (`bootstrap_ci`; across
+  seeds, `rbctl.report` takes over: docs/method.md, "Comparing arms").
 """
 
 from __future__ import annotations
@@ -15,20 +15,28 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k for one problem: 1 − C(n−c, k) / C(n, k).
+def pass_at_k(n, c, k: int):
+    """Unbiased pass@k: 1 − C(n−c, k) / C(n, k) for a problem with ``n`` samples, ``c`` correct.
 
     Product form (Codex paper, Fig. 3), free of huge binomials:
         C(n−c, k) / C(n, k) = Π_{i=n−c+1}^{n} (1 − k / i)
     and the estimate is exactly 1 when n − c < k (every k-subset holds a correct sample).
+    ``n`` and ``c`` are ints (a float is returned) or arrays of one shape (an array of pass@k per
+    cell, e.g. ``[seeds, problems]``); every cell needs 0 ≤ c ≤ n and 1 ≤ k ≤ n.
     """
-    if not 0 <= c <= n:
+    n_a, c_a = np.asarray(n, dtype=int), np.asarray(c, dtype=int)
+    if n_a.shape != c_a.shape:
+        raise ValueError(f"n and c have shapes {n_a.shape} and {c_a.shape}")
+    if ((c_a < 0) | (c_a > n_a)).any():
         raise ValueError(f"need 0 <= c <= n, got c={c}, n={n}")
-    if not 1 <= k <= n:
-        raise ValueError(f"need 1 <= k <= n, got k={k}, n={n}")
-    if n - c < k:
-        return 1.0
-    return float(1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
+    if n_a.size and not 1 <= k <= int(n_a.min()):
+        raise ValueError(f"need 1 <= k <= n, got k={k}, n={int(n_a.min())}")
+    out = np.ones(n_a.shape, dtype=float)
+    flat_n, flat_c, flat_out = n_a.ravel(), c_a.ravel(), out.reshape(-1)
+    for i, (ni, ci) in enumerate(zip(flat_n, flat_c)):
+        if ni - ci >= k:
+            flat_out[i] = 1.0 - float(np.prod(1.0 - k / np.arange(ni - ci + 1, ni + 1)))
+    return float(out) if out.ndim == 0 else out
 
 
 def avg_at_n(correct: np.ndarray) -> float:
@@ -107,29 +115,6 @@ def bootstrap_ci(
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, values.size, size=(n_boot, values.size))  # [n_boot, P]
     means = values[idx].mean(axis=1)
-    lo, hi = np.quantile(means, [alpha / 2, 1 - alpha / 2])
-    return float(lo), float(hi)
-
-
-def bootstrap_ci_2d(
-    values: np.ndarray, n_boot: int = 2000, alpha: float = 0.05, seed: int = 0
-) -> tuple[float, float]:
-    """Percentile bootstrap of the grand mean of ``values[seeds, problems]``.
-
-    Each resample draws S seeds and P problems independently with replacement and averages the
-    selected S×P block, so the interval reflects variation across both training seeds and
-    problems.
-    """
-    values = np.asarray(values, dtype=float)
-    if values.ndim != 2 or values.size == 0:
-        raise ValueError(f"need a non-empty [seeds, problems] array, got shape {values.shape}")
-    n_seeds, n_problems = values.shape
-    rng = np.random.default_rng(seed)
-    means = np.empty(n_boot)
-    for b in range(n_boot):
-        s = rng.integers(0, n_seeds, size=n_seeds)
-        p = rng.integers(0, n_problems, size=n_problems)
-        means[b] = values[np.ix_(s, p)].mean()
     lo, hi = np.quantile(means, [alpha / 2, 1 - alpha / 2])
     return float(lo), float(hi)
 

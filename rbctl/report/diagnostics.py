@@ -1,27 +1,28 @@
 """Per-arm diagnostics of a report: final entropy and κ_eff, the plateau test of the GRPO arm, and
-"is entropy the cause?" (each run's final entropy and κ_eff against its held-out pass@1).
+entropy / κ_eff against held-out pass@1, between arms and within arms.
 
-Each function returns numbers (DataFrames, verdicts); build.py writes and shows them.
+Each function returns numbers (DataFrames, verdicts); the build modules write and show them.
 """
 
 from __future__ import annotations
 
 import pandas as pd
 
-from rbctl.report.load import Run
-from rbctl.report.plateau import PlateauVerdict, plateau_check
+from rbctl.report.load import Run, unit_label
+from rbctl.report.plateau import PlateauVerdict, per_unit_criteria, plateau_check
 from rbctl.report.series import final_heldout, final_metric, run_series
-from rbctl.report.stats import spearman_ci, t_interval
+from rbctl.report.stats import pearson_ci, t_interval
 
 DESCRIPTIVE = (("entropy", "entropy"), ("kappa", "κ"), ("kappa_eff", "κ_eff"))
+ASSOCIATED = (("entropy_final", "final entropy (nats/token)"), ("kappa_eff_final", "final κ_eff"))
 
 
 def final_descriptives(by_arm: dict[str, list[Run]]) -> pd.DataFrame:
     """Per arm: each run's final entropy, κ, κ_eff (mean over its last quarter of logged values), their
-    mean over seeds with a 95% t-interval over seeds, and the per-seed values."""
+    mean over units with a 95% t-interval over units, and the per-unit values."""
     rows = []
     for arm, runs in by_arm.items():
-        row = {"arm": arm, "seeds": len(runs), "seed_list": ",".join(str(r.seed) for r in runs)}
+        row = {"arm": arm, "seeds": len(runs), "seed_list": ",".join(unit_label(r.unit) for r in runs)}
         for key, _ in DESCRIPTIVE:
             vals = [final_metric(r, key) for r in runs]
             m, lo, hi = t_interval(vals)
@@ -32,45 +33,69 @@ def final_descriptives(by_arm: dict[str, list[Run]]) -> pd.DataFrame:
 
 
 def plateau_of_arm(runs: list[Run], benchmark: str, ceiling: float | None) -> PlateauVerdict:
-    """`plateau_check` on one arm's runs: held-out avg@n on ``benchmark`` from eval.jsonl (the final
-    evaluation appended when it is later than the last periodic one) and metrics ``entropy``."""
+    """`plateau_check` on one arm's runs: held-out avg@n on ``benchmark`` from the periodic
+    evaluation (the final evaluation appended when it is later than the last periodic one) and the
+    training metric ``entropy``."""
     heldout, entropy = {}, {}
     for r in runs:
-        s = run_series(r, "", benchmark)
+        s = run_series(r, "avg@n", benchmark)
         if r.final_step is not None and benchmark in r.finals and (not len(s) or r.final_step > s.index.max()):
             s.loc[r.final_step] = final_heldout(r, benchmark)
         if len(s):
-            heldout[r.seed] = (list(s.index), list(s.values))
+            heldout[r.unit] = (list(s.index), list(s.values))
         e = run_series(r, "entropy")
         if len(e):
-            entropy[r.seed] = (list(e.index), list(e.values))
+            entropy[r.unit] = (list(e.index), list(e.values))
     return plateau_check(heldout, entropy, ceiling)
 
 
-def plateau_table(arm: str, v: PlateauVerdict) -> pd.DataFrame:
-    """One row per criterion and one for the overall verdict."""
+def plateau_table(arm: str, v: PlateauVerdict, old: PlateauVerdict, old_source: str) -> pd.DataFrame:
+    """One row per criterion, the overall verdict, and the below-ceiling criterion against the old
+    ceiling (the warm start's pass@G, ``old_source``) for comparison."""
     rows = [{"arm": arm, "criterion": c.name, "held": c.held, "value": c.value, "threshold": c.threshold,
              "detail": c.detail} for c in v.criteria]
     rows.append({"arm": arm, "criterion": "plateau", "held": v.held, "value": None, "threshold": None,
-                 "detail": f"all three criteria held over {v.seeds} seeds" if v.held else
+                 "detail": f"all three criteria held over {v.seeds} units" if v.held else
                  "at least one criterion did not hold or was not evaluated"})
+    c = old.below_ceiling
+    rows.append({"arm": arm, "criterion": "below_ceiling (old: warm start's pass@G)", "held": c.held,
+                 "value": c.value, "threshold": c.threshold, "detail": f"{c.detail}; ceiling: {old_source}"})
     return pd.DataFrame(rows)
 
 
+def plateau_units(v: PlateauVerdict, ceiling: float | None) -> pd.DataFrame:
+    """Per unit: the numbers behind each criterion and whether it holds for that unit alone."""
+    rows = per_unit_criteria(v, ceiling)
+    return pd.DataFrame([{**r, "unit": unit_label(r["unit"])} for r in rows])
+
+
 def run_points(runs: list[Run], benchmark: str) -> pd.DataFrame:
-    """One row per run: arm, seed, final entropy, final κ_eff (last-quarter means), held-out pass@1."""
-    return pd.DataFrame([{"arm": r.arm, "seed": r.seed, "entropy_final": final_metric(r, "entropy"),
+    """One row per run: arm, unit, final entropy, final κ_eff (last-quarter means), held-out pass@1."""
+    return pd.DataFrame([{"arm": r.arm, "seed": unit_label(r.unit), "entropy_final": final_metric(r, "entropy"),
                           "kappa_eff_final": final_metric(r, "kappa_eff"),
                           "heldout_pass1": final_heldout(r, benchmark)} for r in runs])
 
 
-def correlations(points: pd.DataFrame) -> pd.DataFrame:
-    """Spearman ρ (Fisher-z 95% interval) of held-out pass@1 with final entropy and with final κ_eff,
-    across all runs and within each arm."""
+def split_levels(points: pd.DataFrame, key: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(between, within) for ``key`` vs held-out pass@1: the arm means (one row per arm), and each
+    run's values minus its arm's means. Both have columns arm, x, y; runs missing either value are
+    left out."""
+    ok = points[["arm", key, "heldout_pass1"]].dropna().rename(columns={key: "x", "heldout_pass1": "y"})
+    between = ok.groupby("arm", sort=True)[["x", "y"]].mean().reset_index()
+    centred = ok[["x", "y"]] - ok.groupby("arm")[["x", "y"]].transform("mean")
+    return between, centred.assign(arm=ok["arm"].to_numpy())[["arm", "x", "y"]]
+
+
+def associations(points: pd.DataFrame) -> pd.DataFrame:
+    """Pearson r (95% Fisher-z interval, p) of held-out pass@1 with final entropy and with final
+    κ_eff at two levels: between arms (over the k arm means: k units) and within arms (each run
+    minus its arm's mean, pooled: N runs − k arm means = N − k units; rmcorr)."""
     rows = []
-    groups = [("all runs", points)] + [(a, g) for a, g in points.groupby("arm", sort=True)]
-    for key in ("entropy_final", "kappa_eff_final"):
-        for name, g in groups:
-            rho, lo, hi, n = spearman_ci(g[key].to_numpy(float), g["heldout_pass1"].to_numpy(float))
-            rows.append({"x": key, "runs": name, "n": n, "rho": rho, "rho_lo": lo, "rho_hi": hi})
+    for key, _ in ASSOCIATED:
+        between, within = split_levels(points, key)
+        for level, df, lost, basis in (("between arms", between, 0, "arm means"),
+                                       ("within arms", within, between["arm"].nunique(), "runs − arm means")):
+            r, lo, hi, p, units = pearson_ci(df["x"], df["y"], lost=lost)
+            rows.append({"x": key, "level": level, "units": units, "basis": basis, "points": len(df), "r": r,
+                         "r_lo": lo, "r_hi": hi, "p": p})
     return pd.DataFrame(rows)

@@ -1,27 +1,27 @@
-"""Finding runs and sweeps on disk and reading run directories (no statistics here).
+"""Finding runs and sweeps on disk and reading them (through `rbctl.store.read`; no statistics here).
 
-A run directory holds ``metrics.jsonl`` (one record per optimizer step), optionally ``run.json``
-(arm, seed, baseline, variant), ``config.yaml``, ``eval.jsonl`` (periodic held-out evaluation, one
-line per (step, benchmark); a step-0 line is the warm start) and final evaluations
-``eval/step_XXXXXX/<bench>/summary.json`` (``eval/periodic/`` is never a final evaluation). A sweep
-directory holds ``runs/<arm>/seed_<s>/`` and/or ``state.json``, optionally ``ceiling.json``.
+A run directory (`rbctl.store.rundir`) gives the metrics log, run.json (arm, seed, baseline,
+variant, warm start), the resolved config, the periodic held-out evaluation (one line per (step,
+benchmark); step 0 is the warm start) and its final evaluations. A sweep directory holds
+``runs/<arm>/seed_<s>/`` or, crossing warm starts, ``runs/<arm>/<warm start>/seed_<s>/``, its
+state file, its resolved sweep file, and optionally a ceiling file.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
-from rbctl.config.sweep import arm_variant
+from rbctl.config.base import validate
+from rbctl.config.sweep import Comparisons, Escape, arm_variant
 from rbctl.errors import UserError
+from rbctl.store import read
+from rbctl.store.rundir import SWEEP_FILE, SWEEP_RUNS
 
 SEARCH_DEPTH = 3  # levels below an input directory searched for runs and sweeps
-SKIP_DIRS = {"eval", "checkpoints", "report", "tb", "wandb", "figures", "tables", "data"}
+IGNORED_CONFIG_KEYS = ("seed", "threads", "log")  # what may differ between two runs of one training config
 
 
 @dataclass
@@ -39,13 +39,25 @@ class Run:
     metrics: list[dict]  # metrics.jsonl, one record per step
     evals: list[dict]  # eval.jsonl, one record per (step, benchmark)
     final_step: int | None  # step of the final evaluation used
-    finals: dict[str, dict] = field(default_factory=dict)  # benchmark -> summary.json
-    group_size: int | None = None  # G (rollout.group_size in config.yaml)
+    finals: dict[str, dict] = field(default_factory=dict)  # benchmark -> its final evaluation summary
+    group_size: int | None = None  # G (rollout.group_size of the config)
     sweep_dir: Path | None = None
+    warm_start: str | None = None  # the warm start, when the sweep crosses warm starts with seeds
+    config: dict = field(default_factory=dict)  # the resolved training config ({} when absent)
+    provenance: dict = field(default_factory=dict)
+
+    @property
+    def unit(self) -> tuple[str, int]:
+        """What pairs this run with the other arms' runs: (warm start or "", seed)."""
+        return (self.warm_start or "", self.seed)
 
     @property
     def name(self) -> str:
-        return f"{self.arm}/seed_{self.seed}"
+        return f"{self.arm}/{self.warm_start}/seed_{self.seed}" if self.warm_start else f"{self.arm}/seed_{self.seed}"
+
+    def training_config(self) -> dict:
+        """The config without what may differ between runs of one arm (`IGNORED_CONFIG_KEYS`)."""
+        return {k: v for k, v in self.config.items() if k not in IGNORED_CONFIG_KEYS}
 
     @property
     def last_step(self) -> int:
@@ -61,109 +73,58 @@ class Issue:
     detail: str = ""
 
 
-def read_json(path: Path) -> dict:
-    """A JSON file; invalid JSON is a `UserError` naming the file."""
-    try:
-        return json.loads(Path(path).read_text())
-    except json.JSONDecodeError as e:
-        raise UserError(f"{path}: invalid JSON ({e})") from None
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    """Every complete line of a JSONL file ([] if absent). A torn last line (a crash mid-write) is
-    dropped; an invalid line before the last one is a `UserError`."""
-    path = Path(path)
-    if not path.is_file():
-        return []
-    lines = path.read_text().splitlines()
-    out = []
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError as e:
-            if i == len(lines) - 1:
-                break
-            raise UserError(f"{path}: invalid JSON line before the last one ({e})") from None
-    return out
-
-
-variant_of = arm_variant  # runs without run.json: the variant from the saved config
-
-
-def final_summaries(run_dir: Path) -> tuple[int | None, dict[str, dict]]:
-    """The highest ``RUN/eval/step_XXXXXX`` holding a summary.json, and its summaries by benchmark."""
-    found = []
-    for d in (Path(run_dir) / "eval").glob("step_*"):
-        m = re.fullmatch(r"step_(\d+)", d.name)
-        if m and d.is_dir():
-            files = sorted(d.glob("*/summary.json"))
-            if files:
-                found.append((int(m.group(1)), files))
-    if not found:
-        return None, {}
-    step, files = max(found, key=lambda t: t[0])
-    summaries = {}
-    for f in files:
-        s = read_json(f)
-        summaries[str(s.get("benchmark", f.parent.name))] = s
-    return step, summaries
+def unit_label(unit: tuple[str, int]) -> str:
+    """``3`` for seed 3; ``ws_a/3`` for seed 3 of warm start ws_a."""
+    return f"{unit[0]}/{unit[1]}" if unit[0] else str(unit[1])
 
 
 def load_run(path: Path, sweep: str | None = None, status: str = "", sweep_dir: Path | None = None) -> Run:
-    """Read one run directory (see the module docstring for what is used)."""
+    """Read one run directory (`rbctl.store.read.read_run`). Without run.json the arm, warm start and
+    seed come from the sweep layout (``<arm>/seed_<s>`` or ``<arm>/<ws>/seed_<s>`` below runs/, the
+    directory's own name otherwise) and the variant from the config."""
     path = Path(path)
-    info = read_json(path / "run.json") if (path / "run.json").is_file() else {}
-    cfg = {}
-    if (path / "config.yaml").is_file():
-        cfg = yaml.safe_load((path / "config.yaml").read_text()) or {}
+    data = read.read_run(path)
+    info, cfg = data["meta"], data["config"]
     algo = cfg.get("algo") or {}
     seed_dir = re.fullmatch(r"seed_(\d+)", path.name)
-    # A sweep's run dir is <arm>/seed_<s>: its name is the seed, its parent's the arm.
-    default_arm = path.parent.name if seed_dir else path.name
+    below = path.relative_to(sweep_dir / SWEEP_RUNS).parts if sweep_dir is not None else ()
+    deep = seed_dir is not None and len(below) == 3  # <arm>/<warm start>/seed_<s>
+    default_arm = (path.parent.parent.name if deep else path.parent.name) if seed_dir else path.name
     seed = info.get("seed", cfg.get("seed"))
     if seed is None:
         seed = int(seed_dir.group(1)) if seed_dir else 0
-    final_step, finals = final_summaries(path)
     g = (cfg.get("rollout") or {}).get("group_size")
+    ws = info.get("warm_start") or (path.parent.name if deep else None)
     return Run(
         path=path,
         arm=str(info.get("arm") or default_arm),
         seed=int(seed),
         baseline=str(info.get("baseline") or algo.get("estimator") or "unknown"),
-        variant=str(info.get("variant") or variant_of(algo, cfg.get("rollout"))),
+        variant=str(info.get("variant") or arm_variant(algo, cfg.get("rollout"))),
         sweep=info.get("sweep") or sweep,
         status=status,
         config_steps=cfg.get("steps"),
-        metrics=read_jsonl(path / "metrics.jsonl"),
-        evals=read_jsonl(path / "eval.jsonl"),
-        final_step=final_step,
-        finals=finals,
+        metrics=data["metrics"],
+        evals=data["evals"],
+        final_step=data["final_step"],
+        finals=data["finals"],
         group_size=int(g) if isinstance(g, int) else None,
         sweep_dir=sweep_dir,
+        warm_start=str(ws) if ws else None,
+        config=cfg,
+        provenance=data["provenance"],
     )
 
 
-def is_run(d: Path) -> bool:
-    return (Path(d) / "metrics.jsonl").is_file()
-
-
-def is_sweep(d: Path) -> bool:
-    return (Path(d) / "runs").is_dir() or (Path(d) / "state.json").is_file()
-
-
 def load_sweep(sweep: Path) -> tuple[list[Run], list[Issue]]:
-    """The runs of one sweep directory, and the runs its state.json names as not done or missing."""
+    """The runs of one sweep directory, and the runs its state file names as not done or missing."""
     sweep = Path(sweep)
-    state = read_json(sweep / "state.json").get("runs", {}) if (sweep / "state.json").is_file() else {}
+    state = read.read_sweep_state(sweep)
     runs, issues, on_disk = [], [], set()
-    for run_dir in sorted((sweep / "runs").glob("*/*")):
-        if run_dir.is_dir() and is_run(run_dir):
-            key = f"{run_dir.parent.name}/{run_dir.name}"
-            on_disk.add(key)
-            status = (state.get(key) or {}).get("status", "")
-            runs.append(load_run(run_dir, sweep=sweep.name, status=status, sweep_dir=sweep))
+    for key, run_dir in read.sweep_run_dirs(sweep):
+        on_disk.add(key)
+        runs.append(load_run(run_dir, sweep=sweep.name, status=(state.get(key) or {}).get("status", ""),
+                             sweep_dir=sweep))
     for key, entry in sorted(state.items()):
         entry = entry or {}
         status = entry.get("status", "unknown")
@@ -171,20 +132,20 @@ def load_sweep(sweep: Path) -> tuple[list[Run], list[Issue]]:
             kept = " (its logged steps are included)" if key in on_disk else ""
             issues.append(Issue(f"{sweep.name}/{key}", status, (entry.get("error") or "") + kept))
         elif key not in on_disk:
-            issues.append(Issue(f"{sweep.name}/{key}", "missing", "state.json says done, but runs/" + key
-                                + " has no metrics.jsonl"))
+            issues.append(Issue(f"{sweep.name}/{key}", "missing", f"the sweep's state says done, but runs/{key} "
+                                "has no metrics"))
     return runs, issues
 
 
 def _collect(d: Path, depth: int) -> tuple[list[Run], list[Issue], bool]:
-    if is_run(d):
+    if read.has_metrics(d):
         return [load_run(d)], [], True
-    if is_sweep(d):
+    if read.is_sweep(d):
         return (*load_sweep(d), True)
     runs, issues, found = [], [], False
     if depth < SEARCH_DEPTH:
         for child in sorted(d.iterdir()):
-            if child.is_dir() and child.name not in SKIP_DIRS and not child.name.startswith("."):
+            if child.is_dir() and child.name not in read.NOT_RUNS and not child.name.startswith("."):
                 r, i, f = _collect(child, depth + 1)
                 runs, issues, found = runs + r, issues + i, found or f
     return runs, issues, found
@@ -203,56 +164,77 @@ def find_runs(dirs: list[Path]) -> tuple[list[Run], list[Issue]]:
             raise UserError(f"{d} is not a directory")
         r, i, found = _collect(d, 0)
         if not found:
-            raise UserError(f"no run or sweep directory under {d} (a run holds metrics.jsonl; a sweep holds "
-                            "runs/ or state.json)")
+            raise UserError(f"no run or sweep directory under {d} (a run holds a metrics log; a sweep holds "
+                            "runs/ or a state file)")
         runs.update({x.path.resolve(): x for x in r})
         issues += [x for x in i if x not in issues]
-    out = sorted(runs.values(), key=lambda x: (x.arm, x.seed))
-    clash = {a for (a, _), c in Counter((x.arm, x.seed) for x in out).items() if c > 1}
+    out = sorted(runs.values(), key=lambda x: (x.arm, x.unit))
+    clash = {a for (a, _), c in Counter((x.arm, x.unit) for x in out).items() if c > 1}
     for x in out:
         if x.arm in clash:
             x.arm = f"{x.sweep or x.path.parent.parent.name}:{x.arm}"
-    dup = [k for k, c in Counter((x.arm, x.seed) for x in out).items() if c > 1]
+    dup = [k for k, c in Counter((x.arm, x.unit) for x in out).items() if c > 1]
     if dup:
-        paths = [str(x.path) for x in out if (x.arm, x.seed) == dup[0]]
-        raise UserError(f"runs {', '.join(paths)} are the same arm and seed ({dup[0][0]}, seed {dup[0][1]}); "
-                        "report them separately")
-    return sorted(out, key=lambda x: (x.arm, x.seed)), issues
+        paths = [str(x.path) for x in out if (x.arm, x.unit) == dup[0]]
+        raise UserError(f"runs {', '.join(paths)} are the same arm and unit ({dup[0][0]}, "
+                        f"{unit_label(dup[0][1])}); report them separately")
+    return sorted(out, key=lambda x: (x.arm, x.unit)), issues
 
 
 def default_out(dirs: list[Path]) -> Path:
-    """``SWEEP/report`` for a single sweep directory; anything else needs an explicit output folder."""
-    if len(dirs) == 1 and is_sweep(Path(dirs[0])) and not is_run(Path(dirs[0])):
+    """``DIR/report`` for a single input directory (a run or a sweep); several need an explicit one."""
+    if len(dirs) == 1:
         return Path(dirs[0]) / "report"
-    raise UserError("pass -o OUT: the output folder defaults to SWEEP/report only for a single sweep directory")
+    raise UserError("pass -o OUT: the output folder defaults to DIR/report only for a single input directory")
+
+
+def sweep_settings(runs: list[Run]) -> tuple[Comparisons | None, Escape | None, list[str]]:
+    """The report settings of the runs' sweep file (its resolved copy in the sweep directory): the
+    principal comparisons, the escape-time setting and the evaluation benchmarks. (None, None, [])
+    for runs outside a sweep; runs of several sweeps with different settings are an error."""
+    found = {}
+    for d in dict.fromkeys(r.sweep_dir for r in runs if r.sweep_dir):
+        sweep = read.read_sweep_file(d)
+        if not sweep:
+            continue
+        source = str(d / SWEEP_FILE)
+        comps = validate(Comparisons, sweep["comparisons"], source + " comparisons") if sweep.get("comparisons") else None
+        escape = validate(Escape, sweep["escape"], source + " escape") if sweep.get("escape") else None
+        benches = list((sweep.get("eval") or {}).get("benchmarks") or [])
+        found[source] = (comps, escape, benches)
+    if len({repr(v[:2]) for v in found.values()}) > 1:
+        raise UserError("the runs come from sweeps with different comparisons or escape settings ("
+                        + ", ".join(found) + "); report them separately")
+    return next(iter(found.values()), (None, None, []))
 
 
 @dataclass(frozen=True)
 class Ceiling:
-    """A pass@1 level shown reachable on the task (docs/method.md, "Premature convergence")."""
+    """A pass@1 level for the plateau test (docs/method.md, "Premature convergence")."""
 
     value: float | None  # fraction; None: unknown
     source: str
 
 
-def read_ceiling(runs: list[Run], dirs: list[Path], benchmark: str | None = None) -> Ceiling:
-    """The ceiling for the plateau test, in this order:
-
-    1. ``ceiling.json`` (``{"value": float, "source": "text"}``) in a sweep directory of the runs, or
-       in an input directory;
-    2. the warm start's pass@G: the mean over runs of ``pass@G`` on their step-0 ``eval.jsonl`` line
-       (``benchmark``, or the first benchmark logged), G the runs' ``rollout.group_size``;
-    3. unknown (``Ceiling(None, "unknown")``).
-    """
+def ceiling_file(runs: list[Run], dirs: list[Path]) -> Ceiling | None:
+    """The ceiling file (``{"value": float, "source": "text"}``) of the runs' sweep directory or of
+    an input directory, or None."""
     places = list(dict.fromkeys([*(r.sweep_dir for r in runs if r.sweep_dir), *map(Path, dirs)]))
     for d in places:
-        f = Path(d) / "ceiling.json"
-        if f.is_file():
-            c = read_json(f)
+        found = read.read_ceiling_file(d)
+        if found is not None:
+            c, f = found
             v = c.get("value")
             if not isinstance(v, (int, float)) or isinstance(v, bool):
                 raise UserError(f"{f}: 'value' must be a number (a fraction of problems solved)")
             return Ceiling(float(v), str(c.get("source") or f"{f}"))
+    return None
+
+
+def warm_start_pass_at_g(runs: list[Run], benchmark: str | None = None) -> Ceiling:
+    """The old ceiling: the warm start's pass@G, the mean over runs of pass@G on their step-0
+    eval.jsonl line (``benchmark``, or the first logged), G the runs' rollout.group_size.
+    Ceiling(None, ...) when no run logged it."""
     values, keys = [], set()
     for r in runs:
         g = r.group_size
@@ -267,4 +249,4 @@ def read_ceiling(runs: list[Run], dirs: list[Path], benchmark: str | None = None
     if values:
         return Ceiling(sum(values) / len(values), f"warm start's {', '.join(sorted(keys))} (step-0 held-out eval, "
                                                   f"mean over {len(values)} runs)")
-    return Ceiling(None, "unknown")
+    return Ceiling(None, "no step-0 pass@G logged")

@@ -29,8 +29,8 @@ class PlateauVerdict:
     below_ceiling: Criterion
     entropy_collapsed: Criterion
     held: bool  # all three held (an unevaluated criterion does not hold)
-    seeds: int
-    per_seed: dict = field(default_factory=dict)  # seed -> {"change", "final", "entropy_warm", "entropy_final"}
+    seeds: int  # units (seeds, or warm start × seed)
+    per_seed: dict = field(default_factory=dict)  # unit -> {"change", "final", "t", "t_ref", "entropy_warm", "entropy_final"}
 
     @property
     def criteria(self) -> tuple[Criterion, Criterion, Criterion]:
@@ -44,16 +44,16 @@ def _points(steps, values) -> tuple[np.ndarray, np.ndarray]:
     return s[ok][order], v[ok][order]
 
 
-def plateau_check(heldout: dict[int, tuple[list, list]], entropy: dict[int, tuple[list, list]],
+def plateau_check(heldout: dict, entropy: dict,
                   ceiling: float | None, *, stall_points: float = STALL_POINTS,
                   below_points: float = BELOW_CEILING_POINTS, entropy_ratio: float = ENTROPY_RATIO,
                   fraction: float = 0.25) -> PlateauVerdict:
     """Whether ONE arm is on a plateau, criterion by criterion, with the numbers.
 
-    ``heldout[seed] = (steps, pass@1)``: held-out pass@1 (avg@n, fractions) at the periodic
-    evaluation steps, step 0 (the warm start) included when logged. ``entropy[seed] = (steps,
+    ``heldout[unit] = (steps, pass@1)``: held-out pass@1 (avg@n, fractions) at the periodic
+    evaluation steps, step 0 (the warm start) included when logged. ``entropy[unit] = (steps,
     entropy)``: the training metric ``entropy`` (nats/token) per logged step. ``ceiling``: a reachable
-    pass@1 (fraction), or None (unknown).
+    pass@1 (fraction), or None (unknown). A unit is a seed, or a (warm start, seed) pair.
 
     - **stalled**: per seed, T = its last evaluation step; the change is |pass@1(T) − pass@1(t*)| with
       t* the evaluation step nearest (1 − ``fraction``)·T = ¾T (the earlier one on a tie, never T
@@ -91,7 +91,7 @@ def plateau_check(heldout: dict[int, tuple[list, list]], entropy: dict[int, tupl
     if changes:
         change = float(np.mean(changes))
         stalled = Criterion("stalled", change < stall_points, change, stall_points,
-                            f"mean over {len(changes)} seed{'s' * (len(changes) != 1)} of |pass@1(T) − pass@1(≈¾T)| = {change:.2f} points "
+                            f"mean over {len(changes)} unit{'s' * (len(changes) != 1)} of |pass@1(T) − pass@1(≈¾T)| = {change:.2f} points "
                             f"({'<' if change < stall_points else '≥'} {stall_points:g})")
     else:
         stalled = Criterion("stalled", None, None, stall_points, "no held-out evaluation")
@@ -114,3 +114,23 @@ def plateau_check(heldout: dict[int, tuple[list, list]], entropy: dict[int, tupl
         entropy_c = Criterion("entropy_collapsed", None, None, None, "no entropy logged")
     held = all(c.held is True for c in (stalled, below, entropy_c))
     return PlateauVerdict(stalled, below, entropy_c, held, max(len(changes), len(warms)), per_seed)
+
+
+def per_unit_criteria(v: PlateauVerdict, ceiling: float | None, *, stall_points: float = STALL_POINTS,
+                      below_points: float = BELOW_CEILING_POINTS,
+                      entropy_ratio: float = ENTROPY_RATIO) -> list[dict]:
+    """Each unit's numbers and whether each criterion holds for it alone (the verdict itself is
+    over units, `plateau_check`): change (points), final pass@1 (points), gap to ``ceiling``
+    (points), entropy ratio final / warm start. None where not measurable."""
+    rows = []
+    for unit, d in sorted(v.per_seed.items()):
+        change, final = d.get("change"), d.get("final")
+        gap = 100 * ceiling - final if final is not None and ceiling is not None else None
+        warm, end = d.get("entropy_warm"), d.get("entropy_final")
+        ratio = end / warm if warm else None
+        rows.append({"unit": unit, "t_ref": d.get("t_ref"), "t": d.get("t"), "change": change, "final": final,
+                     "gap": gap, "entropy_ratio": ratio,
+                     "stalled": None if change is None else change < stall_points,
+                     "below_ceiling": None if gap is None else gap >= below_points,
+                     "entropy_collapsed": None if ratio is None else ratio < entropy_ratio})
+    return rows

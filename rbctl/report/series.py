@@ -1,4 +1,4 @@
-"""Per-step curves of runs: the ``[steps, seeds]`` frames behind trajectory figures and their bands,
+"""Per-step curves of runs: the ``[steps, units]`` frames behind trajectory figures and their bands,
 and each run's final values (entropy, κ_eff, held-out pass@1)."""
 
 from __future__ import annotations
@@ -16,27 +16,28 @@ KAPPA_EFF_WINDOW = 5  # logged κ_eff values per centred rolling mean: one batch
 FINAL_FRACTION = 0.25  # "final" entropy / κ_eff = mean over the last quarter of a run's logged values
 
 
-def avg_value(record: dict):
-    """avg@n of an eval.jsonl line (the key is literally ``avg@n``; older lines: ``avg@<n>``)."""
-    if "avg@n" in record:
-        return record["avg@n"]
+def eval_value(record: dict, key: str):
+    """``key`` of a periodic-evaluation line; ``avg@n`` also reads older lines' ``avg@<n>``."""
+    if key in record or key != "avg@n":
+        return record.get(key)
     return next((v for k, v in record.items() if k.startswith("avg@")), None)
 
 
 def run_series(run: Run, key: str, benchmark: str | None = None) -> pd.Series:
-    """One run's finite values by step: metrics.jsonl ``key``, or (``benchmark`` given) the avg@n of
-    that benchmark's eval.jsonl lines (a step-0 line included)."""
+    """One run's finite values by step: the metrics log's ``key``, or (``benchmark`` given) ``key``
+    of that benchmark's periodic-evaluation lines (a step-0 line included; ``avg@n`` = held-out pass@1)."""
     if benchmark is None:
         points = {m["step"]: m.get(key) for m in run.metrics if "step" in m}
     else:
-        points = {e["step"]: avg_value(e) for e in run.evals if e.get("benchmark") == benchmark and "step" in e}
+        points = {e["step"]: eval_value(e, key) for e in run.evals if e.get("benchmark") == benchmark and "step" in e}
     return pd.Series({int(k): float(v) for k, v in points.items() if finite(v)}, dtype=float).sort_index()
 
 
-def seed_frame(runs: list[Run], key: str, window: int = 1, benchmark: str | None = None) -> pd.DataFrame:
-    """``[steps, seeds]`` of one metric (``benchmark`` given: avg@n of that benchmark in eval.jsonl).
+def unit_frame(runs: list[Run], key: str, window: int = 1, benchmark: str | None = None) -> pd.DataFrame:
+    """``[steps, units]`` of one metric of one arm's runs (``benchmark`` given: ``key`` of that
+    benchmark's periodic evaluation).
 
-    Null and non-finite values are dropped; ``window`` > 1 smooths each seed (centred rolling mean)
+    Null and non-finite values are dropped; ``window`` > 1 smooths each run (centred rolling mean)
     before averaging.
     """
     cols = {}
@@ -45,13 +46,13 @@ def seed_frame(runs: list[Run], key: str, window: int = 1, benchmark: str | None
         if window > 1:
             s = s.rolling(window, center=True, min_periods=1).mean()
         if len(s):
-            cols[r.seed] = s
+            cols[r.unit] = s
     return pd.DataFrame(cols).sort_index()
 
 
 def band(frame: pd.DataFrame, level: float = 0.95) -> pd.DataFrame:
-    """Per step: mean over the seeds that logged it, its t-interval over those seeds (NaN where only one
-    seed did), and how many did."""
+    """Per step: mean over the units that logged it, its t-interval over those units (NaN where only
+    one did), and how many did (column ``seeds``, the units)."""
     mean, lo, hi = t_interval_rows(frame.to_numpy(dtype=float), level)
     return pd.DataFrame({"mean": mean, "lo": lo, "hi": hi, "seeds": frame.count(axis=1).to_numpy()},
                         index=frame.index)
@@ -62,20 +63,12 @@ def final_metric(run: Run, key: str, fraction: float = FINAL_FRACTION) -> float:
     return tail_mean([m.get(key) for m in run.metrics if finite(m.get(key))], fraction)
 
 
-def final_value(runs: list[Run], key: str) -> tuple[float, float, float] | None:
-    """Mean over seeds of `final_metric`, and min, max over seeds (None if no run logged ``key``)."""
-    per_seed = [v for v in (final_metric(r, key) for r in runs) if math.isfinite(v)]
-    if not per_seed:
-        return None
-    return float(np.mean(per_seed)), min(per_seed), max(per_seed)
-
-
 def final_heldout(run: Run, benchmark: str) -> float:
     """A run's held-out pass@1: avg@n of its final evaluation on ``benchmark``, else of its last
-    eval.jsonl line for it (NaN if neither)."""
+    periodic-evaluation line for it (NaN if neither)."""
     s = run.finals.get(benchmark)
     if s and s.get("per_problem"):
         pp = s["per_problem"]
         return float(np.mean([int(p["correct"]) / int(p.get("n", s.get("n"))) for p in pp]))
-    series = run_series(run, "", benchmark)
+    series = run_series(run, "avg@n", benchmark)
     return float(series.iloc[-1]) if len(series) else math.nan

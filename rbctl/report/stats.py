@@ -14,21 +14,6 @@ import numpy as np
 from scipy import stats as sps
 
 
-def pass_at_k_matrix(n: np.ndarray, c: np.ndarray, k: int) -> np.ndarray:
-    """Unbiased pass@k per cell of ``n`` samples with ``c`` correct (Chen et al. 2021; the product form
-    1 − Π_{j=n−c+1}^{n} (1 − k/j), exactly 1 when n − c < k). Requires 1 ≤ k ≤ min(n)."""
-    n, c = np.asarray(n, dtype=int), np.asarray(c, dtype=int)
-    if k < 1 or k > n.min():
-        raise ValueError(f"pass@{k} needs 1 <= k <= n (n = {int(n.min())})")
-    out = np.ones(n.shape, dtype=float)
-    flat_n, flat_c, flat_o = n.ravel(), c.ravel(), out.ravel()
-    for i, (ni, ci) in enumerate(zip(flat_n, flat_c)):
-        if ni - ci >= k:
-            j = np.arange(ni - ci + 1, ni + 1, dtype=float)
-            flat_o[i] = 1.0 - float(np.prod(1.0 - k / j))
-    return flat_o.reshape(n.shape)
-
-
 def t_interval(values, level: float = 0.95) -> tuple[float, float, float]:
     """(mean, low, high): mean ± t_{(1+level)/2, n−1} · sd / sqrt(n), sd unbiased; NaN bounds for n < 2."""
     v = np.asarray(values, dtype=float)
@@ -57,44 +42,44 @@ def t_interval_rows(matrix, level: float = 0.95) -> tuple[np.ndarray, np.ndarray
     return mean, mean - half, mean + half
 
 
-def bootstrap_mean_ci(values, n_boot: int = 2000, level: float = 0.95, seed: int = 0) -> tuple[float, float]:
-    """Percentile bootstrap interval of the mean of a 1-D sample (used over problems for one seed)."""
-    v = np.asarray(values, dtype=float)
-    rng = np.random.default_rng(seed)
-    means = v[rng.integers(0, len(v), size=(n_boot, len(v)))].mean(axis=1)
-    lo, hi = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
-    return float(lo), float(hi)
-
-
 @dataclass(frozen=True)
 class PairedDelta:
-    """Δ_s = metric(arm, s) − metric(baseline, s) over the seeds both have, and its t-interval."""
+    """Δ_u = metric(arm, u) − metric(baseline, u) over the units both have, and its t-interval. A unit
+    is what pairs two runs: a seed, or a (warm start, seed) pair."""
 
-    seeds: tuple[int, ...]
-    deltas: tuple[float, ...]  # Δ_s, in the order of ``seeds``
+    units: tuple  # the common units, sorted
+    deltas: tuple[float, ...]  # Δ_u, in the order of ``units``
     mean: float
     lo: float  # t-interval, n − 1 df, unadjusted for multiplicity; NaN for n < 2
     hi: float
     p: float  # two-sided one-sample t-test of mean Δ = 0; NaN for n < 2
+    sd: float = math.nan  # sd(Δ), unbiased; NaN for n < 2
 
     @property
     def n(self) -> int:
-        return len(self.seeds)
+        return len(self.units)
 
 
-def paired_delta(arm: dict[int, float], base: dict[int, float], level: float = 0.95) -> PairedDelta:
-    """Per-seed paired Δ of two arms' per-seed scores ``{seed: score}`` over their common seeds."""
-    seeds = tuple(sorted(set(arm) & set(base)))
-    d = np.array([arm[s] - base[s] for s in seeds], dtype=float)
+def paired_delta(arm: dict, base: dict, level: float = 0.95) -> PairedDelta:
+    """Per-unit paired Δ of two arms' scores ``{unit: score}`` over their common units.
+
+    A non-finite score is a ValueError naming its unit: it would otherwise make sd(Δ) NaN and the
+    test meaningless."""
+    units = tuple(sorted(set(arm) & set(base)))
+    for side in (arm, base):
+        bad = [u for u in units if not math.isfinite(side[u])]
+        if bad:
+            raise ValueError(f"score of unit {bad[0]} is {side[bad[0]]}")
+    d = np.array([arm[u] - base[u] for u in units], dtype=float)
     mean, lo, hi = t_interval(d, level)
-    p = math.nan
+    p, sd = math.nan, math.nan
     if len(d) >= 2:
-        sd = d.std(ddof=1)
+        sd = float(d.std(ddof=1))
         if sd > 0:
             p = float(2 * sps.t.sf(abs(d.mean()) / (sd / math.sqrt(len(d))), len(d) - 1))
-        else:  # every seed gave the same Δ: certain if it is not 0
+        else:  # every unit gave the same Δ: certain if it is not 0
             p = 1.0 if d.mean() == 0 else 0.0
-    return PairedDelta(seeds, tuple(float(x) for x in d), mean, lo, hi, p)
+    return PairedDelta(units, tuple(float(x) for x in d), mean, lo, hi, p, sd)
 
 
 def hierarchical_bootstrap_delta(a, b, n_boot: int = 2000, level: float = 0.95,
@@ -134,23 +119,28 @@ def holm(pvalues, alpha: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
     return adj, reject.astype(bool)
 
 
-def spearman_ci(x, y, level: float = 0.95) -> tuple[float, float, float, int]:
-    """Spearman's ρ of paired finite values with a Fisher-z interval: z = atanh(ρ) ± q · 1.03/sqrt(n − 3)
-    (the Fieller–Hartley–Pearson standard error for Spearman's ρ). Returns (ρ, low, high, n); NaN
-    where n < 3 (ρ) or n < 5 (interval), or when either variable is constant. At |ρ| = 1 the Fisher
-    transform is infinite and gives no interval: NaN (a perfect rank order of 5 runs is not certainty)."""
+def pearson_ci(x, y, lost: int = 0, level: float = 0.95) -> tuple[float, float, float, float, int]:
+    """Pearson's r of paired finite values, its two-sided p (t = r·√(ν/(1 − r²)) on ν = n − lost − 2
+    df) and a Fisher-z interval atanh(r) ± q/√(n − lost − 3). ``lost`` counts the degrees of freedom
+    already spent on the data (k group means when the values are centred within k groups: the
+    within-group correlation of Bakdash & Marusich 2017, "rmcorr"). Returns (r, low, high, p, units)
+    with units = n − lost, the independent units the estimate rests on; NaN r below 3 units or
+    when a variable is constant, NaN interval below 4 units or at |r| = 1."""
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     ok = np.isfinite(x) & np.isfinite(y)
     x, y = x[ok], y[ok]
-    n = len(x)
-    if n < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
-        return math.nan, math.nan, math.nan, n
-    rho = float(sps.spearmanr(x, y).statistic)
-    if n < 5 or abs(rho) >= 1.0 - 1e-12:  # scipy returns ±(1 − 1 ulp) for a perfect order
-        return rho, math.nan, math.nan, n
-    z = math.atanh(rho)
-    half = float(sps.norm.ppf((1 + level) / 2)) * 1.03 / math.sqrt(n - 3)
-    return rho, math.tanh(z - half), math.tanh(z + half), n
+    units = len(x) - lost
+    if units < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return math.nan, math.nan, math.nan, math.nan, max(units, 0)
+    r = float(np.clip(np.corrcoef(x, y)[0, 1], -1.0, 1.0))
+    nu = units - 2
+    if abs(r) >= 1.0 - 1e-12:
+        return r, math.nan, math.nan, 0.0, units
+    p = float(2 * sps.t.sf(abs(r) * math.sqrt(nu / (1 - r * r)), nu))
+    if units < 4:
+        return r, math.nan, math.nan, p, units
+    half = float(sps.norm.ppf((1 + level) / 2)) / math.sqrt(units - 3)
+    return r, math.tanh(math.atanh(r) - half), math.tanh(math.atanh(r) + half), p, units
 
 
 def tail_mean(values, fraction: float = 0.25) -> float:
@@ -160,3 +150,40 @@ def tail_mean(values, fraction: float = 0.25) -> float:
     if len(v) == 0:
         return math.nan
     return float(v[-max(1, math.ceil(fraction * len(v))):].mean())
+
+
+@dataclass(frozen=True)
+class VarianceComponents:
+    """One-way random-effects ANOVA of values grouped by a factor (Δ by warm start)."""
+
+    groups: int  # W
+    n: int  # N values
+    between: float  # σ²_between = max(0, (MSB − MSW) / n0)
+    within: float  # σ²_within = MSW
+    f: float  # MSB / MSW on (W − 1, N − W) df
+    p: float
+
+    @property
+    def share_between(self) -> float:
+        """σ²_between / (σ²_between + σ²_within): the intraclass correlation."""
+        total = self.between + self.within
+        return self.between / total if total > 0 else math.nan
+
+
+def variance_components(groups: dict) -> VarianceComponents:
+    """Between- and within-group variance of ``groups[g] = values`` by the ANOVA (moment) estimator:
+    MSB = Σ_g n_g (ȳ_g − ȳ)² / (W − 1), MSW = Σ_g Σ_i (y_gi − ȳ_g)² / (N − W),
+    n0 = (N − Σ_g n_g² / N) / (W − 1) (the mean group size, corrected for unequal sizes),
+    σ²_between = max(0, (MSB − MSW) / n0), σ²_within = MSW (Searle, Casella & McCulloch 1992, §3.5).
+    Needs W ≥ 2 groups and N > W values (NaN otherwise)."""
+    vals = {g: np.asarray(v, dtype=float) for g, v in groups.items() if len(v)}
+    w, n = len(vals), sum(len(v) for v in vals.values())
+    if w < 2 or n <= w:
+        return VarianceComponents(w, n, math.nan, math.nan, math.nan, math.nan)
+    grand = np.concatenate(list(vals.values())).mean()
+    msb = sum(len(v) * (v.mean() - grand) ** 2 for v in vals.values()) / (w - 1)
+    msw = sum(((v - v.mean()) ** 2).sum() for v in vals.values()) / (n - w)
+    n0 = (n - sum(len(v) ** 2 for v in vals.values()) / n) / (w - 1)
+    f = msb / msw if msw > 0 else math.inf
+    p = float(sps.f.sf(f, w - 1, n - w)) if math.isfinite(f) else 0.0
+    return VarianceComponents(w, n, float(max(0.0, (msb - msw) / n0)), float(msw), float(f), p)

@@ -6,11 +6,27 @@ Nothing here computes a statistic; the formatting helpers only turn fractions in
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import pandas as pd
 
 from rbctl.store.atomic import write_atomic
+
+
+def slug(name: str) -> str:
+    """A file-name-safe form of a benchmark or metric name."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") or "x"
+
+
+def plural(count: int, word: str) -> str:
+    """``1 seed``, ``3 seeds``."""
+    return f"{count} {word}{'s' * (count != 1)}"
+
+
+def yes_no(held) -> str:
+    """A criterion's outcome: yes, no, or not evaluated (None)."""
+    return "not evaluated" if held is None else ("yes" if held else "no")
 
 
 def finite(v) -> bool:
@@ -50,7 +66,7 @@ def num(v, digits: int = 3) -> str:
 
 
 def points_list(values) -> str:
-    """Per-seed differences of fractions in points: ``+2.0, -1.5, +4.0``."""
+    """Per-unit differences of fractions in points: ``+2.0, -1.5, +4.0``."""
     return ", ".join(f"{100 * float(v):+.1f}" for v in values)
 
 
@@ -69,7 +85,8 @@ def markdown_table(df: pd.DataFrame) -> str:
 
 # Characters used in our headers and cells that pdflatex does not take as text.
 _LATEX_SYMBOLS = {"κ\\_eff": r"$\kappa_{\mathrm{eff}}$", "κ": r"$\kappa$", "Δ": r"$\Delta$", "×": r"$\times$",
-                  "ρ": r"$\rho$", "–": "--", "−": "-", "≥": r"$\geq$", "<": r"$<$", "α": r"$\alpha$", "≈": r"$\approx$", "¾": "3/4", "√": r"$\surd$", "·": r"$\cdot$"}
+                  "ρ": r"$\rho$", "–": "--", "−": "-", "≥": r"$\geq$", "<": r"$<$", "α": r"$\alpha$", "≈": r"$\approx$", "¾": "3/4",
+                  "√": r"$\surd$", "·": r"$\cdot$", "τ": r"$\tau$", "σ²": r"$\sigma^2$", "σ": r"$\sigma$", "²": r"$^2$", "≤": r"$\leq$", "±": r"$\pm$"}
 
 
 def latex_table(df: pd.DataFrame) -> str:
@@ -80,13 +97,12 @@ def latex_table(df: pd.DataFrame) -> str:
     return text
 
 
-def write_table(numbers: pd.DataFrame, shown: pd.DataFrame, tables_dir: Path, name: str) -> str:
-    """Write ``name.csv`` (``numbers``), ``name.md`` and ``name.tex`` (``shown``). Returns the Markdown."""
+def write_table(numbers: pd.DataFrame, shown: pd.DataFrame, tables_dir: Path, name: str) -> pd.DataFrame:
+    """Write ``name.csv`` (``numbers``), ``name.md`` and ``name.tex`` (``shown``). Returns ``shown``."""
     write_atomic(Path(tables_dir) / f"{name}.csv", numbers.to_csv(index=False), kind="report")
-    md = markdown_table(shown)
-    write_atomic(Path(tables_dir) / f"{name}.md", md, kind="report")
+    write_atomic(Path(tables_dir) / f"{name}.md", markdown_table(shown), kind="report")
     write_atomic(Path(tables_dir) / f"{name}.tex", latex_table(shown), kind="report")
-    return md
+    return shown
 
 
 def write_csv(df: pd.DataFrame, path: Path) -> None:

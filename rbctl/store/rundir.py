@@ -11,8 +11,16 @@
         model/                save_pretrained weights + tokenizer (+ the built-in marker)
         trainer_state.*       optimizer, scheduler, RNG and entropy-α state
         COMPLETE              written last: {"step", "files": {path: {"sha256", "size"}} of every other file}
+      run.json                written by `rbctl ablate`: arm, seed, baseline, variant (warm_start)
       eval/step_NNNNNN/BENCH/ final evaluation (summary.json, samples.jsonl)
       eval/periodic/step_NNNNNN/BENCH/
+
+    SWEEP_DIR/
+      sweep.yaml              the resolved sweep: {"sweep": the sweep file, "configs": arm -> config}
+      state.json              {"runs": {"ARM/seed_S": {"status", "error"}}}
+      ceiling.json            optional: {"value": reachable pass@1, "source": text} (the plateau test)
+      runs/ARM/seed_S/        one run directory per (arm, seed), or
+      runs/ARM/WARM_START/seed_S/  per (arm, warm start, seed) when the sweep crosses warm starts
 
 A checkpoint is chosen when its COMPLETE marker exists and lists exactly the files there are, each
 of its recorded size: choosing reads no file's contents. The one that is loaded is verified as it
@@ -38,6 +46,13 @@ METRICS = "metrics.jsonl"
 SAMPLES = "samples.jsonl"
 EVAL_LINES = "eval.jsonl"
 RUN_META = "run.json"  # written by `rbctl ablate`: arm, seed, baseline, variant
+EVAL_DIR = "eval"
+PERIODIC_DIR = "periodic"
+SUMMARY = "summary.json"  # one benchmark's evaluation: metrics, per-problem counts, protocol
+SWEEP_FILE = "sweep.yaml"
+SWEEP_STATE = "state.json"
+SWEEP_RUNS = "runs"
+CEILING = "ceiling.json"
 CHECKPOINTS = "checkpoints"
 CKPT_DONE = "COMPLETE"  # written last into a checkpoint directory: its absence marks a torn checkpoint
 MODEL = "model"
@@ -67,11 +82,11 @@ def checkpoint_dir(run_dir: Path, step: int) -> Path:
 
 def final_eval_dir(run_dir: Path, step: int) -> Path:
     """Where a run's evaluation at `step` goes (and where `rbctl report` looks for final scores)."""
-    return Path(run_dir) / "eval" / step_dir_name(step)
+    return Path(run_dir) / EVAL_DIR / step_dir_name(step)
 
 
 def periodic_eval_dir(run_dir: Path, step: int) -> Path:
-    return Path(run_dir) / "eval" / "periodic" / step_dir_name(step)
+    return Path(run_dir) / EVAL_DIR / PERIODIC_DIR / step_dir_name(step)
 
 
 def checkpoint_dirs(run_dir: Path) -> list[Path]:

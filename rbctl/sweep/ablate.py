@@ -26,7 +26,7 @@ from rbctl.config.presets import preset
 from rbctl.config.sweep import arm_variant
 from rbctl.errors import UserError
 from rbctl.store.atomic import write_atomic
-from rbctl.store.rundir import RUN_META, final_eval_dir
+from rbctl.store.rundir import RUN_META, SUMMARY, SWEEP_STATE, final_eval_dir
 
 # Arms must get equal compute: these keys may differ between arms only when the sweep says so.
 COMPUTE_KEYS = ("steps", "rollout.prompts_per_step", "rollout.group_size", "rollout.max_new_tokens", "algo.ppo_epochs",
@@ -121,7 +121,7 @@ def run_key(arm: str, seed: int, warm_start: str | None = None) -> str:
 
 
 def read_state(sweep_dir: Path) -> dict:
-    p = sweep_dir / "state.json"
+    p = sweep_dir / SWEEP_STATE
     if not p.exists():
         return {"runs": {}}
     try:
@@ -131,14 +131,14 @@ def read_state(sweep_dir: Path) -> dict:
 
 
 def write_state(sweep_dir: Path, state: dict) -> None:
-    write_atomic(sweep_dir / "state.json", json.dumps(state, indent=2), kind="sweep_state")
+    write_atomic(sweep_dir / SWEEP_STATE, json.dumps(state, indent=2), kind="sweep_state")
 
 
 def final_eval_done(run_dir: Path, steps: int, benchmarks: list[str]) -> bool:
     from rbctl.eval.pipeline import bench_dir_name
 
     ev = final_eval_dir(run_dir, steps)
-    return all((ev / bench_dir_name(b) / "summary.json").exists() for b in benchmarks)
+    return all((ev / bench_dir_name(b) / SUMMARY).exists() for b in benchmarks)
 
 
 class SweepLock:

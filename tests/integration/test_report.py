@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import matplotlib.image
@@ -14,8 +15,8 @@ import yaml
 from rbctl.errors import UserError
 from rbctl.report import final_scores_table, make_report
 from rbctl.report.figures import arm_styles, panel_groups, plot_pass_at_k, plot_trajectory
-from rbctl.report.load import find_runs, read_ceiling
-from rbctl.report.series import band, seed_frame
+from rbctl.report.load import ceiling_file, find_runs, warm_start_pass_at_g
+from rbctl.report.series import band, unit_frame
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 IDS = ["p0", "p1", "p2", "p3"]
@@ -65,10 +66,10 @@ def make_run(run_dir: Path, arm: str, seed: int, correct: list[int] | None, *, b
     if torn:
         text += '{"step": 5, "reward/me'  # a crash mid-write
     (run_dir / "metrics.jsonl").write_text(text)
-    if eval_jsonl:  # warm start (step 0: pass@4 = 0.8 + 0.01·seed), then steps 2 and 4
+    if eval_jsonl:  # warm start (step 0: pass@4 = 0.8 + 0.01·seed), then steps 2 and 4; the budget arm 0.1·s/4 higher
         (run_dir / "eval.jsonl").write_text("".join(
-            json.dumps({"step": s, "benchmark": "builtin", "n": N, "avg@n": 0.2 * s / 2 + 0.01 * seed, "pass@1": 0.1,
-                        "pass@4": 0.8 + 0.01 * seed}) + "\n"
+            json.dumps({"step": s, "benchmark": "builtin", "n": N, "pass@1": 0.1, "pass@4": 0.8 + 0.01 * seed,
+                        "avg@n": 0.2 * s / 2 + 0.01 * seed + (0.1 * s / 4 if budget else 0.0)}) + "\n"
             for s in (0, 2, 4)))
     if correct is not None:
         for step, cs in ((2, [0] * len(IDS)), (steps, correct)):  # an earlier evaluation that must be ignored
@@ -128,7 +129,7 @@ def test_final_scores_hand_computed(two_arm_report):
     half = T1 * 0.0625 / 2
     assert (scores.loc["grpo", "avg_lo"], scores.loc["grpo", "avg_hi"]) == pytest.approx((0.40625 - half, 0.40625 + half))
     assert scores.loc["grpo", "avg_per_seed"] == "0.4375,0.3750"
-    assert set(scores["interval"]) == {"t over seeds"}
+    assert set(scores["interval"]) == {"t over units"}
     # maj@4 from each seed's summary: .5 and .6 -> .55 ± T1 · .1/2
     assert scores.loc["grpo", "maj_k"] == 4 and scores.loc["grpo", "maj"] == pytest.approx(0.55)
     assert scores.loc["grpo", "maj_hi"] == pytest.approx(0.55 + T1 * 0.05)
@@ -155,21 +156,23 @@ def test_paired_deltas_holm_and_summary(two_arm_report):
     # hierarchical bootstrap: every resampled seed and problem set gives a mean in [min, max] of the cells
     assert 0.0 <= avg["hb_lo"] <= avg["hb_hi"] <= 0.5
 
+    assert passk["p_improve"] == 1.0 and avg["p_improve"] == 1.0  # budget beats grpo in every pair of runs
+
     text = two_arm_report.read_text()
-    summary = text.split("## Runs")[0]
-    assert "Seeds per arm: 2" in summary and "2 comparisons, Holm–Bonferroni" in summary
-    assert "unadjusted" in summary
-    assert ("grpo_budget vs grpo on builtin, avg@n: no significant difference, Δ +21.9 points [-17.8, +61.6] "
-            "(95% t-interval over seeds, unadjusted)") in summary
-    assert "per-seed Δ: +18.8, +25.0" in summary and "n = 2 seeds" in summary
-    assert "grpo_budget vs grpo on builtin, pass@4: higher, Δ +25.0 points" in summary
-    assert "Plateau test on grpo" in summary
+    answer = text.split("## Plateau test")[0]
+    assert "## Answer: the principal comparisons" in answer and "one Holm–Bonferroni family of 2" in answer
+    rows = {(r[0], r[2]): r for r in md_rows(two_arm_report.parent / "tables" / "verdicts.md")}
+    assert rows["grpo_budget − grpo", "avg@n"][4:] == ["+21.9 [-17.8, +61.6]", f"{p:.3f}", "1.00 [1.00, 1.00]",
+                                                       "no difference"]
+    assert rows["grpo_budget − grpo", "pass@4"][-1] == "higher"
+    assert "](figures/per_unit_delta.png)" in answer
+    assert text.index("## Answer") < text.index("## Final scores") < text.index("## Runs")  # the run list last
 
 
 def test_tables_exist_and_parse(two_arm_report):
     tables = two_arm_report.parent / "tables"
-    for name in ("runs", "final_scores", "comparisons", "budget_vs_base_avg", "budget_vs_base_pass_k",
-                 "final_entropy_kappa", "plateau", "entropy_cause"):
+    for name in ("runs", "final_scores", "comparisons", "verdicts", "budget_vs_base_avg", "budget_vs_base_pass_k",
+                 "final_entropy_kappa", "plateau", "plateau_units", "entropy_cause", "iqm"):
         csv = pd.read_csv(tables / f"{name}.csv")
         rows = md_rows(tables / f"{name}.md")
         tex = (tables / f"{name}.tex").read_text()
@@ -217,19 +220,35 @@ def test_trajectories_t_band_step0_and_torn_line(two_arms, two_arm_report):
     assert list(keff.index) == [1, 3, 4] and keff["mean"].tolist() == pytest.approx([8 / 3] * 3)
     held = traj[(traj["arm"] == "grpo_budget") & (traj["metric"] == "heldout:builtin")].set_index("step")
     assert list(held.index) == [0, 2, 4]  # the held-out curve starts at the warm start
-    assert held.loc[4, "mean"] == pytest.approx((0.4 + 0.41) / 2)
+    assert held.loc[4, "mean"] == pytest.approx((0.5 + 0.51) / 2)
 
 
-def test_ceiling_from_warm_start_or_ceiling_json(two_arms, tmp_path):
+def test_ceiling_file_and_the_old_warm_start_pass_at_g(two_arms, tmp_path):
     runs, _ = find_runs([two_arms])
-    c = read_ceiling(runs, [two_arms])
+    c = warm_start_pass_at_g(runs)
     # step-0 pass@4 (G = 4) is 0.80 for seed 0 and 0.81 for seed 1, two runs of each: mean 0.805
     assert c.value == pytest.approx(0.805) and "pass@4" in c.source
+    assert ceiling_file(runs, [two_arms]) is None
     (two_arms / "ceiling.json").write_text(json.dumps({"value": 0.9, "source": "SFT on correct solutions"}))
-    assert read_ceiling(runs, [two_arms]).value == 0.9
+    assert ceiling_file(runs, [two_arms]).value == 0.9
     for r in runs:
         r.evals = [e for e in r.evals if e["step"] != 0]
-    assert read_ceiling(runs, [tmp_path]).value is None
+    assert warm_start_pass_at_g(runs).value is None
+
+
+def test_the_plateau_ceiling_is_the_best_arms_final_pass1_without_a_ceiling_file(two_arm_report):
+    plateau = pd.read_csv(two_arm_report.parent / "tables" / "plateau.csv").set_index("criterion")
+    # final held-out pass@1 (the periodic evaluation at T = 4, as for the tested arm): grpo_budget's
+    # (.50 + .51)/2 = 50.5 points is the best arm's; grpo's (.40 + .41)/2 = 40.5: 10.0 points below
+    assert plateau.loc["below_ceiling", "value"] == pytest.approx(10.0)
+    assert "ceiling 50.5 − final pass@1 40.5" in plateau.loc["below_ceiling", "detail"]
+    # the old ceiling, the warm start's pass@4 (80.5), beside it
+    old = plateau.loc["below_ceiling (old: warm start's pass@G)"]
+    assert old["value"] == pytest.approx(80.5 - 40.5) and "warm start's pass@4" in old["detail"]
+    units = pd.read_csv(two_arm_report.parent / "tables" / "plateau_units.csv")
+    assert list(units["gap"]) == pytest.approx([50.5 - 40.0, 50.5 - 41.0])  # per seed
+    assert list(units["stalled"]) == [False, False]  # |0.40 − 0.20| = 20 points each
+    assert "the best arm's final pass@1 in this report: grpo_budget" in two_arm_report.read_text()
 
 
 def test_partial_sweep_reports_what_exists_and_names_failures(tmp_path, capsys):
@@ -260,11 +279,13 @@ def test_partial_sweep_reports_what_exists_and_names_failures(tmp_path, capsys):
     scores = pd.read_csv(sweep / "report" / "tables" / "final_scores.csv").set_index("arm")
     assert scores.loc["grpo", "seeds"] == 2 and scores.loc["grpo_budget", "seeds"] == 1
     assert scores.loc["grpo_budget", "avg"] == pytest.approx(0.625)
-    assert scores.loc["grpo_budget", "interval"] == "bootstrap over problems (1 seed)"
+    assert scores.loc["grpo_budget", "interval"] == "bootstrap over problems (1 unit)"
     delta = pd.read_csv(sweep / "report" / "tables" / "comparisons.csv").iloc[0]
     assert str(delta["seed_list"]) == "0" and delta["delta"] == pytest.approx(0.625 - 0.4375)  # common seed 0 only
-    assert "not tested" in text and "at least 2 common seeds" in text
-    assert "ceiling: 95.0% (a longer run)" in text
+    verdicts = pd.read_csv(sweep / "report" / "tables" / "verdicts.csv")
+    assert set(verdicts["verdict"]) == {"untestable"}  # one common seed
+    assert "Ceiling: 95.0% (a longer run)" in text
+    assert (sweep / "report" / "report.html").is_file()
     traj = pd.read_csv(sweep / "report" / "data" / "trajectories.csv")
     held = traj[(traj["arm"] == "grpo") & (traj["metric"] == "heldout:builtin")]
     assert set(held["seeds"]) == {1}  # grpo seed 1 has no eval.jsonl
@@ -283,7 +304,7 @@ def test_entropy_arm_comparisons_and_descriptives(two_arms, tmp_path):
     assert ent.loc["grpo_budget", "per_seed_delta"] == "-0.1250,-0.1250"
     assert ent.loc["grpo", "delta"] == pytest.approx(0.09375)
     assert ent.loc["grpo_budget", "kind"] == "entropy_vs_budget" and ent.loc["grpo", "kind"] == "entropy_vs_base"
-    assert "6 comparisons, Holm–Bonferroni" in report.read_text()
+    assert "one Holm–Bonferroni family of 6" in report.read_text()
     desc = pd.read_csv(tmp_path / "out" / "tables" / "final_entropy_kappa.csv").set_index("arm")
     # last quarter of 4 logged steps = the last one: entropy 0.60 + 0.01·seed; κ_eff at step 4 = 4
     assert desc.loc["grpo_entropy_static", "entropy_final"] == pytest.approx(0.605)
@@ -293,57 +314,74 @@ def test_entropy_arm_comparisons_and_descriptives(two_arms, tmp_path):
     points = pd.read_csv(tmp_path / "out" / "data" / "run_finals.csv").set_index(["arm", "seed"])
     assert points.loc[("grpo", 1), "heldout_pass1"] == pytest.approx(0.375)
     assert points.loc[("grpo_entropy_static", 0), "entropy_final"] == pytest.approx(0.60)
-    corr = pd.read_csv(tmp_path / "out" / "tables" / "entropy_cause.csv")
-    allruns = corr[(corr["runs"] == "all runs") & (corr["x"] == "entropy_final")].iloc[0]
-    # 6 runs; entropy ranks 0.2,0.21 | 0.4,0.41 | 0.6,0.61 vs pass@1 .4375,.375 | .625,.625 | .5,.5
-    assert allruns["n"] == 6
+    corr = pd.read_csv(tmp_path / "out" / "tables" / "entropy_cause.csv").set_index(["x", "level"])
+    between, within = corr.loc[("entropy_final", "between arms")], corr.loc[("entropy_final", "within arms")]
+    # between arms, 3 units (arm means): entropy .205, .405, .605 vs pass@1 .40625, .625, .5:
+    # centred x = (−.2, 0, .2), y = (−.104167, .114583, −.010417): r = .01875/√(.08 · .024089) = .4271
+    assert between["units"] == 3 and between["r"] == pytest.approx(0.42712, abs=1e-4)
+    # within arms, 6 runs − 3 arm means = 3 units: entropy −.005/+.005 in every arm vs pass@1
+    # +.03125/−.03125 (grpo), 0, 0 (the others): r = −.0003125/√(.00015 · .001953) = −.5774
+    assert within["units"] == 3 and within["r"] == pytest.approx(-1 / math.sqrt(3), abs=1e-4)
 
 
-def test_styles_small_multiples_and_legends_outside():
+def test_one_colour_per_arm_small_multiples_and_legends_outside():
+    from rbctl.report.figures import PALETTE
+
     info = {"grpo": ("grpo", "base"), "grpo_budget": ("grpo", "budget"), "rloo": ("rloo", "base"),
             "rloo_budget": ("rloo", "budget"), "grpo_ent": ("grpo", "entropy_static")}
     styles = arm_styles(info)
     assert styles == arm_styles(dict(reversed(list(info.items()))))  # input order does not matter
-    assert styles["grpo"].color == styles["grpo_budget"].color != styles["rloo"].color
-    assert (styles["grpo"].linestyle, styles["grpo_budget"].linestyle) == ("-", "--")
-    assert styles["grpo_ent"].color not in {styles[a].color for a in ("grpo", "rloo")}
+    assert len({st.color for st in styles.values()}) == 5 and {st.color for st in styles.values()} <= set(PALETTE)
+    many = arm_styles({f"a{i:02d}": ("grpo", "base") for i in range(10)})  # past 8 arms: another line style
+    assert many["a08"].color == many["a00"].color and many["a08"].linestyle != many["a00"].linestyle
     groups = panel_groups(info)
     assert [arms for _, arms in groups] == [["grpo", "grpo_budget"], ["grpo_budget", "grpo_ent"],
                                             ["rloo", "rloo_budget"]]
-    steps = pd.DataFrame({0: [0.1, 0.2], 1: [0.3, 0.4]}, index=[0, 2])
+    steps = pd.DataFrame({0: [0.1, 0.9], 1: [0.3, 1.0]}, index=[0, 2])  # t-band at step 2 runs past 1
     bands = {a: band(steps) for a in info}
     curve = pd.DataFrame({"k": [1, 2], "value": [0.5, 0.7], "lo": [0.4, 0.6], "hi": [0.6, 0.8]})
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    for fig in (plot_trajectory(bands, styles, groups, "t", "y", hline=(0.9, "ceiling")),
+    for fig in (plot_trajectory(bands, styles, groups, "t", "y", hline=(0.9, "ceiling"), limits=(0.0, 1.0)),
                 plot_pass_at_k({a: curve for a in info}, styles, groups, "b")):
         axes = [ax for ax in fig.axes if ax.get_visible()]
         assert len(axes) == 3  # one panel per group
         FigureCanvasAgg(fig).draw()
         for ax in axes:
+            legend = ax.get_legend()
+            for line, handle in zip(ax.get_lines(), legend.legend_handles):  # the legend shows the lines' styles
+                assert (handle.get_color(), handle.get_linestyle()) == (line.get_color(), line.get_linestyle())
             for line in ax.get_lines():
                 arm = line.get_label().split(" (")[0]
                 if arm in styles:
                     assert (line.get_color(), line.get_linestyle()) == (styles[arm].color, styles[arm].linestyle)
-            assert ax.get_legend().get_window_extent().y1 <= ax.get_window_extent().y0  # below the data
+            assert legend.get_window_extent().y1 <= ax.get_window_extent().y0  # below the data
+            for band_patch in ax.collections:  # bands clipped to the metric's range [0, 1]
+                ys = band_patch.get_paths()[0].vertices[:, 1]
+                assert ys.min() >= 0.0 and ys.max() <= 1.0
+        assert fig.get_figwidth() * 160 == 1600  # 1600 px at the report's dpi
     traj = plot_trajectory(bands, styles, groups, "t", "y", hline=(0.9, "ceiling"))
     assert any(line.get_label() == "ceiling" and list(line.get_ydata()) == [0.9, 0.9]
                for line in traj.axes[0].get_lines())
 
 
-def test_seed_frame_drops_nulls(two_arms):
+def test_unit_frame_drops_nulls(two_arms):
     runs, _ = find_runs([two_arms])
-    frame = seed_frame([r for r in runs if r.arm == "grpo"], "kappa_eff")
-    assert list(frame.index) == [1, 3, 4] and list(frame.columns) == [0, 1]
+    frame = unit_frame([r for r in runs if r.arm == "grpo"], "kappa_eff")
+    assert list(frame.index) == [1, 3, 4] and list(frame.columns) == [("", 0), ("", 1)]
 
 
 def test_cli_table_and_output_folder(two_arms, two_arm_report, tmp_path):
     table = final_scores_table(two_arm_report.parent)
-    assert [c.header for c in table.columns] == ["arm", "benchmark", "seeds", "avg@n", "pass@n", "maj@k"]
+    assert [c.header for c in table.columns] == ["arm", "benchmark", "units", "avg@n", "pass@n", "maj@k"]
+    one = two_arms / "grpo_s0"
+    assert make_report([one], n_boot=50) == one / "report" / "report.md"  # a run directory: RUN_DIR/report
     with pytest.raises(UserError, match="-o"):
-        make_report([two_arms])
-    with pytest.raises(UserError, match="no run or sweep"):
-        make_report([tmp_path / "runs" / "grpo_s0" / "eval"], tmp_path / "o")
+        make_report([one, two_arms / "grpo_s1"])
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(UserError, match="no run or sweep"):  # before anything about -o
+        make_report([empty, empty])
 
 
 def test_report_package_imports_no_torch():
@@ -351,6 +389,7 @@ def test_report_package_imports_no_torch():
     import sys
 
     code = ("import sys, rbctl.report, rbctl.report.build, rbctl.report.compare, rbctl.report.plateau, "
-            "rbctl.report.diagnostics, rbctl.report.figures; "
+            "rbctl.report.diagnostics, rbctl.report.figures, rbctl.report.survival, rbctl.report.escape, "
+            "rbctl.report.robust, rbctl.report.power, rbctl.report.warmstart, rbctl.store.read; "
             "bad = [m for m in ('torch', 'transformers') if m in sys.modules]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -1,27 +1,51 @@
-"""scripts/readme_results.py: the README's Results section printed from a sweep's report numbers."""
+"""scripts/readme_results.py: docs/results.md printed from a sweep's report tables."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 
-from scripts.readme_results import main
+from scripts.readme_results import cpu_description, main, results_markdown
 from tests.integration.test_report import CORRECT, make_run
 
+CPUINFO = "processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu avx2 avx512f sse\nprocessor\t: 1\nmodel name\t: AMD EPYC\n"
 
-def test_readme_results_prints_report_numbers(tmp_path, capsys):
+
+def test_cpu_description_reads_model_and_instruction_sets(tmp_path):
+    f = tmp_path / "cpuinfo"
+    f.write_text(CPUINFO)
+    text = cpu_description(f)
+    assert text.startswith("AMD EPYC (2 logical CPUs") and "avx2 yes, avx512f yes, amx_bf16 no" in text
+    assert cpu_description(tmp_path / "absent").startswith("unknown")
+
+
+def test_results_document_from_the_report_tables(tmp_path, capsys):
     sweep = tmp_path / "sweep"
     for (arm, seed), correct in CORRECT.items():
-        make_run(sweep / "runs" / arm / f"seed_{seed}", arm, seed, correct, budget=1.0 if "budget" in arm else None)
+        run = make_run(sweep / "runs" / arm / f"seed_{seed}", arm, seed, correct, budget=1.0 if "budget" in arm else None)
+        (run / "provenance.json").write_text(json.dumps({"git_commit": "0123abc"}))
     (sweep / "state.json").write_text(json.dumps({"runs": {f"{a}/seed_{s}": {"status": "done"} for a, s in CORRECT}}))
     (sweep / "ceiling.json").write_text(json.dumps({"value": 0.9, "source": "a longer run"}))
-    assert main([str(sweep)]) == 0
+    assert main([str(sweep), "--command", "rbctl ablate t.yaml"]) == 0
     text = capsys.readouterr().out
-    assert text.startswith("## Results") and "seeds per arm: 2" in text and "4 runs, 2 arms" in text
-    # avg@n Δ per seed .1875 and .25 (tests/integration/test_report.py): mean +21.9 [−17.8, +61.6], not significant
-    assert "| grpo_budget − grpo | builtin | avg@n | 2 | +21.9 [-17.8, +61.6] | +18.8, +25.0 |" in text
-    assert "| grpo_budget − grpo | builtin | pass@4 | 2 | +25.0 [+25.0, +25.0] | +25.0, +25.0 | 0.000 | yes |" in text
-    assert "| grpo | 2 | 0.205 [" in text  # final entropy: last quarter of 0.20, 0.21
-    # plateau of grpo: held-out 0.4 and 0.41 at T = 4 vs 0.2, 0.21 at step 2 (the evaluation nearest ¾T = 3 before T is step 2)
-    assert "- stalled: no — mean over 2 seeds of |pass@1(T) − pass@1(≈¾T)| = 20.00 points" in text
-    assert "- below_ceiling: yes — ceiling 90.0 − final pass@1 40.5 = 49.5 points" in text
-    assert "the plateau did not hold" in text
+    assert text.startswith("# Results") and f"Generated on {dt.date.today().isoformat()}" in text
+    assert "4 runs, 2 arms, units per arm: 2" in text and "Commit: `0123abc`" in text
+    assert "Command: `rbctl ablate t.yaml`" in text and "Machine (where this document was generated):" in text
+    head = text.index("## Principal comparisons")
+    assert head < text.index("## Plateau test") < text.index("## Final scores") < text.index("## Comparisons in detail")
+    # avg@n Δ per seed .1875 and .25 (tests/integration/test_report.py): +21.9 [−17.8, +61.6], Holm p .090
+    assert "| grpo_budget − grpo | builtin | avg@n | 2 | +21.9 [-17.8, +61.6] | 0.090 |" in text
+    assert "| grpo_budget − grpo | builtin | pass@4 | 2 | +25.0 [+25.0, +25.0] | 0.000 | 1.00 [1.00, 1.00] | higher |" in text
+    # plateau of grpo: held-out 0.4 and 0.41 at T = 4 vs 0.2, 0.21 at step 2 (nearest ¾T = 3 before T)
+    assert "| stalled | no | mean over 2 units of \\|pass@1(T) − pass@1(≈¾T)\\| = 20.00 points (≥ 2) |" in text
+    assert "| below_ceiling | yes | ceiling 90.0 − final pass@1 40.5 = 49.5 points (≥ 15) |" in text
+
+
+def test_results_document_reuses_an_existing_report(tmp_path):
+    (tmp_path / "rep" / "tables").mkdir(parents=True)
+    (tmp_path / "rep" / "tables" / "verdicts.md").write_text("| a |\n| --- |\n| 1 |\n")
+    run = make_run(tmp_path / "sweep" / "runs" / "grpo" / "seed_0", "grpo", 0, CORRECT["grpo", 0])
+    assert run.is_dir()
+    text = results_markdown(tmp_path / "sweep", tmp_path / "rep", today=dt.date(2026, 12, 1))
+    assert "Generated on 2026-12-01" in text and "## Principal comparisons" in text and "| 1 |" in text
+    assert "## Power" not in text and "Commit: unknown (no provenance)" in text

@@ -5,7 +5,10 @@
 - `rbctl.algo.*` imports nothing from rbctl but `rbctl.errors` and `rbctl.algo.*`;
 - `rbctl.grading.*` and `rbctl.report.*` import no torch or transformers, in their own files or
   through the rbctl modules they import at module level (transitively, package `__init__`s included);
-- no module file is over 420 lines.
+- no module file is over 420 lines;
+- no module outside `rbctl/store/` (scripts/ included) names a run-directory file in a string
+  literal: the layout is defined once, in `rbctl.store.rundir` (docstrings, comments and the
+  `description=` / `help=` texts of options and config fields may name them).
 
 Each test lists every violation it finds.
 """
@@ -13,6 +16,7 @@ Each test lists every violation it finds.
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -249,7 +253,51 @@ def test_no_module_is_over_420_lines():
     assert not long, f"modules over {MAX_LINES} lines: " + ", ".join(f"{p} ({n})" for p, n in sorted(long.items()))
 
 
+RUN_DIR_FILES = ("metrics.jsonl", "eval.jsonl", "run.json", "summary.json", "config.yaml", "state.json", "ceiling.json")
+_RUN_DIR_FILE = re.compile(r"(?<![\w.])(" + "|".join(map(re.escape, RUN_DIR_FILES)) + r")(?!\w)")
+DOC_KEYWORDS = ("description", "help")
+
+
+def run_dir_file_literals(path: Path) -> list[tuple[int, str]]:
+    """(line, text) of every string literal of a file that names a run-directory file, but for
+    docstrings and the documentation keywords `DOC_KEYWORDS` (f-strings count by their literal parts)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    allowed: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                allowed.add(id(first.value))
+        if isinstance(node, ast.keyword) and node.arg in DOC_KEYWORDS:
+            allowed.update(id(n) for n in ast.walk(node.value))
+    return [(n.lineno, n.value) for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in allowed
+            and _RUN_DIR_FILE.search(n.value)]
+
+
+def test_only_the_store_names_run_directory_files():
+    store = PACKAGE / "store"
+    files = [p for p in modules().values() if not p.is_relative_to(store)] + sorted((ROOT / "scripts").glob("*.py"))
+    bad = [f"{rel(p)}:{line}: {text[:80]!r}" for p in files for line, text in run_dir_file_literals(p)]
+    assert not bad, ("run-directory file names outside rbctl/store/ (use the constants of rbctl.store.rundir):\n"
+                     + "\n".join(bad))
+
+
 # --- the checker itself ---------------------------------------------------------------------------
+
+
+def test_the_file_name_checker_allows_docs_only(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text('''"""Reads metrics.jsonl."""  # a docstring
+import typer
+def f(run, opt=typer.Option(None, help="writes summary.json")):
+    """Also run.json."""
+    a = run / "metrics.jsonl"  # named: a violation
+    b = f"{run}/eval/step_1/x/summary.json"  # in an f-string: a violation
+    c = "my_config.yaml", "configs/quickstart.yaml"  # other files
+    return a, b, c
+''')
+    assert [line for line, _ in run_dir_file_literals(f)] == [5, 6]
 
 
 def test_the_checker_sees_function_level_and_relative_imports(tmp_path, monkeypatch):

@@ -15,10 +15,10 @@ from rbctl.report.stats import (
     hierarchical_bootstrap_delta,
     holm,
     paired_delta,
-    pass_at_k_matrix,
-    spearman_ci,
+    pearson_ci,
     t_interval,
     tail_mean,
+    variance_components,
 )
 
 T1 = 12.7062047361747  # t_{0.975, 1} = tan(0.475·π)
@@ -37,12 +37,19 @@ def test_paired_delta_pairs_by_seed_and_tests():
     arm = {0: 0.60, 1: 0.70, 2: 0.50}
     base = {0: 0.50, 1: 0.55, 3: 0.40}  # seed 2 and seed 3 have no partner
     d = paired_delta(arm, base)
-    assert d.seeds == (0, 1) and d.deltas == pytest.approx((0.10, 0.15)) and d.n == 2
+    assert d.units == (0, 1) and d.deltas == pytest.approx((0.10, 0.15)) and d.n == 2
+    assert d.sd == pytest.approx(0.05 / math.sqrt(2))
     assert d.mean == pytest.approx(0.125)
     assert (d.lo, d.hi) == pytest.approx((0.125 - T1 * 0.025, 0.125 + T1 * 0.025))
     assert d.p == pytest.approx(1 - 2 / math.pi * math.atan(0.125 / 0.025))  # t on 1 df is a Cauchy
     assert paired_delta({0: 0.3, 1: 0.4}, {0: 0.3, 1: 0.4}).p == 1.0  # Δ = 0 in every seed
     assert math.isnan(paired_delta({0: 0.3}, {0: 0.2}).p)
+
+
+def test_a_nan_score_is_an_error_never_p_zero():
+    # before: sd(Δ) = NaN failed `sd > 0`, and the "same Δ in every seed" branch returned p = 0
+    with pytest.raises(ValueError, match="unit 1"):
+        paired_delta({0: 0.5, 1: math.nan, 2: 0.6}, {0: 0.4, 1: 0.4, 2: 0.4})
 
 
 def test_holm_hand_computed():
@@ -65,16 +72,6 @@ def test_verdicts_apply_holm_over_the_family():
     assert verdicts([low]) == ["lower"]
 
 
-def test_pass_at_k_matrix_hand_computed():
-    n = np.array([[4, 4, 4]])
-    c = np.array([[0, 1, 4]])
-    # pass@2 with 1 of 4 correct: 1 − C(3,2)/C(4,2) = 1 − 3/6
-    assert pass_at_k_matrix(n, c, 2) == pytest.approx(np.array([[0.0, 0.5, 1.0]]))
-    assert pass_at_k_matrix(n, c, 1) == pytest.approx(c / n)
-    with pytest.raises(ValueError):
-        pass_at_k_matrix(n, c, 5)
-
-
 def test_hierarchical_bootstrap_degenerate_and_seed_spread():
     a = np.full((3, 5), 0.7)
     b = np.full((3, 5), 0.5)
@@ -87,17 +84,34 @@ def test_hierarchical_bootstrap_degenerate_and_seed_spread():
     assert (lo, hi) == pytest.approx((0.0, 0.2))
 
 
-def test_spearman_ci_fisher_z():
-    x = np.arange(10.0)
-    rho, lo, hi, n = spearman_ci(x, x ** 2)
-    assert (rho, n) == (pytest.approx(1.0), 10)
-    y = np.array([1, 3, 2, 5, 4, 7, 6, 9, 8, 10.0])
-    rho, lo, hi, n = spearman_ci(x, y)
-    assert rho == pytest.approx(1 - 6 * 8 / (10 * 99))  # 4 adjacent swaps: Σd² = 8
-    z, half = math.atanh(rho), 1.959963984540054 * 1.03 / math.sqrt(7)
+def test_pearson_ci_with_degrees_of_freedom_spent():
+    x = np.array([1.0, 2, 3, 4, 5, 6])
+    y = np.array([2.0, 1, 4, 3, 6, 5])
+    # Σ(x−x̄)(y−ȳ) = 14.5, Σ(x−x̄)² = Σ(y−ȳ)² = 17.5: r = 14.5/17.5
+    r, lo, hi, p, units = pearson_ci(x, y)
+    assert r == pytest.approx(29 / 35) and units == 6
+    assert p == pytest.approx(2 * sps.t.sf(r * math.sqrt(4 / (1 - r * r)), 4))
+    z, half = math.atanh(r), 1.959963984540054 / math.sqrt(3)
     assert (lo, hi) == pytest.approx((math.tanh(z - half), math.tanh(z + half)))
-    assert math.isnan(spearman_ci([1, 2, 3, 4], [1, 2, 3, 5])[1])  # n < 5: no interval
+    r2, lo2, _, p2, units2 = pearson_ci(x, y, lost=2)  # centred within 2 groups: 4 units, 2 df
+    assert r2 == r and units2 == 4 and p2 == pytest.approx(2 * sps.t.sf(r * math.sqrt(2 / (1 - r * r)), 2))
+    assert lo2 == pytest.approx(math.tanh(z - 1.959963984540054))  # 1/√(4 − 3)
+    assert math.isnan(pearson_ci([1, 2, 3], [1, 2, 4], lost=1)[0])  # 2 units: no correlation
     assert tail_mean([1, 2, 3, 4, None, 8], 0.25) == pytest.approx(6.0)  # last ceil(5/4) = 2 values
+
+
+def test_variance_components_hand_computed():
+    # A: 1, 2, 3 (mean 2), B: 4, 5, 6 (mean 5), grand mean 3.5: MSB = 3·(1.5² + 1.5²)/1 = 13.5,
+    # MSW = (1 + 0 + 1 + 1 + 0 + 1)/4 = 1, n0 = (6 − 18/6)/1 = 3: σ²_b = (13.5 − 1)/3 = 25/6
+    v = variance_components({"A": [1, 2, 3], "B": [4, 5, 6]})
+    assert (v.between, v.within, v.f) == pytest.approx((25 / 6, 1.0, 13.5))
+    assert v.share_between == pytest.approx((25 / 6) / (25 / 6 + 1))
+    assert v.p == pytest.approx(sps.f.sf(13.5, 1, 4))
+    # unequal sizes: A: 0, 2 (mean 1), B: 1, 1, 4 (mean 2), grand mean 1.6: MSB = 2·0.36 + 3·0.16 = 1.2
+    # is below MSW = (2 + 6)/3 = 8/3, so σ²_b = max(0, …) = 0
+    v = variance_components({"A": [0, 2], "B": [1, 1, 4]})
+    assert v.between == 0.0 and v.within == pytest.approx(8 / 3) and v.share_between == 0.0
+    assert math.isnan(variance_components({"A": [1, 2]}).between)  # one group
 
 
 # --- simulated reports: seed-dominated noise ---------------------------------------------------
@@ -217,10 +231,3 @@ def test_every_arm_is_compared_with_its_baseline_and_standalone_estimators_with_
         ("arm_vs_grpo", "maxrl", "maxrl", "grpo"), ("arm_vs_grpo_budget", "maxrl", "maxrl", "grpo_budget"),
         ("arm_vs_grpo", "dr_grpo", "dr", "grpo"), ("arm_vs_grpo_budget", "dr_grpo", "dr", "grpo_budget"),
     }
-
-
-def test_a_perfect_spearman_rank_order_gets_no_degenerate_interval():
-    from rbctl.report.stats import spearman_ci
-
-    rho, lo, hi, n = spearman_ci([1, 2, 3, 4, 5], [5, 4, 3, 2, 1])
-    assert rho == pytest.approx(-1.0) and n == 5 and math.isnan(lo) and math.isnan(hi)

@@ -1,0 +1,77 @@
+"""Escape time: per run, the first periodic evaluation at which it leaves the plateau's shortcut (the
+sweep file's ``escape`` setting, e.g. the share of samples that walk reaching 0.5), censored at its
+last evaluation when it never does; Kaplan–Meier curves per arm, the median, the restricted mean
+survival time, and log-rank tests (docs/method.md, "Premature convergence", escape time).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from rbctl.config.sweep import Escape
+from rbctl.report.load import Run, unit_label
+from rbctl.report.series import run_series
+from rbctl.report.survival import kaplan_meier, logrank, rmst
+
+
+def escape_time(steps, values, threshold: float, direction: str = "above") -> tuple[float, int]:
+    """(time, event): the first step (in order, the warm start's step 0 included) whose value is ≥
+    ``threshold`` (``direction`` "above") or ≤ it ("below"), event 1; else the last step, event 0
+    (censored)."""
+    pairs = sorted(zip(steps, values))
+    if not pairs:
+        raise ValueError("no evaluation")
+    for s, v in pairs:
+        if (v >= threshold) if direction == "above" else (v <= threshold):
+            return float(s), 1
+    return float(pairs[-1][0]), 0
+
+
+def escape_rows(runs: list[Run], spec: Escape, benchmark: str) -> pd.DataFrame:
+    """One row per run that logged ``spec.metric`` on ``benchmark``: arm, unit, time, event, last
+    evaluated step."""
+    rows = []
+    for r in runs:
+        s = run_series(r, spec.metric, benchmark)
+        if len(s):
+            t, e = escape_time(s.index, s.values, spec.threshold, spec.direction)
+            rows.append({"arm": r.arm, "unit": unit_label(r.unit), "run": r.name, "time": t, "event": e,
+                         "last_step": float(s.index.max())})
+    return pd.DataFrame(rows, columns=["arm", "unit", "run", "time", "event", "last_step"])
+
+
+def survival_summary(rows: pd.DataFrame, level: float = 0.95) -> tuple[pd.DataFrame, dict[str, pd.DataFrame], float]:
+    """Per arm: runs, escapes, the Kaplan–Meier median escape step (inf: fewer than half escaped) and
+    the RMST up to τ with its interval; the KM curves (step, survival, censored) for the figure; and
+    τ = the last evaluation step every run reached (the smallest last step), so no run is censored
+    before τ by a shorter follow-up."""
+    tau = float(rows["last_step"].min())
+    table, curves = [], {}
+    for arm, g in rows.groupby("arm", sort=True):
+        km = kaplan_meier(g["time"], g["event"])
+        area, lo, hi = rmst(km, tau, level)
+        table.append({"arm": arm, "runs": len(g), "escaped": int(g["event"].sum()), "median": km.median,
+                      "rmst": area, "rmst_lo": lo, "rmst_hi": hi, "tau": tau})
+        steps = sorted(set(g["time"]) | {0.0})
+        cens = g[g["event"] == 0].groupby("time").size()
+        curves[arm] = pd.DataFrame({"step": steps, "survival": [km.at(s) for s in steps],
+                                    "censored": [int(cens.get(s, 0)) for s in steps]})
+    return pd.DataFrame(table), curves, tau
+
+
+def logrank_rows(rows: pd.DataFrame, pairs: list[tuple[str, str]]) -> pd.DataFrame:
+    """The log-rank test of each (arm, reference) pair that has runs on both sides."""
+    out = []
+    for arm, ref in pairs:
+        a, b = rows[rows["arm"] == arm], rows[rows["arm"] == ref]
+        if len(a) and len(b):
+            chi2, p = logrank(a["time"], a["event"], b["time"], b["event"])
+            out.append({"arm": arm, "ref": ref, "runs_arm": len(a), "runs_ref": len(b), "chi2": chi2, "p": p})
+    return pd.DataFrame(out, columns=["arm", "ref", "runs_arm", "runs_ref", "chi2", "p"])
+
+
+def fmt_step(v: float) -> str:
+    """A step, or "not reached" for an infinite median."""
+    return "not reached" if not math.isfinite(v) else f"{v:g}"

@@ -1,0 +1,62 @@
+"""Power of the paired two-sided t-test over units (docs/method.md, "Comparing arms", power).
+
+A principal comparison is a one-sample t-test of the per-unit Δ (n units, n − 1 df). With true mean
+δ and per-unit SD σ the statistic is noncentral t with ncp = δ·√n / σ, so at two-sided level α
+
+    power(δ) = P(T > t*) + P(T < −t*),   T ~ t'(n − 1, δ√n/σ),   t* = t_{1 − α/2, n − 1}
+
+(both tails, as G*Power; R's power.t.test drops the far tail, a difference below 1e-4 here). The m
+principal comparisons are Holm-adjusted; their first step tests at α/m, so every function here
+takes the conservative per-comparison level α/m. δ and σ are in the same unit (points, say).
+"""
+
+from __future__ import annotations
+
+import math
+
+from scipy import optimize
+from scipy import stats as sps
+
+MAX_UNITS = 100_000  # units_for_power gives up beyond this (an effect far below the noise)
+
+
+def power_paired(delta: float, sd: float, n: int, alpha: float) -> float:
+    """Power of the two-sided paired t-test at level ``alpha`` with ``n`` units, true mean Δ ``delta``
+    and per-unit SD ``sd``. NaN for n < 2 or sd not positive."""
+    if n < 2 or not sd > 0:
+        return math.nan
+    df, ncp = n - 1, abs(delta) * math.sqrt(n) / sd
+    crit = sps.t.ppf(1 - alpha / 2, df)
+    return float(sps.nct.sf(crit, df, ncp) + sps.nct.cdf(-crit, df, ncp))
+
+
+def mde_paired(sd: float, n: int, alpha: float, power: float) -> float:
+    """The smallest |Δ| detected with probability ``power`` (`power_paired` solved for δ); NaN for
+    n < 2, sd not positive, or power not in (alpha, 1)."""
+    if n < 2 or not sd > 0 or not alpha < power < 1:
+        return math.nan
+    hi = sd
+    while power_paired(hi, sd, n, alpha) < power:  # power rises to 1 as δ grows: bracket, then solve
+        hi *= 2
+    return float(optimize.brentq(lambda d: power_paired(d, sd, n, alpha) - power, 0.0, hi, xtol=1e-10 * sd))
+
+
+def units_for_power(sd: float, mde: float, m: int = 1, power: float = 0.8, alpha: float = 0.05) -> int:
+    """The smallest number of units n ≥ 2 at which the paired two-sided t-test at level α/m detects
+    Δ = ``mde`` with probability at least ``power`` (per-unit SD ``sd``, same unit as ``mde``).
+
+    For m = 1, α = 0.05, power 0.8 and mde/sd = 0.5 (Cohen's d_z = 0.5) it is 34, G*Power's "t tests,
+    means: difference from constant (one sample case)" answer."""
+    if not (sd > 0 and mde > 0 and m >= 1 and 0 < power < 1 and 0 < alpha < 1):
+        raise ValueError(f"need sd > 0, mde > 0, m >= 1, 0 < power < 1, 0 < alpha < 1 "
+                         f"(got sd={sd}, mde={mde}, m={m}, power={power}, alpha={alpha})")
+    level = alpha / m
+    z = sps.norm.ppf(1 - level / 2) + sps.norm.ppf(power)
+    n = max(2, math.floor((z * sd / mde) ** 2))  # the normal approximation is a lower bound: count up
+    while power_paired(mde, sd, n, level) < power:
+        n += 1
+        if n > MAX_UNITS:
+            raise ValueError(f"more than {MAX_UNITS} units needed for mde={mde} at sd={sd}")
+    while n > 2 and power_paired(mde, sd, n - 1, level) >= power:
+        n -= 1
+    return n

@@ -1,0 +1,85 @@
+"""Whether the same sweep, run on two disjoint sets of seeds, calls its principal comparisons the same.
+
+    python -m scripts.verdict_stability SWEEP_A SWEEP_B
+
+Builds the report of each sweep (`rbctl.report.make_report`, into a temporary folder) and prints
+both verdict tables side by side (per principal comparison: Δ in points with its 95% t-interval, the
+Holm-adjusted p, significant yes/no, the verdict), then whether every comparison got the same call
+(the same verdict: higher, lower, or no difference). Exit code 0 when every call agrees, 1 when one
+differs or is missing from a sweep, 2 on bad input (the two sweeps share a unit, or no comparison).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+from rbctl.errors import UserError
+from rbctl.report import make_report
+from rbctl.report.tables import delta, markdown_table, num
+
+
+def verdicts(sweep: Path, out: Path) -> pd.DataFrame:
+    """The verdict table of a sweep's report, indexed by (arm, ref, benchmark, metric)."""
+    report = make_report([sweep], out)
+    table = pd.read_csv(report.parent / "tables" / "verdicts.csv") if (report.parent / "tables" / "verdicts.csv").is_file() else pd.DataFrame()
+    if not len(table):
+        raise UserError(f"{sweep}: its report has no principal comparison with final evaluations on both sides")
+    return table.set_index(["arm", "ref", "benchmark", "metric"])
+
+
+def side_by_side(a: pd.DataFrame, b: pd.DataFrame) -> tuple[pd.DataFrame, bool]:
+    """The two tables joined on the comparison, and whether every call is the same."""
+
+    def cells(t: pd.DataFrame, key) -> tuple[str, str, str, str]:
+        if key not in t.index:
+            return "–", "–", "–", "missing"
+        r = t.loc[key]
+        return (delta(r["delta"], r["delta_lo"], r["delta_hi"]), num(r["p_holm"], 3),
+                "yes" if bool(r["significant"]) else "no", str(r["verdict"]))
+
+    rows, same = [], True
+    for key in list(dict.fromkeys([*a.index, *b.index])):
+        ca, cb = cells(a, key), cells(b, key)
+        agree = ca[3] == cb[3] and ca[3] not in ("missing", "same config", "untestable")
+        same &= agree
+        rows.append({"comparison": f"{key[0]} − {key[1]}", "benchmark": key[2], "metric": key[3],
+                     "A: Δ [95% CI]": ca[0], "A: Holm p": ca[1], "A: significant": ca[2],
+                     "B: Δ [95% CI]": cb[0], "B: Holm p": cb[1], "B: significant": cb[2],
+                     "same call": "yes" if agree else f"no ({ca[3]} / {cb[3]})"})
+    return pd.DataFrame(rows), same
+
+
+def _units(t: pd.DataFrame) -> set[str]:
+    return {u for s in t["seed_list"].astype(str) for u in s.split(",") if u and u != "nan"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("sweep_a", type=Path)
+    p.add_argument("sweep_b", type=Path)
+    args = p.parse_args(argv)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            a = verdicts(args.sweep_a, Path(tmp) / "a")
+            b = verdicts(args.sweep_b, Path(tmp) / "b")
+        shared = sorted(_units(a) & _units(b))
+        if shared:
+            raise UserError(f"the two sweeps share units ({', '.join(shared)}): their seed sets must be disjoint")
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    table, same = side_by_side(a, b)
+    print(f"A: {args.sweep_a} (units {', '.join(sorted(_units(a)))})")
+    print(f"B: {args.sweep_b} (units {', '.join(sorted(_units(b)))})\n")
+    print(markdown_table(table))
+    print("every principal comparison gets the same call" if same else "the calls differ")
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

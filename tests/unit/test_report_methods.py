@@ -1,0 +1,178 @@
+"""The report's power calculation, rliable aggregates, survival statistics, warm-start level and the
+sweep file's report settings, against hand-computed, textbook and reference-tool values."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+from rbctl.config.base import validate
+from rbctl.config.sweep import SweepConfig
+from rbctl.errors import UserError
+from rbctl.report.escape import escape_time
+from rbctl.report.power import mde_paired, power_paired, units_for_power
+from rbctl.report.robust import iqm, prob_improvement, score_distribution, stratified_bootstrap
+from rbctl.report.stats import paired_delta
+from rbctl.report.survival import kaplan_meier, logrank, rmst
+from rbctl.report.warmstart import warm_start_level
+
+# --- power ----------------------------------------------------------------------------------------
+
+
+def test_units_for_power_matches_gpower():
+    # G*Power 3.1, "t tests – Means: Difference from constant (one sample case)", a priori, two tails,
+    # effect size d_z = 0.5, α = 0.05, power 0.80: total sample size 34, actual power 0.8077775.
+    assert units_for_power(sd=1.0, mde=0.5, m=1, power=0.8) == 34
+    assert power_paired(0.5, 1.0, 34, 0.05) == pytest.approx(0.8077775, abs=1e-6)
+    assert power_paired(0.5, 1.0, 33, 0.05) < 0.8  # 34 is the smallest
+    # d_z = 0.8: G*Power gives 15 (actual power 0.8213) — the same in points: sd 5, mde 4
+    assert units_for_power(sd=5.0, mde=4.0) == 15
+    assert power_paired(4.0, 5.0, 15, 0.05) == pytest.approx(0.8213, abs=1e-4)
+
+
+def test_power_uses_alpha_over_m_and_mde_inverts_power():
+    # m = 3 principal comparisons: each at α/3; more units are needed than for one
+    n1, n3 = units_for_power(5.5, 5.0, 1), units_for_power(5.5, 5.0, 3)
+    assert n3 > n1
+    assert power_paired(5.0, 5.5, n3, 0.05 / 3) >= 0.8 > power_paired(5.0, 5.5, n3 - 1, 0.05 / 3)
+    mde = mde_paired(5.5, 10, 0.05 / 3, 0.8)
+    assert power_paired(mde, 5.5, 10, 0.05 / 3) == pytest.approx(0.8, abs=1e-9)
+    # no power below the test level: the power at Δ = 0 is α itself (both tails)
+    assert power_paired(0.0, 5.5, 10, 0.05) == pytest.approx(0.05)
+    assert math.isnan(mde_paired(5.5, 1, 0.05, 0.8)) and math.isnan(power_paired(1.0, 0.0, 10, 0.05))
+    with pytest.raises(ValueError, match="sd > 0"):
+        units_for_power(0.0, 5.0)
+
+
+# --- rliable aggregates ---------------------------------------------------------------------------
+
+X = np.array([[0.61, 0.5], [0.55, 0.7], [0.70, 0.7], [0.48, 0.2], [0.66, 0.9]])  # [runs, tasks]
+Y = np.array([[0.58, 0.5], [0.55, 0.6], [0.52, 0.7], [0.50, 0.1], [0.60, 0.3]])
+
+
+def test_prob_improvement_is_the_mann_whitney_form_averaged_over_tasks():
+    # task 0: .61 beats 5 of Y's, .55 beats .52, .50 and ties .55 (2.5), .70 beats 5, .48 none,
+    # .66 beats 5: 17.5/25 = .70. Task 1: .5 beats .1, .3, ties .5 (2.5); .7 beats 4, ties .7 (4.5)
+    # twice; .2 beats .1 (1); .9 beats 5: 17.5/25 = .70. Mean .70 (rliable 1.2.0 gives 0.7 too).
+    assert prob_improvement(X[:, :1], Y[:, :1]) == pytest.approx(0.70)
+    assert prob_improvement(X, Y) == pytest.approx(0.70)
+    assert prob_improvement(Y, X) == pytest.approx(0.30)  # P(X > Y) + P(Y > X) = 1 with ties halved
+    assert prob_improvement(X, X) == pytest.approx(0.5)
+
+
+def test_iqm_is_the_25_percent_trimmed_mean_over_runs_and_tasks():
+    # 10 pooled scores, ⌊10/4⌋ = 2 cut from each end: sorted .2 .48 | .5 .55 .61 .66 .7 .7 | .7 .9
+    assert iqm(X) == pytest.approx((0.5 + 0.55 + 0.61 + 0.66 + 0.7 + 0.7) / 6)
+    assert iqm(X) == pytest.approx(sps.trim_mean(X, 0.25, axis=None))  # rliable's aggregate_iqm
+    assert iqm(np.arange(7.0)[:, None]) == pytest.approx(3.0)  # ⌊7/4⌋ = 1 cut: mean of 1..5
+    assert list(iqm(np.stack([X, Y]))) == pytest.approx([iqm(X), iqm(Y)])  # resamples stacked
+
+
+def test_score_distribution_and_stratified_bootstrap():
+    assert list(score_distribution(X[:, :1], [0.5, 0.6, 0.7])) == pytest.approx([0.8, 0.6, 0.0])  # strictly above
+    # a constant sample: every resample gives the same statistic
+    assert stratified_bootstrap(iqm, [np.full((5, 2), 0.3)], n_boot=50) == pytest.approx((0.3, 0.3))
+    # paired: each unit's two runs stay together, so Δ = +.1 in every unit gives P(X > Y) in [.5, 1]
+    # for any resample and exactly 1 when no two resampled units differ by less than .1
+    x = np.array([[0.1], [0.4], [0.7]])
+    lo, hi = stratified_bootstrap(prob_improvement, [x + 0.1, x], paired=True, n_boot=400)
+    assert 0.5 <= lo <= hi == pytest.approx(1.0)
+    # strata: a task's resample draws only its own column's runs (column 1 is constant, so the IQM of
+    # each resample of column 1 alone is 10)
+    strat = np.column_stack([np.arange(6.0), np.full(6, 10.0)])
+    lo, hi = stratified_bootstrap(lambda s: s[..., 1].mean(axis=-1), [strat], n_boot=100)
+    assert (lo, hi) == pytest.approx((10.0, 10.0))
+    lo, hi = stratified_bootstrap(lambda s: score_distribution(s, [0.5, 2.5]), [np.arange(6.0)[:, None]], n_boot=200)
+    assert lo.shape == (2,) and (lo <= hi).all() and hi[0] <= 1.0
+
+
+# --- survival -------------------------------------------------------------------------------------
+
+# Freireich et al. (1963) remission times (weeks), 6-MP vs placebo (0 = censored), the textbook example
+# of Kleinbaum & Klein, "Survival Analysis" (3rd ed., ch. 2): log-rank χ² = 16.79, p = 4.17e-5;
+# 6-MP: S(6) = .857, S(7) = .807, S(10) = .753, S(13) = .690, S(16) = .627, S(22) = .538, S(23) = .448,
+# median 23; placebo median 8. (lifelines 0.30.3 gives the same KM, χ² 16.7929 and RMST(23) 17.9092.)
+MP_T = [6, 6, 6, 6, 7, 9, 10, 10, 11, 13, 16, 17, 19, 20, 22, 23, 25, 32, 32, 34, 35]
+MP_E = [1, 1, 1, 0, 1, 0, 1, 0, 0, 1, 1, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0]
+PL_T = [1, 1, 2, 2, 3, 4, 4, 5, 5, 8, 8, 8, 8, 11, 11, 12, 12, 15, 17, 22, 23]
+
+
+def test_kaplan_meier_and_log_rank_on_the_leukemia_data():
+    km = kaplan_meier(MP_T, MP_E)
+    assert list(km.times) == [6, 7, 10, 13, 16, 22, 23]
+    assert list(km.survival) == pytest.approx([0.857, 0.807, 0.753, 0.690, 0.627, 0.538, 0.448], abs=5e-4)
+    assert km.median == 23 and kaplan_meier(PL_T, [1] * 21).median == 8
+    assert km.at(5.9) == 1.0 and km.at(6) == pytest.approx(18 / 21) and km.at(100) == km.survival[-1]
+    chi2, p = logrank(MP_T, MP_E, PL_T, [1] * 21)
+    assert chi2 == pytest.approx(16.79, abs=0.005) and p == pytest.approx(4.17e-5, rel=2e-3)
+    assert kaplan_meier([5, 5], [0, 0]).median == math.inf  # nobody escaped: not reached
+    assert math.isnan(logrank([5, 5], [0, 0], [5], [0])[0])
+
+
+def test_rmst_and_its_variance_hand_computed():
+    # times 1, 2, 3 with events 1, 1, 0: S = 1 on [0, 1), 2/3 on [1, 2), 1/3 on [2, 3]; τ = 3:
+    # RMST = 1 + 2/3 + 1/3 = 2; A_1 = ∫_1^3 S = 1, A_2 = ∫_2^3 S = 1/3;
+    # Var = 1²·1/(3·2) + (1/3)²·1/(2·1) = 1/6 + 1/18 = 2/9
+    area, lo, hi = rmst(kaplan_meier([1, 2, 3], [1, 1, 0]), 3)
+    half = 1.959963984540054 * math.sqrt(2 / 9)
+    assert (area, lo, hi) == pytest.approx((2.0, 2 - half, 2 + half))
+    km = kaplan_meier(MP_T, MP_E)
+    # ∫_0^23 S: 6·1 + 1·.857 + 3·.807 + 3·.753 + 3·.690 + 6·.627 + 1·.538 (the step values, exactly)
+    s = km.survival
+    assert rmst(km, 23)[0] == pytest.approx(6 + s[0] + 3 * s[1] + 3 * s[2] + 3 * s[3] + 6 * s[4] + s[5])
+    assert rmst(km, 23)[0] == pytest.approx(17.9092, abs=1e-4)
+    assert rmst(kaplan_meier([4, 4], [0, 0]), 4) == (4.0, 4.0, 4.0)  # nobody escaped: τ, no spread
+
+
+def test_escape_time_first_crossing_or_censored_at_the_last_evaluation():
+    assert escape_time([0, 40, 80, 120], [0.16, 0.3, 0.55, 0.9], 0.5) == (80.0, 1)
+    assert escape_time([0, 40, 80], [0.16, 0.2, 0.49], 0.5) == (80.0, 0)
+    assert escape_time([80, 0, 40], [0.6, 0.1, 0.5], 0.5) == (40.0, 1)  # in step order; ≥ threshold
+    assert escape_time([0, 40], [0.9, 0.4], 0.5, "below") == (40.0, 1)
+
+
+# --- warm starts ----------------------------------------------------------------------------------
+
+
+def test_warm_start_level_per_warm_start_over_warm_starts_and_variance():
+    # Δ per (warm start, seed): a: .02, .04 (mean .03); b: .10, .12 (mean .11)
+    d = paired_delta({("a", 0): 0.52, ("a", 1): 0.54, ("b", 0): 0.60, ("b", 1): 0.62},
+                     {("a", 0): 0.50, ("a", 1): 0.50, ("b", 0): 0.50, ("b", 1): 0.50})
+    lvl = warm_start_level(d)
+    assert lvl.per_warm_start["a"].mean == pytest.approx(0.03) and lvl.per_warm_start["b"].units == (0, 1)
+    over = lvl.over_warm_starts
+    assert over.n == 2 and over.mean == pytest.approx(0.07) and over.deltas == pytest.approx((0.03, 0.11))
+    # t over 2 warm starts: sd(.03, .11) = .08/√2, se = .04: t = 1.75 on 1 df (a Cauchy)
+    assert over.p == pytest.approx(1 - 2 / math.pi * math.atan(1.75))
+    # MSB = 2·(.04² + .04²) = .0064, MSW = 4·.0001/2 = .0002, n0 = 2: σ²_b = (.0064 − .0002)/2 = .0031
+    v = lvl.components
+    assert (v.between, v.within) == pytest.approx((0.0031, 0.0002)) and v.share_between == pytest.approx(31 / 33)
+
+
+# --- the sweep file's report settings -------------------------------------------------------------
+
+BASE = {"base": "b.yaml", "arms": {"grpo": {}, "grpo_budget": {"algo.budget": 1.0}, "ent": {}}}
+DESIGN = {"principal": [["grpo_budget", "grpo"], ["ent", "grpo_budget"]], "mde": 5.0, "planning_sd": 5.5}
+
+
+def test_comparisons_section_validates_and_names_the_key():
+    cfg = validate(SweepConfig, {**BASE, "comparisons": DESIGN, "escape": {"threshold": 0.4}}, "s.yaml")
+    assert cfg.comparisons.principal == [("grpo_budget", "grpo"), ("ent", "grpo_budget")]
+    assert (cfg.comparisons.metric, cfg.comparisons.power, cfg.comparisons.alpha) == ("avg@n", 0.8, 0.05)
+    assert cfg.escape.metric == "label/strategy/walk" and cfg.escape.direction == "above"
+    assert validate(SweepConfig, BASE, "s.yaml").comparisons is None  # today's behaviour
+    bad = [({"principal": [["grpo_budget", "grpx"]]}, r"comparisons.principal.0': unknown arm 'grpx'"),
+           ({"principal": [["grpo", "grpo"]]}, r"comparisons.principal': pair 0 compares arm 'grpo' with itself"),
+           ({"principal": [["ent", "grpo"], ["ent", "grpo"]]}, r"listed twice"),
+           ({"metric": "pass@16"}, r"comparisons.metric': pass@16 needs k <= eval.n = 8"),
+           ({"metric": "avg"}, r"comparisons.metric': must be avg@n or pass@k"),
+           ({"mde": 0}, r"comparisons.mde'"), ({"power": 1.0}, r"comparisons.power'"),
+           ({"benchmark": "aime24"}, r"comparisons.benchmark': 'aime24' is not one of eval.benchmarks")]
+    for change, message in bad:
+        with pytest.raises(UserError, match=message):
+            validate(SweepConfig, {**BASE, "comparisons": {**DESIGN, **change}}, "s.yaml")
+    with pytest.raises(UserError, match="escape.direction"):
+        validate(SweepConfig, {**BASE, "escape": {"direction": "up"}}, "s.yaml")
