@@ -56,7 +56,7 @@ def schema_markdown(schema: type[BaseModel] = TrainConfig, title: str = "Trainin
             sub = _section_of(f.annotation)
             if sub is not None:
                 optional = sub is not f.annotation
-                rows.append((key, "section" + (" (or null = off)" if optional else ""), "null" if optional else "",
+                rows.append((key, "section" + (" or null" if optional else ""), "null" if optional else "",
                              f.description or ""))
                 walk(sub, key + ".")
                 continue

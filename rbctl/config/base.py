@@ -31,10 +31,17 @@ def _format_error(err: ValidationError, model: type[BaseModel], source: str) -> 
     e = err.errors()[0]
     loc = ".".join(str(p) for p in e["loc"])
     if e["type"] == "extra_forbidden":
+        renamed = getattr(model, "renamed_keys", {}).get(loc)
+        if renamed:
+            return f"{source}: config key '{loc}' is now '{renamed}'"
         close = difflib.get_close_matches(loc, _all_keys(model), n=1, cutoff=0.6)
         hint = f" (did you mean '{close[0]}'?)" if close else ""
         return f"{source}: unknown config key '{loc}'{hint}"
+    if e["type"] == "missing":
+        return f"{source}: config key '{loc}' is required"
     msg = e["msg"].removeprefix("Value error, ")
+    if loc and isinstance(e.get("input"), dict):  # an error of a whole section: its message names the keys
+        return f"{source}: config key '{loc}': {msg}"
     if loc:
         return f"{source}: config key '{loc}': {msg} (got {e.get('input')!r})"
     return f"{source}: {msg}"
@@ -56,7 +63,9 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
         path, value = parse_override(item)
         node = data
         for part in path[:-1]:
-            nxt = node.setdefault(part, {})
+            if node.get(part) is None:  # absent, or an optional section written as null (algo.clip_cov: null)
+                node[part] = {}
+            nxt = node[part]
             if not isinstance(nxt, dict):
                 raise UserError(f"--set '{item}': '{part}' is not a section")
             node = nxt
@@ -85,8 +94,9 @@ def _blame(err: ValidationError, source: str, overrides: Sequence[str]) -> str:
     override, since any of them may have caused it."""
     if not overrides:
         return source
-    loc = [str(p) for p in err.errors()[0]["loc"]]
-    if not loc:
+    first = err.errors()[0]
+    loc = [str(p) for p in first["loc"]]
+    if not loc or first["type"] == "missing":  # a missing key was set nowhere: any input may have asked for it
         return f"{source} with " + ", ".join(f"--set '{item}'" for item in overrides)
     for item in reversed(list(overrides)):
         path, _ = parse_override(item)
