@@ -21,6 +21,7 @@ from rbctl.errors import UserError
 from rbctl.rollout.base import Sample
 from rbctl.sweep.ablate import COMPUTE_KEYS, load_sweep
 from rbctl.train.loop import train
+from rbctl.train.metric_names import STEP_METRICS
 from rbctl.train.objective import Objective
 from rbctl.train.sampling import Groups, collect_groups
 from tests.conftest import TINY_TRAIN
@@ -68,6 +69,7 @@ def test_each_arm_trains_two_steps_without_nan_and_logs_its_metrics(arm, tiny_co
             assert not (isinstance(v, float) and math.isnan(v)), (k, v)
         assert r["nonfinite/skipped"] == 0
         assert r["rollout/generated"] >= 4 * 4  # P·G
+        assert [k for k in r if not any(m.matches(k) for m in STEP_METRICS)] == []  # docs/metrics.md lists it
     last = lines[-1]
     if arm == "clip_cov":
         assert any(r["policy_loss/frac_cov_clipped"] > 0 for r in lines)
