@@ -8,6 +8,8 @@ import importlib
 import json
 from pathlib import Path
 
+import pytest
+
 from rbctl.train.metric_names import EVAL_METRICS, STEP_METRICS, Metric
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -78,3 +80,12 @@ def test_every_key_a_quickstart_run_logs_is_documented(rbctl_cache, tmp_path):
     assert [k for k in sorted(logged) if not documented(k, STEP_METRICS)] == []
     assert [k for k in sorted({k for r in evals for k in r}) if not documented(k, EVAL_METRICS)] == []
 
+
+def test_lr_is_the_rate_of_the_steps_own_update(tiny_config, tmp_path):
+    from rbctl.train.loop import train
+
+    # warm-up over 4 steps: step s (from 1) updates with lr·s/4 (rbctl.train.optim.lr_factor(s − 1));
+    # the schedule steps after the update, so reading lr afterwards would log the next step's rate
+    out = train(tiny_config(steps=3, optim__warmup_steps=4, optim__lr=1e-3), tmp_path / "run", progress=False,
+                log=lambda *a: None)
+    assert [m["lr"] for m in out] == [pytest.approx(2.5e-4), pytest.approx(5e-4), pytest.approx(7.5e-4)]
