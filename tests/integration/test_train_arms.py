@@ -1,6 +1,6 @@
 """The comparison arms wired into the config and the trainer (docs/method.md, "Other arms"): each
-trains, logs its metrics and composes where defined; `policy_loss: clip` is the previous update
-exactly; the entropy mask restricts the gradient to its tokens; dynamic sampling keeps mixed groups
+trains, logs its metrics and composes where defined; with every arm off the objective is GRPO's
+advantages and PPO's clipped surrogate (hand values); the entropy mask restricts the gradient to its tokens; dynamic sampling keeps mixed groups
 and counts generated rollouts; a sweep mixing dynamic and fixed batches is refused; the shipped
 arms sweep validates."""
 
@@ -14,8 +14,6 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
-from rbctl.algo.losses import ppo_clip_loss
-from rbctl.algo.policy_losses import PolicyLossResult
 from rbctl.config.train import load_train_config
 from rbctl.errors import UserError
 from rbctl.rollout.base import Sample
@@ -81,32 +79,25 @@ def test_each_arm_trains_two_steps_without_nan_and_logs_its_metrics(arm, tiny_co
         assert all(r["reward/shaped_mean"] <= r["reward/mean"] for r in lines)  # r·(1 − β·rank/G) <= r
 
 
-def _legacy_policy_loss(self, logp, old_logp, adv, mask, entropy=None, draw=()):
-    """The update before the arms: `losses.ppo_clip_loss` with algo.clip_low/clip_high, nothing else."""
-    out = ppo_clip_loss(logp, old_logp, adv, self.cfg.clip_low, self.cfg.clip_high)
-    return PolicyLossResult(out.loss_mat, {"clipped_low": out.clipped_low, "clipped_high": out.clipped_high})
-
-
-@pytest.mark.parametrize("extra", [{}, {"algo__budget": 1.0, "algo__ppo_epochs": 2, "algo__micro_batch_size": 8}])
-def test_policy_loss_clip_is_the_previous_update_exactly(extra, tiny_config, tmp_path, monkeypatch):
-    cfg = tiny_config(steps=2, save_every=2, **extra)
-    assert cfg.algo.policy_loss == "clip"
-    new = tmp_path / "new"
-    train(cfg, new, **quiet)
-    with monkeypatch.context() as m:  # the arms' code path off: the old PPO loss, rewards unshaped
-        m.setattr(Objective, "policy_loss", _legacy_policy_loss)
-        m.setattr(Objective, "shape_rewards", lambda self, rewards, samples: rewards)
-        old = tmp_path / "old"
-        train(cfg, old, **quiet)
-    a, b = _lines(new), _lines(old)
-    assert len(a) == len(b) == 2
-    for ra, rb in zip(a, b):
-        assert set(ra) == set(rb)
-        for k in ra:
-            if not k.startswith(TIMING):
-                assert ra[k] == rb[k], (ra["step"], k)
-    wa, wb = _weights(new, 2), _weights(old, 2)
-    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+def test_with_every_arm_off_the_objective_is_grpo_and_ppos_clipped_surrogate():
+    obj = Objective(load_train_config(None, []))  # policy_loss clip, no mask, no reward transform
+    rewards = torch.tensor([[1.0, 0.0, 0.0, 1.0]])
+    assert obj.shape_rewards(rewards, samples=None) is rewards
+    # GRPO: mean 0.5, unbiased std sqrt(4·0.25/3) = sqrt(1/3): A = ±0.5/(sqrt(1/3) + 1e-6)
+    a = 0.5 / (math.sqrt(1 / 3) + 1e-6)
+    torch.testing.assert_close(obj.advantages(rewards), torch.tensor([[a, -a, -a, a]]))
+    mask = torch.ones(2, 3)
+    assert obj.token_mask(torch.rand(2, 3), mask) is None and not obj.needs_entropy
+    # PPO's surrogate (Schulman et al. 2017, eq. 7) with ε_low = 0.2, ε_high = 0.28: loss −min(ρA, clip(ρ)A)
+    # row A = 2:    ρ 1.5 -> −min(3, 2.56) = −2.56;  ρ 1.1 -> −2.2;  ρ 0.5 -> −min(1, 1.6) = −1
+    # row A = −0.5: ρ 0.5 -> −min(−0.25, −0.4) = 0.4;  ρ 0.9 -> 0.45;  ρ 1.5 -> −min(−0.75, −0.64) = 0.75
+    old = torch.tensor([[-1.0, -2.0, -0.3], [-4.0, -0.1, -1.2]])
+    logp = old + torch.tensor([[1.5, 1.1, 0.5], [0.5, 0.9, 1.5]]).log()
+    out = obj.policy_loss(logp, old, torch.tensor([2.0, -0.5]), mask, draw=(1, 0, 0))
+    torch.testing.assert_close(out.loss_mat, torch.tensor([[-2.56, -2.2, -1.0], [0.4, 0.45, 0.75]]))
+    assert set(out.token_stats) == {"clipped_low", "clipped_high"}
+    assert out.token_stats["clipped_high"].tolist() == [[True, False, False], [False, False, False]]
+    assert out.token_stats["clipped_low"].tolist() == [[False, False, False], [True, False, False]]
 
 
 def test_entropy_quantile_one_keeps_every_token_and_changes_nothing(tiny_config, tmp_path):

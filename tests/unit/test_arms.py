@@ -21,7 +21,7 @@ from rbctl.algo import (
     passk_advantages,
     unlikeliness_rewards,
 )
-from rbctl.algo.losses import BatchNorm, aggregation_weights, ppo_clip_loss
+from rbctl.algo.losses import BatchNorm, aggregation_weights
 from rbctl.errors import UserError
 
 EPS = 1e-6  # Pass@k Training's code: σ + 1e-6
@@ -149,17 +149,23 @@ def test_registry_has_the_four_losses_and_gspo_forces_sequence_aggregation() -> 
         compute_policy_loss("kl_cov", LOGP, LOGP, ADV, MASK, clip_low=0.2)
 
 
-def test_clip_equals_ppo_clip_loss_for_sequence_and_token_advantages() -> None:
-    old = LOGP - t([[0.3, -0.3, 0.0], [0.3, -0.3, 0.0]])  # ρ = e^0.3 ≈ 1.35, e^−0.3 ≈ 0.74, 1
-    ref = ppo_clip_loss(LOGP, old, ADV, 0.2, 0.28)
-    for adv in (ADV, ADV.unsqueeze(1).expand(2, 3)):
+def test_clip_takes_sequence_and_token_advantages_alike_hand_values() -> None:
+    # ρ = e^0.3 ≈ 1.3499, e^−0.3 ≈ 0.7408, 1 in both rows; clip range [0.8, 1.28]; loss −min(ρA, clip(ρ)A).
+    # Row 0, A = +1: −min(1.3499, 1.28) = −1.28 (clip binds high); −min(0.7408, 0.8) = −0.7408 (a
+    # ratio below 1 − ε_low with A > 0 is not clipped); −1. Row 1, A = −1: −min(−1.3499, −1.28) = 1.3499;
+    # −min(−0.7408, −0.8) = 0.8 (clip binds low); 1 (the padding entry: whatever the formula gives).
+    old = LOGP - t([[0.3, -0.3, 0.0], [0.3, -0.3, 0.0]])
+    e = math.exp
+    expected = t([[-1.28, -e(-0.3), -1.0], [e(0.3), 0.8, 1.0]])
+    for adv in (ADV, ADV.unsqueeze(1).expand(2, 3)):  # [N] per sequence, or [N, T] per token
         out = compute_policy_loss("clip", LOGP, old, adv, MASK, clip_low=0.2, clip_high=0.28)
-        assert torch.equal(out.loss_mat, ref.loss_mat)
-        assert torch.equal(out.token_stats["clipped_low"], ref.clipped_low)
-        assert torch.equal(out.token_stats["clipped_high"], ref.clipped_high)
-    # row 0 (A = 1), ρ = e^0.3 > 1.28: loss −1.28, clipped high; row 1 (A = −1), ρ = e^−0.3 < 0.8: loss 0.8
-    assert out.loss_mat[0, 0].item() == pytest.approx(-1.28)
-    assert out.loss_mat[1, 1].item() == pytest.approx(0.8)
+        assert_close(out.loss_mat, expected)
+        assert out.token_stats["clipped_high"].tolist() == [[True, False, False], [False, False, False]]
+        assert out.token_stats["clipped_low"].tolist() == [[False, False, False], [False, True, False]]
+    # token advantages may differ along a sequence: A = (+1, −1, +1) on row 0 at ρ = (1.3499, 0.7408, 1)
+    out = compute_policy_loss("clip", LOGP, old, t([[1.0, -1.0, 1.0], [-1.0, -1.0, -1.0]]), MASK, clip_low=0.2,
+                              clip_high=0.28)
+    assert_close(out.loss_mat[0], t([-1.28, 0.8, -1.0]))
 
 
 def test_clip_cov_hand_values_and_zero_gradient_on_picked_tokens() -> None:
