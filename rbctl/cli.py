@@ -49,9 +49,20 @@ app = typer.Typer(
 _DEBUG = {"on": False}
 
 
+def _debug(value: bool) -> bool:
+    if value:
+        _DEBUG["on"] = True
+    return value
+
+
+# --debug before the command (`rbctl --debug train ...`) or after it (`rbctl train ... --debug`):
+# every command takes the option, whose callback turns tracebacks on before the command runs.
+DebugOpt = typer.Option(False, "--debug", help="Show full tracebacks for errors.", callback=_debug)
+
+
 @app.callback()
-def _root(debug: bool = typer.Option(False, "--debug", help="Show full tracebacks for errors.")) -> None:
-    _DEBUG["on"] = debug
+def _root(debug: bool = DebugOpt) -> None:
+    pass
 
 
 SetOpt = typer.Option(None, "--set", "-s", metavar="KEY=VALUE", help="Override a config value: key.path=value (repeatable).")
@@ -66,6 +77,7 @@ def train(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
     nproc: int = typer.Option(1, "--nproc", help="Data-parallel processes on this machine (runs torchrun; one per GPU, or gloo on CPU)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Validate the config, resolve what can be resolved offline, print the plan and a cost estimate; train nothing."),
+    debug: bool = DebugOpt,
 ) -> None:
     """Train a policy with a GRPO-family estimator, optionally with reward budgeting and an entropy bonus.
 
@@ -85,7 +97,7 @@ def train(
         from rbctl.train.distributed import launch
 
         argv = ["train", str(config), "-o", str(out)] + [a for kv in (set_ or []) for a in ("--set", kv)]
-        argv += (["--force"] if force else []) + (["--quiet"] if quiet else [])
+        argv += (["--force"] if force else []) + (["--quiet"] if quiet else []) + (["--debug"] if debug else [])
         raise typer.Exit(launch(nproc, argv))
     try:
         run_training(cfg, out, force=force, progress=not quiet)
@@ -137,6 +149,7 @@ def eval_(
     ),
     device: Optional[str] = typer.Option(None, "--device", help="auto, cpu, cuda, cuda:N (default: auto)."),
     dtype: Optional[str] = typer.Option(None, "--dtype", help="auto, float32, bfloat16, float16 (default: auto)."),
+    debug: bool = DebugOpt,
 ) -> None:
     """Evaluate a model on AMC23, AIME24, AIME25, GSM8K or the built-in task.
 
@@ -164,6 +177,7 @@ def ablate(
     no_report: bool = typer.Option(False, "--no-report", help="Do not write the report at the end."),
     launcher: str = typer.Option("local", "--launcher", help="local (worker processes here) or submitit (Slurm, or submitit's local mode; settings from the sweep's `launcher:` section)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress display."),
+    debug: bool = DebugOpt,
 ) -> None:
     """Run a declared grid of arms × seeds, each run followed by its evaluation; resumable.
 
@@ -213,6 +227,7 @@ def report(
     out: Optional[Path] = typer.Option(
         None, "--out", "-o", help="Output folder [default: SWEEP/report for a single sweep directory; required otherwise]."
     ),
+    debug: bool = DebugOpt,
 ) -> None:
     """Comparison plots and tables from run and sweep directories.
 
