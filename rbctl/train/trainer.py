@@ -152,7 +152,7 @@ class Trainer(Updater):
         try:
             from peft import LoraConfig, PeftModel, get_peft_model
         except ImportError:
-            raise UserError("model.lora needs peft: pip install 'rbctl[lora]'") from None
+            raise UserError("model.lora needs peft, a dependency of rbctl that is not installed: pip install 'peft>=0.13'") from None
         if adapter_dir is not None:
             return PeftModel.from_pretrained(model, str(adapter_dir), is_trainable=True)
         lc = self.cfg.model.lora
