@@ -2,10 +2,11 @@
 branches per method (verl's `register_policy_loss` is the model).
 
 Every variant takes (logp [N, T], old_logp [N, T], advantages [N] or [N, T], mask [N, T], **params)
-— its settings are keyword-only parameters without defaults (the defaults are the config block's,
-rbctl.config.train; the docstrings name the sources' values) — and returns a `PolicyLossResult`: the per-token loss matrix [N, T] (to be aggregated with
+and returns a `PolicyLossResult`: the per-token loss matrix [N, T] (to be aggregated with
 `rbctl.algo.losses.aggregation_weights`, or with the variant's own `loss_agg` when it forces one)
 and boolean per-token statistics [N, T] (the trainer sums them over valid tokens to log fractions).
+Its settings are keyword-only parameters without defaults: the defaults are its config block's
+(rbctl.config.methods), and the docstrings name the sources' values.
 Padding entries of the loss matrix are whatever falls out of the formula; the aggregation weights
 are 0 there. Formulas and sources: docs/method.md, "Other arms".
 

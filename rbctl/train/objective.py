@@ -11,7 +11,8 @@ import torch
 
 from rbctl import algo
 from rbctl.algo.policy_losses import PolicyLossResult
-from rbctl.config.train import TrainConfig, method_params
+from rbctl.config.methods import method_params
+from rbctl.config.train import TrainConfig
 
 # Token statistics of the policy losses -> metric names (fractions of the valid tokens).
 STAT_METRICS = {"clipped_low": "clip/frac_low", "clipped_high": "clip/frac_high",
