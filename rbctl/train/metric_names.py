@@ -77,7 +77,7 @@ STEP_METRICS: tuple[Metric, ...] = (
            "π_θ/π_old per token, GSPO's sequence ratio on each of its tokens), mean over the ppo_epochs passes "
            "(each deals the whole batch into its mini-batches once); 0 for kl_cov (no clip)",
            "rbctl.algo.policy_losses.clip_loss"),
-    Metric("clip/frac_high", f"fraction of valid tokens with ρ > 1 + ε_high and A > 0 (the upper clip binds), as "
+    Metric("clip/frac_high", "fraction of valid tokens with ρ > 1 + ε_high and A > 0 (the upper clip binds), as "
            "`clip/frac_low`", "rbctl.algo.policy_losses.clip_loss"),
     Metric("policy_loss/frac_cov_clipped", "fraction of valid tokens Clip-Cov detached (loss 0, no gradient), "
            "as `clip/frac_low`", "rbctl.algo.policy_losses.clip_cov_loss", "with `algo.policy_loss: clip_cov`"),

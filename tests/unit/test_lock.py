@@ -55,8 +55,8 @@ def test_a_lock_left_by_a_dead_holder_is_taken_over_with_a_warning(tmp_path):
 
 def test_a_waiting_holder_gets_the_lock_when_the_first_releases_it(tmp_path):
     holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom rbctl.store.lock import DirLock\n"
-                               f"with DirLock(sys.argv[1], 'x', name='c.lock'):\n    print('in', flush=True)\n"
-                               "    time.sleep(1.0)\n", str(tmp_path)], stdout=subprocess.PIPE, text=True,
+                               "with DirLock(sys.argv[1], 'x', name='c.lock'):\n    print('in', flush=True)\n"
+                               "    time.sleep(2.0)\n", str(tmp_path)], stdout=subprocess.PIPE, text=True,
                               env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     assert holder.stdout.readline() == "in\n"
     with pytest.raises(UserError, match=f"pid {holder.pid}"):
@@ -66,9 +66,8 @@ def test_a_waiting_holder_gets_the_lock_when_the_first_releases_it(tmp_path):
     said = []
     with DirLock(tmp_path, "x", name="c.lock", wait=True, log=said.append):
         waited = time.monotonic() - t0
-        assert holder.poll() is not None or waited > 0.1
     holder.wait()
-    assert waited > 0.3 and said == []  # a clean release leaves no stale record
+    assert waited > 0.5 and said == []  # it waited for the holder (2 s); a clean release leaves no stale record
 
 
 def test_without_flock_the_recorded_pid_decides(tmp_path, monkeypatch):
