@@ -49,9 +49,20 @@ app = typer.Typer(
 _DEBUG = {"on": False}
 
 
+def _debug(value: bool) -> bool:
+    if value:
+        _DEBUG["on"] = True
+    return value
+
+
+# --debug before the command (`rbctl --debug train ...`) or after it (`rbctl train ... --debug`):
+# every command takes the option, whose callback turns tracebacks on before the command runs.
+DebugOpt = typer.Option(False, "--debug", help="Show full tracebacks for errors.", callback=_debug)
+
+
 @app.callback()
-def _root(debug: bool = typer.Option(False, "--debug", help="Show full tracebacks for errors.")) -> None:
-    _DEBUG["on"] = debug
+def _root(debug: bool = DebugOpt) -> None:
+    pass
 
 
 SetOpt = typer.Option(None, "--set", "-s", metavar="KEY=VALUE", help="Override a config value: key.path=value (repeatable).")
@@ -67,6 +78,7 @@ def train(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
     nproc: int = typer.Option(1, "--nproc", help="Data-parallel processes on this machine (runs torchrun; one per GPU, or gloo on CPU)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Validate the config, resolve what can be resolved offline, print the plan and a cost estimate; train nothing."),
+    debug: bool = DebugOpt,
 ) -> None:
     """Train a policy with a GRPO-family estimator, optionally with reward budgeting and an entropy bonus.
 
@@ -86,7 +98,7 @@ def train(
         from rbctl.train.distributed import launch
 
         argv = ["train", str(config), "-o", str(out)] + [a for kv in (set_ or []) for a in ("--set", kv)]
-        argv += [flag for flag, on in (("--force", force), ("--extend", extend), ("--quiet", quiet)) if on]
+        argv += [flag for flag, on in (("--force", force), ("--extend", extend), ("--quiet", quiet), ("--debug", debug)) if on]
         raise typer.Exit(launch(nproc, argv))
     try:
         run_training(cfg, out, force=force, extend=extend, progress=not quiet)
@@ -139,6 +151,7 @@ def eval_(
     ),
     device: Optional[str] = typer.Option(None, "--device", help="auto, cpu, cuda, cuda:N (default: auto)."),
     dtype: Optional[str] = typer.Option(None, "--dtype", help="auto, float32, bfloat16, float16 (default: auto)."),
+    debug: bool = DebugOpt,
 ) -> None:
     """Evaluate a model on AMC23, AIME24, AIME25, GSM8K or the built-in task.
 
@@ -167,6 +180,7 @@ def ablate(
     launcher: str = typer.Option("local", "--launcher", help="local (worker processes here) or submitit (Slurm, or submitit's local mode; settings from the sweep's `launcher:` section)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress display."),
     seed_offset: int = typer.Option(0, "--seed-offset", help="Add N to every seed: the same sweep on a disjoint set of seeds (default output runs/SWEEP_NAME_seedsN)."),
+    debug: bool = DebugOpt,
 ) -> None:
     """Run a declared grid of arms × seeds, each run followed by its evaluation; resumable.
 
@@ -219,6 +233,7 @@ def report(
     out: Optional[Path] = typer.Option(
         None, "--out", "-o", help="Output folder [default: DIR/report for a single run or sweep directory; required for several]."
     ),
+    debug: bool = DebugOpt,
 ) -> None:
     """Comparison plots and tables from run and sweep directories.
 

@@ -8,7 +8,7 @@ How the two runs are matched (the workload is read from configs/quickstart.yaml,
 truth, and mapped onto `GRPOConfig`):
 1. Same policy and tokenizer: the cached warm-started built-in model (`rbctl.tasks.builtin.warm_started`),
    loaded from disk by each framework; same prompts (the built-in task's train split, prompt text
-   `builtin.format_problem`), same reward (`builtin.check`, 1 if exact else 0).
+   `rbctl.tasks.links.format_problem`), same reward (`rbctl.tasks.links.check`, 1 if exact else 0).
 2. Same step: P prompts × G rollouts, max new tokens, temperature, top_p, one optimizer step per
    batch (`num_iterations=1`), AdamW at the same lr, betas, weight decay and gradient clipping,
    constant schedule; the PPO clip ε_low/ε_high; GRPO advantages and per-sequence loss averaging

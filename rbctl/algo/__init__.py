@@ -13,6 +13,7 @@ from rbctl.algo.advantages import (
     dr_grpo,
     get_estimator,
     grpo,
+    keyword_params,
     maxrl,
     passk,
     passk_advantages,
@@ -40,7 +41,7 @@ from rbctl.algo.sharpness import (
 
 __all__ = [
     "ESTIMATORS", "STD_EPS", "Estimator", "budget_rewards", "compute_advantages", "dr_grpo", "get_estimator",
-    "grpo", "reinforce_pp", "rloo", "GroupStats", "advantage_gap", "group_stats", "kappa", "kappa_eff",
+    "grpo", "keyword_params", "reinforce_pp", "rloo", "GroupStats", "advantage_gap", "group_stats", "kappa", "kappa_eff",
     "nanmean_or_none", "sharpness_per_prompt", "maxrl", "passk", "passk_advantages", "dynamic_sampling_keep",
     "high_entropy_mask", "unlikeliness_rewards", "POLICY_LOSSES", "PolicyLoss", "PolicyLossResult",
     "compute_policy_loss", "get_policy_loss", "register_policy_loss",

@@ -13,6 +13,7 @@ Every formula here is the one in docs/method.md; the docstrings restate it.
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass
 from typing import Callable
@@ -143,16 +144,28 @@ def passk(r: torch.Tensor, budgeted: bool = False, *, k: int) -> torch.Tensor:
     return torch.where(correct, a_pos.unsqueeze(1), a_neg.unsqueeze(1))
 
 
+def keyword_params(fn: Callable) -> dict[str, object]:
+    """A method's own settings: the keyword-only parameters of its function -> default
+    (`inspect.Parameter.empty` where required). The config block of a method holds exactly these
+    (rbctl.config.train checks it)."""
+    sig = inspect.signature(fn).parameters.values()
+    return {p.name: p.default for p in sig if p.kind is inspect.Parameter.KEYWORD_ONLY}
+
+
 @dataclass(frozen=True)
 class Estimator:
-    """An advantage estimator, the loss aggregation docs/method.md pairs it with by default, the
-    keyword parameters it needs (`compute_advantages(r, name, k=4)`), and, for an estimator that
-    does not compose with the budget, why (None: it composes)."""
+    """An advantage estimator, the loss aggregation docs/method.md pairs it with by default and, for
+    an estimator that does not compose with the budget, why (None: it composes). Its own
+    parameters are the function's keyword-only ones (`params`; passk: `compute_advantages(r, "passk", k=4)`)."""
 
     fn: Callable[..., torch.Tensor]
     default_loss_agg: str
-    params: tuple[str, ...] = ()
     no_budget: str | None = None
+
+    @property
+    def params(self) -> dict[str, object]:
+        """Keyword parameters -> default (`keyword_params`)."""
+        return keyword_params(self.fn)
 
     @property
     def composes_with_budget(self) -> bool:
@@ -168,7 +181,7 @@ ESTIMATORS: dict[str, Estimator] = {
     "maxrl": Estimator(maxrl, "seq-mean-token-sum-norm",
                        no_budget="maxrl already is the budget with B = G, and its division by mean(r) cancels any B"),
     # verl's default aggregation, the framework the Pass@k Training authors' code plugs into.
-    "passk": Estimator(passk, "token-mean", params=("k",),
+    "passk": Estimator(passk, "token-mean",
                        no_budget="passk's advantages are derived for binary rewards and budgeted rewards are not binary"),
 }
 
@@ -228,7 +241,7 @@ def compute_advantages(
     _check_rewards(rewards)
     est = get_estimator(estimator)
     unknown = sorted(set(params) - set(est.params))
-    missing = [p for p in est.params if p not in params]
+    missing = [p for p, default in est.params.items() if default is inspect.Parameter.empty and p not in params]
     if unknown:
         takes = ", ".join(est.params) or "none"
         raise UserError(f"estimator '{estimator}' has no parameter {', '.join(unknown)} (its parameters: {takes})")

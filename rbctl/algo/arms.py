@@ -11,7 +11,7 @@ import torch
 from rbctl.errors import UserError
 
 
-def high_entropy_mask(entropy: torch.Tensor, mask: torch.Tensor, rho: float) -> torch.Tensor:
+def high_entropy_mask(entropy: torch.Tensor, mask: torch.Tensor, *, rho: float) -> torch.Tensor:
     """The "80/20" high-entropy token mask (Wang et al. 2025, arXiv 2506.01939), with TRL's
     `top_entropy_quantile` semantics (GRPOTrainer.get_high_entropy_mask, called with 1 − ρ):
 
@@ -34,7 +34,7 @@ def high_entropy_mask(entropy: torch.Tensor, mask: torch.Tensor, rho: float) -> 
     return (entropy * mask >= threshold) & valid
 
 
-def unlikeliness_rewards(rewards: torch.Tensor, seq_logp: torch.Tensor, beta: float) -> torch.Tensor:
+def unlikeliness_rewards(rewards: torch.Tensor, seq_logp: torch.Tensor, *, beta: float) -> torch.Tensor:
     """Unlikeliness reward (He, Fried & Welleck 2025, arXiv 2506.02355), as the authors' release
     (rewarding-unlikely-release, verl/trainer/ppo/ray_lean_trainer.py, `_compute_advantages`):
 

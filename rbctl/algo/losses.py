@@ -1,4 +1,5 @@
-"""Token-level quantities and the policy loss: log-probs, entropy, loss aggregation, PPO surrogate, KL.
+"""Token-level quantities: log-probs, entropy, loss aggregation, the KL estimator and the entropy
+bonus's α (the policy losses: rbctl.algo.policy_losses).
 
 Shapes: N sequences (P prompts × G rollouts) of T response tokens; `mask` [N, T] is 1 on response
 tokens (up to and including EOS) and 0 on padding. Every aggregation is written as a weight per
@@ -112,36 +113,7 @@ def aggregation_weights(mask: torch.Tensor, mode: str, norm: BatchNorm) -> torch
         raise UserError(f"unknown loss aggregation '{mode}'; valid: {', '.join(LOSS_AGG)}") from None
 
 
-# --- PPO surrogate, KL ---------------------------------------------------------------------------
-
-
-@dataclass
-class PolicyLossOut:
-    loss_mat: torch.Tensor  # [N, T] per-token clipped surrogate loss (to be aggregated)
-    clipped_low: torch.Tensor  # [N, T] bool: ratio < 1 − ε_low where A < 0 (the clip binds)
-    clipped_high: torch.Tensor  # [N, T] bool: ratio > 1 + ε_high where A > 0 (the clip binds)
-
-
-def ppo_clip_loss(
-    logp: torch.Tensor,
-    old_logp: torch.Tensor,
-    advantages: torch.Tensor,
-    eps_low: float,
-    eps_high: float,
-) -> PolicyLossOut:
-    """PPO clipped surrogate, per token: max(−A·ρ, −A·clip(ρ, 1−ε_low, 1+ε_high)), ρ = exp(logp − old).
-
-    logp, old_logp [N, T]; advantages [N] (one per sequence, broadcast over its tokens).
-    ε_high > ε_low is "clip-higher" (DAPO)."""
-    adv = advantages.unsqueeze(-1).to(logp.dtype)
-    ratio = torch.exp(logp - old_logp)
-    unclipped = -adv * ratio
-    clipped = -adv * torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)
-    return PolicyLossOut(
-        loss_mat=torch.maximum(unclipped, clipped),
-        clipped_low=(ratio < 1.0 - eps_low) & (adv < 0),
-        clipped_high=(ratio > 1.0 + eps_high) & (adv > 0),
-    )
+# --- KL, entropy bonus ---------------------------------------------------------------------------
 
 
 def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:

@@ -5,6 +5,8 @@ Every variant takes (logp [N, T], old_logp [N, T], advantages [N] or [N, T], mas
 and returns a `PolicyLossResult`: the per-token loss matrix [N, T] (to be aggregated with
 `rbctl.algo.losses.aggregation_weights`, or with the variant's own `loss_agg` when it forces one)
 and boolean per-token statistics [N, T] (the trainer sums them over valid tokens to log fractions).
+Its settings are keyword-only parameters without defaults: the defaults are its config block's
+(rbctl.config.methods), and the docstrings name the sources' values.
 Padding entries of the loss matrix are whatever falls out of the formula; the aggregation weights
 are 0 there. Formulas and sources: docs/method.md, "Other arms".
 
@@ -20,6 +22,7 @@ from typing import Callable
 
 import torch
 
+from rbctl.algo.advantages import keyword_params
 from rbctl.errors import UserError
 
 # verl clamps the sequence log-ratio of GSPO at 10 before exp "for numerical stability".
@@ -44,15 +47,15 @@ def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum() / mask.sum()
 
 
-def _ppo_terms(logp, old_logp, adv, eps_low: float, eps_high: float):
-    """ρ, −A·ρ and −A·clip(ρ, 1 − ε_low, 1 + ε_high), as `losses.ppo_clip_loss` computes them."""
+def _ppo_terms(logp, old_logp, adv, clip_low: float, clip_high: float):
+    """ρ = exp(logp − old_logp), −A·ρ and −A·clip(ρ, 1 − ε_low, 1 + ε_high) (ε_low = clip_low, ε_high = clip_high)."""
     ratio = torch.exp(logp - old_logp)
-    return ratio, -adv * ratio, -adv * torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)
+    return ratio, -adv * ratio, -adv * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
 
 
-def _clip_stats(ratio, adv, eps_low: float, eps_high: float) -> dict[str, torch.Tensor]:
+def _clip_stats(ratio, adv, clip_low: float, clip_high: float) -> dict[str, torch.Tensor]:
     """Where the clip binds: ρ < 1 − ε_low with A < 0, ρ > 1 + ε_high with A > 0."""
-    return {"clipped_low": (ratio < 1.0 - eps_low) & (adv < 0), "clipped_high": (ratio > 1.0 + eps_high) & (adv > 0)}
+    return {"clipped_low": (ratio < 1.0 - clip_low) & (adv < 0), "clipped_high": (ratio > 1.0 + clip_high) & (adv > 0)}
 
 
 def _check_ratio(name: str, value: float) -> None:
@@ -60,89 +63,89 @@ def _check_ratio(name: str, value: float) -> None:
         raise UserError(f"{name} must be in (0, 1], got {value}")
 
 
-def clip_loss(logp, old_logp, advantages, mask, *, eps_low: float, eps_high: float) -> PolicyLossResult:
-    """PPO's clipped surrogate with dual ε, as `losses.ppo_clip_loss`:
+def clip_loss(logp, old_logp, advantages, mask, *, clip_low: float, clip_high: float) -> PolicyLossResult:
+    """PPO's clipped surrogate (Schulman et al. 2017, arXiv 1707.06347, eq. 7) with dual ε (DAPO's
+    clip-higher: ε_low = clip_low, ε_high = clip_high):
     l = max(−A·ρ, −A·clip(ρ, 1 − ε_low, 1 + ε_high)), ρ = exp(logp − old_logp)."""
     adv = _token_adv(advantages, logp)
-    ratio, unclipped, clipped = _ppo_terms(logp, old_logp, adv, eps_low, eps_high)
-    return PolicyLossResult(torch.maximum(unclipped, clipped), _clip_stats(ratio, adv, eps_low, eps_high))
+    ratio, unclipped, clipped = _ppo_terms(logp, old_logp, adv, clip_low, clip_high)
+    return PolicyLossResult(torch.maximum(unclipped, clipped), _clip_stats(ratio, adv, clip_low, clip_high))
 
 
 def clip_cov_loss(
-    logp, old_logp, advantages, mask, *, eps_low: float, eps_high: float,
-    clip_cov_ratio: float = 2e-4, clip_cov_lb: float = 1.0, clip_cov_ub: float = 5.0,
+    logp, old_logp, advantages, mask, *, clip_low: float, clip_high: float, ratio: float, lb: float, ub: float,
     generator: torch.Generator | None = None,
 ) -> PolicyLossResult:
     """Clip-Cov (Cui et al. 2025, arXiv 2505.22617), as verl's `compute_policy_loss_clip_cov`
     (verl/trainer/ppo/core_algos.py, adapted from PRIME-RL/Entropy-Mechanism-of-RL):
 
         Cov_t = (A_t − mean A)·(log π_t − mean log π)      means over the valid tokens (log π detached)
-        candidates: valid tokens with clip_cov_lb < Cov_t < clip_cov_ub whose PPO clip does not already bind
-        n = max(⌊clip_cov_ratio · #valid⌋, 1); pick min(n, #candidates) candidates at random:
+        candidates: valid tokens with lb < Cov_t < ub whose PPO clip does not already bind
+        n = max(⌊ratio · #valid⌋, 1); pick min(n, #candidates) candidates at random:
             torch.randperm(#candidates) over them in row-major order, the first n
         l_t = max(−A·ρ, −A·clip(ρ, 1 − ε_low, 1 + ε_high)) · (0 at picked tokens, else 1)
 
-    The picked tokens carry loss 0 and no gradient. `generator` None draws from torch's global RNG,
+    verl's defaults (clip_cov_ratio, clip_cov_lb, clip_cov_ub): ratio 2e-4, lb 1, ub 5. The picked
+    tokens carry loss 0 and no gradient. `generator` None draws from torch's global RNG,
     as verl does; pass a seeded `torch.Generator` for a reproducible pick.
     token_stats: clipped_low/high (the PPO clip), cov_clipped (the picked tokens; verl's pg_clipfrac)."""
-    _check_ratio("clip_cov_ratio", clip_cov_ratio)
+    _check_ratio("clip_cov ratio", ratio)
     adv = _token_adv(advantages, logp)
     valid = mask > 0
-    ratio, unclipped, clipped = _ppo_terms(logp, old_logp, adv, eps_low, eps_high)
+    rho, unclipped, clipped = _ppo_terms(logp, old_logp, adv, clip_low, clip_high)
     with torch.no_grad():
         clip_by_origin = (clipped > unclipped) & valid
         m = mask.to(logp.dtype)
         lp = logp.detach()
         cov = (adv - _masked_mean(adv, m)) * (lp - _masked_mean(lp, m))
         cov = cov.masked_fill(~valid | clip_by_origin, float("-inf"))
-        clip_num = max(int(clip_cov_ratio * mask.sum().item()), 1)
-        idx = torch.nonzero((cov < clip_cov_ub) & (cov > clip_cov_lb) & valid)  # [C, 2], row-major
+        clip_num = max(int(ratio * mask.sum().item()), 1)
+        idx = torch.nonzero((cov < ub) & (cov > lb) & valid)  # [C, 2], row-major
         if len(idx) > 0:
             perm = torch.randperm(len(idx), generator=generator)
             idx = idx[perm[: min(clip_num, len(idx))].to(idx.device)]
         picked = torch.zeros_like(valid)
         picked[idx[:, 0], idx[:, 1]] = True
     loss = torch.maximum(unclipped, clipped) * (~picked).to(logp.dtype)
-    return PolicyLossResult(loss, {**_clip_stats(ratio, adv, eps_low, eps_high), "cov_clipped": picked})
+    return PolicyLossResult(loss, {**_clip_stats(rho, adv, clip_low, clip_high), "cov_clipped": picked})
 
 
 def kl_cov_loss(
-    logp, old_logp, advantages, mask, *, kl_cov_ratio: float = 2e-4, kl_cov_coef: float = 1.0,
+    logp, old_logp, advantages, mask, *, ratio: float, coef: float,
 ) -> PolicyLossResult:
     """KL-Cov (Cui et al. 2025, arXiv 2505.22617), as verl's `compute_policy_loss_kl_cov`
-    (verl: `kl_cov_ratio`, `ppo_kl_coef`):
+    (verl: `kl_cov_ratio`, default 2e-4, and `ppo_kl_coef`, default 1):
 
         Cov_t = (A_t − mean A)·(log π_t − mean log π)      means over the valid tokens (log π detached)
-        n = max(⌊kl_cov_ratio · #valid⌋, 1) valid tokens with the largest Cov (torch.topk)
-        l_t = −A·ρ + kl_cov_coef·|log π − log π_old|        at those n tokens
+        n = max(⌊ratio · #valid⌋, 1) valid tokens with the largest Cov (torch.topk)
+        l_t = −A·ρ + coef·|log π − log π_old|               at those n tokens
         l_t = −A·ρ                                          elsewhere (no PPO clip, as in verl)
 
     token_stats: kl_penalised (the n tokens)."""
-    _check_ratio("kl_cov_ratio", kl_cov_ratio)
+    _check_ratio("kl_cov ratio", ratio)
     adv = _token_adv(advantages, logp)
     valid = mask > 0
-    ratio = torch.exp(logp - old_logp)
-    surrogate = -adv * ratio
+    surrogate = -adv * torch.exp(logp - old_logp)  # −A·ρ
     with torch.no_grad():
         flat_valid = torch.nonzero(valid.reshape(-1), as_tuple=True)[0]
         penalised = torch.zeros(valid.numel(), dtype=torch.bool, device=logp.device)
         if len(flat_valid) > 0:
             va, vl = adv[valid].detach(), logp[valid].detach()
             cov = (va - va.mean()) * (vl - vl.mean())
-            n = max(1, int(len(cov) * kl_cov_ratio))
+            n = max(1, int(len(cov) * ratio))
             penalised[flat_valid[torch.topk(cov, n, largest=True).indices]] = True
         penalised = penalised.reshape(valid.shape)
-    loss = torch.where(penalised, surrogate + kl_cov_coef * (logp - old_logp).abs(), surrogate)
+    loss = torch.where(penalised, surrogate + coef * (logp - old_logp).abs(), surrogate)
     return PolicyLossResult(loss, {"kl_penalised": penalised})
 
 
-def gspo_loss(logp, old_logp, advantages, mask, *, eps_low: float, eps_high: float) -> PolicyLossResult:
+def gspo_loss(logp, old_logp, advantages, mask, *, clip_low: float, clip_high: float) -> PolicyLossResult:
     """GSPO (Zheng et al. 2025, arXiv 2507.18071), as verl's `compute_policy_loss_gspo`:
 
         s_i = (π(y_i)/π_old(y_i))^(1/|y_i|) = exp((1/|y_i|)·Σ_t (log π_t − log π_old,t))
         s_i,t = sg[s_i] · π_t / sg[π_t]          (value s_i on every token; gradient s_i·∇log π_t)
         log s_i,t is clamped at 10 before exp (verl)
-        l_i,t = max(−A_i·s_i,t, −A_i·clip(s_i,t, 1 − ε_low, 1 + ε_high))
+        l_i,t = max(−A_i·s_i,t, −A_i·clip(s_i,t, 1 − ε_low, 1 + ε_high))     ε_low = clip_low, ε_high = clip_high
 
     With `seq-mean-token-mean` aggregation (forced by the registry entry, as verl forces it) this
     is the paper's sequence objective mean_i min(s_i A_i, clip(s_i) A_i). The paper's ranges are
@@ -153,8 +156,8 @@ def gspo_loss(logp, old_logp, advantages, mask, *, eps_low: float, eps_high: flo
     log_s = logp - logp.detach() + seq_log_ratio.detach().unsqueeze(-1)
     s = torch.exp(torch.clamp(log_s, max=GSPO_LOG_RATIO_MAX))
     unclipped = -adv * s
-    clipped = -adv * torch.clamp(s, 1.0 - eps_low, 1.0 + eps_high)
-    return PolicyLossResult(torch.maximum(unclipped, clipped), _clip_stats(s.detach(), adv, eps_low, eps_high))
+    clipped = -adv * torch.clamp(s, 1.0 - clip_low, 1.0 + clip_high)
+    return PolicyLossResult(torch.maximum(unclipped, clipped), _clip_stats(s.detach(), adv, clip_low, clip_high))
 
 
 @dataclass(frozen=True)
@@ -166,9 +169,8 @@ class PolicyLoss:
 
     @property
     def params(self) -> dict[str, object]:
-        """Keyword parameters -> default (inspect.Parameter.empty where required)."""
-        sig = inspect.signature(self.fn).parameters.values()
-        return {p.name: p.default for p in sig if p.kind is inspect.Parameter.KEYWORD_ONLY}
+        """Keyword parameters -> default (`keyword_params`)."""
+        return keyword_params(self.fn)
 
 
 POLICY_LOSSES: dict[str, PolicyLoss] = {}

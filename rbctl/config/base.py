@@ -60,6 +60,9 @@ def _format_error(err: ValidationError, model: type[BaseModel], source: str) -> 
     keys, tag, union = _key_path(model, e["loc"])
     loc = ".".join(keys)
     if e["type"] == "extra_forbidden":
+        renamed = getattr(model, "renamed_keys", {}).get(loc)
+        if renamed:
+            return f"{source}: config key '{loc}' is now '{renamed}'"
         if tag is not None:  # a key another member of the union has (another built-in task's)
             owners = [t for t, cls in union.items() if keys[-1] in cls.model_fields]
             close = difflib.get_close_matches(keys[-1], union[tag].model_fields, n=1, cutoff=0.6)
@@ -69,7 +72,11 @@ def _format_error(err: ValidationError, model: type[BaseModel], source: str) -> 
         close = difflib.get_close_matches(loc, _all_keys(model), n=1, cutoff=0.6)
         hint = f" (did you mean '{close[0]}'?)" if close else ""
         return f"{source}: unknown config key '{loc}'{hint}"
+    if e["type"] == "missing":
+        return f"{source}: config key '{loc}' is required"
     msg = e["msg"].removeprefix("Value error, ")
+    if loc and isinstance(e.get("input"), dict):  # an error of a whole section: its message names the keys
+        return f"{source}: config key '{loc}': {msg}"
     if loc:
         return f"{source}: config key '{loc}': {msg} (got {e.get('input')!r})"
     return f"{source}: {msg}"
@@ -91,7 +98,9 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
         path, value = parse_override(item)
         node = data
         for part in path[:-1]:
-            nxt = node.setdefault(part, {})
+            if node.get(part) is None:  # absent, or an optional section written as null (algo.clip_cov: null)
+                node[part] = {}
+            nxt = node[part]
             if not isinstance(nxt, dict):
                 raise UserError(f"--set '{item}': '{part}' is not a section")
             node = nxt
@@ -116,12 +125,13 @@ def read_yaml(path: Path) -> dict:
 
 def _blame(err: ValidationError, model: type[BaseModel], source: str, overrides: Sequence[str]) -> str:
     """Who set the offending key: the last `--set` item whose key path contains the error's key (or
-    lies inside it), else the file. An error of the whole config (no key) names the file and every
-    override, since any of them may have caused it."""
+    lies inside it), else the file. An error of the whole config (no key), or a missing key (set
+    nowhere: any input may have asked for it), names the file and every override."""
     if not overrides:
         return source
-    loc = _key_path(model, err.errors()[0]["loc"])[0]
-    if not loc:
+    first = err.errors()[0]
+    loc = _key_path(model, first["loc"])[0]
+    if not loc or first["type"] == "missing":
         return f"{source} with " + ", ".join(f"--set '{item}'" for item in overrides)
     for item in reversed(list(overrides)):
         path, _ = parse_override(item)

@@ -116,24 +116,32 @@ class SweepConfig(Section):
         return self
 
 
+# What an arm can add to its estimator (the estimator itself is the arm's baseline), in the order its
+# variant names them: (label, dotted config key, the key's value when nothing is added: its schema
+# default, which tests/unit/test_config_blocks.py checks). A label "{}" is the key's value: the policy
+# loss's registry name (rbctl.algo.POLICY_LOSSES) or the entropy bonus's mode. Every optional method
+# block of `algo` (null = off) is listed here; that test fails for one that is not.
+VARIANT_PARTS: tuple[tuple[str, str, object], ...] = (
+    ("budget", "algo.budget", None),
+    ("entropy_{}", "algo.entropy.mode", "none"),
+    ("{}", "algo.policy_loss", "clip"),
+    ("entropy_mask", "algo.entropy_mask", None),
+    ("unlikeliness", "algo.unlikeliness", None),
+    ("dynamic_sampling", "rollout.dynamic_sampling", False),
+)
+
+
 def arm_variant(algo: dict, rollout: dict | None = None) -> str:
     """An arm's variant from its config's `algo` and `rollout` sections (what `rbctl report` groups
-    arms by, beside the baseline = the estimator): `base` when nothing is added to the estimator,
-    else what is added, joined by '+': `budget`, `entropy_static` / `entropy_adaptive` (the bonus),
-    the policy loss when not `clip` (`clip_cov`, `kl_cov`, `gspo`), `entropy_mask`,
-    `unlikeliness`, `dynamic_sampling`."""
+    arms by, beside the baseline = the estimator): the labels of `VARIANT_PARTS` whose key differs
+    from its off value, joined by '+' (e.g. `budget+clip_cov`), or `base` when nothing is added.
+    A key that is absent is off (the sections may be partial)."""
+    sections = {"algo": algo or {}, "rollout": rollout or {}}
     parts = []
-    if algo.get("budget") is not None:
-        parts.append("budget")
-    mode = (algo.get("entropy") or {}).get("mode", "none")
-    if mode not in (None, "none"):
-        parts.append(f"entropy_{mode}")
-    if algo.get("policy_loss", "clip") not in (None, "clip"):
-        parts.append(str(algo["policy_loss"]))
-    if algo.get("entropy_token_quantile") is not None:
-        parts.append("entropy_mask")
-    if algo.get("unlikeliness_beta"):
-        parts.append("unlikeliness")
-    if (rollout or {}).get("dynamic_sampling"):
-        parts.append("dynamic_sampling")
+    for label, key, off in VARIANT_PARTS:
+        value = sections
+        for part in key.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        if value is not None and value != off:
+            parts.append(label.format(value))
     return "+".join(parts) or "base"

@@ -8,12 +8,17 @@ config the trainer used (defaults filled in, estimator-dependent defaults made e
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, Optional, Union
+from typing import ClassVar, Literal, Optional, Union
 
 from pydantic import Field, field_validator, model_validator
 
+from rbctl import algo
+from rbctl.algo.losses import LOSS_AGG
 from rbctl.config.base import Section, apply_overrides, read_yaml, validate
 from rbctl.config.builtin import TASK_DOC, BuiltinCfg, default_section
+from rbctl.config.methods import (
+    SELECTORS, ClipCovCfg, EntropyMaskCfg, GspoCfg, KlCovCfg, PasskCfg, UnlikelinessCfg, check_method_blocks,
+)
 from rbctl.tasks.prompting import MATH_INSTRUCTION
 
 
@@ -85,12 +90,17 @@ class EntropyCfg(Section):
     alpha_max: float = Field(0.1, ge=0.0, description="Adaptive: upper bound of α.")
 
 
+EstimatorName = Literal[tuple(algo.ESTIMATORS)]
+PolicyLossName = Literal[tuple(algo.POLICY_LOSSES)]
+LossAggName = Literal[tuple(LOSS_AGG)]
+
+
 class AlgoCfg(Section):
-    estimator: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp", "maxrl", "passk"] = Field("grpo", description="Advantage estimator (docs/method.md); maxrl and passk do not compose with the budget.")
-    passk_k: Optional[int] = Field(None, ge=1, description="Pass@k Training's k (estimator passk only; 1 <= k <= G).")
+    estimator: EstimatorName = Field("grpo", description="Advantage estimator (rbctl.algo.ESTIMATORS, docs/method.md); maxrl and passk do not compose with the budget.")
+    passk: Optional[PasskCfg] = Field(None, description="Pass@k Training's settings (estimator passk only; then required).")
     budget: Optional[float] = Field(None, gt=0.0, description="Reward budget B per prompt; null = no budgeting.")
     shift: float = Field(0.0, ge=0.0, description="Reward shift c for budgeting (every r + c must be >= 0).")
-    loss_agg: Optional[Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]] = Field(None, description="Loss aggregation; null = the one the policy loss forces (gspo), else the estimator's default (docs/method.md).")
+    loss_agg: Optional[LossAggName] = Field(None, description="Loss aggregation; null = the one the policy loss forces (gspo), else the estimator's default (docs/method.md).")
     clip_low: float = Field(0.2, ge=0.0, lt=1.0, description="PPO ε_low: ratio floor 1 − ε_low.")
     clip_high: float = Field(0.28, ge=0.0, description="PPO ε_high: ratio ceiling 1 + ε_high (> ε_low is clip-higher).")
     kl_coef: float = Field(0.0, ge=0.0, description="Coefficient of the k3 KL to the frozen initial policy (0 = no KL term).")
@@ -100,33 +110,51 @@ class AlgoCfg(Section):
     tis_cap: Optional[float] = Field(None, gt=0.0, description="Truncated importance sampling cap C for engine/trainer log-prob mismatch (vLLM); null = off.")
     micro_batch_size: int = Field(0, ge=0, description="Sequences per forward/backward (gradient accumulation inside one optimizer step); 0 = the whole (mini-)batch.")
     entropy: EntropyCfg = Field(default_factory=EntropyCfg, description="Entropy bonus (the ablation arm).")
-    policy_loss: Literal["clip", "clip_cov", "kl_cov", "gspo"] = Field("clip", description="Policy loss (rbctl.algo.POLICY_LOSSES): PPO clip, Clip-Cov, KL-Cov or GSPO (docs/method.md, \"Other arms\").")
-    clip_cov_ratio: float = Field(2e-4, gt=0.0, le=1.0, description="Clip-Cov: fraction of valid tokens whose gradient is detached.")
-    clip_cov_lb: float = Field(1.0, description="Clip-Cov: lower bound of the covariance window of candidate tokens.")
-    clip_cov_ub: float = Field(5.0, description="Clip-Cov: upper bound of the covariance window of candidate tokens.")
-    kl_cov_ratio: float = Field(2e-4, gt=0.0, le=1.0, description="KL-Cov: fraction of valid tokens (largest covariance) that get the KL penalty.")
-    kl_cov_coef: float = Field(1.0, ge=0.0, description="KL-Cov: coefficient β of |log π − log π_old| (verl's ppo_kl_coef).")
-    gspo_clip_low: float = Field(3e-4, ge=0.0, lt=1.0, description="GSPO: ε_low of the sequence ratio (the paper's 3e-4; clip_low is not used).")
-    gspo_clip_high: float = Field(4e-4, ge=0.0, description="GSPO: ε_high of the sequence ratio (the paper's 4e-4; clip_high is not used).")
-    entropy_token_quantile: Optional[float] = Field(None, gt=0.0, le=1.0, description="High-entropy token mask (\"80/20\"): policy-gradient loss only on the top ρ fraction of tokens by entropy (per micro-batch); null = off.")
-    unlikeliness_beta: Optional[float] = Field(None, ge=0.0, le=1.0, description="Unlikeliness reward β: r ← r·(1 − β·rank/G), rank by the sampler's mean token log-prob; null or 0 = off.")
+    policy_loss: PolicyLossName = Field("clip", description="Policy loss (rbctl.algo.POLICY_LOSSES): PPO clip, Clip-Cov, KL-Cov or GSPO (docs/method.md, \"Other arms\").")
+    clip_cov: Optional[ClipCovCfg] = Field(None, description="Clip-Cov's settings (policy_loss clip_cov only; null there = the defaults below).")
+    kl_cov: Optional[KlCovCfg] = Field(None, description="KL-Cov's settings (policy_loss kl_cov only; null there = the defaults below).")
+    gspo: Optional[GspoCfg] = Field(None, description="GSPO's settings (policy_loss gspo only; null there = the defaults below).")
+    entropy_mask: Optional[EntropyMaskCfg] = Field(None, description="High-entropy token mask (\"80/20\"): policy-gradient loss only on the top ρ fraction of tokens by entropy; null = off.")
+    unlikeliness: Optional[UnlikelinessCfg] = Field(None, description="Unlikeliness reward (reward transform before the estimator); null = off.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _selected_blocks(cls, data):
+        """The selected estimator's and policy loss's blocks, when not given, take their defaults."""
+        if isinstance(data, dict):
+            for kind in SELECTORS:
+                name = data.get(kind, cls.model_fields[kind].default)
+                if isinstance(name, str) and name in cls.model_fields and data.get(name) is None:
+                    data = {**data, name: {}}
+        return data
 
     @model_validator(mode="after")
     def _arms(self):
-        from rbctl.algo import ESTIMATORS
-
-        est = ESTIMATORS[self.estimator]
+        for kind, registry in SELECTORS.items():
+            chosen = getattr(self, kind)
+            for name in registry:
+                if name != chosen and name in type(self).model_fields and getattr(self, name) is not None:
+                    raise ValueError(f"algo.{name} holds the settings of algo.{kind} {name}, but algo.{kind} is "
+                                     f"{chosen}: set algo.{name} to null (or algo.{kind} to {name})")
+        est = algo.ESTIMATORS[self.estimator]
         if self.budget is not None and not est.composes_with_budget:
             raise ValueError(f"algo.estimator {self.estimator} does not compose with algo.budget ({est.no_budget}); set algo.budget to null")
-        if self.estimator == "passk" and self.passk_k is None:
-            raise ValueError("algo.estimator passk needs algo.passk_k (1 <= k <= rollout.group_size)")
-        if self.estimator != "passk" and self.passk_k is not None:
-            raise ValueError("algo.passk_k is used by algo.estimator passk only; set it to null")
-        if self.estimator == "passk" and self.unlikeliness_beta:
-            raise ValueError("algo.unlikeliness_beta does not compose with algo.estimator passk (its rewards must stay binary)")
-        if self.clip_cov_lb >= self.clip_cov_ub:
-            raise ValueError("algo.clip_cov_lb must be < algo.clip_cov_ub")
+        if self.estimator == "passk" and self.unlikeliness is not None:
+            raise ValueError("algo.unlikeliness does not compose with algo.estimator passk (its rewards must stay binary)")
         return self
+
+
+# Flat keys of earlier releases -> the key that replaced them (a config using one gets a one-line error).
+RENAMED_KEYS = {
+    "algo.passk_k": "algo.passk.k",
+    "algo.clip_cov_ratio": "algo.clip_cov.ratio", "algo.clip_cov_lb": "algo.clip_cov.lb", "algo.clip_cov_ub": "algo.clip_cov.ub",
+    "algo.kl_cov_ratio": "algo.kl_cov.ratio", "algo.kl_cov_coef": "algo.kl_cov.coef",
+    "algo.gspo_clip_low": "algo.gspo.clip_low", "algo.gspo_clip_high": "algo.gspo.clip_high",
+    "algo.entropy_token_quantile": "algo.entropy_mask.rho", "algo.unlikeliness_beta": "algo.unlikeliness.beta",
+}
+
+
+check_method_blocks(AlgoCfg)  # a block that does not match its function fails here, at import
 
 
 class OptimCfg(Section):
@@ -158,6 +186,8 @@ class LogCfg(Section):
 
 
 class TrainConfig(Section):
+    renamed_keys: ClassVar[dict[str, str]] = RENAMED_KEYS
+
     seed: int = Field(0, description="Run seed: prompt order, sampling and initialisation of anything random.")
     steps: int = Field(100, ge=1, description="Optimizer steps (one rollout batch each).")
     threads: int = Field(0, ge=0, description="torch CPU threads; 0 = torch's default.")
@@ -179,15 +209,13 @@ class TrainConfig(Section):
     def _resolve(self):
         # One source of truth: the aggregation used (forced by the policy loss, else the estimator's
         # default) is written into the config.
-        from rbctl.algo import ESTIMATORS, POLICY_LOSSES
-
-        forced = POLICY_LOSSES[self.algo.policy_loss].loss_agg  # GSPO's sequence objective
+        forced = algo.POLICY_LOSSES[self.algo.policy_loss].loss_agg  # GSPO's sequence objective
         if forced is not None and self.algo.loss_agg not in (None, forced):
             raise ValueError(f"algo.policy_loss {self.algo.policy_loss} needs algo.loss_agg {forced} (or null), got {self.algo.loss_agg}")
         if self.algo.loss_agg is None:
-            self.algo.loss_agg = forced or ESTIMATORS[self.algo.estimator].default_loss_agg
-        if self.algo.passk_k is not None and self.algo.passk_k > self.rollout.group_size:
-            raise ValueError(f"algo.passk_k={self.algo.passk_k} must be <= rollout.group_size={self.rollout.group_size}")
+            self.algo.loss_agg = forced or algo.ESTIMATORS[self.algo.estimator].default_loss_agg
+        if self.algo.passk is not None and self.algo.passk.k > self.rollout.group_size:
+            raise ValueError(f"algo.passk.k={self.algo.passk.k} must be <= rollout.group_size={self.rollout.group_size}")
         mb = self.algo.ppo_mini_batch_size
         if mb is not None and (mb > self.rollout.prompts_per_step or self.rollout.prompts_per_step % mb):
             raise ValueError(f"algo.ppo_mini_batch_size={mb} must divide rollout.prompts_per_step={self.rollout.prompts_per_step}")

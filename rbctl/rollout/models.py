@@ -134,7 +134,7 @@ def lora_policy(model, lora, resume: Checkpoint | None = None):
     try:
         from peft import LoraConfig, get_peft_model
     except ImportError:
-        raise UserError("model.lora needs peft: pip install 'rbctl[lora]'") from None
+        raise UserError("model.lora needs peft, a dependency of rbctl that is not installed: pip install 'peft>=0.13'") from None
     if resume is not None:
         resume.verify(f"{MODEL}/adapter_config.json")
         weights = read_safetensors(resume, f"{MODEL}/adapter_model.safetensors")
@@ -170,7 +170,7 @@ def _load_lora_merged(adapter_dir: str, torch_dtype, auto_model, weights: dict |
     try:
         from peft import PeftModel
     except ImportError:
-        raise UserError(f"{adapter_dir} holds LoRA adapters; loading them needs peft: pip install 'rbctl[lora]'") from None
+        raise UserError(f"{adapter_dir} holds LoRA adapters; loading them needs peft, a dependency of rbctl that is not installed: pip install 'peft>=0.13'") from None
     base = json.loads((Path(adapter_dir) / "adapter_config.json").read_text()).get("base_model_name_or_path") or ""
     p = Path(base).expanduser()
     ggufs = sorted(p.glob("*.gguf")) if p.is_dir() and not is_model_dir(p) else []

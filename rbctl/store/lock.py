@@ -1,9 +1,15 @@
-"""One writer per directory: an exclusive `flock` on a lock file that records the holder's pid and host.
+"""rbctl's one file lock: an exclusive `flock` on a lock file that records the holder's pid and host.
+It guards a run directory (`rbctl train`, RUN_DIR/.lock), a sweep directory (`rbctl ablate`,
+SWEEP/.ablate.lock) and the built-in policy's warm-start cache (parallel sweep workers wait for one
+warm start).
 
 The kernel releases the lock when the holder dies (SIGKILL, out of memory, a lost node on NFS with
 locking), so a lock file left behind with a pid in it is stale and is taken over with a warning. On
 a filesystem without `flock` (Lustre mounted without `-o flock`) the recorded pid decides: alive on
 this host means in use.
+
+Not the `filelock` package: its Unix lock opens the file with O_TRUNC (filelock 3.x), so a
+contender would erase the holder's record that the refusal message and the stale-lock warning name.
 """
 
 from __future__ import annotations
@@ -13,9 +19,13 @@ import fcntl
 import json
 import os
 import socket
+import time
 from pathlib import Path
 
 from rbctl.errors import UserError
+
+NO_FLOCK = (errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOLCK, errno.EINVAL)
+POLL_S = 0.5  # how often a waiting holder re-checks a lock on a filesystem without flock
 
 
 def _alive(pid: int) -> bool:
@@ -29,12 +39,13 @@ def _alive(pid: int) -> bool:
 
 
 class DirLock:
-    """`with DirLock(dir, what="rbctl train"):` holds `dir/.lock` for the block; a second holder is
-    refused with a UserError naming the first one's pid and host."""
+    """`with DirLock(dir, what="rbctl train"):` holds `dir/<name>` for the block. A second holder is
+    refused with a UserError naming the first one's pid and host, or, with `wait=True`, blocks until
+    the first one releases it (or dies)."""
 
-    def __init__(self, directory: Path, what: str, log=print, name: str = ".lock"):
+    def __init__(self, directory: Path, what: str, log=print, name: str = ".lock", wait: bool = False):
         self.path = Path(directory) / name
-        self.what, self.log = what, log
+        self.what, self.log, self.wait = what, log, wait
         self.f = None
 
     def _holder(self) -> dict:
@@ -44,28 +55,36 @@ class DirLock:
         except json.JSONDecodeError:
             return {}
 
+    def _refuse(self, holder: dict) -> UserError:
+        self.f.close()
+        return UserError(f"{self.path.parent} is in use by another {self.what} (pid {holder.get('pid', '?')} on host "
+                         f"{holder.get('host', '?')}); wait for it to end or stop it")
+
+    def _flock(self) -> bool:
+        """Take the flock (blocking when waiting); False where the filesystem has none."""
+        try:
+            fcntl.flock(self.f, fcntl.LOCK_EX if self.wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            raise self._refuse(self._holder()) from None
+        except OSError as e:
+            if e.errno not in NO_FLOCK:
+                raise
+            return False
+
     def __enter__(self):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.f = open(self.path, "a+")
         host = socket.gethostname()
-        try:
-            fcntl.flock(self.f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            locked = True
-        except BlockingIOError:
-            h = self._holder()
-            self.f.close()
-            raise UserError(f"{self.path.parent} is in use by another {self.what} (pid {h.get('pid', '?')} on host "
-                            f"{h.get('host', '?')}); wait for it to end or stop it") from None
-        except OSError as e:  # no flock on this filesystem: fall back on the recorded pid
-            if e.errno not in (errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOLCK, errno.EINVAL):
-                raise
-            locked = False
+        locked = self._flock()
         old = self._holder()
+        while not locked and old.get("pid") and old.get("pid") != os.getpid() and old.get("host") == host \
+                and _alive(int(old["pid"])):  # no flock: a live holder on this host has it
+            if not self.wait:
+                raise self._refuse(old)
+            time.sleep(POLL_S)
+            old = self._holder()
         if old.get("pid") and old.get("pid") != os.getpid():
-            if not locked and old.get("host") == host and _alive(int(old["pid"])):
-                self.f.close()
-                raise UserError(f"{self.path.parent} is in use by another {self.what} (pid {old['pid']} on host "
-                                f"{host})")
             self.log(f"warning: taking over the stale lock {self.path} of pid {old['pid']} on host "
                      f"{old.get('host', '?')} (no longer running)")
         self.f.seek(0)

@@ -10,7 +10,6 @@ resumes partial ones from their last checkpoint.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import traceback
@@ -26,6 +25,7 @@ from rbctl.config.presets import preset
 from rbctl.config.sweep import arm_variant
 from rbctl.errors import UserError
 from rbctl.store.atomic import write_atomic
+from rbctl.store.lock import DirLock
 from rbctl.store.rundir import RUN_META, SUMMARY, SWEEP_STATE, final_eval_dir
 
 # Arms must get equal compute: these keys may differ between arms only when the sweep says so.
@@ -141,29 +141,9 @@ def final_eval_done(run_dir: Path, steps: int, benchmarks: list[str]) -> bool:
     return all((ev / bench_dir_name(b) / SUMMARY).exists() for b in benchmarks)
 
 
-class SweepLock:
-    """An exclusive lock on the sweep directory, released by the OS when the process dies."""
-
-    def __init__(self, sweep_dir: Path):
-        self.path = sweep_dir / ".ablate.lock"
-
-    def __enter__(self):
-        self.f = open(self.path, "a+")
-        try:
-            fcntl.flock(self.f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self.f.seek(0)
-            pid = self.f.read().strip() or "?"
-            raise UserError(f"sweep directory {self.path.parent} is in use by another rbctl ablate (pid {pid})") from None
-        self.f.seek(0)
-        self.f.truncate()
-        self.f.write(str(os.getpid()))
-        self.f.flush()
-        return self
-
-    def __exit__(self, *exc):
-        fcntl.flock(self.f, fcntl.LOCK_UN)
-        self.f.close()
+def sweep_lock(sweep_dir: Path, log=print) -> DirLock:
+    """The sweep directory's lock: one `rbctl ablate` at a time (its workers lock their run directories)."""
+    return DirLock(sweep_dir, "rbctl ablate", log=log, name=".ablate.lock")
 
 
 def final_eval(cfg: TrainConfig, run_dir: Path, ecfg) -> dict:
@@ -235,7 +215,7 @@ def run_sweep(sweep_path: Path, sweep_dir: Path, jobs: int | None = None, force:
     sweep_dir = Path(sweep_dir)
     sweep_dir.mkdir(parents=True, exist_ok=True)
     resolved = {"sweep": sweep.model_dump(mode="json"), "configs": {a: c.model_dump(mode="json") for a, c in configs.items()}}
-    with SweepLock(sweep_dir):
+    with sweep_lock(sweep_dir, log):
         saved = sweep_dir / "sweep.yaml"
         if saved.exists() and not force:
             old = yaml.safe_load(saved.read_text()) or {}

@@ -6,7 +6,6 @@ demonstration sampler; this module does the rest (torch lives here, not in the t
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import math
@@ -18,6 +17,7 @@ from typing import Callable
 
 import torch
 
+from rbctl.store.lock import DirLock
 from rbctl.store.rundir import BUILTIN_MARKER
 
 SPECIALS = ("<pad>", "<s>", "</s>")
@@ -98,9 +98,7 @@ def warm_started(kind: str, spec, ws, train: Callable[[], tuple], log=print) -> 
     path = warm_start_path(kind, spec, ws)
     if (path / "config.json").exists():
         return path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(str(path) + ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with DirLock(path.parent, "warm start", log=log, name=path.name + ".lock", wait=True):
         if not (path / "config.json").exists():
             log(f"warm-starting the built-in {kind} policy ({ws.steps} SFT steps, cached at {path}) ...")
             tmp = Path(str(path) + ".tmp")

@@ -11,26 +11,16 @@ import torch
 
 from rbctl import algo
 from rbctl.algo.policy_losses import PolicyLossResult
-from rbctl.config.train import AlgoCfg, TrainConfig
+from rbctl.config.methods import method_params
+from rbctl.config.train import TrainConfig
 
 # Token statistics of the policy losses -> metric names (fractions of the valid tokens).
 STAT_METRICS = {"clipped_low": "clip/frac_low", "clipped_high": "clip/frac_high",
                 "entropy_mask_kept": "tokens/frac_entropy_mask"}
-# Policy losses whose ε are their own, not algo.clip_low/clip_high (GSPO clips a sequence ratio).
-OWN_EPS = {"gspo": ("gspo_clip_low", "gspo_clip_high")}
 
 
 def stat_metric(name: str) -> str:
     return STAT_METRICS.get(name, f"policy_loss/frac_{name}")
-
-
-def policy_loss_params(a: AlgoCfg) -> dict[str, object]:
-    """The registered loss's keyword parameters from the config: ε from clip_low/clip_high (or the
-    loss's own pair), every other parameter from the `algo` field of the same name."""
-    lo, hi = OWN_EPS.get(a.policy_loss, ("clip_low", "clip_high"))
-    sources = {"eps_low": getattr(a, lo), "eps_high": getattr(a, hi)}
-    params = algo.get_policy_loss(a.policy_loss).params
-    return {p: sources[p] if p in sources else getattr(a, p) for p in params if p != "generator"}
 
 
 def sequence_logprobs(samples) -> torch.Tensor:
@@ -41,7 +31,7 @@ def sequence_logprobs(samples) -> torch.Tensor:
         row = []
         for s in group:
             if s.logprobs is None:
-                raise ValueError("algo.unlikeliness_beta needs the rollout engine's sampled-token log-probs")
+                raise ValueError("algo.unlikeliness needs the rollout engine's sampled-token log-probs")
             row.append(float(np.mean(s.logprobs)) if s.logprobs else 0.0)
         rows.append(row)
     return torch.tensor(rows, dtype=torch.float32)
@@ -55,12 +45,11 @@ class Objective:
         self.seed = cfg.seed
         self.cfg = a
         self.loss_name = a.policy_loss
-        self.loss_params = policy_loss_params(a)
+        self.loss_params = method_params(a, a.policy_loss)  # its block + the PPO clip
         self.seeded = "generator" in algo.get_policy_loss(a.policy_loss).params  # clip_cov's random pick
-        est = algo.get_estimator(a.estimator)
-        self.estimator_params = {p: getattr(a, f"{a.estimator}_{p}") for p in est.params}  # passk: k <- passk_k
-        self.rho = a.entropy_token_quantile
-        self.beta = a.unlikeliness_beta or 0.0
+        self.estimator_params = method_params(a, a.estimator)  # passk: {k}
+        self.rho = a.entropy_mask.rho if a.entropy_mask is not None else None
+        self.beta = a.unlikeliness.beta if a.unlikeliness is not None else 0.0
 
     @property
     def needs_entropy(self) -> bool:
@@ -71,7 +60,7 @@ class Objective:
         """Rewards [P, G] as the estimator sees them (unlikeliness reward, or unchanged)."""
         if not self.beta:
             return rewards
-        return algo.unlikeliness_rewards(rewards, sequence_logprobs(samples), self.beta)
+        return algo.unlikeliness_rewards(rewards, sequence_logprobs(samples), beta=self.beta)
 
     def advantages(self, rewards: torch.Tensor) -> torch.Tensor:
         a = self.cfg
@@ -81,7 +70,7 @@ class Objective:
         """[N, T] bool: the tokens that keep their policy-gradient loss; None = all (mask off)."""
         if self.rho is None:
             return None
-        return algo.high_entropy_mask(entropy.detach(), mask, self.rho)
+        return algo.high_entropy_mask(entropy.detach(), mask, rho=self.rho)
 
     def policy_loss(self, logp, old_logp, adv, mask, entropy=None, draw: tuple[int, ...] = ()) -> PolicyLossResult:
         """The configured policy loss per token [N, T], times the token mask when there is one

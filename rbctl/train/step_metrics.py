@@ -1,6 +1,7 @@
 """The per-step metrics that describe a rollout batch (rewards, groups, κ, advantages, responses,
 what sampling cost), gathered over ranks. The update's own metrics (entropy, clip fractions, loss,
-gradient norm, KL) come from `Trainer.update`; every key is documented in docs/metrics.md."""
+gradient norm, KL) come from `Updater.update`; every key is defined in
+rbctl/train/metric_names.py (docs/metrics.md)."""
 
 from __future__ import annotations
 

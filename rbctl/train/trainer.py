@@ -209,6 +209,7 @@ class Trainer(Updater):
         t0 = time.perf_counter()
         batch, idx, samples = self.rollout(step)
         t1 = time.perf_counter()
+        lr_used = self.opt.param_groups[0]["lr"]  # read before the update, which steps the schedule
         result = self.update(batch)
         upd = result.metrics
         t2 = time.perf_counter()
@@ -219,7 +220,6 @@ class Trainer(Updater):
             d = self.logratio_sums(batch, result.old_logp)
             kappa_eff = algo.nanmean_or_none(algo.kappa_eff(self.dist.gather_rows(batch.rewards), d))
         t3 = time.perf_counter()
-        lr_used = self.opt.param_groups[0]["lr"]
         ent_cfg = c.algo.entropy
         alpha_used = self.alpha
         if ent_cfg.mode == "adaptive":

@@ -7,7 +7,7 @@ import json
 import pytest
 import yaml
 
-from rbctl.sweep.ablate import SweepLock, load_sweep, read_state, run_sweep
+from rbctl.sweep.ablate import load_sweep, read_state, run_sweep, sweep_lock
 from rbctl.errors import UserError
 from tests.conftest import TINY_TRAIN
 
@@ -83,7 +83,7 @@ def test_a_second_ablate_on_a_locked_directory_is_refused(tmp_path):
     path = _write_sweep(tmp_path, {"grpo": {}})
     out = tmp_path / "sweep"
     out.mkdir()
-    with SweepLock(out):
+    with sweep_lock(out):
         with pytest.raises(UserError, match="in use by another rbctl ablate"):
             run_sweep(path, out, progress=False, log=lambda *a: None)
 

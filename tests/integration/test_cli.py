@@ -82,6 +82,23 @@ def test_debug_shows_the_traceback_and_keeps_exit_code_2(tmp_path, capsys):
     _err_line(capsys)
 
 
+@pytest.mark.parametrize("where", ["before", "after"])
+@pytest.mark.parametrize("command", [
+    ["train", QUICKSTART, "-o", "RUN", "--set", "algo.buget=1"],
+    ["eval", "builtin", "-b", "nosuchbench"],
+    ["ablate", "MISSING.yaml"],
+    ["report", "MISSING_DIR"],
+])
+def test_debug_works_before_and_after_every_command(command, where, tmp_path, capsys):
+    argv = [str(tmp_path / a) if a in ("RUN", "MISSING.yaml", "MISSING_DIR") else a for a in command]
+    argv = ["--debug", *argv] if where == "before" else [*argv, "--debug"]
+    assert run(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0].startswith("Traceback") and err[-1].startswith("error: "), err
+    assert run(argv[1:] if where == "before" else argv[:-1]) == 2  # without it: the one line only
+    assert capsys.readouterr().err.strip().startswith("error: ")
+
+
 def test_debug_through_the_entry_point_exits_2(tmp_path):
     import subprocess
     import sys

@@ -130,7 +130,7 @@ def test_two_mini_batches_match_a_slow_reference_loop_and_the_clip_binds_on_the_
 def test_with_mini_batches_gspo_and_kl_cov_train_differently_from_grpo(tiny_config, tmp_path):
     common = dict(algo__ppo_mini_batch_size=2, optim__lr=0.01)
     grpo = _params(_updated(tiny_config(**common), tmp_path, "grpo")[0].model)
-    for loss, extra in (("gspo", {}), ("kl_cov", {"algo__kl_cov_ratio": 0.2})):
+    for loss, extra in (("gspo", {}), ("kl_cov", {"algo__kl_cov__ratio": 0.2})):
         tr, _, res = _updated(tiny_config(algo__policy_loss=loss, **common, **extra), tmp_path, loss)
         assert res.optimizer_steps == 2
         assert any(not torch.equal(a, b) for a, b in zip(grpo, _params(tr.model))), loss

@@ -1,6 +1,6 @@
 """The comparison arms wired into the config and the trainer (docs/method.md, "Other arms"): each
-trains, logs its metrics and composes where defined; `policy_loss: clip` is the previous update
-exactly; the entropy mask restricts the gradient to its tokens; dynamic sampling keeps mixed groups
+trains, logs its metrics and composes where defined; with every arm off the objective is GRPO's
+advantages and PPO's clipped surrogate (hand values); the entropy mask restricts the gradient to its tokens; dynamic sampling keeps mixed groups
 and counts generated rollouts; a sweep mixing dynamic and fixed batches is refused; the shipped
 arms sweep validates."""
 
@@ -14,13 +14,12 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
-from rbctl.algo.losses import ppo_clip_loss
-from rbctl.algo.policy_losses import PolicyLossResult
 from rbctl.config.train import load_train_config
 from rbctl.errors import UserError
 from rbctl.rollout.base import Sample
 from rbctl.sweep.ablate import COMPUTE_KEYS, load_sweep
 from rbctl.train.loop import train
+from rbctl.train.metric_names import STEP_METRICS
 from rbctl.train.objective import Objective
 from rbctl.train.sampling import Groups, collect_groups
 from tests.conftest import TINY_TRAIN
@@ -39,17 +38,17 @@ def _weights(run_dir, step):
 
 # Each arm: its overrides and the metrics it must log (besides every default one).
 ARMS = {
-    "clip_cov": ({"algo__policy_loss": "clip_cov", "algo__clip_cov_ratio": 0.2, "algo__clip_cov_lb": -5.0},
+    "clip_cov": ({"algo__policy_loss": "clip_cov", "algo__clip_cov__ratio": 0.2, "algo__clip_cov__lb": -5.0},
                  ["policy_loss/frac_cov_clipped", "clip/frac_low"]),
-    "kl_cov": ({"algo__policy_loss": "kl_cov", "algo__kl_cov_ratio": 0.2}, ["policy_loss/frac_kl_penalised"]),
+    "kl_cov": ({"algo__policy_loss": "kl_cov", "algo__kl_cov__ratio": 0.2}, ["policy_loss/frac_kl_penalised"]),
     "gspo": ({"algo__policy_loss": "gspo"}, ["clip/frac_high"]),
-    "entropy_mask": ({"algo__entropy_token_quantile": 0.2}, ["tokens/frac_entropy_mask"]),
-    "passk": ({"algo__estimator": "passk", "algo__passk_k": 2}, []),
+    "entropy_mask": ({"algo__entropy_mask__rho": 0.2}, ["tokens/frac_entropy_mask"]),
+    "passk": ({"algo__estimator": "passk", "algo__passk__k": 2}, []),
     "maxrl": ({"algo__estimator": "maxrl"}, []),
-    "unlikeliness": ({"algo__unlikeliness_beta": 0.25}, ["reward/shaped_mean"]),
-    "unlikeliness_budget": ({"algo__unlikeliness_beta": 0.25, "algo__budget": 1.0}, ["reward/shaped_mean"]),
+    "unlikeliness": ({"algo__unlikeliness__beta": 0.25}, ["reward/shaped_mean"]),
+    "unlikeliness_budget": ({"algo__unlikeliness__beta": 0.25, "algo__budget": 1.0}, ["reward/shaped_mean"]),
     "dynamic": ({"rollout__dynamic_sampling": "true"}, ["rollout/rounds", "rollout/topped_up"]),
-    "mask_kl_cov_budget": ({"algo__entropy_token_quantile": 0.5, "algo__policy_loss": "kl_cov",
+    "mask_kl_cov_budget": ({"algo__entropy_mask__rho": 0.5, "algo__policy_loss": "kl_cov",
                             "algo__budget": 1.0, "algo__estimator": "rloo"}, ["tokens/frac_entropy_mask"]),
 }
 
@@ -68,6 +67,7 @@ def test_each_arm_trains_two_steps_without_nan_and_logs_its_metrics(arm, tiny_co
             assert not (isinstance(v, float) and math.isnan(v)), (k, v)
         assert r["nonfinite/skipped"] == 0
         assert r["rollout/generated"] >= 4 * 4  # P·G
+        assert [k for k in r if not any(m.matches(k) for m in STEP_METRICS)] == []  # docs/metrics.md lists it
     last = lines[-1]
     if arm == "clip_cov":
         assert any(r["policy_loss/frac_cov_clipped"] > 0 for r in lines)
@@ -79,37 +79,30 @@ def test_each_arm_trains_two_steps_without_nan_and_logs_its_metrics(arm, tiny_co
         assert all(r["reward/shaped_mean"] <= r["reward/mean"] for r in lines)  # r·(1 − β·rank/G) <= r
 
 
-def _legacy_policy_loss(self, logp, old_logp, adv, mask, entropy=None, draw=()):
-    """The update before the arms: `losses.ppo_clip_loss` with algo.clip_low/clip_high, nothing else."""
-    out = ppo_clip_loss(logp, old_logp, adv, self.cfg.clip_low, self.cfg.clip_high)
-    return PolicyLossResult(out.loss_mat, {"clipped_low": out.clipped_low, "clipped_high": out.clipped_high})
-
-
-@pytest.mark.parametrize("extra", [{}, {"algo__budget": 1.0, "algo__ppo_epochs": 2, "algo__micro_batch_size": 8}])
-def test_policy_loss_clip_is_the_previous_update_exactly(extra, tiny_config, tmp_path, monkeypatch):
-    cfg = tiny_config(steps=2, save_every=2, **extra)
-    assert cfg.algo.policy_loss == "clip"
-    new = tmp_path / "new"
-    train(cfg, new, **quiet)
-    with monkeypatch.context() as m:  # the arms' code path off: the old PPO loss, rewards unshaped
-        m.setattr(Objective, "policy_loss", _legacy_policy_loss)
-        m.setattr(Objective, "shape_rewards", lambda self, rewards, samples: rewards)
-        old = tmp_path / "old"
-        train(cfg, old, **quiet)
-    a, b = _lines(new), _lines(old)
-    assert len(a) == len(b) == 2
-    for ra, rb in zip(a, b):
-        assert set(ra) == set(rb)
-        for k in ra:
-            if not k.startswith(TIMING):
-                assert ra[k] == rb[k], (ra["step"], k)
-    wa, wb = _weights(new, 2), _weights(old, 2)
-    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+def test_with_every_arm_off_the_objective_is_grpo_and_ppos_clipped_surrogate():
+    obj = Objective(load_train_config(None, []))  # policy_loss clip, no mask, no reward transform
+    rewards = torch.tensor([[1.0, 0.0, 0.0, 1.0]])
+    assert obj.shape_rewards(rewards, samples=None) is rewards
+    # GRPO: mean 0.5, unbiased std sqrt(4·0.25/3) = sqrt(1/3): A = ±0.5/(sqrt(1/3) + 1e-6)
+    a = 0.5 / (math.sqrt(1 / 3) + 1e-6)
+    torch.testing.assert_close(obj.advantages(rewards), torch.tensor([[a, -a, -a, a]]))
+    mask = torch.ones(2, 3)
+    assert obj.token_mask(torch.rand(2, 3), mask) is None and not obj.needs_entropy
+    # PPO's surrogate (Schulman et al. 2017, eq. 7) with ε_low = 0.2, ε_high = 0.28: loss −min(ρA, clip(ρ)A)
+    # row A = 2:    ρ 1.5 -> −min(3, 2.56) = −2.56;  ρ 1.1 -> −2.2;  ρ 0.5 -> −min(1, 1.6) = −1
+    # row A = −0.5: ρ 0.5 -> −min(−0.25, −0.4) = 0.4;  ρ 0.9 -> 0.45;  ρ 1.5 -> −min(−0.75, −0.64) = 0.75
+    old = torch.tensor([[-1.0, -2.0, -0.3], [-4.0, -0.1, -1.2]])
+    logp = old + torch.tensor([[1.5, 1.1, 0.5], [0.5, 0.9, 1.5]]).log()
+    out = obj.policy_loss(logp, old, torch.tensor([2.0, -0.5]), mask, draw=(1, 0, 0))
+    torch.testing.assert_close(out.loss_mat, torch.tensor([[-2.56, -2.2, -1.0], [0.4, 0.45, 0.75]]))
+    assert set(out.token_stats) == {"clipped_low", "clipped_high"}
+    assert out.token_stats["clipped_high"].tolist() == [[True, False, False], [False, False, False]]
+    assert out.token_stats["clipped_low"].tolist() == [[False, False, False], [True, False, False]]
 
 
 def test_entropy_quantile_one_keeps_every_token_and_changes_nothing(tiny_config, tmp_path):
     train(tiny_config(steps=1), tmp_path / "off", **quiet)
-    train(tiny_config(steps=1, algo__entropy_token_quantile=1.0), tmp_path / "all", **quiet)
+    train(tiny_config(steps=1, algo__entropy_mask__rho=1.0), tmp_path / "all", **quiet)
     a, b = _lines(tmp_path / "off")[0], _lines(tmp_path / "all")[0]
     assert b["tokens/frac_entropy_mask"] == 1.0
     for k in a:
@@ -120,7 +113,7 @@ def test_entropy_quantile_one_keeps_every_token_and_changes_nothing(tiny_config,
 
 
 def test_entropy_mask_gives_gradient_only_to_the_high_entropy_tokens():
-    cfg = load_train_config(None, ["algo.entropy_token_quantile=0.4"])
+    cfg = load_train_config(None, ["algo.entropy_mask.rho=0.4"])
     obj = Objective(cfg)
     mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
     entropy = torch.tensor([[0.1, 0.9, 0.5], [0.7, 0.2, 5.0]])  # 5.0 is padding: never counted
@@ -143,7 +136,7 @@ def test_entropy_mask_gives_gradient_only_to_the_high_entropy_tokens():
 
 
 def test_clip_cov_pick_is_seeded_by_the_draw_and_leaves_the_global_rng_alone():
-    cfg = load_train_config(None, ["algo.policy_loss=clip_cov", "algo.clip_cov_ratio=0.3", "algo.clip_cov_lb=-10"])
+    cfg = load_train_config(None, ["algo.policy_loss=clip_cov", "algo.clip_cov.ratio=0.3", "algo.clip_cov.lb=-10"])
     obj = Objective(cfg)
     torch.manual_seed(0)
     logp, old = torch.randn(4, 6), torch.randn(4, 6) * 0.01
@@ -161,14 +154,14 @@ def test_clip_cov_pick_is_seeded_by_the_draw_and_leaves_the_global_rng_alone():
 
 def test_policy_loss_parameters_come_from_the_config():
     cfg = load_train_config(None, ["algo.policy_loss=gspo", "algo.clip_low=0.1"])
-    assert Objective(cfg).loss_params == {"eps_low": 3e-4, "eps_high": 4e-4}  # GSPO's own ε
+    assert Objective(cfg).loss_params == {"clip_low": 3e-4, "clip_high": 4e-4}  # GSPO's own ε, not algo.clip_low
     assert cfg.algo.loss_agg == "seq-mean-token-mean"  # forced by the registry
-    cfg = load_train_config(None, ["algo.policy_loss=kl_cov", "algo.kl_cov_ratio=0.01", "algo.kl_cov_coef=0.5"])
-    assert Objective(cfg).loss_params == {"kl_cov_ratio": 0.01, "kl_cov_coef": 0.5}
-    cfg = load_train_config(None, ["algo.policy_loss=clip_cov"])
-    assert Objective(cfg).loss_params == {"eps_low": 0.2, "eps_high": 0.28, "clip_cov_ratio": 2e-4,
-                                          "clip_cov_lb": 1.0, "clip_cov_ub": 5.0}
-    cfg = load_train_config(None, ["algo.estimator=passk", "algo.passk_k=3"])
+    cfg = load_train_config(None, ["algo.policy_loss=kl_cov", "algo.kl_cov.ratio=0.01", "algo.kl_cov.coef=0.5"])
+    assert Objective(cfg).loss_params == {"ratio": 0.01, "coef": 0.5}
+    cfg = load_train_config(None, ["algo.policy_loss=clip_cov", "algo.clip_high=0.3"])
+    assert Objective(cfg).loss_params == {"clip_low": 0.2, "clip_high": 0.3, "ratio": 2e-4, "lb": 1.0, "ub": 5.0}
+    assert cfg.algo.clip_cov.ratio == 2e-4 and cfg.algo.kl_cov is None  # the selected loss's block, resolved
+    cfg = load_train_config(None, ["algo.estimator=passk", "algo.passk.k=3"])
     obj = Objective(cfg)
     assert obj.estimator_params == {"k": 3}
     r = torch.tensor([[1.0, 0, 0, 0, 0, 0, 0, 0]])
@@ -178,7 +171,7 @@ def test_policy_loss_parameters_come_from_the_config():
 
 
 def test_unlikeliness_ranks_by_the_samplers_mean_token_logprob():
-    obj = Objective(load_train_config(None, ["algo.unlikeliness_beta=0.5", "rollout.group_size=4"]))
+    obj = Objective(load_train_config(None, ["algo.unlikeliness.beta=0.5", "rollout.group_size=4"]))
 
     def s(lps):
         return Sample(0, [1] * len(lps), "", True, lps)
@@ -188,7 +181,7 @@ def test_unlikeliness_ranks_by_the_samplers_mean_token_logprob():
     r = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
     shaped = obj.shape_rewards(r, samples)
     assert shaped.tolist() == [[1 - 0.5 * 1 / 4, 1 - 0.5 * 3 / 4, 1.0, 0.0]]
-    off = Objective(load_train_config(None, ["algo.unlikeliness_beta=0"]))
+    off = Objective(load_train_config(None, []))
     assert off.shape_rewards(r, samples) is r
 
 
@@ -236,16 +229,18 @@ def test_dynamic_sampling_run_keeps_only_mixed_groups(tiny_config, tmp_path):
 
 @pytest.mark.parametrize("overrides, message", [
     (["algo.estimator=maxrl", "algo.budget=1"], "does not compose with algo.budget"),
-    (["algo.estimator=passk", "algo.passk_k=2", "algo.budget=1"], "does not compose with algo.budget"),
-    (["algo.estimator=passk"], "needs algo.passk_k"),
-    (["algo.estimator=passk", "algo.passk_k=9"], "passk_k=9 must be <= rollout.group_size=8"),
-    (["algo.passk_k=2"], "passk only"),
-    (["algo.estimator=passk", "algo.passk_k=2", "algo.unlikeliness_beta=0.25"], "does not compose with algo.estimator passk"),
+    (["algo.estimator=passk", "algo.passk.k=2", "algo.budget=1"], "does not compose with algo.budget"),
+    (["algo.estimator=passk"], "config key 'algo.passk.k' is required"),
+    (["algo.estimator=passk", "algo.passk.k=9"], r"passk.k=9 must be <= rollout.group_size=8"),
+    (["algo.passk.k=2"], "algo.passk holds the settings of algo.estimator passk, but algo.estimator is grpo"),
+    (["algo.kl_cov.ratio=0.1"], "algo.kl_cov holds the settings of algo.policy_loss kl_cov, but algo.policy_loss is clip"),
+    (["algo.estimator=passk", "algo.passk.k=2", "algo.unlikeliness.beta=0.25"], "does not compose with algo.estimator passk"),
     (["algo.policy_loss=gspo", "algo.loss_agg=token-mean"], "needs algo.loss_agg seq-mean-token-mean"),
     (["algo.policy_loss=ppo"], "policy_loss"),
-    (["algo.entropy_token_quantile=0"], "entropy_token_quantile"),
-    (["algo.unlikeliness_beta=1.5"], "unlikeliness_beta"),
-    (["algo.clip_cov_lb=5", "algo.clip_cov_ub=1"], "clip_cov_lb must be < algo.clip_cov_ub"),
+    (["algo.entropy_mask.rho=0"], "algo.entropy_mask.rho"),
+    (["algo.unlikeliness.beta=1.5"], "algo.unlikeliness.beta"),
+    (["algo.unlikeliness.beta=0"], "algo.unlikeliness.beta"),  # off is null, not 0
+    (["algo.policy_loss=clip_cov", "algo.clip_cov.lb=5", "algo.clip_cov.ub=1"], "clip_cov.lb must be < algo.clip_cov.ub"),
 ])
 def test_invalid_combinations_are_one_line_config_errors(overrides, message):
     with pytest.raises(UserError, match=message) as e:
@@ -254,8 +249,8 @@ def test_invalid_combinations_are_one_line_config_errors(overrides, message):
 
 
 def test_budget_composes_with_the_arms_that_allow_it():
-    for extra in (["algo.policy_loss=clip_cov"], ["algo.policy_loss=gspo"], ["algo.entropy_token_quantile=0.2"],
-                  ["algo.unlikeliness_beta=0.25"], ["rollout.dynamic_sampling=true"]):
+    for extra in (["algo.policy_loss=clip_cov"], ["algo.policy_loss=gspo"], ["algo.entropy_mask.rho=0.2"],
+                  ["algo.unlikeliness.beta=0.25"], ["rollout.dynamic_sampling=true"]):
         assert load_train_config(None, ["algo.budget=1", *extra]).algo.budget == 1.0
 
 
@@ -293,9 +288,11 @@ def test_the_shipped_arms_sweep_is_valid_and_otherwise_equal_compute():
     assert a["grpo"].budget is None and a["grpo_budget"].budget == 1.0
     assert {a["grpo_entropy_static"].entropy.mode, a["grpo_entropy_adaptive"].entropy.mode} == {"static", "adaptive"}
     assert {a[n].policy_loss for n in ("clip_cov", "kl_cov", "gspo")} == {"clip_cov", "kl_cov", "gspo"}
-    assert a["entropy_mask"].entropy_token_quantile == 0.2
-    assert a["passk"].estimator == "passk" and a["passk"].passk_k == 4
-    assert a["maxrl"].estimator == "maxrl" and a["unlikeliness"].unlikeliness_beta == 0.25
+    assert a["clip_cov"].clip_cov.ratio == 2e-4 and a["kl_cov"].kl_cov.ratio == 2e-3
+    assert (a["gspo"].gspo.clip_low, a["gspo"].gspo.clip_high) == (3e-4, 4e-4)
+    assert a["entropy_mask"].entropy_mask.rho == 0.2
+    assert a["passk"].estimator == "passk" and a["passk"].passk.k == 4
+    assert a["maxrl"].estimator == "maxrl" and a["unlikeliness"].unlikeliness.beta == 0.25
     assert configs["dynamic_sampling"].rollout.dynamic_sampling
     # allow_unequal_compute is set for the dynamic-sampling arm only: every other compute key is equal
     for key in COMPUTE_KEYS:

@@ -41,3 +41,34 @@ def test_the_wheel_runs_from_anywhere_with_its_packaged_presets(tmp_path):
                 cwd=elsewhere, env=env)
     assert "P = 16 prompts × G = 8 rollouts" in plan.stdout
     assert not (tmp_path / "run").exists()
+
+
+# What a shipped config's path imports beyond the main dependencies, by config key. vLLM
+# (rollout.engine: vllm) is left out on purpose: a GPU-only extra ('rbctl[vllm]').
+NEEDS = {"model.lora": "peft"}
+
+
+def test_the_main_install_has_what_every_shipped_configs_path_imports():
+    import re
+
+    tomllib = pytest.importorskip("tomllib")
+    import yaml
+
+    from rbctl.config.train import load_train_config
+    from rbctl.sweep.ablate import load_sweep
+
+    deps = {re.split(r"[<>=!~\[ ;]", d, maxsplit=1)[0].lower()
+            for d in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]}
+    used = set()
+    for path in sorted((ROOT / "configs").rglob("*.yaml")):
+        is_sweep = "arms" in (yaml.safe_load(path.read_text()) or {})
+        configs = load_sweep(path)[1].values() if is_sweep else [load_train_config(path)]
+        for cfg in configs:
+            dumped = cfg.model_dump()
+            for key, package in NEEDS.items():
+                section, name = key.split(".")
+                if dumped[section][name] is not None:
+                    used.add((path.name, package))
+    assert ("smollm2_gsm8k.yaml", "peft") in used  # the README's real-model example trains LoRA adapters
+    missing = sorted((name, package) for name, package in used if package not in deps)
+    assert not missing, f"shipped configs import packages the main install lacks: {missing}"

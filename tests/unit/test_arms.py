@@ -21,7 +21,7 @@ from rbctl.algo import (
     passk_advantages,
     unlikeliness_rewards,
 )
-from rbctl.algo.losses import BatchNorm, aggregation_weights, ppo_clip_loss
+from rbctl.algo.losses import BatchNorm, aggregation_weights
 from rbctl.errors import UserError
 
 EPS = 1e-6  # Pass@k Training's code: σ + 1e-6
@@ -143,31 +143,37 @@ def test_registry_has_the_four_losses_and_gspo_forces_sequence_aggregation() -> 
     assert all(POLICY_LOSSES[n].loss_agg is None for n in ("clip", "clip_cov", "kl_cov"))
     with pytest.raises(UserError, match="unknown policy loss"):
         compute_policy_loss("dpo", LOGP, LOGP, ADV, MASK)
-    with pytest.raises(UserError, match="missing eps_low, eps_high"):
+    with pytest.raises(UserError, match="missing clip_low, clip_high"):
         compute_policy_loss("clip", LOGP, LOGP, ADV, MASK)
     with pytest.raises(UserError, match="unknown parameter"):
-        compute_policy_loss("kl_cov", LOGP, LOGP, ADV, MASK, eps_low=0.2)
+        compute_policy_loss("kl_cov", LOGP, LOGP, ADV, MASK, clip_low=0.2)
 
 
-def test_clip_equals_ppo_clip_loss_for_sequence_and_token_advantages() -> None:
-    old = LOGP - t([[0.3, -0.3, 0.0], [0.3, -0.3, 0.0]])  # ρ = e^0.3 ≈ 1.35, e^−0.3 ≈ 0.74, 1
-    ref = ppo_clip_loss(LOGP, old, ADV, 0.2, 0.28)
-    for adv in (ADV, ADV.unsqueeze(1).expand(2, 3)):
-        out = compute_policy_loss("clip", LOGP, old, adv, MASK, eps_low=0.2, eps_high=0.28)
-        assert torch.equal(out.loss_mat, ref.loss_mat)
-        assert torch.equal(out.token_stats["clipped_low"], ref.clipped_low)
-        assert torch.equal(out.token_stats["clipped_high"], ref.clipped_high)
-    # row 0 (A = 1), ρ = e^0.3 > 1.28: loss −1.28, clipped high; row 1 (A = −1), ρ = e^−0.3 < 0.8: loss 0.8
-    assert out.loss_mat[0, 0].item() == pytest.approx(-1.28)
-    assert out.loss_mat[1, 1].item() == pytest.approx(0.8)
+def test_clip_takes_sequence_and_token_advantages_alike_hand_values() -> None:
+    # ρ = e^0.3 ≈ 1.3499, e^−0.3 ≈ 0.7408, 1 in both rows; clip range [0.8, 1.28]; loss −min(ρA, clip(ρ)A).
+    # Row 0, A = +1: −min(1.3499, 1.28) = −1.28 (clip binds high); −min(0.7408, 0.8) = −0.7408 (a
+    # ratio below 1 − ε_low with A > 0 is not clipped); −1. Row 1, A = −1: −min(−1.3499, −1.28) = 1.3499;
+    # −min(−0.7408, −0.8) = 0.8 (clip binds low); 1 (the padding entry: whatever the formula gives).
+    old = LOGP - t([[0.3, -0.3, 0.0], [0.3, -0.3, 0.0]])
+    e = math.exp
+    expected = t([[-1.28, -e(-0.3), -1.0], [e(0.3), 0.8, 1.0]])
+    for adv in (ADV, ADV.unsqueeze(1).expand(2, 3)):  # [N] per sequence, or [N, T] per token
+        out = compute_policy_loss("clip", LOGP, old, adv, MASK, clip_low=0.2, clip_high=0.28)
+        assert_close(out.loss_mat, expected)
+        assert out.token_stats["clipped_high"].tolist() == [[True, False, False], [False, False, False]]
+        assert out.token_stats["clipped_low"].tolist() == [[False, False, False], [False, True, False]]
+    # token advantages may differ along a sequence: A = (+1, −1, +1) on row 0 at ρ = (1.3499, 0.7408, 1)
+    out = compute_policy_loss("clip", LOGP, old, t([[1.0, -1.0, 1.0], [-1.0, -1.0, -1.0]]), MASK, clip_low=0.2,
+                              clip_high=0.28)
+    assert_close(out.loss_mat[0], t([-1.28, 0.8, -1.0]))
 
 
 def test_clip_cov_hand_values_and_zero_gradient_on_picked_tokens() -> None:
-    # ρ = 1 everywhere (no PPO clip binds); clip_cov_ratio = 1: n = max(⌊1·5⌋, 1) = 5 ≥ 2 candidates,
+    # ρ = 1 everywhere (no PPO clip binds); ratio = 1: n = max(⌊1·5⌋, 1) = 5 ≥ 2 candidates,
     # so both (0,0) and (1,1) are picked.
     logp = LOGP.clone().requires_grad_(True)
-    out = compute_policy_loss("clip_cov", logp, LOGP, ADV, MASK, eps_low=0.2, eps_high=0.2,
-                              clip_cov_ratio=1.0, clip_cov_lb=1.0, clip_cov_ub=5.0)
+    out = compute_policy_loss("clip_cov", logp, LOGP, ADV, MASK, clip_low=0.2, clip_high=0.2,
+                              ratio=1.0, lb=1.0, ub=5.0)
     picked = torch.tensor([[True, False, False], [False, True, False]])
     assert torch.equal(out.token_stats["cov_clipped"], picked)
     # loss −A·ρ = −A, zeroed at the picked tokens
@@ -176,11 +182,11 @@ def test_clip_cov_hand_values_and_zero_gradient_on_picked_tokens() -> None:
     # ∂(−A·ρ)/∂log π = −A·ρ = −A; 0 at picked tokens (and padding)
     assert torch.equal(logp.grad, t([[0.0, -1.0, -1.0], [1.0, 0.0, 0.0]]))
     # ub = 2 leaves only (0,0) = 1.6; lb = 1.6 excludes it (strict bounds, as verl)
-    out = compute_policy_loss("clip_cov", LOGP, LOGP, ADV, MASK, eps_low=0.2, eps_high=0.2, clip_cov_ratio=1.0,
-                              clip_cov_ub=2.0)
+    out = compute_policy_loss("clip_cov", LOGP, LOGP, ADV, MASK, clip_low=0.2, clip_high=0.2, ratio=1.0,
+                              lb=1.0, ub=2.0)
     assert out.token_stats["cov_clipped"].nonzero().tolist() == [[0, 0]]
-    out = compute_policy_loss("clip_cov", LOGP, LOGP, ADV, MASK, eps_low=0.2, eps_high=0.2, clip_cov_ratio=1.0,
-                              clip_cov_lb=1.6)
+    out = compute_policy_loss("clip_cov", LOGP, LOGP, ADV, MASK, clip_low=0.2, clip_high=0.2, ratio=1.0,
+                              lb=1.6, ub=5.0)
     assert out.token_stats["cov_clipped"].nonzero().tolist() == [[1, 1]]
 
 
@@ -189,19 +195,20 @@ def test_clip_cov_skips_tokens_the_ppo_clip_already_binds() -> None:
     # (loss max(−1.5, −1.2) = −1.2), so only (1,1) is a candidate.
     old = LOGP.clone()
     old[0, 0] = LOGP[0, 0] - math.log(1.5)
-    out = compute_policy_loss("clip_cov", LOGP, old, ADV, MASK, eps_low=0.2, eps_high=0.2, clip_cov_ratio=1.0)
+    out = compute_policy_loss("clip_cov", LOGP, old, ADV, MASK, clip_low=0.2, clip_high=0.2, ratio=1.0,
+                              lb=1.0, ub=5.0)
     assert out.token_stats["cov_clipped"].nonzero().tolist() == [[1, 1]]
     assert out.token_stats["clipped_high"][0, 0]
     assert out.loss_mat[0, 0].item() == pytest.approx(-1.2)
 
 
 def test_clip_cov_random_pick_is_verls_randperm_over_row_major_candidates() -> None:
-    # clip_cov_ratio = 0.2: n = max(⌊0.2·5⌋, 1) = 1 of the candidates [(0,0), (1,1)] (row-major):
+    # ratio = 0.2: n = max(⌊0.2·5⌋, 1) = 1 of the candidates [(0,0), (1,1)] (row-major):
     # the one at torch.randperm(2)[0] of the same generator state.
     for seed in range(6):
         first = torch.randperm(2, generator=torch.Generator().manual_seed(seed))[0].item()
-        out = compute_policy_loss("clip_cov", LOGP, LOGP, ADV, MASK, eps_low=0.2, eps_high=0.2,
-                                  clip_cov_ratio=0.2, generator=torch.Generator().manual_seed(seed))
+        out = compute_policy_loss("clip_cov", LOGP, LOGP, ADV, MASK, clip_low=0.2, clip_high=0.2,
+                                  ratio=0.2, lb=1.0, ub=5.0, generator=torch.Generator().manual_seed(seed))
         assert out.token_stats["cov_clipped"].nonzero().tolist() == [[[0, 0], [1, 1]][first]]
 
 
@@ -209,15 +216,15 @@ def test_kl_cov_hand_values() -> None:
     # log π − log π_old = d; ρ = e^d. Cov (above) = [1.6, 0.4, −1.2 | −1.8, 3.0].
     d = t([[0.1, -0.2, 0.3], [0.05, -0.1, 0.0]])
     old = LOGP - d
-    # kl_cov_ratio = 0.4: n = max(1, ⌊5·0.4⌋) = 2 largest Cov: (1,1) = 3.0 and (0,0) = 1.6
-    out = compute_policy_loss("kl_cov", LOGP, old, ADV, MASK, kl_cov_ratio=0.4, kl_cov_coef=0.5)
+    # ratio = 0.4: n = max(1, ⌊5·0.4⌋) = 2 largest Cov: (1,1) = 3.0 and (0,0) = 1.6
+    out = compute_policy_loss("kl_cov", LOGP, old, ADV, MASK, ratio=0.4, coef=0.5)
     assert torch.equal(out.token_stats["kl_penalised"], torch.tensor([[True, False, False], [False, True, False]]))
     e = math.exp
     # penalised: −A·e^d + 0.5·|d|; elsewhere −A·e^d (no PPO clip even at ρ = e^0.3 ≈ 1.35)
     expected = t([[-e(0.1) + 0.05, -e(-0.2), -e(0.3)], [e(0.05), e(-0.1) + 0.05, 0.0]])
     assert_close(out.loss_mat * MASK, expected)
-    # kl_cov_ratio = 1e-4: n = max(1, ⌊0.0005⌋) = 1: only (1,1)
-    out = compute_policy_loss("kl_cov", LOGP, old, ADV, MASK, kl_cov_ratio=1e-4)
+    # ratio = 1e-4: n = max(1, ⌊0.0005⌋) = 1: only (1,1)
+    out = compute_policy_loss("kl_cov", LOGP, old, ADV, MASK, ratio=1e-4, coef=1.0)
     assert out.token_stats["kl_penalised"].nonzero().tolist() == [[1, 1]]
 
 
@@ -228,12 +235,12 @@ def test_gspo_hand_values_and_sequence_gradient() -> None:
     s0, s1 = math.exp(0.1), math.exp(-0.2)
     # ε = 0.1: row 0 (A = 1) s_0 > 1.1 -> max(−s_0, −1.1) = −1.1, clipped high;
     #          row 1 (A = −1) s_1 < 0.9 -> max(s_1, 0.9) = 0.9, clipped low
-    out = compute_policy_loss("gspo", LOGP, LOGP - d, ADV, MASK, eps_low=0.1, eps_high=0.1)
+    out = compute_policy_loss("gspo", LOGP, LOGP - d, ADV, MASK, clip_low=0.1, clip_high=0.1)
     assert_close(out.loss_mat * MASK, t([[-1.1] * 3, [0.9, 0.9, 0.0]]))
     assert out.token_stats["clipped_high"][0].all() and out.token_stats["clipped_low"][1].all()
     # ε = 0.2: nothing clipped: −A·s on every token of the sequence
     logp = LOGP.clone().requires_grad_(True)
-    out = compute_policy_loss("gspo", logp, LOGP - d, ADV, MASK, eps_low=0.2, eps_high=0.2)
+    out = compute_policy_loss("gspo", logp, LOGP - d, ADV, MASK, clip_low=0.2, clip_high=0.2)
     assert_close(out.loss_mat * MASK, t([[-s0] * 3, [s1, s1, 0.0]]))
     # Aggregated with the forced seq-mean-token-mean: loss = mean_i(−A_i s_i), so
     # ∂/∂log π_{i,t} = −A_i·s_i/(N·|y_i|): row 0 −s_0/6, row 1 +s_1/4.
@@ -244,7 +251,7 @@ def test_gspo_hand_values_and_sequence_gradient() -> None:
 
 def test_gspo_clamps_the_log_ratio_at_10() -> None:
     d = t([[20.0, 20.0, 20.0], [0.0, 0.0, 0.0]])
-    out = compute_policy_loss("gspo", LOGP, LOGP - d, t([-1.0, 1.0]), MASK, eps_low=0.2, eps_high=0.2)
+    out = compute_policy_loss("gspo", LOGP, LOGP - d, t([-1.0, 1.0]), MASK, clip_low=0.2, clip_high=0.2)
     # A = −1 < 0: max(s, clip(s)) = s = e^10 (not e^20)
     assert_close(out.loss_mat[0], torch.full((3,), math.exp(10.0)))
 
@@ -258,21 +265,21 @@ EMASK = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]])
 
 def test_high_entropy_mask_hand_values() -> None:
     # ρ = 0.2: τ = quantile(valid, 0.8): position 0.8·9 = 7.2 -> 0.8 + 0.2·(0.9 − 0.8) = 0.82: keeps 0.9, 1.0
-    keep = high_entropy_mask(ENT, EMASK, 0.2)
+    keep = high_entropy_mask(ENT, EMASK, rho=0.2)
     assert keep.nonzero().tolist() == [[1, 2], [1, 3]]
     # ρ = 0.5: position 4.5 -> 0.55: keeps 0.6 … 1.0 (5 tokens)
-    assert high_entropy_mask(ENT, EMASK, 0.5).nonzero().tolist() == [[0, 5], [1, 0], [1, 1], [1, 2], [1, 3]]
+    assert high_entropy_mask(ENT, EMASK, rho=0.5).nonzero().tolist() == [[0, 5], [1, 0], [1, 1], [1, 2], [1, 3]]
     # ρ = 1: τ = min: every valid token, never padding
-    assert torch.equal(high_entropy_mask(ENT, EMASK, 1.0), EMASK.bool())
+    assert torch.equal(high_entropy_mask(ENT, EMASK, rho=1.0), EMASK.bool())
 
 
 def test_high_entropy_mask_ties_empty_and_bad_rho() -> None:
     flat = torch.full((2, 3), 0.3)
-    assert high_entropy_mask(flat, torch.ones(2, 3), 0.2).all()  # ties at τ are all kept
-    assert not high_entropy_mask(ENT, torch.zeros_like(EMASK), 0.2).any()
+    assert high_entropy_mask(flat, torch.ones(2, 3), rho=0.2).all()  # ties at τ are all kept
+    assert not high_entropy_mask(ENT, torch.zeros_like(EMASK), rho=0.2).any()
     for bad in (0.0, 1.5):
         with pytest.raises(UserError, match=r"\(0, 1\]"):
-            high_entropy_mask(ENT, EMASK, bad)
+            high_entropy_mask(ENT, EMASK, rho=bad)
 
 
 # --- unlikeliness reward -------------------------------------------------------------------------
@@ -282,19 +289,19 @@ def test_unlikeliness_reward_hand_values() -> None:
     # r = [1, 1, 0, 1]; seq log-probs [−1, −3, −6, −2]. Ascending ranks over all G = 4 samples:
     # −6 (idx 2) -> 0, −3 (idx 1) -> 1, −2 (idx 3) -> 2, −1 (idx 0) -> 3.
     # β = 0.5: factors 1 − 0.5·rank/4 = [1 − 3/8, 1 − 1/8, 1, 1 − 2/8] -> r = [0.625, 0.875, 0, 0.75]
-    r = unlikeliness_rewards(t([[1, 1, 0, 1]]), t([[-1.0, -3.0, -6.0, -2.0]]), 0.5)
+    r = unlikeliness_rewards(t([[1, 1, 0, 1]]), t([[-1.0, -3.0, -6.0, -2.0]]), beta=0.5)
     assert_close(r, t([[0.625, 0.875, 0.0, 0.75]]))
     # β = 0: unchanged; the result composes with the budget (non-negative rewards)
-    assert torch.equal(unlikeliness_rewards(t([[1, 0]]), t([[0.0, 1.0]]), 0.0), t([[1, 0]]))
+    assert torch.equal(unlikeliness_rewards(t([[1, 0]]), t([[0.0, 1.0]]), beta=0.0), t([[1, 0]]))
     # r̃ = [0.625, 0.875, 0, 0.75]/2.25; dr_grpo + budget B = 1 centres it: r̃ − 1/4
     assert_close(compute_advantages(r, "dr_grpo", budget=1.0), r / 2.25 - 0.25)
 
 
 def test_unlikeliness_reward_bad_inputs() -> None:
     with pytest.raises(UserError, match=r"\[P, G\]"):
-        unlikeliness_rewards(t([[1, 0]]), t([[0.0, 1.0, 2.0]]), 0.5)
+        unlikeliness_rewards(t([[1, 0]]), t([[0.0, 1.0, 2.0]]), beta=0.5)
     with pytest.raises(UserError, match=r"\[0, 1\]"):
-        unlikeliness_rewards(t([[1, 0]]), t([[0.0, 1.0]]), 1.5)
+        unlikeliness_rewards(t([[1, 0]]), t([[0.0, 1.0]]), beta=1.5)
 
 
 # --- DAPO dynamic sampling -----------------------------------------------------------------------

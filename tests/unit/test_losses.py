@@ -9,6 +9,7 @@ import torch
 from torch.testing import assert_close
 
 from rbctl.errors import UserError
+from rbctl.algo.policy_losses import clip_loss
 from rbctl.algo.losses import (
     LOSS_AGG,
     BatchNorm,
@@ -16,7 +17,6 @@ from rbctl.algo.losses import (
     aggregation_weights,
     at_tokens,
     k3_kl,
-    ppo_clip_loss,
     entropy_of_logprobs,
     token_entropy,
     token_logprobs,
@@ -210,20 +210,21 @@ def test_token_logprobs_match_slow_log_softmax(temperature: float) -> None:
     )
 
 
-# --- PPO surrogate -------------------------------------------------------------------------------
+# --- PPO surrogate (rbctl.algo.policy_losses.clip_loss) -------------------------------------------------------------------------------
 
 EPS_LOW, EPS_HIGH = 0.2, 0.28
 
 
 def test_ppo_ratio_one_gives_minus_advantage() -> None:
     logp = torch.tensor([[-1.0, -2.0], [-0.5, -3.0]])
-    out = ppo_clip_loss(logp, logp.clone(), torch.tensor([1.5, -0.7]), EPS_LOW, EPS_HIGH)
+    out = clip_loss(logp, logp.clone(), torch.tensor([1.5, -0.7]), torch.ones(2, 2), clip_low=EPS_LOW, clip_high=EPS_HIGH)
     assert_close(out.loss_mat, torch.tensor([[-1.5, -1.5], [0.7, 0.7]]))
-    assert not out.clipped_low.any() and not out.clipped_high.any()
+    assert not out.token_stats["clipped_low"].any() and not out.token_stats["clipped_high"].any()
 
 
 def test_ppo_clip_values_flags_and_zero_gradient_where_the_clip_binds() -> None:
-    # ratios ρ per token; ε_low = 0.2, ε_high = 0.28, so the clip range is [0.8, 1.28].
+    # PPO's L = min(ρA, clip(ρ, 1 − ε_low, 1 + ε_high)·A) (Schulman et al. 2017, eq. 7, with DAPO's two ε);
+    # the loss is −L. Ratios ρ per token; ε_low = 0.2, ε_high = 0.28, so the clip range is [0.8, 1.28].
     # seq 0, A = 2:    ρ = 1.5 -> −2·min(1.5, 1.28) = −2.56, clip binds (high)
     #                  ρ = 1.1 -> −2.2;  ρ = 0.5 -> max(−1.0, −1.6) = −1.0 (unclipped: no flag)
     # seq 1, A = −0.5: ρ = 0.5 -> 0.5·max(0.5, 0.8) = 0.4, clip binds (low)
@@ -231,10 +232,10 @@ def test_ppo_clip_values_flags_and_zero_gradient_where_the_clip_binds() -> None:
     ratios = torch.tensor([[1.5, 1.1, 0.5], [0.5, 0.9, 1.5]])
     old = torch.tensor([[-1.0, -2.0, -0.3], [-4.0, -0.1, -1.2]])
     logp = (old + ratios.log()).requires_grad_(True)
-    out = ppo_clip_loss(logp, old, torch.tensor([2.0, -0.5]), EPS_LOW, EPS_HIGH)
+    out = clip_loss(logp, old, torch.tensor([2.0, -0.5]), torch.ones(2, 3), clip_low=EPS_LOW, clip_high=EPS_HIGH)
     assert_close(out.loss_mat, torch.tensor([[-2.56, -2.2, -1.0], [0.4, 0.45, 0.75]]))
-    assert out.clipped_high.tolist() == [[True, False, False], [False, False, False]]
-    assert out.clipped_low.tolist() == [[False, False, False], [True, False, False]]
+    assert out.token_stats["clipped_high"].tolist() == [[True, False, False], [False, False, False]]
+    assert out.token_stats["clipped_low"].tolist() == [[False, False, False], [True, False, False]]
     # d(−A ρ)/d logp = −A ρ where unclipped; 0 where the clip binds
     out.loss_mat.sum().backward()
     assert_close(logp.grad, torch.tensor([[0.0, -2.2, -1.0], [0.0, 0.45, 0.75]]))

@@ -212,9 +212,8 @@ def test_arm_variants_name_what_is_added_to_the_estimator():
     assert arm_variant({"budget": 1.0}) == "budget"
     assert arm_variant({"entropy": {"mode": "static"}}) == "entropy_static"
     assert arm_variant({"policy_loss": "clip_cov", "budget": 1.0}) == "budget+clip_cov"
-    assert arm_variant({"entropy_token_quantile": 0.2}) == "entropy_mask"
-    assert arm_variant({"unlikeliness_beta": 0.25}) == "unlikeliness"
-    assert arm_variant({"unlikeliness_beta": 0.0}) == "base"  # 0 is off
+    assert arm_variant({"entropy_mask": {"rho": 0.2}}) == "entropy_mask"
+    assert arm_variant({"unlikeliness": {"beta": 0.25}, "entropy_mask": None}) == "unlikeliness"  # null is off
     assert arm_variant({}, {"dynamic_sampling": True}) == "dynamic_sampling"
 
 
