@@ -15,6 +15,7 @@ if __package__ in (None, ""):  # run as a script: make the checkout importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rbctl.train import metric_names  # noqa: E402
+from rbctl.store.rundir import EVAL_LINES, METRICS, SAMPLES, SUMMARY  # noqa: E402
 from rbctl.train.metric_names import EVAL_METRICS, STEP_METRICS, Metric  # noqa: E402
 
 HEAD = """# Metrics
@@ -25,13 +26,13 @@ is listed and that every function named exists. The formulas follow [method.md](
 
 """
 
-EVAL_RESULTS = """## Evaluation results (`rbctl eval`, `RUN_DIR/eval/`)
+EVAL_RESULTS = f"""## Evaluation results (`rbctl eval`, `RUN_DIR/eval/`)
 
-`OUT/BENCHMARK/summary.json` holds the `eval.jsonl` metrics (`avg@n`, `pass@<k>`, `maj@<k>`), each
+`OUT/BENCHMARK/{SUMMARY}` holds the `{EVAL_LINES}` metrics (`avg@n`, `pass@<k>`, `maj@<k>`), each
 with a 95% percentile-bootstrap interval over problems (2000 resamples; the report resamples seeds
 and problems together across seeds), `labels` (the label shares), `grader` (counts of grading
 statuses: `ok`, `no_answer`, `timeout`, `error`) and `extraction` (how answers were found: `boxed`,
-`phrase`, `none`, `task`; method.md, "Answer extraction"); each line of `samples.jsonl` carries its
+`phrase`, `none`, `task`; method.md, "Answer extraction"); each line of `{SAMPLES}` carries its
 own `status` and `extraction`. The estimators, aggregations and arms the training metrics refer
 to: method.md, "Advantage estimators", "Loss aggregation" and "Other arms"; their config keys:
 [config.md](config.md).
@@ -50,9 +51,9 @@ def table(metrics: tuple[Metric, ...]) -> str:
 
 def reference_markdown() -> str:
     notation = metric_names.__doc__.split("\n\n", 1)[1].strip()
-    return (HEAD + notation + "\n\n## Training steps (`RUN_DIR/metrics.jsonl`)\n\nOne line per step.\n\n"
+    return (HEAD + notation + f"\n\n## Training steps (`RUN_DIR/{METRICS}`)\n\nOne line per step.\n\n"
             + table(STEP_METRICS)
-            + "\n## Periodic evaluation (`RUN_DIR/eval.jsonl`)\n\nOne line per (evaluation, benchmark), from step 0 "
+            + f"\n## Periodic evaluation (`RUN_DIR/{EVAL_LINES}`)\n\nOne line per (evaluation, benchmark), from step 0 "
               "(the initial policy) every `eval.every` steps and at the last step.\n\n"
             + table(EVAL_METRICS) + "\n" + EVAL_RESULTS)
 

@@ -178,7 +178,8 @@ def test_paper_sweep_arms():
     from rbctl.sweep.ablate import load_sweep
 
     sweep, configs = load_sweep(CONFIGS / "ablate_maze_17.yaml")
-    arms = {a: (c.algo.estimator, c.algo.budget, c.algo.entropy.mode, c.algo.passk_k) for a, c in configs.items()}
+    arms = {a: (c.algo.estimator, c.algo.budget, c.algo.entropy.mode, c.algo.passk and c.algo.passk.k)
+            for a, c in configs.items()}
     assert arms == {"grpo": ("grpo", None, "none", None), "grpo_entropy": ("grpo", None, "static", None),
                     "maxrl": ("maxrl", None, "none", None), "grpo_budget": ("grpo", 1.0, "none", None),
                     "passk": ("passk", None, "none", 4)}
