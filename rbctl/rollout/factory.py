@@ -24,18 +24,18 @@ def engine_class(name: str) -> type:
     raise UserError(f"unknown engine {name!r}; valid: hf, vllm")
 
 
-def build_engine(name: str, model, tokenizer, *, source: str, batch_size: int, seed: int = 0, logprobs: bool = False,
+def build_engine(name: str, model, tokenizer, *, source: str, batch_size: int, seed: int = 0,
                  sample_dtype: str = "auto", **vllm_options) -> Engine:
-    """An engine over an in-memory policy. ``hf`` generates ``batch_size`` sequences per call (and,
-    with ``logprobs``, records the sampled tokens' log-probs; vLLM always returns them); vLLM
+    """An engine over an in-memory policy. ``hf`` generates ``batch_size`` sequences per call; vLLM
     schedules its own batches, loads ``source`` (a hub id or folder) and then pushes the in-memory
     weights. ``sample_dtype`` "bfloat16": hf samples from a bf16 replica (`rollout.dtype`).
-    ``vllm_options``: VLLMEngine's keyword arguments (gpu_memory_utilization, sleep_mode, ...)."""
+    ``vllm_options``: VLLMEngine's keyword arguments (gpu_memory_utilization, sleep_mode, ...).
+    Sampled-token log-probs are asked for with `Engine.record_logprobs`."""
     if name != "hf" and sample_dtype != "auto":
         raise UserError("rollout.dtype: bfloat16 applies to the hf engine; vLLM samples in the model's dtype")
     cls = engine_class(name)
     if name == "hf":
-        return cls(model, tokenizer, max_batch=batch_size, logprobs=logprobs, dtype=sample_dtype)
+        return cls(model, tokenizer, max_batch=batch_size, dtype=sample_dtype)
     if source.endswith(".gguf"):
         raise UserError("the vllm engine cannot load a GGUF file here; use the model's Hugging Face id or directory")
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")

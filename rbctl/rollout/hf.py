@@ -16,10 +16,18 @@ a draw by inverse CDF (`draw`; argmax when greedy), stop at EOS or max_new_token
    step writes its keys and values in place instead of copying the whole cache.
 Random draws are spread over rows differently than in `generate`, so a seed gives other (equally
 distributed) samples than `generate` would; greedy decoding gives the same tokens.
+
+Randomness: the engine owns a `torch.Generator` on the model's device, seeded with
+`SamplingParams.seed` at the start of each call. The sampling loop draws from it; `model.generate`
+(which samples with torch's global RNG and takes no generator) runs with the generator's state lent
+to the global RNG and handed back afterwards (`lent_to_global_rng`). Either way a seed gives the
+draws that `torch.manual_seed(seed)` followed by the same sampling gave before the engine had a
+generator of its own, and torch's global RNG is left as the caller had it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import inspect
@@ -203,9 +211,10 @@ def forward_with_cache(model, input_ids, attention_mask, positions, cache, logit
     return logits[:, -logits_to_keep:] if logits_to_keep else logits
 
 
-def next_tokens(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+def next_tokens(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None = None) -> torch.Tensor:
     """Token choice of `generate` from last-position logits [B, V]: argmax when greedy, else a draw
-    from softmax of the temperature-scaled, nucleus-filtered float32 logits (transformers' warpers)."""
+    (from `generator`; None = torch's global RNG) from softmax of the temperature-scaled,
+    nucleus-filtered float32 logits (transformers' warpers)."""
     from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
 
     scores = logits.float()
@@ -215,12 +224,13 @@ def next_tokens(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
         scores = TemperatureLogitsWarper(params.temperature)(None, scores)
     if params.top_p < 1.0:
         scores = TopPLogitsWarper(params.top_p)(None, scores)
-    return draw(torch.softmax(scores, dim=-1))
+    return draw(torch.softmax(scores, dim=-1), generator)
 
 
-def draw(probs: torch.Tensor) -> torch.Tensor:
+def draw(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
     """One index per row of `probs` [B, V] (rows of non-negative weights), by inverse CDF: a uniform
-    draw u in [0, total) picks the first index whose cumulative weight exceeds u.
+    draw u in [0, total) from `generator` (None = torch's global RNG) picks the first index whose
+    cumulative weight exceeds u.
 
     The cumulative sum runs in float64, so each index's interval is its float32 weight up to a
     relative 1e-16 of the total: over softmaxes of 49,152 random logits the drawn distribution is
@@ -235,8 +245,25 @@ def draw(probs: torch.Tensor) -> torch.Tensor:
         raise RuntimeError("sampling weights contain inf or nan, or a row sums to 0 (non-finite logits?)")
     # torch.rand's float64 lies in [0, 1 - 2^-53], and a product with such a factor rounds below the
     # total, so some entry (the last nonzero weight's) exceeds u; right=True skips empty intervals
-    u = torch.rand(total.shape, dtype=cdf.dtype, device=cdf.device) * total
+    u = torch.rand(total.shape, dtype=cdf.dtype, device=cdf.device, generator=generator) * total
     return torch.searchsorted(cdf, u, right=True).squeeze(1)
+
+
+@contextlib.contextmanager
+def lent_to_global_rng(generator: torch.Generator):
+    """Run code that samples with torch's global RNG (transformers' `generate`) from `generator`'s
+    stream: inside, the global RNG of the generator's device holds the generator's state; on exit
+    the generator takes the advanced state and the global RNG is restored (`torch.random.fork_rng`)."""
+    dev = generator.device
+    cuda = dev.type == "cuda"
+    index = (dev.index if dev.index is not None else torch.cuda.current_device()) if cuda else None
+    with torch.random.fork_rng(devices=[index] if cuda else [], device_type="cuda"):
+        if cuda:
+            torch.cuda.set_rng_state(generator.get_state(), index)
+        else:
+            torch.set_rng_state(generator.get_state())
+        yield
+        generator.set_state(torch.cuda.get_rng_state(index) if cuda else torch.get_rng_state())
 
 
 class HFEngine:
@@ -255,6 +282,33 @@ class HFEngine:
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else _eos_ids(model, tokenizer)[0]
         self.eos_ids = _eos_ids(model, tokenizer)
         self.fast = self._fast_path_ok()
+        self._generator: torch.Generator | None = None  # made on the model's device at the first call
+
+    # -- the Engine protocol besides generate --
+
+    def sync_weights(self, model) -> None:
+        """Sample from `model`. The engine samples with the policy's own modules (the bf16 replica is
+        refreshed from them at every call), so an optimizer step needs nothing; a new policy object
+        (LoRA-wrapped, resumed) is taken up."""
+        if model is not self.model:
+            self.model = model
+            self._replica = None
+            self.fast = self._fast_path_ok()
+
+    def sampling_context(self, precision):
+        """The training forward's autocast: the sampler and the trainer compute one distribution one way."""
+        return precision.context()
+
+    def record_logprobs(self, on: bool = True) -> bool:
+        self.logprobs = on
+        return on
+
+    def generator(self, device: torch.device) -> torch.Generator:
+        """The engine's own random stream on `device` (seeded from the OS until a call seeds it)."""
+        if self._generator is None or self._generator.device != device:
+            self._generator = torch.Generator(device=device)
+            self._generator.seed()
+        return self._generator
 
     def _fast_path_ok(self) -> bool:
         if next(self.model.parameters()).device.type != "cpu":
@@ -264,10 +318,11 @@ class HFEngine:
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Sample]]:
-        if params.seed is not None:
-            torch.manual_seed(params.seed)
         model = self.sampling_model()
         device = next(model.parameters()).device
+        gen = self.generator(device)
+        if params.seed is not None:
+            gen.manual_seed(params.seed)
         per_call = max(1, self.max_batch // params.n)
         out: list[list[Sample]] = []
         was_training = model.training
@@ -276,9 +331,9 @@ class HFEngine:
             for start in range(0, len(prompts), per_call):
                 chunk = prompts[start:start + per_call]
                 if self.fast:
-                    responses, logps = self._sample(model, chunk, params, device)
+                    responses, logps = self._sample(model, chunk, params, device, gen)
                 else:
-                    responses, logps = self._hf_generate(model, chunk, params, device)
+                    responses, logps = self._hf_generate(model, chunk, params, device, gen)
                 for j, resp in enumerate(responses):
                     p = start + j // params.n
                     if j % params.n == 0:
@@ -310,7 +365,7 @@ class HFEngine:
                 dst.copy_(src)
         return self._replica
 
-    def _sample(self, model, chunk: list[list[int]], params: SamplingParams, device):
+    def _sample(self, model, chunk: list[list[int]], params: SamplingParams, device, gen: torch.Generator):
         """Response token lists [B·n] (prompt-major), each up to its first EOS or max_new_tokens, and
         their log-probs (`sampled_logprobs`; None when greedy or not recorded)."""
         n, eos = params.n, torch.tensor(self.eos_ids, device=device)
@@ -328,7 +383,7 @@ class HFEngine:
         logps = torch.zeros(tokens.shape, device=device) if sampled else None
         for t in range(params.max_new_tokens):
             logits = logits.float()  # once: a bf16 sampler's logits are cast for both uses below
-            nxt = next_tokens(logits, params)
+            nxt = next_tokens(logits, params, gen)
             tokens[rows, t] = nxt
             if sampled:
                 logps[rows, t] = sampled_logprobs(logits, nxt, params.temperature)
@@ -346,7 +401,7 @@ class HFEngine:
             pos = pos + 1
         return tokens.tolist(), (logps.tolist() if sampled else None)
 
-    def _hf_generate(self, model, chunk: list[list[int]], params: SamplingParams, device):
+    def _hf_generate(self, model, chunk: list[list[int]], params: SamplingParams, device, gen: torch.Generator):
         """Response token lists [B·n] from `model.generate` (padding after EOS included) and their
         log-probs (recorded by `_LogprobRecorder`; None when greedy or not recorded)."""
         ids, mask = left_pad(chunk, self.pad_id)
@@ -365,7 +420,8 @@ class HFEngine:
                 gen_kwargs["logits_processor"] = [recorder]
         else:
             gen_kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-        seqs = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **gen_kwargs)
+        with lent_to_global_rng(gen):  # generate draws with torch.multinomial from the global RNG
+            seqs = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **gen_kwargs)
         resp = seqs[:, ids.shape[1]:]
         return resp.tolist(), (recorder.result(resp).tolist() if recorder is not None else None)
 

@@ -175,9 +175,9 @@ def test_draw_by_inverse_cdf_follows_the_weights_and_never_picks_a_zero():
 def test_draw_at_either_end_of_the_uniform_range_picks_a_nonzero_weight(monkeypatch):
     weights = torch.tensor([[0.0, 0.1, 0.2, 0.3, 0.0, 0.0], [0.0, 1e-30, 0.0, 0.7, 0.0, 0.0]])
     top = 1.0 - 2.0 ** -53  # torch.rand's largest float64
-    monkeypatch.setattr(torch, "rand", lambda shape, **kw: torch.full(shape, top, **kw))
+    monkeypatch.setattr(torch, "rand", lambda shape, generator=None, **kw: torch.full(shape, top, **kw))
     assert draw(weights).tolist() == [3, 3]  # the last nonzero weight, not a trailing zero
-    monkeypatch.setattr(torch, "rand", lambda shape, **kw: torch.zeros(shape, **kw))
+    monkeypatch.setattr(torch, "rand", lambda shape, generator=None, **kw: torch.zeros(shape, **kw))
     assert draw(weights).tolist() == [1, 1]  # the first nonzero weight, not a leading zero
 
 
@@ -216,3 +216,29 @@ def test_bfloat16_sampling_replica_follows_the_policy_and_keeps_buffers_and_ties
     assert [len(g) for g in out] == [2] * len(PROMPTS)
     assert all(s.logprobs is not None and len(s.logprobs) == len(s.token_ids) for g in out for s in g)
     assert HFEngine(model, _Tok()).sampling_model() is model  # dtype auto: the policy itself
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_seeded_draws_are_those_of_the_global_rng_seeded_alike_and_the_global_rng_is_left_alone(fast, monkeypatch):
+    """The engine's own generator gives, bit for bit, the samples of the engine before it had one
+    (`torch.manual_seed(seed)`, then torch's global RNG), over two sub-batches of one call, on both
+    sampling paths; the caller's global stream is not touched."""
+    import contextlib
+
+    import rbctl.rollout.hf as hf
+
+    engine = HFEngine(_tiny_llama(2), _Tok(), max_batch=6, logprobs=True)  # 2 prompts × n=3 per sub-batch
+    engine.fast = fast
+    params = SamplingParams(n=3, temperature=1.0, max_new_tokens=9, seed=11)
+    torch.manual_seed(123)
+    caller = torch.get_rng_state()
+    got = engine.generate(PROMPTS, params)
+    assert torch.equal(torch.get_rng_state(), caller)
+
+    real_draw = hf.draw
+    monkeypatch.setattr(hf, "draw", lambda probs, generator=None: real_draw(probs))  # the global RNG
+    monkeypatch.setattr(hf, "lent_to_global_rng", lambda generator: contextlib.nullcontext())
+    torch.manual_seed(11)
+    old = engine.generate(PROMPTS, SamplingParams(n=3, temperature=1.0, max_new_tokens=9, seed=None))
+    assert [[(s.token_ids, s.logprobs) for s in g] for g in got] == [[(s.token_ids, s.logprobs) for s in g] for g in old]
+    assert len({tuple(s.token_ids) for g in got for s in g}) > 3  # the draws differ between samples
