@@ -13,6 +13,7 @@ from typing import Literal, Optional, Union
 from pydantic import Field, field_validator, model_validator
 
 from rbctl.config.base import Section, apply_overrides, read_yaml, validate
+from rbctl.config.eval import EvalSection, for_run, run_engine
 from rbctl.tasks.prompting import MATH_INSTRUCTION
 
 
@@ -159,14 +160,17 @@ class OptimCfg(Section):
     max_grad_norm: float = Field(1.0, gt=0.0, description="Gradient clipping by global norm.")
 
 
-class EvalDuringTrainingCfg(Section):
-    every: int = Field(0, ge=0, description="Evaluate every k steps (and at the last step); 0 = never.")
-    benchmarks: list[str] = Field(default_factory=lambda: ["builtin"], description="Benchmarks for periodic evaluation.")
+class EvalDuringTrainingCfg(EvalSection):
+    """Periodic held-out evaluation: an `EvalSection` (rbctl.config.eval) whose defaults follow the
+    rollouts (full distribution at T = 1, a 64-problem subset)."""
+
+    benchmarks: list[str] = Field(default_factory=lambda: ["builtin"], min_length=1, description="Benchmarks for periodic evaluation.")
     n: int = Field(4, ge=1, description="Samples per problem.")
-    limit: Optional[int] = Field(64, ge=1, description="Problems per benchmark (null = all).")
     temperature: float = Field(1.0, ge=0.0, description="Sampling temperature of evaluation (0 = greedy).")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus threshold of evaluation (1 = the full distribution, as the rollouts sample).")
     max_new_tokens: Optional[int] = Field(None, ge=1, description="Null = rollout.max_new_tokens.")
+    limit: Optional[int] = Field(64, ge=1, description="Problems per benchmark (null = all).")
+    every: int = Field(0, ge=0, description="Evaluate every k steps (and at the last step); 0 = never.")
 
 
 class LogCfg(Section):
@@ -212,6 +216,9 @@ class TrainConfig(Section):
             raise ValueError(f"algo.ppo_mini_batch_size={mb} must divide rollout.prompts_per_step={self.rollout.prompts_per_step}")
         if self.algo.tis_cap is not None and self.rollout.engine != "vllm":
             raise ValueError("algo.tis_cap corrects vLLM/trainer log-prob mismatch: it needs rollout.engine 'vllm'")
+        self.eval.engine = run_engine(self.eval, self)  # written out: the engine periodic evaluation uses
+        if self.eval.every:
+            for_run(self.eval, self)  # what periodic evaluation will run is valid (vLLM context)
         if self.algo.entropy.mode == "static" and self.algo.entropy.alpha <= 0:
             raise ValueError("algo.entropy.alpha must be > 0 when algo.entropy.mode is 'static'")
         return self

@@ -18,14 +18,18 @@ Grading: each benchmark's own grader (``Benchmark.extract_answer``): the built-i
 equality; every other benchmark goes through ``rbctl.grading.verify`` (math-verify) and votes with
 ``answers_equivalent``.
 
-Engines: anything with ``generate(prompt_ids, SamplingParams) -> list[list[Sample]]`` (`Engine`),
-built by `build_engine`: ``hf`` is ``rbctl.rollout.hf.HFEngine``, ``vllm`` is
-``rbctl.rollout.vllm.VLLMEngine`` (it loads ``policy.source`` and syncs the in-memory weights).
-A trainer may pass its own engine instance to `evaluate_policy` instead.
+Engines: an `Engine` (rbctl.rollout.base) built by `build_engine` from ``cfg.engine``: ``hf`` is
+``rbctl.rollout.hf.HFEngine``, bounded per call by ``cfg.batch_size`` sequences and
+``cfg.max_batch_tokens`` sequence-tokens (defaults: `default_batch_size`,
+`default_max_batch_tokens`); ``vllm`` is ``rbctl.rollout.vllm.VLLMEngine`` (it loads
+``policy.source`` and syncs the in-memory weights). A trainer passes its own vLLM engine instead
+(rbctl.train.loop). Prompts go to the engine in calls of `Engine.prompts_per_call` prompts, call c
+seeded ``seed + c``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import time
@@ -36,7 +40,7 @@ from typing import TYPE_CHECKING
 
 from rbctl.config.eval import BUILTIN_MAX_NEW_TOKENS, EvalConfig
 from rbctl.rollout.base import Engine, SamplingParams
-from rbctl.rollout.factory import build_engine, default_batch_size
+from rbctl.rollout.factory import build_engine, default_batch_size, default_max_batch_tokens
 from rbctl.store.atomic import write_atomic
 from rbctl.tasks.registry import benchmark_for, is_custom_spec
 
@@ -79,21 +83,27 @@ def evaluate_policy(
     step: int | None = None,
     engine: Engine | None = None,
     problems: dict[str, list[Problem]] | None = None,
+    precision=None,
 ) -> dict[str, dict]:
     """Evaluate an in-memory policy on ``cfg.benchmarks``; returns ``{benchmark: summary}``.
 
     Writes ``out_dir/<benchmark>/summary.json`` and ``samples.jsonl``. ``progress``: a running
-    rich Progress to add tasks to (None: silent). ``engine``: reuse an engine (e.g. the trainer's);
+    rich Progress to add tasks to (None: silent). ``engine``: reuse an engine (the trainer's vLLM);
     by default one of ``cfg.engine`` is built. ``problems``: already loaded by `load_problems`.
+    ``precision``: the training precision of a policy evaluated during its run (generation then
+    runs in `Engine.sampling_context`); None for a policy loaded to be evaluated.
     """
     from rbctl.tasks.prompting import encode_prompts, render_prompt, resolve_template
 
     problems = problems if problems is not None else load_problems(cfg)
     device = next(policy.model.parameters()).device
-    batch_size = cfg.batch_size or default_batch_size(device.type)
+    batch_size = max_batch_tokens = None
+    if cfg.engine == "hf":
+        batch_size = cfg.batch_size or default_batch_size(device.type)
+        max_batch_tokens = cfg.max_batch_tokens or default_max_batch_tokens(policy.model, device)
     if engine is None:
         engine = build_engine(cfg.engine, policy.model, policy.tokenizer, source=policy.source,
-                              batch_size=batch_size, seed=cfg.seed)
+                              batch_size=batch_size, max_batch_tokens=max_batch_tokens, seed=cfg.seed)
     template = resolve_template(policy.tokenizer, cfg.template, policy.builtin)
     instruction = None if template == "builtin" else cfg.instruction
     params = SamplingParams(
@@ -105,6 +115,7 @@ def evaluate_policy(
         "engine": getattr(engine, "name", type(engine).__name__),
         "n": params.n, "temperature": params.temperature, "top_p": params.top_p,
         "max_new_tokens": params.max_new_tokens, "seed": params.seed, "batch_size": batch_size,
+        "max_batch_tokens": max_batch_tokens,
         "template": template, "instruction": instruction, "grader_timeout_s": cfg.grader_timeout_s,
         "versions": _versions(), "device": str(device), "dtype": str(param.dtype).removeprefix("torch."),
     }
@@ -112,7 +123,8 @@ def evaluate_policy(
     for name, probs in problems.items():
         t0 = time.perf_counter()
         prompts = encode_prompts(policy.tokenizer, [p.problem for p in probs], template, instruction or "")
-        samples = _generate(engine, prompts, params, batch_size, progress, name)
+        with engine.sampling_context(precision) if precision is not None else contextlib.nullcontext():
+            samples = _generate(engine, prompts, params, progress, name)
         gen_s = time.perf_counter() - t0
         grades = _grade(name, probs, samples, cfg.grader_timeout_s, progress)
         protocol = {
@@ -130,11 +142,12 @@ def evaluate_policy(
     return results
 
 
-def _generate(engine: Engine, prompts, params, batch_size, progress, name) -> list[list[Sample]]:
-    """n samples per prompt, a chunk of prompts per call (for progress); chunk c is seeded seed + c."""
+def _generate(engine: Engine, prompts, params, progress, name) -> list[list[Sample]]:
+    """n samples per prompt, `Engine.prompts_per_call` prompts per call (for progress); call c is
+    seeded seed + c."""
     from dataclasses import replace
 
-    per_call = max(1, batch_size // params.n)
+    per_call = engine.prompts_per_call(max(map(len, prompts), default=0), params) or max(1, len(prompts))
     task = progress.add_task(f"{name}: generating", total=len(prompts)) if progress else None
     samples: list[list[Sample]] = []
     for c, start in enumerate(range(0, len(prompts), per_call)):

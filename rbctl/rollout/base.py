@@ -52,6 +52,12 @@ class Engine(Protocol):
         """For each prompt (token ids), `params.n` samples, in prompt order."""
         ...
 
+    def prompts_per_call(self, prompt_tokens: int, params: SamplingParams) -> int | None:
+        """Most prompts one `generate` call should hold when the longest has `prompt_tokens` tokens
+        (a caller that splits its work for progress, as evaluation does, calls with that many);
+        None: any number, the engine schedules its own batches."""
+        ...
+
     def sync_weights(self, model) -> None:
         """Sample from `model`'s current weights from the next `generate` on: called after every
         optimizer step, and whenever the policy object changes (wrapped in LoRA, resumed)."""

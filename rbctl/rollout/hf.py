@@ -267,18 +267,23 @@ def lent_to_global_rng(generator: torch.Generator):
 
 
 class HFEngine:
-    """Batched sampling on a transformers model. `max_batch` caps sequences per call; on CPU a lean
-    sampling loop replaces `model.generate` where it is equivalent (module docstring)."""
+    """Batched sampling on a transformers model. Each sub-batch of a call holds at most `max_batch`
+    sequences and, when `max_batch_tokens` is set, at most that many sequence-tokens (sequences ×
+    (longest prompt + max_new_tokens): the KV cache's size in tokens), and at least one prompt's n
+    samples. On CPU a lean sampling loop replaces `model.generate` where it is equivalent (module
+    docstring)."""
 
     name = "hf"
 
-    def __init__(self, model, tokenizer, max_batch: int = 256, logprobs: bool = False, dtype: str = "auto"):
+    def __init__(self, model, tokenizer, max_batch: int = 256, logprobs: bool = False, dtype: str = "auto",
+                 max_batch_tokens: int | None = None):
         self.model = model  # the policy; training updates it in place
         self.dtype = dtype  # "bfloat16": sample from a bf16 replica of it (`sampling_model`)
         self._replica = None
         self.logprobs = logprobs  # record the sampled tokens' log-probs (training: rollout/logprob_diff)
         self.tokenizer = tokenizer
         self.max_batch = max_batch
+        self.max_batch_tokens = max_batch_tokens
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else _eos_ids(model, tokenizer)[0]
         self.eos_ids = _eos_ids(model, tokenizer)
         self.fast = self._fast_path_ok()
@@ -303,6 +308,13 @@ class HFEngine:
         self.logprobs = on
         return on
 
+    def prompts_per_call(self, prompt_tokens: int, params: SamplingParams) -> int:
+        """Prompts per sub-batch when the longest prompt has `prompt_tokens` tokens (class docstring)."""
+        sequences = self.max_batch
+        if self.max_batch_tokens is not None:
+            sequences = min(sequences, self.max_batch_tokens // (prompt_tokens + params.max_new_tokens))
+        return max(1, sequences // params.n)
+
     def generator(self, device: torch.device) -> torch.Generator:
         """The engine's own random stream on `device` (seeded from the OS until a call seeds it)."""
         if self._generator is None or self._generator.device != device:
@@ -323,7 +335,7 @@ class HFEngine:
         gen = self.generator(device)
         if params.seed is not None:
             gen.manual_seed(params.seed)
-        per_call = max(1, self.max_batch // params.n)
+        per_call = self.prompts_per_call(max(map(len, prompts), default=0), params)
         out: list[list[Sample]] = []
         was_training = model.training
         model.eval()

@@ -180,6 +180,10 @@ class VLLMEngine:
         """None: vLLM samples in its own dtype (its mismatch with the trainer is `rollout/logprob_diff`)."""
         return contextlib.nullcontext()
 
+    def prompts_per_call(self, prompt_tokens: int, params: SamplingParams) -> None:
+        """Any number: vLLM schedules its own batches (and in sleep mode each call re-pushes the weights)."""
+        return None
+
     def record_logprobs(self, on: bool = True) -> bool:
         """vLLM returns the processed (post-temperature) log-prob of each sampled token when asked."""
         self.logprobs = on

@@ -19,6 +19,7 @@ from pathlib import Path
 import yaml
 
 from rbctl.config.base import apply_overrides, read_yaml, validate
+from rbctl.config.eval import for_run
 from rbctl.config.launcher import LauncherCfg
 from rbctl.config.sweep import SweepConfig, SweepEval
 from rbctl.config.train import TrainConfig
@@ -56,6 +57,11 @@ def load_sweep(path: Path) -> tuple[SweepConfig, dict[str, TrainConfig]]:
             configs[arm] = validate(TrainConfig, data, f"{path} arm '{arm}'")
         except UserError as e:
             raise UserError(str(e)) from None
+    for arm, cfg in configs.items():  # each run's final evaluation is valid for it (engine, vLLM context)
+        try:
+            for_run(sweep.eval, cfg)
+        except ValueError as e:
+            raise UserError(f"{path}: eval: arm '{arm}': {e}") from None
     if not sweep.allow_unequal_compute:
         _check_equal_compute(path, configs)
     return sweep, configs
@@ -138,18 +144,6 @@ class SweepLock:
         self.f.close()
 
 
-def final_eval(cfg: TrainConfig, run_dir: Path, ecfg) -> dict:
-    """Evaluate the run's final checkpoint into RUN_DIR/eval/step_XXXXXX/ (where `report` looks)."""
-    from rbctl.eval.pipeline import evaluate_policy
-    from rbctl.rollout.models import load_policy
-    from rbctl.eval.pipeline import load_problems
-    from rbctl.train.data import task_spec
-
-    policy = load_policy(str(run_dir), device=cfg.model.device, dtype=cfg.model.dtype, step=cfg.steps, log=lambda *a: None)
-    problems = load_problems(ecfg, task_spec(cfg))  # `builtin` = the run's own task
-    return evaluate_policy(policy, ecfg, final_eval_dir(run_dir, cfg.steps), step=cfg.steps, problems=problems)
-
-
 # --- worker ---------------------------------------------------------------------------------------
 
 
@@ -163,8 +157,7 @@ def _run_one(run_dir: str, cfg_dict: dict, meta: dict, eval_dict: dict, threads:
     quiet_libraries()
     key = f"{meta['arm']}/seed_{meta['seed']}"
     try:
-        from rbctl.config.eval import EvalConfig
-        from rbctl.train.loop import train
+        from rbctl.train.loop import evaluate_final, train
 
         cfg = TrainConfig.model_validate(cfg_dict)
         rd = Path(run_dir)
@@ -174,14 +167,13 @@ def _run_one(run_dir: str, cfg_dict: dict, meta: dict, eval_dict: dict, threads:
         def on_step(step, m):
             queue.put((key, "step", step, {"reward": m["reward/mean"], "entropy": m["entropy"]}))
 
-        train(cfg, rd, progress=False, log=lambda *a: None, on_step=on_step)
-        queue.put((key, "eval", cfg.steps, {}))
-        e = SweepEval.model_validate(eval_dict)
-        ecfg = EvalConfig(benchmarks=e.benchmarks, n=e.n, temperature=e.temperature, top_p=e.top_p,
-                          max_new_tokens=e.max_new_tokens or cfg.rollout.max_new_tokens, limit=e.limit,
-                          data_dir=e.data_dir, seed=cfg.seed, template=cfg.data.template,
-                          instruction=cfg.data.instruction, device=cfg.model.device)
-        final_eval(cfg, rd, ecfg)
+        ecfg = for_run(SweepEval.model_validate(eval_dict), cfg)
+
+        def final_eval(tr):  # the final policy, in memory, through the run's own engine
+            queue.put((key, "eval", cfg.steps, {}))
+            evaluate_final(tr, ecfg)
+
+        train(cfg, rd, progress=False, log=lambda *a: None, on_step=on_step, after=final_eval)
         return {"key": key, "status": "done", "error": None}
     except Exception as e:  # a failed run is reported, never allowed to stop the sweep (SystemExit passes: submitit requeues that way)
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__

@@ -155,6 +155,9 @@ class ScriptedEngine:
         self.script = script
         self.seen = 0
 
+    def prompts_per_call(self, prompt_tokens, params):
+        return None  # the whole benchmark in one call
+
     def generate(self, prompts, params):
         out = []
         for texts in self.script[self.seen:self.seen + len(prompts)]:

@@ -242,3 +242,37 @@ def test_seeded_draws_are_those_of_the_global_rng_seeded_alike_and_the_global_rn
     old = engine.generate(PROMPTS, SamplingParams(n=3, temperature=1.0, max_new_tokens=9, seed=None))
     assert [[(s.token_ids, s.logprobs) for s in g] for g in got] == [[(s.token_ids, s.logprobs) for s in g] for g in old]
     assert len({tuple(s.token_ids) for g in got for s in g}) > 3  # the draws differ between samples
+
+
+def test_sub_batches_hold_at_most_max_batch_sequences_and_max_batch_tokens(monkeypatch):
+    engine = HFEngine(_tiny_llama(0), _Tok(), max_batch=64, max_batch_tokens=100)
+    params = SamplingParams(n=2, temperature=1.0, max_new_tokens=15, seed=0)
+    # the KV cache of one sequence: 10 prompt + 15 new = 25 tokens; 100 // 25 = 4 sequences = 2 prompts of n=2
+    assert engine.prompts_per_call(10, params) == 2
+    assert engine.prompts_per_call(10, SamplingParams(n=8, max_new_tokens=15)) == 1  # never less than one prompt
+    assert HFEngine(_tiny_llama(0), _Tok(), max_batch=6).prompts_per_call(10_000, params) == 3  # no token bound: 6 // 2
+    calls = []
+    real = engine._sample
+    monkeypatch.setattr(engine, "_sample", lambda model, chunk, *a: calls.append(len(chunk)) or real(model, chunk, *a))
+    prompts = [[1] + [4] * 9] * 5  # 10 tokens each
+    out = engine.generate(prompts, params)
+    assert calls == [2, 2, 1] and [len(g) for g in out] == [2] * 5
+
+
+def test_the_kv_cache_budget_is_half_the_free_memory_over_the_bytes_of_one_token(monkeypatch):
+    from types import SimpleNamespace
+
+    from transformers import Qwen3Config
+
+    from rbctl.rollout import factory
+
+    # Qwen3-8B's published sizes: 36 layers, 32 query heads, 8 KV heads, head dim 128; bf16
+    qwen3_8b = SimpleNamespace(config=Qwen3Config(num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8,
+                                                  head_dim=128, hidden_size=4096),
+                               parameters=lambda: iter([torch.empty(1, dtype=torch.bfloat16)]))
+    assert factory.kv_cache_bytes_per_token(qwen3_8b) == 2 * 36 * 8 * 128 * 2 == 147_456
+    monkeypatch.setattr(factory, "free_memory", lambda device: 80 * 10**9)
+    assert factory.default_max_batch_tokens(qwen3_8b, "cuda") == 40 * 10**9 // 147_456 == 271_267
+    # the tiny test Llama in float32: 2 layers × 2 KV heads × head dim 8 × 2 × 4 bytes
+    assert factory.kv_cache_bytes_per_token(_tiny_llama(0)) == 2 * 2 * 2 * 8 * 4
+    assert factory.free_memory("cpu") > 0
