@@ -118,7 +118,7 @@ class AlgoCfg(Section):
     log_kl: bool = Field(True, description="Keep a frozen reference to log the KL even when kl_coef is 0 (an extra forward pass).")
     ppo_epochs: int = Field(1, ge=1, description="Passes over each rollout batch (each pass takes one optimizer step per mini-batch).")
     ppo_mini_batch_size: Optional[int] = Field(None, ge=1, description="Prompts per mini-batch (verl's ppo_mini_batch_size; each prompt brings its G rollouts): every epoch deals the batch's groups into P / this many mini-batches, one optimizer step each, with ratios against the log-probs from before the first step (docs/method.md, \"Mini-batch updates\"); null = P: one optimizer step per epoch.")
-    tis_cap: Optional[float] = Field(None, gt=0.0, description="Truncated importance sampling cap C for engine/trainer log-prob mismatch (vLLM); null = off.")
+    tis_cap: Optional[float] = Field(None, gt=0.0, description="Truncated importance sampling cap C for the sampler/trainer log-prob mismatch (vLLM, or the hf engine's rollout.dtype bfloat16; any engine that records its log-probs): each token's policy-gradient loss × min(π_old/π_sampler, C); null = off.")
     micro_batch_size: int = Field(0, ge=0, description="Sequences per forward/backward (gradient accumulation inside one optimizer step); 0 = the whole (mini-)batch.")
     entropy: EntropyCfg = Field(default_factory=EntropyCfg, description="Entropy bonus (the ablation arm).")
     policy_loss: Literal["clip", "clip_cov", "kl_cov", "gspo"] = Field("clip", description="Policy loss (rbctl.algo.POLICY_LOSSES): PPO clip, Clip-Cov, KL-Cov or GSPO (docs/method.md, \"Other arms\").")
@@ -214,8 +214,6 @@ class TrainConfig(Section):
         mb = self.algo.ppo_mini_batch_size
         if mb is not None and (mb > self.rollout.prompts_per_step or self.rollout.prompts_per_step % mb):
             raise ValueError(f"algo.ppo_mini_batch_size={mb} must divide rollout.prompts_per_step={self.rollout.prompts_per_step}")
-        if self.algo.tis_cap is not None and self.rollout.engine != "vllm":
-            raise ValueError("algo.tis_cap corrects vLLM/trainer log-prob mismatch: it needs rollout.engine 'vllm'")
         self.eval.engine = run_engine(self.eval, self)  # written out: the engine periodic evaluation uses
         if self.eval.every:
             for_run(self.eval, self)  # what periodic evaluation will run is valid (vLLM context)

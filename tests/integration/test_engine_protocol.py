@@ -77,3 +77,43 @@ def test_every_engine_implements_the_protocol(monkeypatch):
     for eng in (hf, built[0]):
         assert isinstance(eng, Engine), type(eng)
         assert eng.record_logprobs() is True
+
+
+@pytest.mark.parametrize("dtype,rel", [("auto", 1e-4), ("bfloat16", 0.01)])
+def test_tis_with_the_hf_engine_corrects_a_planted_mismatch(dtype, rel, tiny_config, tmp_path, monkeypatch):
+    """`algo.tis_cap` with the hf engine: the engine's recorded log-probs are planted 0.3 low (as the
+    vLLM stand-in's `logprob_shift` does), so w = exp(0.3) < cap 2 scales every token's policy-gradient
+    term, and the gradient with it. In float32 that is all the mismatch there is (rel 1e-4); with
+    bf16 sampling each token's w also carries the bf16 replica's own mismatch (logprob_diff − 0.3 was
+    3e-4, the gradient-norm ratio off exp(0.3) by 1e-3: the tolerance is 1e-2)."""
+    import math
+
+    import rbctl.rollout.hf as hf
+    from rbctl.train.trainer import Trainer
+
+    real = hf.sampled_logprobs
+    monkeypatch.setattr(hf, "sampled_logprobs", lambda logits, tokens, t: real(logits, tokens, t) - 0.3)
+    with_tis = Trainer(tiny_config(rollout__dtype=dtype, algo__tis_cap=2.0), tmp_path / "a", log=lambda *a: None)
+    without = Trainer(tiny_config(rollout__dtype=dtype), tmp_path / "b", log=lambda *a: None)
+    batch, _, _ = with_tis.rollout(1)
+    assert batch.engine_logp is not None and batch.advantages.abs().sum() > 0
+    a, b = with_tis.update(batch).metrics, without.update(batch).metrics
+    assert b["grad_norm"] > 0
+    assert a["grad_norm"] == pytest.approx(math.exp(0.3) * b["grad_norm"], rel=rel)  # without TIS: ratio 1
+    assert a["rollout/logprob_diff"] == pytest.approx(0.3, abs=1e-4 if dtype == "auto" else 1e-2)
+
+
+def test_tis_with_an_engine_that_records_no_logprobs_is_refused(tiny_config, tmp_path, monkeypatch):
+    from rbctl.errors import UserError
+    from rbctl.train.trainer import Trainer
+
+    class NoLogprobs(ProtocolOnly):
+        __slots__ = ()
+
+        def record_logprobs(self, on=True):
+            return False
+
+    real = trainer_mod.build_engine
+    monkeypatch.setattr(trainer_mod, "build_engine", lambda *a, **k: NoLogprobs(real(*a, **k)))
+    with pytest.raises(UserError, match="algo.tis_cap needs the sampler's log-probs"):
+        Trainer(tiny_config(algo__tis_cap=2.0), tmp_path / "run", log=lambda *a: None)
