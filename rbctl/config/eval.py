@@ -113,18 +113,21 @@ def run_engine(section: EvalSection, cfg: TrainConfig) -> str:
 def for_run(section: EvalSection, cfg: TrainConfig) -> EvalConfig:
     """The `EvalConfig` of a run's periodic or final evaluation: the section's keys, and from the
     run's training config what the section leaves open: max_new_tokens (rollout.max_new_tokens),
-    the engine (`run_engine`), the seed, the prompt template and instruction, the device. A vLLM
-    evaluation's answers must fit the run's engine's context (`rollout.vllm.max_model_len`)."""
-    engine = run_engine(section, cfg)
-    new_tokens = section.max_new_tokens or cfg.rollout.max_new_tokens
-    context = cfg.rollout.vllm.max_model_len
-    if engine == "vllm" and context is not None and new_tokens >= context:
-        raise ValueError(f"eval.max_new_tokens {new_tokens} does not fit the run's vLLM context: rollout.vllm.max_model_len "
-                         f"{context} must hold the prompt and the answer (raise it above {new_tokens} + the longest prompt)")
+    the engine (`run_engine`), the seed, the prompt template and instruction, the device."""
     values = section.model_dump(include=set(EvalSection.model_fields))
-    values.update(max_new_tokens=new_tokens, engine=engine, seed=cfg.seed, template=cfg.data.template,
-                  instruction=cfg.data.instruction, device=cfg.model.device)
+    values.update(max_new_tokens=section.max_new_tokens or cfg.rollout.max_new_tokens, engine=run_engine(section, cfg),
+                  seed=cfg.seed, template=cfg.data.template, instruction=cfg.data.instruction, device=cfg.model.device)
     return EvalConfig(**values)
+
+
+def check_fits_run_engine(ecfg: EvalConfig, cfg: TrainConfig) -> None:
+    """A vLLM evaluation runs on the run's own engine: its answers must fit that engine's context
+    (`rollout.vllm.max_model_len`, when set), or vLLM would refuse the requests after training."""
+    context = cfg.rollout.vllm.max_model_len
+    if ecfg.engine == "vllm" and context is not None and ecfg.max_new_tokens >= context:
+        raise ValueError(f"eval.max_new_tokens {ecfg.max_new_tokens} does not fit the run's vLLM context: "
+                         f"rollout.vllm.max_model_len {context} must hold the prompt and the answer "
+                         f"(raise it above {ecfg.max_new_tokens} + the longest prompt)")
 
 
 def build_config(**values) -> EvalConfig:

@@ -13,7 +13,7 @@ from typing import Literal, Optional, Union
 from pydantic import Field, field_validator, model_validator
 
 from rbctl.config.base import Section, apply_overrides, read_yaml, validate
-from rbctl.config.eval import EvalSection, for_run, run_engine
+from rbctl.config.eval import EvalSection, check_fits_run_engine, for_run, run_engine
 from rbctl.tasks.prompting import MATH_INSTRUCTION
 
 
@@ -216,7 +216,7 @@ class TrainConfig(Section):
             raise ValueError(f"algo.ppo_mini_batch_size={mb} must divide rollout.prompts_per_step={self.rollout.prompts_per_step}")
         self.eval.engine = run_engine(self.eval, self)  # written out: the engine periodic evaluation uses
         if self.eval.every:
-            for_run(self.eval, self)  # what periodic evaluation will run is valid (vLLM context)
+            check_fits_run_engine(for_run(self.eval, self), self)
         if self.algo.entropy.mode == "static" and self.algo.entropy.alpha <= 0:
             raise ValueError("algo.entropy.alpha must be > 0 when algo.entropy.mode is 'static'")
         return self

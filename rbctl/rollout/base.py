@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Callable, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -48,8 +48,12 @@ class Engine(Protocol):
     name: str  # recorded in evaluation summaries (protocol.engine)
     pad_id: int  # the token id that pads batches built from this engine's samples
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Sample]]:
-        """For each prompt (token ids), `params.n` samples, in prompt order."""
+    def generate(self, prompts: list[list[int]], params: SamplingParams,
+                 progress: Callable[[int], None] | None = None) -> list[list[Sample]]:
+        """For each prompt (token ids), `params.n` samples, in prompt order. `progress(k)`: k more of
+        the call's len(prompts) × n × max_new_tokens sample-token slots are done (a sample that has
+        t tokens has done t, a finished one all max_new_tokens); the reports of a call add up to
+        exactly that total, at whatever pace the engine can tell (hf: every few decoding steps)."""
         ...
 
     def prompts_per_call(self, prompt_tokens: int, params: SamplingParams) -> int | None:

@@ -329,7 +329,8 @@ class HFEngine:
             and prefix_cache_supported(self.model)
 
     @torch.no_grad()
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Sample]]:
+    def generate(self, prompts: list[list[int]], params: SamplingParams, progress=None) -> list[list[Sample]]:
+        """`Engine.generate`; `progress(k)` is told of decoding every `PROGRESS_EVERY` steps (`TokenMeter`)."""
         model = self.sampling_model()
         device = next(model.parameters()).device
         gen = self.generator(device)
@@ -342,10 +343,12 @@ class HFEngine:
         try:
             for start in range(0, len(prompts), per_call):
                 chunk = prompts[start:start + per_call]
+                meter = TokenMeter(progress, len(chunk) * params.n, params.max_new_tokens)
                 if self.fast:
-                    responses, logps = self._sample(model, chunk, params, device, gen)
+                    responses, logps = self._sample(model, chunk, params, device, gen, meter)
                 else:
-                    responses, logps = self._hf_generate(model, chunk, params, device, gen)
+                    responses, logps = self._hf_generate(model, chunk, params, device, gen, meter)
+                meter.close()
                 for j, resp in enumerate(responses):
                     p = start + j // params.n
                     if j % params.n == 0:
@@ -377,7 +380,8 @@ class HFEngine:
                 dst.copy_(src)
         return self._replica
 
-    def _sample(self, model, chunk: list[list[int]], params: SamplingParams, device, gen: torch.Generator):
+    def _sample(self, model, chunk: list[list[int]], params: SamplingParams, device, gen: torch.Generator,
+                meter: TokenMeter):
         """Response token lists [B·n] (prompt-major), each up to its first EOS or max_new_tokens, and
         their log-probs (`sampled_logprobs`; None when greedy or not recorded)."""
         n, eos = params.n, torch.tensor(self.eos_ids, device=device)
@@ -408,12 +412,14 @@ class HFEngine:
                     break
                 cache.batch_select_indices(keep)
                 rows, nxt, mask, pos = rows[keep], nxt[keep], mask[keep], pos[keep]
+            meter.tick(t + 1, len(rows))
             mask = torch.cat([mask, mask.new_ones(len(rows), 1)], dim=1)
             logits = forward_with_cache(model, nxt[:, None], mask, pos, cache, logits_to_keep=1)[:, -1]
             pos = pos + 1
         return tokens.tolist(), (logps.tolist() if sampled else None)
 
-    def _hf_generate(self, model, chunk: list[list[int]], params: SamplingParams, device, gen: torch.Generator):
+    def _hf_generate(self, model, chunk: list[list[int]], params: SamplingParams, device, gen: torch.Generator,
+                     meter: TokenMeter):
         """Response token lists [B·n] from `model.generate` (padding after EOS included) and their
         log-probs (recorded by `_LogprobRecorder`; None when greedy or not recorded)."""
         ids, mask = left_pad(chunk, self.pad_id)
@@ -424,6 +430,8 @@ class HFEngine:
             eos_token_id=self.eos_ids,
             use_cache=True,
         )
+        if meter.report is not None:
+            gen_kwargs["stopping_criteria"] = [_metering_criteria(meter, ids.shape[1], self.eos_ids, device)]
         recorder = None
         if params.temperature > 0:
             gen_kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=0)
@@ -436,6 +444,57 @@ class HFEngine:
             seqs = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **gen_kwargs)
         resp = seqs[:, ids.shape[1]:]
         return resp.tolist(), (recorder.result(resp).tolist() if recorder is not None else None)
+
+
+PROGRESS_EVERY = 16  # decoding steps between progress reports (one report costs a GPU sync on `generate`'s path)
+
+
+class TokenMeter:
+    """Progress of one sub-batch of `rows` samples in sample-token slots, rows × max_new_tokens in
+    all: a sample still decoding has done the tokens it has, a finished one all max_new_tokens
+    (what it will never need). `report(k)` gets the slots done since its last call, every
+    `PROGRESS_EVERY` decoding steps and at `close`; the reports of a sub-batch add up to exactly
+    rows × max_new_tokens, so a progress bar over them reaches its end, and its rate gives an ETA."""
+
+    def __init__(self, report, rows: int, max_new_tokens: int):
+        self.report, self.rows, self.max_new_tokens = report, rows, max_new_tokens
+        self.done = self.steps = 0
+
+    def tick(self, generated: int, active) -> None:
+        """After a decoding step: each of the `active` unfinished samples has `generated` tokens
+        (`active`: a number, or a function giving it, called only when a report is due)."""
+        self.steps += 1
+        if self.report is not None and self.steps % PROGRESS_EVERY == 0:
+            n = active() if callable(active) else active
+            self._to(n * generated + (self.rows - n) * self.max_new_tokens)
+
+    def close(self) -> None:
+        if self.report is not None:
+            self._to(self.rows * self.max_new_tokens)
+
+    def _to(self, done: int) -> None:
+        if done > self.done:
+            self.report(done - self.done)
+            self.done = done
+
+
+def _metering_criteria(meter: TokenMeter, prompt_width: int, eos_ids: list[int], device):
+    """A `generate` stopping criterion that never stops anything and ticks `meter` at every step."""
+    from transformers import StoppingCriteria
+
+    eos = torch.tensor(eos_ids, device=device)
+
+    class Metering(StoppingCriteria):
+        def __init__(self):
+            self.finished = None
+
+        def __call__(self, input_ids, scores, **kwargs):
+            last = torch.isin(input_ids[:, -1], eos)
+            self.finished = last if self.finished is None else self.finished | last
+            meter.tick(input_ids.shape[1] - prompt_width, lambda: int((~self.finished).sum()))
+            return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+    return Metering()
 
 
 def sampled_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float) -> torch.Tensor:

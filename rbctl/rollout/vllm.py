@@ -224,7 +224,8 @@ class VLLMEngine:
         )
 
     @torch.no_grad()
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Sample]]:
+    def generate(self, prompts: list[list[int]], params: SamplingParams, progress=None) -> list[list[Sample]]:
+        """`Engine.generate`; `progress` is told once, when vLLM's call returns."""
         if self._stale:
             self.sync_weights()
         self.wake_up(["kv_cache"])
@@ -243,6 +244,8 @@ class VLLMEngine:
                 raise RuntimeError(f"vLLM returned {len(comps)} completions for prompt {p}, expected {params.n}")
             result.append([self._sample(p, c) for c in comps])
         self.sleep()
+        if progress is not None:
+            progress(len(prompts) * params.n * params.max_new_tokens)
         return result
 
     def _sample(self, p: int, comp) -> Sample:

@@ -19,7 +19,7 @@ from pathlib import Path
 import yaml
 
 from rbctl.config.base import apply_overrides, read_yaml, validate
-from rbctl.config.eval import for_run
+from rbctl.config.eval import check_fits_run_engine, for_run
 from rbctl.config.launcher import LauncherCfg
 from rbctl.config.sweep import SweepConfig, SweepEval
 from rbctl.config.train import TrainConfig
@@ -59,7 +59,7 @@ def load_sweep(path: Path) -> tuple[SweepConfig, dict[str, TrainConfig]]:
             raise UserError(str(e)) from None
     for arm, cfg in configs.items():  # each run's final evaluation is valid for it (engine, vLLM context)
         try:
-            for_run(sweep.eval, cfg)
+            check_fits_run_engine(for_run(sweep.eval, cfg), cfg)
         except ValueError as e:
             raise UserError(f"{path}: eval: arm '{arm}': {e}") from None
     if not sweep.allow_unequal_compute:

@@ -26,8 +26,11 @@ class ProtocolOnly:
         self._inner = inner
         self.name, self.pad_id = inner.name, inner.pad_id
 
-    def generate(self, prompts, params):
-        return self._inner.generate(prompts, params)
+    def generate(self, prompts, params, progress=None):
+        return self._inner.generate(prompts, params, progress)
+
+    def prompts_per_call(self, prompt_tokens, params):
+        return self._inner.prompts_per_call(prompt_tokens, params)
 
     def sync_weights(self, model):
         self._inner.sync_weights(model)

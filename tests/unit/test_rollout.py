@@ -276,3 +276,38 @@ def test_the_kv_cache_budget_is_half_the_free_memory_over_the_bytes_of_one_token
     # the tiny test Llama in float32: 2 layers × 2 KV heads × head dim 8 × 2 × 4 bytes
     assert factory.kv_cache_bytes_per_token(_tiny_llama(0)) == 2 * 2 * 2 * 8 * 4
     assert factory.free_memory("cpu") > 0
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_progress_is_reported_every_few_decoding_steps_and_adds_up_to_every_token_slot(fast, monkeypatch):
+    """`progress(k)` from both sampling paths: every PROGRESS_EVERY steps (here 2) the slots done so
+    far, a sample with t tokens counting t and a finished one max_new_tokens, then the rest at the
+    end of each sub-batch: the cumulative reports follow the returned samples' lengths exactly."""
+    import rbctl.rollout.hf as hf
+
+    monkeypatch.setattr(hf, "PROGRESS_EVERY", 2)
+    engine = HFEngine(_tiny_llama(3), _Tok(), max_batch=4)  # two sub-batches of 2 prompts × n=2
+    engine.fast = fast
+    params = SamplingParams(n=2, temperature=1.0, max_new_tokens=9, seed=1)
+    calls = []
+    out = engine.generate(PROMPTS, params, progress=calls.append)
+    assert all(k > 0 for k in calls) and sum(calls) == len(PROMPTS) * 2 * 9
+    assert len(calls) > 2  # reports within the sub-batches, not only at their ends
+
+    def reports(samples):  # what one sub-batch reports: slots done at steps 2, 4, ... while it decodes, then the rest
+        longest = max(len(x.token_ids) for x in samples)
+        marks = [sum(9 if x.finished and len(x.token_ids) <= step else step for x in samples)
+                 for step in range(2, min(longest, 9), 2)] + [len(samples) * 9]
+        return [b - a for a, b in zip([0] + marks, marks) if b > a]
+
+    assert calls == reports([x for g in out[:2] for x in g]) + reports([x for g in out[2:] for x in g])
+    assert {s.finished for g in out for s in g} == {True, False}  # some samples stopped early: they count 9
+
+
+def test_a_call_without_progress_reports_nothing_and_samples_the_same(monkeypatch):
+    engine = HFEngine(_tiny_llama(3), _Tok(), max_batch=4)
+    params = SamplingParams(n=2, temperature=1.0, max_new_tokens=9, seed=1)
+    calls = []
+    a = engine.generate(PROMPTS, params, progress=calls.append)
+    b = engine.generate(PROMPTS, params)
+    assert calls and [[s.token_ids for s in g] for g in a] == [[s.token_ids for s in g] for g in b]
