@@ -52,7 +52,7 @@ QWEN3_0_6B = dict(vocab_size=151_936, hidden_size=1024, intermediate_size=3072, 
 TINY = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, head_dim=16, max_position_embeddings=512, tie_word_embeddings=True)
 
-# The run's sizes. GPU: 64 rollouts of 256 tokens per step after a ~150-token prompt, 4 steps (a step
+# The run's sizes. GPU: 64 rollouts of 256 tokens per step after a 133-token prompt, 4 steps (a step
 # is ~10 s of mostly `generate` on an H200 by estimate: 256 decoding steps of a 28-layer model).
 SIZES = {
     "full": dict(steps=4, prompts=8, group=8, new_tokens=256, prompt_words=120, micro_batch=16, eval_n=4, eval_problems=16),

@@ -100,8 +100,9 @@ def run_eval(
 
     For a run directory, ``step`` picks the checkpoint (default: the latest) and the default
     ``out_dir`` is ``RUN_DIR/eval/step_XXXXXX``. ``note``: where the protocol came from
-    (`eval_config`), printed once the benchmarks are known to exist. After the table: the protocol of each score and a warning per
-    benchmark whose samples were often cut off or answerless (`summary_warnings`).
+    (`eval_config`), printed once the benchmarks are known to exist. After the table: the protocol
+    of each score and a warning per benchmark whose samples were often cut off or answerless
+    (`summary_warnings`).
     """
     import torch
     from rich.console import Console

@@ -59,7 +59,7 @@ def test_greedy_with_n_copies_repeats_the_single_answer():
 
 
 def test_decoding_from_the_repeated_prompt_cache_gives_the_full_forward_logits():
-    from rbctl.rollout.hf import forward_with_cache, left_pad, new_cache, position_ids
+    from rbctl.rollout.kvcache import forward_with_cache, left_pad, new_cache, position_ids
 
     model = _tiny_llama(0)
     ids, mask = left_pad(PROMPTS, 0)
@@ -97,7 +97,7 @@ def test_reserved_cache_samples_the_same_tokens_as_a_growing_cache(monkeypatch):
 
 
 def test_reserved_cache_layer_grows_as_usual_once_its_room_is_used():
-    from rbctl.rollout.hf import forward_with_cache, left_pad, new_cache, position_ids, reserve_cache
+    from rbctl.rollout.kvcache import forward_with_cache, left_pad, new_cache, position_ids, reserve_cache
 
     model = _tiny_llama(0)
     ids, mask = left_pad(PROMPTS, 0)
@@ -117,7 +117,7 @@ def test_reserved_cache_layer_grows_as_usual_once_its_room_is_used():
 def test_bfloat16_prefill_keeps_the_last_logits_exactly():
     """In bf16 the kept positions are gathered (a tensor `logits_to_keep`): same logits as slicing
     the full forward's."""
-    from rbctl.rollout.hf import forward_with_cache, left_pad, new_cache, position_ids
+    from rbctl.rollout.kvcache import forward_with_cache, left_pad, new_cache, position_ids
 
     model = _tiny_llama(1).to(torch.bfloat16)
     ids, mask = left_pad(PROMPTS, 0)
