@@ -246,15 +246,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.device == "cuda" and not torch.cuda.is_available():
         print("error: no CUDA device here; run with --device cpu --tiny for the CPU check", file=sys.stderr)
         return 2
-    deterministic = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    before = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
     torch.use_deterministic_algorithms(True, warn_only=True)
     try:
-        return _check(args, torch)
+        return _check(args)
     finally:  # as the caller had it (a test runs this in its own process)
-        torch.use_deterministic_algorithms(deterministic[0], warn_only=deterministic[1])
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
 
 
-def _check(args, torch) -> int:
+def _check(args) -> int:
+    import torch
+
     size = SIZES["tiny" if args.tiny else "full"]
     arch = TINY if args.tiny else QWEN3_0_6B
     t_start = time.perf_counter()
