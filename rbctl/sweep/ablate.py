@@ -200,8 +200,7 @@ def run_sweep(sweep_path: Path, sweep_dir: Path, jobs: int | None = None, force:
     with SweepLock(sweep_dir):
         saved = sweep_dir / "sweep.yaml"
         if saved.exists() and not force:
-            old = yaml.safe_load(saved.read_text()) or {}
-            if old.get("configs") != resolved["configs"] or old.get("sweep", {}).get("eval") != resolved["sweep"]["eval"]:
+            if _comparable(yaml.safe_load(saved.read_text()) or {}) != _comparable(resolved):
                 raise UserError(f"sweep directory {sweep_dir} holds a different sweep; use another -o or --force")
         write_atomic(saved, yaml.safe_dump(resolved, sort_keys=False))
         state = read_state(sweep_dir)
@@ -227,6 +226,21 @@ def run_sweep(sweep_path: Path, sweep_dir: Path, jobs: int | None = None, force:
             else:
                 _execute(todo, sweep, sweep_dir, state, jobs, progress, progress_every)
         return state
+
+
+def _comparable(resolved: dict) -> dict | None:
+    """What must match for a sweep directory to be resumed: each arm's config and the evaluation,
+    read through today's schemas (as a run directory's config is on resume), so that a key added
+    since the directory was made, at its default, does not make it another sweep. None when the
+    saved sweep no longer validates."""
+    from pydantic import ValidationError
+
+    try:
+        return {"configs": {a: TrainConfig.model_validate(c).model_dump(mode="json")
+                            for a, c in (resolved.get("configs") or {}).items()},
+                "eval": SweepEval.model_validate((resolved.get("sweep") or {}).get("eval") or {}).model_dump(mode="json")}
+    except ValidationError:
+        return None
 
 
 def _prepare_shared(configs: dict[str, TrainConfig], log) -> None:

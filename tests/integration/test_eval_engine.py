@@ -154,3 +154,39 @@ def test_a_sweep_whose_final_answers_do_not_fit_the_vllm_context_is_refused_at_l
                                                      "eval": {"max_new_tokens": 100}}))
     with pytest.raises(UserError, match=r"s.yaml: eval: arm 'a': eval.max_new_tokens 100 does not fit .*max_model_len 64"):
         load_sweep(tmp_path / "s.yaml")
+
+
+def test_a_sweep_directory_made_before_the_eval_engine_keys_still_resumes(tmp_path):
+    """sweep.yaml records each arm's resolved config and the evaluation section; a directory written
+    before eval.engine / batch_size / max_batch_tokens / data_dir existed is the same sweep (keys
+    at their defaults), a changed evaluation is not."""
+    import copy
+
+    from rbctl.store.rundir import final_eval_dir
+    from rbctl.sweep.ablate import run_key, run_sweep, write_state
+
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump({**TINY_TRAIN, "steps": 2}))
+    sweep_file = tmp_path / "s.yaml"
+    sweep_file.write_text(yaml.safe_dump({"base": "base.yaml", "arms": {"a": {}}, "seeds": [0],
+                                          "eval": {"benchmarks": ["builtin"], "n": 2}}))
+    sweep, configs = load_sweep(sweep_file)
+    new = ("engine", "batch_size", "max_batch_tokens", "data_dir")
+    old = {"sweep": sweep.model_dump(mode="json"), "configs": {a: c.model_dump(mode="json") for a, c in configs.items()}}
+    for section in [old["sweep"]["eval"]] + [c["eval"] for c in old["configs"].values()]:
+        for k in new:
+            section.pop(k, None)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "sweep.yaml").write_text(yaml.safe_dump(old, sort_keys=False))
+    write_state(out, {"runs": {run_key("a", 0): {"status": "done", "error": None}}})
+    summary = final_eval_dir(out / "runs" / "a" / "seed_0", 2) / "builtin" / "summary.json"
+    summary.parent.mkdir(parents=True)
+    summary.write_text("{}")  # the run and its evaluation are done: nothing is run again
+    state = run_sweep(sweep_file, out, progress=False, log=lambda *a: None)
+    assert state["runs"][run_key("a", 0)]["status"] == "done"
+
+    changed = copy.deepcopy(old)
+    changed["sweep"]["eval"]["n"] = 3
+    (out / "sweep.yaml").write_text(yaml.safe_dump(changed, sort_keys=False))
+    with pytest.raises(UserError, match="holds a different sweep"):
+        run_sweep(sweep_file, out, progress=False, log=lambda *a: None)
