@@ -115,39 +115,54 @@ def train(
         raise typer.Exit(130)
 
 
+def _run_default(key: str) -> str:
+    return f"Default: a run directory's {key}, else"
+
+
 @app.command("eval", cls=_Command)
 def eval_(
     model: str = typer.Argument(..., help="Hub id, local model dir, GGUF file, rbctl run directory, or 'builtin'."),
-    benchmarks: str = typer.Option(
-        "amc23,aime24,aime25", "--benchmarks", "-b",
+    benchmarks: Optional[str] = typer.Option(
+        None, "--benchmarks", "-b",
         help="Comma-separated: amc23, aime24, aime25, gsm8k, builtin, or custom file:PATH.jsonl, "
-        "hf:DATASET_ID:CONFIG:SPLIT (optionally followed by @PROBLEM_FIELD,ANSWER_FIELD).",
+        "hf:DATASET_ID:CONFIG:SPLIT (optionally followed by @PROBLEM_FIELD,ANSWER_FIELD). "
+        f"{_run_default('eval.benchmarks')} amc23,aime24,aime25.",
     ),
-    n: Optional[int] = typer.Option(None, "--n", help="Samples per problem (default: 1)."),
+    n: Optional[int] = typer.Option(None, "--n", help=f"Samples per problem. {_run_default('eval.n')} 1."),
     out: Optional[Path] = typer.Option(
         None, "--out", "-o",
         help="Output folder (default: RUN_DIR/eval/step_XXXXXX for a run directory, else runs/eval/MODEL).",
     ),
     step: Optional[int] = typer.Option(None, "--step", help="Checkpoint step of a run directory (default: latest)."),
     temperature: Optional[float] = typer.Option(
-        None, "--temperature", help="Sampling temperature (default: 0 = greedy if n=1, else 0.6)."
+        None, "--temperature", help=f"Sampling temperature, 0 = greedy. {_run_default('eval.temperature')} 0 if n=1 and 0.6 if n>1.",
     ),
-    top_p: Optional[float] = typer.Option(None, "--top-p", help="Nucleus mass (default: 1.0 if greedy, else 0.95)."),
+    top_p: Optional[float] = typer.Option(None, "--top-p", help=f"Nucleus mass. {_run_default('eval.top_p')} 1.0 if greedy, 0.95 otherwise."),
     max_new_tokens: Optional[int] = typer.Option(
-        None, "--max-new-tokens", help="Most generated tokens per sample (default: 1024; 32 for the built-in policy)."
+        None, "--max-new-tokens",
+        help=f"Most generated tokens per sample. {_run_default('eval.max_new_tokens (or rollout.max_new_tokens)')} 1024 "
+        "(32 for the built-in policy).",
     ),
     seed: Optional[int] = typer.Option(None, "--seed", help="Sampling seed (default: 0)."),
-    template: Optional[str] = typer.Option(None, "--template", help="auto, chat, plain or builtin (default: auto)."),
+    template: Optional[str] = typer.Option(None, "--template", help=f"auto, chat, plain or builtin. {_run_default('data.template')} auto."),
     instruction: Optional[str] = typer.Option(
-        None, "--instruction", help="Appended to each problem (default: the \\boxed{} instruction)."
+        None, "--instruction", help=f"Appended to each problem. {_run_default('data.instruction')} the \\boxed{{}} instruction.",
     ),
-    limit: Optional[int] = typer.Option(None, "--limit", help="Only the first LIMIT problems of each benchmark."),
+    limit: Optional[int] = typer.Option(None, "--limit", help="Only the first LIMIT problems of each benchmark (default: all)."),
     data_dir: Optional[Path] = typer.Option(
         None, "--data-dir", envvar="RBCTL_DATA_DIR", help="Folder with BENCHMARK.jsonl files."
     ),
     engine: Optional[str] = typer.Option(None, "--engine", help="hf or vllm (default: hf)."),
     batch_size: Optional[int] = typer.Option(
-        None, "--batch-size", help="Most sequences per generate call (default: 256 GPU, 64 CPU)."
+        None, "--batch-size", help="hf: most sequences per generate call (default: 256 GPU, 64 CPU)."
+    ),
+    max_batch_tokens: Optional[int] = typer.Option(
+        None, "--max-batch-tokens",
+        help="hf: most sequences × (prompt + max new tokens) per generate call (default: half the free device "
+        "memory over the model's KV-cache bytes per token).",
+    ),
+    threads: Optional[int] = typer.Option(
+        None, "--threads", help="torch CPU threads (default: torch's, one per core; on a busy machine fewer can be faster).",
     ),
     device: Optional[str] = typer.Option(None, "--device", help="auto, cpu, cuda, cuda:N (default: auto)."),
     dtype: Optional[str] = typer.Option(None, "--dtype", help="auto, float32, bfloat16, float16 (default: auto)."),
@@ -155,19 +170,22 @@ def eval_(
 ) -> None:
     """Evaluate a model on AMC23, AIME24, AIME25, GSM8K or the built-in task.
 
-    Writes OUT/BENCHMARK/summary.json (avg@n, pass@k, maj@k with 95% intervals, protocol) and
-    OUT/BENCHMARK/samples.jsonl, and prints a table."""
-    from rbctl.config.eval import build_config
-    from rbctl.eval.run import run_eval
+    A run directory is evaluated with its own periodic-evaluation protocol (benchmarks, n,
+    temperature, top-p, max new tokens, template, instruction from its config), so that the score
+    compares with the run's curve; any other model with the published defaults (greedy at n=1;
+    temperature 0.6, top-p 0.95 at n>1). Options override either. Writes
+    OUT/BENCHMARK/summary.json (avg@n, pass@k, maj@k with 95% intervals, protocol) and
+    OUT/BENCHMARK/samples.jsonl, and prints a table with the protocol of its scores."""
+    from rbctl.eval.run import eval_config, run_eval
 
     options = dict(
         n=n, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, seed=seed, template=template,
         instruction=instruction, limit=limit, data_dir=str(data_dir) if data_dir else None, engine=engine,
-        batch_size=batch_size, device=device, dtype=dtype,
+        batch_size=batch_size, max_batch_tokens=max_batch_tokens, threads=threads, device=device, dtype=dtype,
+        benchmarks=[b.strip() for b in benchmarks.split(",") if b.strip()] if benchmarks is not None else None,
     )
-    names = [b.strip() for b in benchmarks.split(",") if b.strip()]
-    cfg = build_config(benchmarks=names, **{k: v for k, v in options.items() if v is not None})
-    run_eval(model, cfg, out_dir=out, step=step)
+    cfg, note = eval_config(model, {k: v for k, v in options.items() if v is not None})
+    run_eval(model, cfg, out_dir=out, step=step, note=note)
 
 
 @app.command(cls=_Command)

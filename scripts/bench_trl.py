@@ -96,7 +96,7 @@ def _param_count(model) -> int:
 def run_rbctl(steps: int, threads: int, log_kl: bool) -> dict:
     from rbctl.tasks.builtin import warm_started
     from rbctl.tasks.prompting import encode_prompts
-    from rbctl.rollout.hf import prefix_cache_supported
+    from rbctl.rollout.kvcache import prefix_cache_supported
     from rbctl.train.data import load_training_problems, prompt_order, task_spec, warm_start_spec
     from rbctl.train.loop import train
 

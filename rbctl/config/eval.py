@@ -1,27 +1,50 @@
-"""The one evaluation schema: `rbctl eval`'s options. Evaluation during training (`eval:` of a
-training config) and a sweep's final evaluation (`eval:` of a sweep file) set a subset of these
-keys; `for_run` fills in the rest from the run's training config."""
+"""The one evaluation schema. `EvalSection` holds what every evaluation sets: the benchmarks, the
+sampling protocol, the engine and its batch limits. `EvalConfig` (`rbctl eval`'s options) adds the
+prompt, seed, grader and loading settings; evaluation during training (`eval:` of a training
+config, `EvalDuringTrainingCfg`) and a sweep's final evaluation (`eval:` of a sweep file,
+`SweepEval`) are `EvalSection`s with their own defaults, and `for_run` makes an `EvalConfig` of
+them, filling in the rest from the run's training config.
+
+Engines and batches (docs/scaling.md, "Evaluation engine and batches"): the hf engine generates at
+most `batch_size` sequences per call and at most `max_batch_tokens` sequence-tokens (sequences ×
+(longest prompt + max_new_tokens)), by default half the memory free on the device over the KV-cache
+bytes of one token (`rbctl.rollout.factory.default_max_batch_tokens`); vLLM schedules its own
+batches. A run's evaluations use the run's engine: with vLLM the run's own engine instance.
+"""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError
 
+from rbctl.config.base import Section
 from rbctl.errors import UserError
 from rbctl.tasks.prompting import MATH_INSTRUCTION
+
+if TYPE_CHECKING:
+    from rbctl.config.train import TrainConfig
 
 DEFAULT_BENCHMARKS = ("amc23", "aime24", "aime25")
 # The links and fixpoint tasks' longest answers are well under 32 tokens; 32 leaves room without
 # letting a policy that never stops run for 1024 tokens. A run of a task with longer answers (the
 # maze) is evaluated with room for its longest answer (rbctl.eval.run).
 BUILTIN_MAX_NEW_TOKENS = 32
+# A real model's default answer budget for `rbctl eval` of a bare model.
+DEFAULT_MAX_NEW_TOKENS = 1024
 
 
-class EvalConfig(BaseModel):
-    """Options of `rbctl eval` and of periodic evaluation during training."""
+def _greedy_if_one(data: dict) -> float:
+    # n = 1: greedy (Qwen2.5-Math, Dr. GRPO, LIMO protocols); n > 1: 0.6 (DeepSeek-R1, open-r1, QwQ)
+    return 0.0 if data.get("n", 1) == 1 else 0.6
 
-    model_config = ConfigDict(extra="forbid")
+
+def _nucleus_unless_greedy(data: dict) -> float:
+    return 1.0 if data.get("temperature", 0.0) == 0 else 0.95  # DeepSeek-R1's 0.95
+
+
+class EvalSection(Section):
+    """What every evaluation sets: benchmarks, sampling, engine and batch limits."""
 
     benchmarks: list[str] = Field(
         default_factory=lambda: list(DEFAULT_BENCHMARKS), min_length=1,
@@ -29,46 +52,83 @@ class EvalConfig(BaseModel):
         "(file:PATH.jsonl[@problem,answer], hf:ID[:config]:split[@problem,answer]).",
     )
     n: int = Field(1, ge=1, description="Samples per problem.")
-    temperature: float | None = Field(
-        None, ge=0.0,
+    temperature: float = Field(
+        default_factory=_greedy_if_one, ge=0.0,
         description="Sampling temperature, 0 = greedy. Default: 0 when n=1 (Qwen2.5-Math, Dr. GRPO, LIMO "
         "protocols), 0.6 when n>1 (DeepSeek-R1, open-r1, QwQ).",
     )
-    top_p: float | None = Field(
-        None, gt=0.0, le=1.0, description="Nucleus sampling mass. Default: 1.0 when greedy, else 0.95 (DeepSeek-R1).",
+    top_p: float = Field(
+        default_factory=_nucleus_unless_greedy, gt=0.0, le=1.0,
+        description="Nucleus sampling mass. Default: 1.0 when greedy, else 0.95 (DeepSeek-R1).",
     )
-    max_new_tokens: int | None = Field(
+    max_new_tokens: Optional[int] = Field(
         None, ge=1,
-        description=f"Most generated tokens per sample. Default: 1024 (real models), "
+        description=f"Most generated tokens per sample. Default: {DEFAULT_MAX_NEW_TOKENS} (real models), "
         f"{BUILTIN_MAX_NEW_TOKENS} for a built-in policy, or its task's longest answer where longer (the maze).",
     )
+    limit: Optional[int] = Field(None, ge=1, description="Evaluate only the first LIMIT problems of each benchmark (null = all).")
+    data_dir: Optional[str] = Field(
+        None, description="Folder with <benchmark>.jsonl files (default: $RBCTL_DATA_DIR, then the Hugging Face Hub).",
+    )
+    engine: Optional[Literal["hf", "vllm"]] = Field(
+        None, description="Generation engine; null = the run's rollout engine (vLLM: the run's own engine instance).",
+    )
+    batch_size: Optional[int] = Field(
+        None, ge=1, description="hf: most sequences per generate call; null = 256 on GPU, 64 on CPU.",
+    )
+    max_batch_tokens: Optional[int] = Field(
+        None, ge=1,
+        description="hf: most sequence-tokens per generate call, sequences × (longest prompt + max_new_tokens), "
+        "the KV cache's size in tokens; null = half the device's free memory over the KV-cache bytes of one token.",
+    )
+
+
+class EvalConfig(EvalSection):
+    """Options of `rbctl eval`, and the full config of every evaluation (`for_run`)."""
+
+    engine: Literal["hf", "vllm"] = Field("hf", description="Generation engine.")
     seed: int = Field(0, description="Sampling seed.")
     template: Literal["auto", "chat", "plain", "builtin"] = Field(
         "auto", description="Prompt template; auto = built-in format for the built-in policy, else chat if the "
         "tokenizer has a chat template, else plain.",
     )
     instruction: str = Field(MATH_INSTRUCTION, description="Sentence appended to each problem (chat/plain templates).")
-    engine: Literal["hf", "vllm"] = Field("hf", description="Generation engine.")
-    limit: int | None = Field(None, ge=1, description="Evaluate only the first LIMIT problems of each benchmark.")
-    data_dir: str | None = Field(
-        None, description="Folder with <benchmark>.jsonl files (default: $RBCTL_DATA_DIR, then the Hugging Face Hub).",
-    )
-    batch_size: int | None = Field(
-        None, ge=1, description="Most sequences per generate call. Default: 256 on GPU, 64 on CPU.",
-    )
     grader_timeout_s: float = Field(5.0, gt=0.0, description="Hard time limit of one math-verify comparison.")
     device: str = Field("auto", description="auto, cpu, cuda or cuda:N (used when the model is loaded here).")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto", description="Weights dtype when loading; auto = bfloat16 on GPUs that support it, else float32.",
     )
+    threads: int = Field(0, ge=0, description="torch CPU threads; 0 = torch's default.")
 
-    @model_validator(mode="after")
-    def _sampling_defaults(self) -> EvalConfig:
-        if self.temperature is None:
-            self.temperature = 0.0 if self.n == 1 else 0.6
-        if self.top_p is None:
-            self.top_p = 1.0 if self.temperature == 0 else 0.95
-        return self
+
+def run_engine(section: EvalSection, cfg: TrainConfig) -> str:
+    """The engine of a run's evaluation: the section's, else the run's rollout engine. vLLM is built
+    once per process, so a vLLM evaluation must be of a vLLM run (it uses the run's engine)."""
+    engine = section.engine or cfg.rollout.engine
+    if engine == "vllm" and cfg.rollout.engine != "vllm":
+        raise ValueError("eval.engine 'vllm' evaluates through the run's own vLLM engine: it needs rollout.engine "
+                         "'vllm' (or set eval.engine to hf or null)")
+    return engine
+
+
+def for_run(section: EvalSection, cfg: TrainConfig) -> EvalConfig:
+    """The `EvalConfig` of a run's periodic or final evaluation: the section's keys, and from the
+    run's training config what the section leaves open: max_new_tokens (rollout.max_new_tokens),
+    the engine (`run_engine`), the seed, the prompt template and instruction, the device."""
+    values = section.model_dump(include=set(EvalSection.model_fields))
+    values.update(max_new_tokens=section.max_new_tokens or cfg.rollout.max_new_tokens, engine=run_engine(section, cfg),
+                  seed=cfg.seed, template=cfg.data.template, instruction=cfg.data.instruction, device=cfg.model.device)
+    return EvalConfig(**values)
+
+
+def check_fits_run_engine(ecfg: EvalConfig, cfg: TrainConfig) -> None:
+    """A vLLM evaluation runs on the run's own engine: its answers must fit that engine's context
+    (`rollout.vllm.max_model_len`, when set), or vLLM would refuse the requests after training."""
+    context = cfg.rollout.vllm.max_model_len
+    if ecfg.engine == "vllm" and context is not None and ecfg.max_new_tokens >= context:
+        raise ValueError(f"eval.max_new_tokens {ecfg.max_new_tokens} does not fit the run's vLLM context: "
+                         f"rollout.vllm.max_model_len {context} must hold the prompt and the answer "
+                         f"(raise it above {ecfg.max_new_tokens} + the longest prompt)")
 
 
 def build_config(**values) -> EvalConfig:

@@ -9,17 +9,19 @@ from typing import Any, Literal, Optional
 from pydantic import Field, field_validator, model_validator
 
 from rbctl.config.base import Section
+from rbctl.config.eval import EvalSection
 from rbctl.config.launcher import LauncherCfg
 
 
-class SweepEval(Section):
-    benchmarks: list[str] = Field(default_factory=lambda: ["builtin"], description="Benchmarks of each run's final evaluation.")
+class SweepEval(EvalSection):
+    """Each run's final evaluation: an `EvalSection` (rbctl.config.eval); what it leaves open comes
+    from the run's training config (`rbctl.config.eval.for_run`)."""
+
+    benchmarks: list[str] = Field(default_factory=lambda: ["builtin"], min_length=1, description="Benchmarks of each run's final evaluation.")
     n: int = Field(8, ge=1, description="Samples per problem (n >= 8 gives pass@k curves up to k = 8).")
     temperature: float = Field(1.0, ge=0.0, description="Sampling temperature (0 = greedy).")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling threshold.")
     max_new_tokens: Optional[int] = Field(None, ge=1, description="Null = the training config's rollout.max_new_tokens.")
-    limit: Optional[int] = Field(None, ge=1, description="Problems per benchmark (null = all).")
-    data_dir: Optional[str] = Field(None, description="Local benchmark JSONL directory (else RBCTL_DATA_DIR or the Hub).")
 
 
 _METRIC = re.compile(r"avg@n|pass@[1-9][0-9]*")

@@ -19,6 +19,7 @@ from rbctl.config.builtin import TASK_DOC, BuiltinCfg, default_section
 from rbctl.config.methods import (
     SELECTORS, ClipCovCfg, EntropyMaskCfg, GspoCfg, KlCovCfg, PasskCfg, UnlikelinessCfg, check_method_blocks,
 )
+from rbctl.config.eval import EvalSection, check_fits_run_engine, for_run, run_engine
 from rbctl.tasks.prompting import MATH_INSTRUCTION
 
 
@@ -107,7 +108,7 @@ class AlgoCfg(Section):
     log_kl: bool = Field(True, description="Keep a frozen reference to log the KL even when kl_coef is 0 (an extra forward pass).")
     ppo_epochs: int = Field(1, ge=1, description="Passes over each rollout batch (each pass takes one optimizer step per mini-batch).")
     ppo_mini_batch_size: Optional[int] = Field(None, ge=1, description="Prompts per mini-batch (verl's ppo_mini_batch_size; each prompt brings its G rollouts): every epoch deals the batch's groups into P / this many mini-batches, one optimizer step each, with ratios against the log-probs from before the first step (docs/method.md, \"Mini-batch updates\"); null = P: one optimizer step per epoch.")
-    tis_cap: Optional[float] = Field(None, gt=0.0, description="Truncated importance sampling cap C for engine/trainer log-prob mismatch (vLLM); null = off.")
+    tis_cap: Optional[float] = Field(None, gt=0.0, description="Truncated importance sampling cap C for the sampler/trainer log-prob mismatch (vLLM, or the hf engine's rollout.dtype bfloat16; any engine that records its log-probs): each token's policy-gradient loss × min(π_old/π_sampler, C); null = off.")
     micro_batch_size: int = Field(0, ge=0, description="Sequences per forward/backward (gradient accumulation inside one optimizer step); 0 = the whole (mini-)batch.")
     entropy: EntropyCfg = Field(default_factory=EntropyCfg, description="Entropy bonus (the ablation arm).")
     policy_loss: PolicyLossName = Field("clip", description="Policy loss (rbctl.algo.POLICY_LOSSES): PPO clip, Clip-Cov, KL-Cov or GSPO (docs/method.md, \"Other arms\").")
@@ -168,14 +169,17 @@ class OptimCfg(Section):
     max_grad_norm: float = Field(1.0, gt=0.0, description="Gradient clipping by global norm.")
 
 
-class EvalDuringTrainingCfg(Section):
-    every: int = Field(0, ge=0, description="Evaluate every k steps (and at the last step); 0 = never.")
-    benchmarks: list[str] = Field(default_factory=lambda: ["builtin"], description="Benchmarks for periodic evaluation.")
+class EvalDuringTrainingCfg(EvalSection):
+    """Periodic held-out evaluation: an `EvalSection` (rbctl.config.eval) whose defaults follow the
+    rollouts (full distribution at T = 1, a 64-problem subset)."""
+
+    benchmarks: list[str] = Field(default_factory=lambda: ["builtin"], min_length=1, description="Benchmarks for periodic evaluation.")
     n: int = Field(4, ge=1, description="Samples per problem.")
-    limit: Optional[int] = Field(64, ge=1, description="Problems per benchmark (null = all).")
     temperature: float = Field(1.0, ge=0.0, description="Sampling temperature of evaluation (0 = greedy).")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus threshold of evaluation (1 = the full distribution, as the rollouts sample).")
     max_new_tokens: Optional[int] = Field(None, ge=1, description="Null = rollout.max_new_tokens.")
+    limit: Optional[int] = Field(64, ge=1, description="Problems per benchmark (null = all).")
+    every: int = Field(0, ge=0, description="Evaluate every k steps (and at the last step); 0 = never.")
 
 
 class LogCfg(Section):
@@ -219,8 +223,9 @@ class TrainConfig(Section):
         mb = self.algo.ppo_mini_batch_size
         if mb is not None and (mb > self.rollout.prompts_per_step or self.rollout.prompts_per_step % mb):
             raise ValueError(f"algo.ppo_mini_batch_size={mb} must divide rollout.prompts_per_step={self.rollout.prompts_per_step}")
-        if self.algo.tis_cap is not None and self.rollout.engine != "vllm":
-            raise ValueError("algo.tis_cap corrects vLLM/trainer log-prob mismatch: it needs rollout.engine 'vllm'")
+        self.eval.engine = run_engine(self.eval, self)  # written out: the engine periodic evaluation uses
+        if self.eval.every:
+            check_fits_run_engine(for_run(self.eval, self), self)
         if self.algo.entropy.mode == "static" and self.algo.entropy.alpha <= 0:
             raise ValueError("algo.entropy.alpha must be > 0 when algo.entropy.mode is 'static'")
         clash = [k for k, on in (("model.lora", self.model.lora is not None), ("rollout.engine vllm", self.rollout.engine == "vllm"),

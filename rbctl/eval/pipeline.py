@@ -10,7 +10,7 @@ For each benchmark, ``OUT/<benchmark>/`` receives (each file written atomically)
   value of the benchmark's per-sample labels, where it has any, e.g. the fixpoint task's
   ``{"strategy": {"walk": 0.16, "shortcut": 0.84}}``); ``protocol`` (everything that decides the
   figures: engine, sampling, template and an example prompt, the grader and its ``extraction``
-  policy, versions, device, dtype); ``time_s``, ``tokens_per_s``.
+  policy, versions, device, dtype, threads); ``time_s``, ``tokens_per_s``.
 - ``samples.jsonl``: one line per sample (problem id, sample index, completion, extracted answer
   and how it was found, gold, correct, grade status, finished).
 
@@ -18,14 +18,18 @@ Grading: each benchmark's own grader (``Benchmark.extract_answer``, and ``Benchm
 answers are right): the built-in tasks' answers are the task's own and vote by string equality; every
 other benchmark goes through ``rbctl.grading.verify`` (math-verify) and votes with ``answers_equivalent``.
 
-Engines: anything with ``generate(prompt_ids, SamplingParams) -> list[list[Sample]]`` (`Engine`),
-built by `build_engine`: ``hf`` is ``rbctl.rollout.hf.HFEngine``, ``vllm`` is
-``rbctl.rollout.vllm.VLLMEngine`` (it loads ``policy.source`` and syncs the in-memory weights).
-A trainer may pass its own engine instance to `evaluate_policy` instead.
+Engines: an `Engine` (rbctl.rollout.base) built by `build_engine` from ``cfg.engine``: ``hf`` is
+``rbctl.rollout.hf.HFEngine``, bounded per call by ``cfg.batch_size`` sequences and
+``cfg.max_batch_tokens`` sequence-tokens (defaults: `default_batch_size`,
+`default_max_batch_tokens`); ``vllm`` is ``rbctl.rollout.vllm.VLLMEngine`` (it loads
+``policy.source`` and syncs the in-memory weights). A trainer passes its own vLLM engine instead
+(rbctl.train.loop). Prompts go to the engine in calls of `Engine.prompts_per_call` prompts, call c
+seeded ``seed + c``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import time
@@ -34,9 +38,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rbctl.config.eval import BUILTIN_MAX_NEW_TOKENS, EvalConfig
+from rbctl.config.eval import BUILTIN_MAX_NEW_TOKENS, DEFAULT_MAX_NEW_TOKENS, EvalConfig
 from rbctl.rollout.base import Engine, SamplingParams
-from rbctl.rollout.factory import build_engine, default_batch_size
+from rbctl.rollout.factory import build_engine, default_batch_size, default_max_batch_tokens
 from rbctl.store.atomic import write_atomic
 from rbctl.store.rundir import SUMMARY
 from rbctl.tasks.registry import benchmark_for, is_custom_spec
@@ -50,6 +54,9 @@ if TYPE_CHECKING:
     from rbctl.rollout.base import Sample
 
 GRADE_CHUNK = 64  # samples graded between progress updates
+# Above this share of samples cut off at max_new_tokens, or with no answer found, `rbctl eval` warns:
+# such a score says more about the length limit or the answer format than about the policy.
+WARN_SHARE = 0.10
 
 
 def load_problems(cfg: EvalConfig, task_spec=None) -> dict[str, list[Problem]]:
@@ -80,41 +87,52 @@ def evaluate_policy(
     step: int | None = None,
     engine: Engine | None = None,
     problems: dict[str, list[Problem]] | None = None,
+    precision=None,
 ) -> dict[str, dict]:
     """Evaluate an in-memory policy on ``cfg.benchmarks``; returns ``{benchmark: summary}``.
 
     Writes ``out_dir/<benchmark>/summary.json`` and ``samples.jsonl``. ``progress``: a running
-    rich Progress to add tasks to (None: silent). ``engine``: reuse an engine (e.g. the trainer's);
+    rich Progress to add tasks to (None: silent). ``engine``: reuse an engine (the trainer's vLLM);
     by default one of ``cfg.engine`` is built. ``problems``: already loaded by `load_problems`.
+    ``precision``: the training precision of a policy evaluated during its run (generation then
+    runs in `Engine.sampling_context`); None for a policy loaded to be evaluated.
     """
+    import torch
+
     from rbctl.tasks.prompting import encode_prompts, render_prompt, resolve_template
 
     problems = problems if problems is not None else load_problems(cfg)
     device = next(policy.model.parameters()).device
-    batch_size = cfg.batch_size or default_batch_size(device.type)
+    batch_size = max_batch_tokens = None
+    if cfg.engine == "hf":
+        batch_size = cfg.batch_size or default_batch_size(device.type)
+        max_batch_tokens = cfg.max_batch_tokens or default_max_batch_tokens(policy.model, device)
     if engine is None:
         engine = build_engine(cfg.engine, policy.model, policy.tokenizer, source=policy.source,
-                              batch_size=batch_size, seed=cfg.seed)
+                              batch_size=batch_size, max_batch_tokens=max_batch_tokens, seed=cfg.seed)
     template = resolve_template(policy.tokenizer, cfg.template, policy.builtin is not None)
     instruction = None if template == "builtin" else cfg.instruction
     builtin_task = policy.builtin or "links"  # the `builtin` template of a policy that is not built in: links
     params = SamplingParams(
         n=cfg.n, temperature=cfg.temperature, top_p=cfg.top_p, seed=cfg.seed,
-        max_new_tokens=cfg.max_new_tokens or (BUILTIN_MAX_NEW_TOKENS if policy.builtin is not None else 1024),
+        max_new_tokens=cfg.max_new_tokens or (BUILTIN_MAX_NEW_TOKENS if policy.builtin is not None else DEFAULT_MAX_NEW_TOKENS),
     )
     param = next(policy.model.parameters())
     protocol = {
-        "engine": getattr(engine, "name", type(engine).__name__),
+        "engine": engine.name,
         "n": params.n, "temperature": params.temperature, "top_p": params.top_p,
         "max_new_tokens": params.max_new_tokens, "seed": params.seed, "batch_size": batch_size,
+        "max_batch_tokens": max_batch_tokens,
         "template": template, "instruction": instruction, "grader_timeout_s": cfg.grader_timeout_s,
         "versions": _versions(), "device": str(device), "dtype": str(param.dtype).removeprefix("torch."),
+        "threads": torch.get_num_threads(),
     }
     results = {}
     for name, probs in problems.items():
         t0 = time.perf_counter()
         prompts = encode_prompts(policy.tokenizer, [p.problem for p in probs], template, instruction or "", builtin_task)
-        samples = _generate(engine, prompts, params, batch_size, progress, name)
+        with engine.sampling_context(precision) if precision is not None else contextlib.nullcontext():
+            samples = _generate(engine, prompts, params, progress, name)
         gen_s = time.perf_counter() - t0
         grades = _grade(name, probs, samples, cfg.grader_timeout_s, progress)
         protocol = {
@@ -132,22 +150,28 @@ def evaluate_policy(
     return results
 
 
-def _generate(engine: Engine, prompts, params, batch_size, progress, name) -> list[list[Sample]]:
-    """n samples per prompt, a chunk of prompts per call (for progress); chunk c is seeded seed + c."""
+def _generate(engine: Engine, prompts, params, progress, name) -> list[list[Sample]]:
+    """n samples per prompt, `Engine.prompts_per_call` prompts per call (for progress); call c is
+    seeded seed + c."""
     from dataclasses import replace
 
-    per_call = max(1, batch_size // params.n)
-    task = progress.add_task(f"{name}: generating", total=len(prompts)) if progress else None
+    per_call = engine.prompts_per_call(max(map(len, prompts), default=0), params) or max(1, len(prompts))
+    total = len(prompts) * params.n
+    task = advance = None
+    if progress:  # the bar runs over sample-token slots (`Engine.generate`), so it moves while decoding
+        task = progress.add_task(f"{name}: generating", total=total * params.max_new_tokens, detail=f"0/{total} samples")
+        advance = lambda k: progress.advance(task, k)  # noqa: E731
     samples: list[list[Sample]] = []
     for c, start in enumerate(range(0, len(prompts), per_call)):
         chunk = prompts[start:start + per_call]
-        out = engine.generate(chunk, replace(params, seed=None if params.seed is None else params.seed + c))
+        out = engine.generate(chunk, replace(params, seed=None if params.seed is None else params.seed + c),
+                              progress=advance)
         if len(out) != len(chunk) or any(len(per) != params.n for per in out):
             counts = [len(per) for per in out]
             raise RuntimeError(f"engine returned {counts} samples for {len(chunk)} prompts, n={params.n} each")
         samples.extend(out)
         if progress:
-            progress.advance(task, len(chunk))
+            progress.update(task, detail=f"{len(samples) * params.n}/{total} samples")
     return samples
 
 
@@ -170,7 +194,7 @@ def _grade(name: str, probs, samples, timeout_s: float, progress) -> list[list[G
 
     texts = [s.text for per in samples for s in per]
     owners = [p for p, per in zip(probs, samples) for _ in per]
-    task = progress.add_task(f"{name}: grading", total=len(texts)) if progress else None
+    task = progress.add_task(f"{name}: grading", total=len(texts), detail=f"{len(texts)} samples") if progress else None
     flat: list[GradeResult] = []
     for start in range(0, len(texts), GRADE_CHUNK):
         t, o = texts[start:start + GRADE_CHUNK], owners[start:start + GRADE_CHUNK]
@@ -225,6 +249,27 @@ def _summarize(name, probs, samples, grades, source, step, protocol) -> dict:
     if benchmark_for(name).labels is not None:
         summary["labels"] = label_shares(benchmark_for(name).labels, probs, samples)
     return summary
+
+
+def protocol_text(summary: dict) -> str:
+    """What a score was measured with, in words: n, sampling, the token limit, the engine."""
+    p = summary["protocol"]
+    sampling = "greedy" if p["temperature"] == 0 else f"temperature {float(p['temperature'])}, top-p {float(p['top_p'])}"
+    return f"n={p['n']}, {sampling}, at most {p['max_new_tokens']} new tokens, engine {p['engine']}"
+
+
+def summary_warnings(summary: dict) -> list[str]:
+    """One line per reason to doubt a benchmark's score: more than `WARN_SHARE` of its samples cut
+    off at max_new_tokens (`truncated`), or with no answer found (`extraction` 'none')."""
+    name, total = summary["benchmark"], summary["num_problems"] * summary["n"]
+    out = []
+    if summary["truncated"] > WARN_SHARE:
+        out.append(f"{name}: {summary['truncated']:.0%} of samples were cut off at max_new_tokens "
+                   f"{summary['protocol']['max_new_tokens']} before they ended; raise --max-new-tokens")
+    none = summary["extraction"].get("none", 0) / total if total else 0.0
+    if none > WARN_SHARE:
+        out.append(f"{name}: {none:.0%} of samples gave no answer the grader could find (extraction 'none')")
+    return out
 
 
 def label_shares(labels, probs, samples) -> dict[str, dict[str, float]]:

@@ -1,15 +1,52 @@
-"""`rbctl eval MODEL`: load a model (hub id, folder, GGUF file, run directory, or `builtin`),
-evaluate it with `rbctl.eval.pipeline`, print the table, say where the results are."""
+"""`rbctl eval MODEL`: choose the protocol (a run directory's own, else the published defaults),
+load a model (hub id, folder, GGUF file, run directory, or `builtin`), evaluate it with
+`rbctl.eval.pipeline`, print the table with the protocol it used and what to doubt, say where the
+results are."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from rbctl.config.eval import BUILTIN_MAX_NEW_TOKENS, EvalConfig
+from rbctl.config.eval import BUILTIN_MAX_NEW_TOKENS, DEFAULT_MAX_NEW_TOKENS, EvalConfig, build_config, for_run
 from rbctl.errors import UserError
-from rbctl.eval.pipeline import evaluate_policy, load_problems, sanitize
+from rbctl.eval.pipeline import evaluate_policy, load_problems, protocol_text, sanitize, summary_warnings
 from rbctl.rollout.factory import engine_class
-from rbctl.store.rundir import final_eval_dir, is_run_dir
+from rbctl.store.rundir import CONFIG, final_eval_dir, is_run_dir
+
+# What `rbctl eval` takes from a run directory's training config (its periodic evaluation, `for_run`)
+# when the command line does not say otherwise: so that the final score and the run's curve are
+# measured alike. Not `limit` (the curve's subset): a final evaluation scores every problem.
+RUN_PROTOCOL_KEYS = ("benchmarks", "n", "temperature", "top_p", "max_new_tokens", "template", "instruction")
+PUBLISHED_DEFAULTS = ("greedy at n=1, else temperature 0.6 and top-p 0.95 (DeepSeek-R1); "
+                      f"at most {DEFAULT_MAX_NEW_TOKENS} new tokens ({BUILTIN_MAX_NEW_TOKENS} for the built-in policy)")
+
+
+def eval_config(model: str, options: dict) -> tuple[EvalConfig, str]:
+    """The config of `rbctl eval MODEL` given `options` (only those set on the command line), and a
+    line saying where the rest came from. A run directory with a training config is evaluated with
+    its periodic-evaluation protocol (`RUN_PROTOCOL_KEYS`) where no option says otherwise; anything
+    else with the published defaults (`EvalConfig`)."""
+    path = Path(model).expanduser()
+    cfg_path = path / CONFIG
+    if model == "builtin" or not is_run_dir(path) or not cfg_path.is_file():
+        return build_config(**options), f"protocol: the published defaults where not given: {PUBLISHED_DEFAULTS}"
+    import yaml
+
+    from rbctl.config.base import validate
+    from rbctl.config.builtin import upgrade_legacy
+    from rbctl.config.train import TrainConfig
+
+    try:
+        run_cfg = validate(TrainConfig, upgrade_legacy(yaml.safe_load(cfg_path.read_text()) or {}), str(cfg_path))
+    except (UserError, yaml.YAMLError) as e:
+        first = str(e).splitlines()[0]
+        return build_config(**options), f"protocol: the published defaults where not given ({cfg_path} unreadable: {first})"
+    periodic = for_run(run_cfg.eval, run_cfg)
+    taken = [k for k in RUN_PROTOCOL_KEYS if k not in options]
+    cfg = build_config(**{k: getattr(periodic, k) for k in taken}, **options)
+    note = (f"protocol: the run's periodic evaluation ({cfg_path}, eval:) for {', '.join(taken)}; "
+            "options given on the command line override it") if taken else "protocol: as given on the command line"
+    return cfg, note
 
 
 def default_out_dir(model: str, step: int | None) -> Path:
@@ -44,21 +81,29 @@ def results_table(results: dict[str, dict]):
 
 
 def run_eval(
-    model: str, cfg: EvalConfig, out_dir: Path | None = None, step: int | None = None, console=None
+    model: str, cfg: EvalConfig, out_dir: Path | None = None, step: int | None = None, console=None,
+    note: str | None = None,
 ) -> dict[str, dict]:
     """Load ``model`` (hub id, dir, GGUF file, run directory, or ``builtin``) and evaluate it.
 
     For a run directory, ``step`` picks the checkpoint (default: the newest whose files verify as
     they are read; a corrupted one is skipped with a warning) and the default ``out_dir`` is
     ``RUN_DIR/eval/step_XXXXXX``. The checkpoint is chosen once, here, and handed to the loader.
+    ``note``: where the protocol came from (`eval_config`), printed once the benchmarks are known
+    to exist. After the table: the protocol of each score and a warning per benchmark whose samples
+    were often cut off or answerless (`summary_warnings`).
     """
+    import torch
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.markup import escape
+    from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     from rbctl.rollout.models import load_first_intact, load_policy, run_checkpoints
     from rbctl.tasks.builtin import task_spec_of
 
     console = console or Console()
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
     engine_class(cfg.engine)
     path = Path(model).expanduser()
     candidates = run_checkpoints(path, step, log=console.print) if model != "builtin" and is_run_dir(path) else []
@@ -71,7 +116,9 @@ def run_eval(
 
         longest = module_of(task_spec).max_answer_tokens(task_spec)
         cfg = cfg.model_copy(update={"max_new_tokens": max(BUILTIN_MAX_NEW_TOKENS, longest)})
-    problems = load_problems(cfg, task_spec)
+    problems = load_problems(cfg, task_spec)  # bad names/data fail before the model loads
+    if note:
+        console.print(note, highlight=False)
     opts = dict(device=cfg.device, dtype=cfg.dtype, log=console.print)
     ckpt_step = None
     if candidates:
@@ -80,9 +127,15 @@ def run_eval(
     else:
         policy = load_policy(model, **opts)
     out_dir = Path(out_dir) if out_dir is not None else default_out_dir(model, ckpt_step)
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    columns = (TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TextColumn("{task.fields[detail]}"),
+               TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
     with Progress(*columns, console=console, transient=True) as progress:
         results = evaluate_policy(policy, cfg, out_dir, progress=progress, step=ckpt_step, problems=problems)
     console.print(results_table(results))
+    for line in dict.fromkeys(protocol_text(s) for s in results.values()):  # what measured the scores above
+        console.print(f"protocol: {line}", highlight=False)
+    for summary in results.values():
+        for line in summary_warnings(summary):
+            console.print(f"[bold yellow]warning:[/] {escape(line)}", highlight=False)
     console.print(f"results in {out_dir}")
     return results

@@ -3,8 +3,9 @@ interface, and EOS handling (so every engine cuts a completion the same way)."""
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Callable, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -35,13 +36,48 @@ def _eos_ids(model, tokenizer) -> list[int]:
     return [int(i) for i in ids if i is not None]
 
 
+@runtime_checkable
 class Engine(Protocol):
-    """generate(prompt token ids, params) -> for each prompt, `params.n` samples, in prompt order."""
+    """What training and evaluation use of an engine, and all they use: the trainer and the
+    evaluation pipeline call these and never look at an engine's type or other attributes.
 
-    name: str
-    pad_id: int
+    Randomness: an engine draws from its own `torch.Generator`, seeded at every `generate` call
+    from `params.seed` (unseeded calls continue its stream); torch's global RNG is left as it was,
+    so a seed gives the same samples whatever else the process drew."""
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Sample]]: ...
+    name: str  # recorded in evaluation summaries (protocol.engine)
+    pad_id: int  # the token id that pads batches built from this engine's samples
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams,
+                 progress: Callable[[int], None] | None = None) -> list[list[Sample]]:
+        """For each prompt (token ids), `params.n` samples, in prompt order. `progress(k)`: k more of
+        the call's len(prompts) × n × max_new_tokens sample-token slots are done (a sample that has
+        t tokens has done t, a finished one all max_new_tokens); the reports of a call add up to
+        exactly that total, at whatever pace the engine can tell (hf: every few decoding steps)."""
+        ...
+
+    def prompts_per_call(self, prompt_tokens: int, params: SamplingParams) -> int | None:
+        """Most prompts one `generate` call should hold when the longest has `prompt_tokens` tokens
+        (a caller that splits its work for progress, as evaluation does, calls with that many);
+        None: any number, the engine schedules its own batches."""
+        ...
+
+    def sync_weights(self, model) -> None:
+        """Sample from `model`'s current weights from the next `generate` on: called after every
+        optimizer step, and whenever the policy object changes (wrapped in LoRA, resumed)."""
+        ...
+
+    def sampling_context(self, precision) -> AbstractContextManager:
+        """The context `generate` runs in when training runs in `precision`
+        (`rbctl.train.precision.Precision`): the training autocast for an engine that samples with
+        the policy's own modules, none for one that samples in its own dtype."""
+        ...
+
+    def record_logprobs(self, on: bool = True) -> bool:
+        """Ask for each sampled token's log-prob under the distribution it was drawn from,
+        log softmax(logits / T), in `Sample.logprobs` (none when greedy); returns whether the engine
+        will give them. `rollout/logprob_diff` and TIS (`algo.tis_cap`) compare them with the trainer's."""
+        ...
 
 
 def _cut_at_eos(tokens: list[int], eos_ids: list[int]) -> tuple[list[int], bool]:

@@ -24,18 +24,19 @@ def engine_class(name: str) -> type:
     raise UserError(f"unknown engine {name!r}; valid: hf, vllm")
 
 
-def build_engine(name: str, model, tokenizer, *, source: str, batch_size: int, seed: int = 0, logprobs: bool = False,
-                 sample_dtype: str = "auto", **vllm_options) -> Engine:
-    """An engine over an in-memory policy. ``hf`` generates ``batch_size`` sequences per call (and,
-    with ``logprobs``, records the sampled tokens' log-probs; vLLM always returns them); vLLM
+def build_engine(name: str, model, tokenizer, *, source: str, batch_size: int | None, max_batch_tokens: int | None = None,
+                 seed: int = 0, sample_dtype: str = "auto", **vllm_options) -> Engine:
+    """An engine over an in-memory policy. ``hf`` generates at most ``batch_size`` sequences and
+    ``max_batch_tokens`` sequence-tokens (None: no such bound) per sub-batch; vLLM
     schedules its own batches, loads ``source`` (a hub id or folder) and then pushes the in-memory
     weights. ``sample_dtype`` "bfloat16": hf samples from a bf16 replica (`rollout.dtype`).
-    ``vllm_options``: VLLMEngine's keyword arguments (gpu_memory_utilization, sleep_mode, ...)."""
+    ``vllm_options``: VLLMEngine's keyword arguments (gpu_memory_utilization, sleep_mode, ...).
+    Sampled-token log-probs are asked for with `Engine.record_logprobs`."""
     if name != "hf" and sample_dtype != "auto":
         raise UserError("rollout.dtype: bfloat16 applies to the hf engine; vLLM samples in the model's dtype")
     cls = engine_class(name)
     if name == "hf":
-        return cls(model, tokenizer, max_batch=batch_size, logprobs=logprobs, dtype=sample_dtype)
+        return cls(model, tokenizer, max_batch=batch_size, max_batch_tokens=max_batch_tokens, dtype=sample_dtype)
     if source.endswith(".gguf"):
         raise UserError("the vllm engine cannot load a GGUF file here; use the model's Hugging Face id or directory")
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
@@ -46,3 +47,50 @@ def default_batch_size(device_type: str) -> int:
     """Sequences per generate call when not given: 256 on a GPU; 64 on CPU, where SmolLM2-135M
     ran 5x slower at 256 than at 64 (python -m scripts.bench_eval --batch-sizes 16,64,256)."""
     return 256 if device_type == "cuda" else 64
+
+
+# Share of the free device memory the hf engine's KV cache may fill in evaluation. The other half
+# covers what decoding allocates beside the cache: the prefill's activations, a step's logits
+# [B, V] in float32, and `generate`'s cache growth by concatenation (a layer's old and new tensors
+# live side by side for a moment).
+KV_MEMORY_SHARE = 0.5
+CPU_MEMORY_FALLBACK = 8 * 2**30  # bytes assumed free where the OS does not say (not Linux)
+
+
+def kv_cache_bytes_per_token(model) -> int:
+    """Bytes the KV cache takes per token: 2 (keys and values) × layers × KV heads × head dim ×
+    bytes per element of the model's parameters (under bf16 autocast over float32 weights the cache
+    is bf16, so this is then twice the truth: the bound errs safe). Qwen3-8B in bf16: 2 × 36 × 8 ×
+    128 × 2 = 147,456 bytes."""
+    c = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    heads = c.num_attention_heads
+    kv_heads = getattr(c, "num_key_value_heads", None) or heads
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // heads
+    return 2 * c.num_hidden_layers * kv_heads * head_dim * next(model.parameters()).element_size()
+
+
+def free_memory(device) -> int:
+    """Bytes free for new tensors on `device`: on CUDA what the driver reports free plus what
+    torch's allocator holds unused; on CPU the kernel's MemAvailable (Linux)."""
+    import torch
+
+    device = torch.device(device)
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return CPU_MEMORY_FALLBACK
+
+
+def default_max_batch_tokens(model, device) -> int:
+    """`eval.max_batch_tokens` when not given: the tokens of KV cache that `KV_MEMORY_SHARE` of the
+    device's free memory holds (`free_memory` / `kv_cache_bytes_per_token`). Qwen3-8B in bf16 with
+    80 GB free: 0.5 × 80e9 / 147,456 ≈ 271k tokens, i.e. 15 sequences of 1k prompt + 16k answer,
+    where 256 sequences would need 0.6 TB."""
+    return max(1, int(KV_MEMORY_SHARE * free_memory(device)) // kv_cache_bytes_per_token(model))

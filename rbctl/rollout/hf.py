@@ -16,35 +16,26 @@ a draw by inverse CDF (`draw`; argmax when greedy), stop at EOS or max_new_token
    step writes its keys and values in place instead of copying the whole cache.
 Random draws are spread over rows differently than in `generate`, so a seed gives other (equally
 distributed) samples than `generate` would; greedy decoding gives the same tokens.
+
+Randomness: the engine owns a `torch.Generator` on the model's device, seeded with
+`SamplingParams.seed` at the start of each call. The sampling loop draws from it; `model.generate`
+(which samples with torch's global RNG and takes no generator) runs with the generator's state lent
+to the global RNG and handed back afterwards (`lent_to_global_rng`). Either way a seed gives the
+draws that `torch.manual_seed(seed)` followed by the same sampling gave before the engine had a
+generator of its own, and torch's global RNG is left as the caller had it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
-import functools
-import inspect
 
 import torch
 
 from rbctl.algo.losses import scaled
 from rbctl.rollout.base import Sample, SamplingParams, _cut_at_eos, _eos_ids
-
-
-def left_pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-pad token lists: ids [B, L] and attention mask [B, L] (1 on real tokens)."""
-    width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for i, s in enumerate(seqs):
-        if s:
-            ids[i, width - len(s):] = torch.tensor(s, dtype=torch.long)
-            mask[i, width - len(s):] = 1
-    return ids, mask
-
-
-def position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
-    """Positions that follow the attention mask, as in generation: left padding does not shift them."""
-    return (attention_mask.cumsum(-1) - 1).clamp(min=0)
+from rbctl.rollout.kvcache import (forward_with_cache, left_pad, new_cache, position_ids, prefix_cache_supported,
+                                   reserve_cache)
 
 
 # Generation-config keys that add no logits processor (or that every call overrides), and settings
@@ -71,141 +62,10 @@ def plain_generation_config(gen_cfg) -> bool:
                for k, v in gen_cfg.to_diff_dict().items())
 
 
-@functools.lru_cache(maxsize=None)
-def _forward_params(model_cls: type) -> frozenset[str]:
-    """Argument names of a model class's forward (looked up once per class: inspect is slow)."""
-    return frozenset(inspect.signature(model_cls.forward).parameters)
-
-
-def _cache_kwarg(model) -> str | None:
-    """Name of the forward argument that takes a KV cache (transformers renamed it), or None."""
-    params = _forward_params(type(model))
-    for name in ("cache", "past_key_values"):
-        if name in params:
-            return name
-    return None
-
-
-def new_cache(model):
-    """An empty DynamicCache laid out for `model` (sliding-window layers included where it has them)."""
-    from transformers import DynamicCache
-
-    try:
-        return DynamicCache(config=model.config)
-    except TypeError:  # transformers < 4.56 builds layers lazily
-        return DynamicCache()
-
-
-def reserve_cache(cache, room: int) -> None:
-    """Give each full-attention layer of `cache` (already filled, e.g. by a prefill) room for `room`
-    more tokens, so decoding writes each step's keys and values in place (`_reserved_layer_class`)
-    instead of concatenating them onto a copy of the whole cache (torch.profiler put that copy at
-    ~30% of a SmolLM2 rollout of 16 rows × 64 tokens; in wall time the gain is within this CPU's
-    noise). Attention reads the same values, so results are unchanged (tests/unit/test_rollout.py)."""
-    from transformers.cache_utils import DynamicLayer
-
-    for i, layer in enumerate(cache.layers):
-        if type(layer) is DynamicLayer and layer.get_seq_length() > 0:
-            cache.layers[i] = _reserved_layer_class().wrapping(layer, room)
-
-
-@functools.cache
-def _reserved_layer_class():
-    """The class, built on first use: transformers is imported lazily."""
-    from transformers.cache_utils import DynamicLayer
-
-    class ReservedLayer(DynamicLayer):
-        """A DynamicLayer whose keys and values are views of longer buffers: `update` copies the new
-        token's states into the next free slots while there is room, and otherwise grows as usual."""
-
-        @classmethod
-        def wrapping(cls, layer, room: int):
-            new = cls()
-            new.__dict__.update(layer.__dict__)
-            b, h, n, d = layer.keys.shape
-            new._k = layer.keys.new_empty(b, h, n + room, d)
-            new._v = layer.values.new_empty(b, h, n + room, layer.values.shape[-1])
-            new._k[:, :, :n] = layer.keys
-            new._v[:, :, :n] = layer.values
-            new._n = n
-            new._expose()
-            return new
-
-        def _expose(self):
-            self.keys, self.values = self._k[:, :, :self._n], self._v[:, :, :self._n]
-
-        def update(self, key_states, value_states, *args, **kwargs):
-            t = key_states.shape[-2]
-            if self._k is None or self._n + t > self._k.shape[-2]:
-                self._k = self._v = None  # out of room: ordinary growth from here on
-                return super().update(key_states, value_states, *args, **kwargs)
-            self._k[:, :, self._n:self._n + t] = key_states
-            self._v[:, :, self._n:self._n + t] = value_states
-            self._n += t
-            self._expose()
-            return self.keys, self.values
-
-        def batch_select_indices(self, indices):
-            if self._k is None:
-                return super().batch_select_indices(indices)
-            self._k, self._v = self._k[indices], self._v[indices]
-            self._expose()
-
-        def batch_repeat_interleave(self, repeats: int):
-            if self._k is None:
-                return super().batch_repeat_interleave(repeats)
-            self._k, self._v = self._k.repeat_interleave(repeats, 0), self._v.repeat_interleave(repeats, 0)
-            self._expose()
-
-        def crop(self, tokens_to_remove: int):
-            super().crop(tokens_to_remove)
-            self._k = self._v = None
-
-        def reset(self):
-            super().reset()
-            self._k = self._v = None
-
-    return ReservedLayer
-
-
-def prefix_cache_supported(model) -> bool:
-    """Whether `model` can run a prefix once and continue from its DynamicCache as generation does,
-    with the cache's rows repeated or dropped: a decoder-only model that prepares its generation
-    inputs the standard way (no multimodal, M-RoPE or recurrent state) and takes position ids."""
-    from transformers.generation.utils import GenerationMixin
-
-    if getattr(model.config, "is_encoder_decoder", False):
-        return False
-    if getattr(type(model), "prepare_inputs_for_generation", None) is not GenerationMixin.prepare_inputs_for_generation:
-        return False
-    if "position_ids" not in _forward_params(type(model)) or _cache_kwarg(model) is None:
-        return False
-    from transformers import cache_utils
-
-    plain = tuple(getattr(cache_utils, n) for n in ("DynamicLayer", "DynamicSlidingWindowLayer")
-                  if hasattr(cache_utils, n))
-    return all(type(layer) in plain for layer in getattr(new_cache(model), "layers", []))
-
-
-def forward_with_cache(model, input_ids, attention_mask, positions, cache, logits_to_keep: int = 0):
-    """One forward pass that reads and extends `cache`; `attention_mask` covers cache + input."""
-    kwargs = {_cache_kwarg(model): cache, "use_cache": True}
-    if logits_to_keep and "logits_to_keep" in _forward_params(type(model)):
-        kwargs["logits_to_keep"] = logits_to_keep
-        if input_ids.shape[1] > logits_to_keep and model.dtype != torch.float32:
-            # as positions (a tensor), the kept hidden states are gathered into a contiguous tensor: a
-            # strided slice of bf16 rows makes torch's matmul expand the head's weight per row (a
-            # [B, d, V] copy, ~0.4 s for SmolLM2's prefill); gathered, it is one matrix product with
-            # the same result (float32 keeps the slice: there it is fast and this would round differently)
-            width = input_ids.shape[1]
-            kwargs["logits_to_keep"] = torch.arange(width - logits_to_keep, width, device=input_ids.device)
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions, **kwargs).logits
-    return logits[:, -logits_to_keep:] if logits_to_keep else logits
-
-
-def next_tokens(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+def next_tokens(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None = None) -> torch.Tensor:
     """Token choice of `generate` from last-position logits [B, V]: argmax when greedy, else a draw
-    from softmax of the temperature-scaled, nucleus-filtered float32 logits (transformers' warpers)."""
+    (from `generator`; None = torch's global RNG) from softmax of the temperature-scaled,
+    nucleus-filtered float32 logits (transformers' warpers)."""
     from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
 
     scores = logits.float()
@@ -215,12 +75,13 @@ def next_tokens(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
         scores = TemperatureLogitsWarper(params.temperature)(None, scores)
     if params.top_p < 1.0:
         scores = TopPLogitsWarper(params.top_p)(None, scores)
-    return draw(torch.softmax(scores, dim=-1))
+    return draw(torch.softmax(scores, dim=-1), generator)
 
 
-def draw(probs: torch.Tensor) -> torch.Tensor:
+def draw(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
     """One index per row of `probs` [B, V] (rows of non-negative weights), by inverse CDF: a uniform
-    draw u in [0, total) picks the first index whose cumulative weight exceeds u.
+    draw u in [0, total) from `generator` (None = torch's global RNG) picks the first index whose
+    cumulative weight exceeds u.
 
     The cumulative sum runs in float64, so each index's interval is its float32 weight up to a
     relative 1e-16 of the total: over softmaxes of 49,152 random logits the drawn distribution is
@@ -235,26 +96,82 @@ def draw(probs: torch.Tensor) -> torch.Tensor:
         raise RuntimeError("sampling weights contain inf or nan, or a row sums to 0 (non-finite logits?)")
     # torch.rand's float64 lies in [0, 1 - 2^-53], and a product with such a factor rounds below the
     # total, so some entry (the last nonzero weight's) exceeds u; right=True skips empty intervals
-    u = torch.rand(total.shape, dtype=cdf.dtype, device=cdf.device) * total
+    u = torch.rand(total.shape, dtype=cdf.dtype, device=cdf.device, generator=generator) * total
     return torch.searchsorted(cdf, u, right=True).squeeze(1)
 
 
+@contextlib.contextmanager
+def lent_to_global_rng(generator: torch.Generator):
+    """Run code that samples with torch's global RNG (transformers' `generate`) from `generator`'s
+    stream: inside, the global RNG of the generator's device holds the generator's state; on exit
+    the generator takes the advanced state and the global RNG is restored (`torch.random.fork_rng`)."""
+    dev = generator.device
+    cuda = dev.type == "cuda"
+    index = (dev.index if dev.index is not None else torch.cuda.current_device()) if cuda else None
+    with torch.random.fork_rng(devices=[index] if cuda else [], device_type="cuda"):
+        if cuda:
+            torch.cuda.set_rng_state(generator.get_state(), index)
+        else:
+            torch.set_rng_state(generator.get_state())
+        yield
+        generator.set_state(torch.cuda.get_rng_state(index) if cuda else torch.get_rng_state())
+
+
 class HFEngine:
-    """Batched sampling on a transformers model. `max_batch` caps sequences per call; on CPU a lean
-    sampling loop replaces `model.generate` where it is equivalent (module docstring)."""
+    """Batched sampling on a transformers model. Each sub-batch of a call holds at most `max_batch`
+    sequences and, when `max_batch_tokens` is set, at most that many sequence-tokens (sequences ×
+    (longest prompt + max_new_tokens): the KV cache's size in tokens), and at least one prompt's n
+    samples. On CPU a lean sampling loop replaces `model.generate` where it is equivalent (module
+    docstring)."""
 
     name = "hf"
 
-    def __init__(self, model, tokenizer, max_batch: int = 256, logprobs: bool = False, dtype: str = "auto"):
+    def __init__(self, model, tokenizer, max_batch: int = 256, logprobs: bool = False, dtype: str = "auto",
+                 max_batch_tokens: int | None = None):
         self.model = model  # the policy; training updates it in place
         self.dtype = dtype  # "bfloat16": sample from a bf16 replica of it (`sampling_model`)
         self._replica = None
         self.logprobs = logprobs  # record the sampled tokens' log-probs (training: rollout/logprob_diff)
         self.tokenizer = tokenizer
         self.max_batch = max_batch
+        self.max_batch_tokens = max_batch_tokens
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else _eos_ids(model, tokenizer)[0]
         self.eos_ids = _eos_ids(model, tokenizer)
         self.fast = self._fast_path_ok()
+        self._generator: torch.Generator | None = None  # made on the model's device at the first call
+
+    # -- the Engine protocol besides generate --
+
+    def sync_weights(self, model) -> None:
+        """Sample from `model`. The engine samples with the policy's own modules (the bf16 replica is
+        refreshed from them at every call), so an optimizer step needs nothing; a new policy object
+        (LoRA-wrapped, resumed) is taken up."""
+        if model is not self.model:
+            self.model = model
+            self._replica = None
+            self.fast = self._fast_path_ok()
+
+    def sampling_context(self, precision):
+        """The training forward's autocast: the sampler and the trainer compute one distribution one way."""
+        return precision.context()
+
+    def record_logprobs(self, on: bool = True) -> bool:
+        self.logprobs = on
+        return on
+
+    def prompts_per_call(self, prompt_tokens: int, params: SamplingParams) -> int:
+        """Prompts per sub-batch when the longest prompt has `prompt_tokens` tokens (class docstring)."""
+        sequences = self.max_batch
+        if self.max_batch_tokens is not None:
+            sequences = min(sequences, self.max_batch_tokens // (prompt_tokens + params.max_new_tokens))
+        return max(1, sequences // params.n)
+
+    def generator(self, device: torch.device) -> torch.Generator:
+        """The engine's own random stream on `device` (seeded from the OS until a call seeds it)."""
+        if self._generator is None or self._generator.device != device:
+            self._generator = torch.Generator(device=device)
+            self._generator.seed()
+        return self._generator
 
     def _fast_path_ok(self) -> bool:
         if next(self.model.parameters()).device.type != "cpu":
@@ -263,22 +180,26 @@ class HFEngine:
             and prefix_cache_supported(self.model)
 
     @torch.no_grad()
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Sample]]:
-        if params.seed is not None:
-            torch.manual_seed(params.seed)
+    def generate(self, prompts: list[list[int]], params: SamplingParams, progress=None) -> list[list[Sample]]:
+        """`Engine.generate`; `progress(k)` is told of decoding every `PROGRESS_EVERY` steps (`TokenMeter`)."""
         model = self.sampling_model()
         device = next(model.parameters()).device
-        per_call = max(1, self.max_batch // params.n)
+        gen = self.generator(device)
+        if params.seed is not None:
+            gen.manual_seed(params.seed)
+        per_call = self.prompts_per_call(max(map(len, prompts), default=0), params)
         out: list[list[Sample]] = []
         was_training = model.training
         model.eval()
         try:
             for start in range(0, len(prompts), per_call):
                 chunk = prompts[start:start + per_call]
+                meter = TokenMeter(progress, len(chunk) * params.n, params.max_new_tokens)
                 if self.fast:
-                    responses, logps = self._sample(model, chunk, params, device)
+                    responses, logps = self._sample(model, chunk, params, device, gen, meter)
                 else:
-                    responses, logps = self._hf_generate(model, chunk, params, device)
+                    responses, logps = self._hf_generate(model, chunk, params, device, gen, meter)
+                meter.close()
                 for j, resp in enumerate(responses):
                     p = start + j // params.n
                     if j % params.n == 0:
@@ -310,7 +231,8 @@ class HFEngine:
                 dst.copy_(src)
         return self._replica
 
-    def _sample(self, model, chunk: list[list[int]], params: SamplingParams, device):
+    def _sample(self, model, chunk: list[list[int]], params: SamplingParams, device, gen: torch.Generator,
+                meter: TokenMeter):
         """Response token lists [B·n] (prompt-major), each up to its first EOS or max_new_tokens, and
         their log-probs (`sampled_logprobs`; None when greedy or not recorded)."""
         n, eos = params.n, torch.tensor(self.eos_ids, device=device)
@@ -328,7 +250,7 @@ class HFEngine:
         logps = torch.zeros(tokens.shape, device=device) if sampled else None
         for t in range(params.max_new_tokens):
             logits = logits.float()  # once: a bf16 sampler's logits are cast for both uses below
-            nxt = next_tokens(logits, params)
+            nxt = next_tokens(logits, params, gen)
             tokens[rows, t] = nxt
             if sampled:
                 logps[rows, t] = sampled_logprobs(logits, nxt, params.temperature)
@@ -341,12 +263,14 @@ class HFEngine:
                     break
                 cache.batch_select_indices(keep)
                 rows, nxt, mask, pos = rows[keep], nxt[keep], mask[keep], pos[keep]
+            meter.tick(t + 1, len(rows))
             mask = torch.cat([mask, mask.new_ones(len(rows), 1)], dim=1)
             logits = forward_with_cache(model, nxt[:, None], mask, pos, cache, logits_to_keep=1)[:, -1]
             pos = pos + 1
         return tokens.tolist(), (logps.tolist() if sampled else None)
 
-    def _hf_generate(self, model, chunk: list[list[int]], params: SamplingParams, device):
+    def _hf_generate(self, model, chunk: list[list[int]], params: SamplingParams, device, gen: torch.Generator,
+                     meter: TokenMeter):
         """Response token lists [B·n] from `model.generate` (padding after EOS included) and their
         log-probs (recorded by `_LogprobRecorder`; None when greedy or not recorded)."""
         ids, mask = left_pad(chunk, self.pad_id)
@@ -357,6 +281,8 @@ class HFEngine:
             eos_token_id=self.eos_ids,
             use_cache=True,
         )
+        if meter.report is not None:
+            gen_kwargs["stopping_criteria"] = [_metering_criteria(meter, ids.shape[1], self.eos_ids, device)]
         recorder = None
         if params.temperature > 0:
             gen_kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=0)
@@ -365,9 +291,61 @@ class HFEngine:
                 gen_kwargs["logits_processor"] = [recorder]
         else:
             gen_kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-        seqs = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **gen_kwargs)
+        with lent_to_global_rng(gen):  # generate draws with torch.multinomial from the global RNG
+            seqs = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **gen_kwargs)
         resp = seqs[:, ids.shape[1]:]
         return resp.tolist(), (recorder.result(resp).tolist() if recorder is not None else None)
+
+
+PROGRESS_EVERY = 16  # decoding steps between progress reports (one report costs a GPU sync on `generate`'s path)
+
+
+class TokenMeter:
+    """Progress of one sub-batch of `rows` samples in sample-token slots, rows × max_new_tokens in
+    all: a sample still decoding has done the tokens it has, a finished one all max_new_tokens
+    (what it will never need). `report(k)` gets the slots done since its last call, every
+    `PROGRESS_EVERY` decoding steps and at `close`; the reports of a sub-batch add up to exactly
+    rows × max_new_tokens, so a progress bar over them reaches its end, and its rate gives an ETA."""
+
+    def __init__(self, report, rows: int, max_new_tokens: int):
+        self.report, self.rows, self.max_new_tokens = report, rows, max_new_tokens
+        self.done = self.steps = 0
+
+    def tick(self, generated: int, active) -> None:
+        """After a decoding step: each of the `active` unfinished samples has `generated` tokens
+        (`active`: a number, or a function giving it, called only when a report is due)."""
+        self.steps += 1
+        if self.report is not None and self.steps % PROGRESS_EVERY == 0:
+            n = active() if callable(active) else active
+            self._to(n * generated + (self.rows - n) * self.max_new_tokens)
+
+    def close(self) -> None:
+        if self.report is not None:
+            self._to(self.rows * self.max_new_tokens)
+
+    def _to(self, done: int) -> None:
+        if done > self.done:
+            self.report(done - self.done)
+            self.done = done
+
+
+def _metering_criteria(meter: TokenMeter, prompt_width: int, eos_ids: list[int], device):
+    """A `generate` stopping criterion that never stops anything and ticks `meter` at every step."""
+    from transformers import StoppingCriteria
+
+    eos = torch.tensor(eos_ids, device=device)
+
+    class Metering(StoppingCriteria):
+        def __init__(self):
+            self.finished = None
+
+        def __call__(self, input_ids, scores, **kwargs):
+            last = torch.isin(input_ids[:, -1], eos)
+            self.finished = last if self.finished is None else self.finished | last
+            meter.tick(input_ids.shape[1] - prompt_width, lambda: int((~self.finished).sum()))
+            return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+    return Metering()
 
 
 def sampled_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float) -> torch.Tensor:

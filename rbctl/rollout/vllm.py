@@ -26,6 +26,7 @@ importance sampling) — the two pure functions that deal with engine and traine
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import socket
@@ -125,6 +126,7 @@ class VLLMEngine:
         # The LLM loaded its weights from model_name_or_path; the policy may differ (a resumed
         # checkpoint, a LoRA adapter), so the first generation pushes the policy's own weights.
         self._stale = True
+        self.logprobs = True  # the sampled tokens' log-probs (`record_logprobs`)
 
     @staticmethod
     def _build_llm(path, gpu_memory_utilization, sleep_mode, dtype, seed, max_model_len):
@@ -172,6 +174,21 @@ class VLLMEngine:
             self.llm.wake_up(tags=todo)
             self._sleeping -= set(todo)
 
+    # -- the Engine protocol besides generate and sync_weights --
+
+    def sampling_context(self, precision):
+        """None: vLLM samples in its own dtype (its mismatch with the trainer is `rollout/logprob_diff`)."""
+        return contextlib.nullcontext()
+
+    def prompts_per_call(self, prompt_tokens: int, params: SamplingParams) -> None:
+        """Any number: vLLM schedules its own batches (and in sleep mode each call re-pushes the weights)."""
+        return None
+
+    def record_logprobs(self, on: bool = True) -> bool:
+        """vLLM returns the processed (post-temperature) log-prob of each sampled token when asked."""
+        self.logprobs = on
+        return on
+
     # -- weights --
 
     @torch.no_grad()
@@ -202,12 +219,13 @@ class VLLMEngine:
             top_p=1.0 if greedy else params.top_p,
             max_tokens=params.max_new_tokens,
             seed=None if params.seed is None else prompt_seed(params.seed, prompt_index),
-            logprobs=0,  # the sampled token's log-prob only
+            logprobs=0 if self.logprobs else None,  # 0: the sampled token's log-prob only
             stop_token_ids=list(self.eos_ids),
         )
 
     @torch.no_grad()
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Sample]]:
+    def generate(self, prompts: list[list[int]], params: SamplingParams, progress=None) -> list[list[Sample]]:
+        """`Engine.generate`; `progress` is told once, when vLLM's call returns."""
         if self._stale:
             self.sync_weights()
         self.wake_up(["kv_cache"])
@@ -226,6 +244,8 @@ class VLLMEngine:
                 raise RuntimeError(f"vLLM returned {len(comps)} completions for prompt {p}, expected {params.n}")
             result.append([self._sample(p, c) for c in comps])
         self.sleep()
+        if progress is not None:
+            progress(len(prompts) * params.n * params.max_new_tokens)
         return result
 
     def _sample(self, p: int, comp) -> Sample:

@@ -18,6 +18,7 @@ from pathlib import Path
 import yaml
 
 from rbctl.config.base import apply_overrides, read_yaml, validate
+from rbctl.config.eval import check_fits_run_engine, for_run
 from rbctl.config.launcher import LauncherCfg
 from rbctl.config.sweep import SweepConfig, SweepEval
 from rbctl.config.train import TrainConfig
@@ -59,6 +60,11 @@ def load_sweep(path: Path, seed_offset: int = 0) -> tuple[SweepConfig, dict[str,
             configs[arm] = validate(TrainConfig, data, f"{path} arm '{arm}'")
         except UserError as e:
             raise UserError(str(e)) from None
+    for arm, cfg in configs.items():  # each run's final evaluation is valid for it (engine, vLLM context)
+        try:
+            check_fits_run_engine(for_run(sweep.eval, cfg), cfg)
+        except ValueError as e:
+            raise UserError(f"{path}: eval: arm '{arm}': {e}") from None
     if not sweep.allow_unequal_compute:
         _check_equal_compute(path, configs)
     if sweep.warm_starts:  # each warm start must fit every arm's task settings (one-line error otherwise)
@@ -146,18 +152,6 @@ def sweep_lock(sweep_dir: Path, log=print) -> DirLock:
     return DirLock(sweep_dir, "rbctl ablate", log=log, name=".ablate.lock")
 
 
-def final_eval(cfg: TrainConfig, run_dir: Path, ecfg) -> dict:
-    """Evaluate the run's final checkpoint into RUN_DIR/eval/step_XXXXXX/ (where `report` looks)."""
-    from rbctl.eval.pipeline import evaluate_policy
-    from rbctl.rollout.models import load_policy
-    from rbctl.eval.pipeline import load_problems
-    from rbctl.train.data import task_spec
-
-    policy = load_policy(str(run_dir), device=cfg.model.device, dtype=cfg.model.dtype, step=cfg.steps, log=lambda *a: None)
-    problems = load_problems(ecfg, task_spec(cfg))  # `builtin` = the run's own task
-    return evaluate_policy(policy, ecfg, final_eval_dir(run_dir, cfg.steps), step=cfg.steps, problems=problems)
-
-
 # --- worker ---------------------------------------------------------------------------------------
 
 
@@ -171,8 +165,7 @@ def _run_one(run_dir: str, cfg_dict: dict, meta: dict, eval_dict: dict, threads:
     quiet_libraries()
     key = run_key(meta["arm"], meta["seed"], meta.get("warm_start"))
     try:
-        from rbctl.config.eval import EvalConfig
-        from rbctl.train.loop import train
+        from rbctl.train.loop import evaluate_final, train
 
         cfg = TrainConfig.model_validate(cfg_dict)
         rd = Path(run_dir)
@@ -182,14 +175,13 @@ def _run_one(run_dir: str, cfg_dict: dict, meta: dict, eval_dict: dict, threads:
         def on_step(step, m):
             queue.put((key, "step", step, {"reward": m["reward/mean"], "entropy": m["entropy"]}))
 
-        train(cfg, rd, progress=False, log=lambda *a: None, on_step=on_step)
-        queue.put((key, "eval", cfg.steps, {}))
-        e = SweepEval.model_validate(eval_dict)
-        ecfg = EvalConfig(benchmarks=e.benchmarks, n=e.n, temperature=e.temperature, top_p=e.top_p,
-                          max_new_tokens=e.max_new_tokens or cfg.rollout.max_new_tokens, limit=e.limit,
-                          data_dir=e.data_dir, seed=cfg.seed, template=cfg.data.template,
-                          instruction=cfg.data.instruction, device=cfg.model.device)
-        final_eval(cfg, rd, ecfg)
+        ecfg = for_run(SweepEval.model_validate(eval_dict), cfg)
+
+        def final_eval(tr):  # the final policy, in memory, through the run's own engine
+            queue.put((key, "eval", cfg.steps, {}))
+            evaluate_final(tr, ecfg)
+
+        train(cfg, rd, progress=False, log=lambda *a: None, on_step=on_step, after=final_eval)
         return {"key": key, "status": "done", "error": None}
     except Exception as e:  # a failed run is reported, never allowed to stop the sweep (SystemExit passes: submitit requeues that way)
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
@@ -218,8 +210,7 @@ def run_sweep(sweep_path: Path, sweep_dir: Path, jobs: int | None = None, force:
     with sweep_lock(sweep_dir, log):
         saved = sweep_dir / "sweep.yaml"
         if saved.exists() and not force:
-            old = yaml.safe_load(saved.read_text()) or {}
-            if old.get("configs") != resolved["configs"] or old.get("sweep", {}).get("eval") != resolved["sweep"]["eval"]:
+            if _comparable(yaml.safe_load(saved.read_text()) or {}) != _comparable(resolved):
                 raise UserError(f"sweep directory {sweep_dir} holds a different sweep; use another -o or --force")
         write_atomic(saved, yaml.safe_dump(resolved, sort_keys=False))
         state = read_state(sweep_dir)
@@ -248,6 +239,21 @@ def run_sweep(sweep_path: Path, sweep_dir: Path, jobs: int | None = None, force:
             else:
                 _execute(todo, sweep, sweep_dir, state, jobs, progress, progress_every)
         return state
+
+
+def _comparable(resolved: dict) -> dict | None:
+    """What must match for a sweep directory to be resumed: each arm's config and the evaluation,
+    read through today's schemas (as a run directory's config is on resume), so that a key added
+    since the directory was made, at its default, does not make it another sweep. None when the
+    saved sweep no longer validates."""
+    from pydantic import ValidationError
+
+    try:
+        return {"configs": {a: TrainConfig.model_validate(c).model_dump(mode="json")
+                            for a, c in (resolved.get("configs") or {}).items()},
+                "eval": SweepEval.model_validate((resolved.get("sweep") or {}).get("eval") or {}).model_dump(mode="json")}
+    except ValidationError:
+        return None
 
 
 def _prepare_shared(configs: dict[str, TrainConfig], log) -> None:

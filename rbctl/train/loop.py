@@ -1,5 +1,11 @@
 """`train`: the loop around the trainer: resume, checkpoints, metrics, samples, periodic evaluation,
-the progress display. Only rank 0 writes the run directory."""
+the progress display. Only rank 0 writes the run directory.
+
+Evaluation during a run (periodic, and a sweep's final evaluation, `evaluate_final`) evaluates the
+trainer's in-memory policy through the run's engine: a vLLM run's own engine instance (its weights
+are synced after every optimizer step, and vLLM is built once per process), or an hf engine over
+the policy with the evaluation's batch limits; generation runs in the engine's sampling context
+under the training precision."""
 
 from __future__ import annotations
 
@@ -11,12 +17,13 @@ from pathlib import Path
 
 from rbctl.config.train import TrainConfig
 from rbctl.errors import UserError
-from rbctl.config.eval import EvalConfig
+from rbctl.config.eval import EvalConfig, for_run
 from rbctl.eval.pipeline import evaluate_policy, load_problems, periodic_eval_lines
 from rbctl.rollout.models import LoadedPolicy
 from rbctl.store.atomic import write_atomic
 from rbctl.store.lock import DirLock
-from rbctl.store.rundir import BUILTIN_MARKER, EVAL_LINES, METRICS, PROVENANCE, SAMPLES, periodic_eval_dir
+from rbctl.store.rundir import (BUILTIN_MARKER, EVAL_LINES, METRICS, MODEL, PROVENANCE, SAMPLES, checkpoint_dir,
+                                final_eval_dir, periodic_eval_dir)
 from rbctl.train.checkpoint import save_checkpoint
 from rbctl.train.data import task_spec
 from rbctl.train.rundir import check_run_dir, provenance, write_config
@@ -26,20 +33,25 @@ from rbctl.train.trainer import Trainer
 
 
 def train(cfg: TrainConfig, run_dir: Path, force: bool = False, progress: bool = True, log=print,
-          on_step=None, extend: bool = False) -> list[dict]:
+          on_step=None, extend: bool = False, after=None) -> list[dict]:
     """Train (or resume) the run in `run_dir`; returns the metrics of the steps run now. `force`
     and `extend`: what a resume may change (`rbctl.train.rundir.check_run_dir`).
+    `after(trainer)` is called on rank 0 once the run is complete (also when it already was): a
+    sweep evaluates the final policy there, through the run's engine (`evaluate_final`).
 
     Rank 0 holds RUN_DIR/.lock for the whole run: a second `rbctl train` on the same directory is
     refused (one writer per run directory)."""
     run_dir = Path(run_dir)
     main_rank = int(os.environ.get("RANK", "0")) == 0
     with DirLock(run_dir, "rbctl train", log=log) if main_rank else nullcontext():
-        return _train(cfg, run_dir, force, extend, progress, log, on_step, main_rank)
+        tr, done = _train(cfg, run_dir, force, extend, progress, log, on_step, main_rank)
+        if after is not None and main_rank:
+            after(tr)
+        return done
 
 
 def _train(cfg: TrainConfig, run_dir: Path, force: bool, extend: bool, progress: bool, log, on_step,
-           main_rank: bool) -> list[dict]:
+           main_rank: bool) -> tuple[Trainer, list[dict]]:
     cfg = check_run_dir(cfg, run_dir, force, extend)  # every rank, before rank 0 rewrites config.yaml below
     tr = Trainer(cfg, run_dir, log=log if main_rank else (lambda *a: None))
     tr.dist.barrier()
@@ -55,7 +67,7 @@ def _train(cfg: TrainConfig, run_dir: Path, force: bool, extend: bool, progress:
             write_atomic(run_dir / PROVENANCE, json.dumps(prov, indent=2))
     if start >= cfg.steps:
         log(f"run {run_dir} is already complete ({start} steps)")
-        return []
+        return tr, []
     if start:
         log(f"resuming {run_dir} from step {start}")
     tracker = None
@@ -99,7 +111,7 @@ def _train(cfg: TrainConfig, run_dir: Path, force: bool, extend: bool, progress:
     finally:
         if tracker is not None:
             tracker.close()
-    return done
+    return tr, done
 
 
 def _periodic_eval(tr: Trainer, cfg: TrainConfig, run_dir: Path, step: int, metrics: dict, main_rank: bool) -> None:
@@ -107,25 +119,40 @@ def _periodic_eval(tr: Trainer, cfg: TrainConfig, run_dir: Path, step: int, metr
     Every rank enters `tr.full_weights()` (under FSDP the gather is collective); the others leave
     it at once and wait at the next collective."""
     with tr.full_weights():
-        if main_rank:
-            _evaluate(tr, cfg, run_dir, step, metrics)
+        if not main_rank:
+            return
+        ecfg = for_run(cfg.eval, cfg)
+        if tr.eval_problems is None:
+            tr.eval_problems = load_problems(ecfg, task_spec(cfg))  # `builtin` = this run's own task
+        t = time.perf_counter()
+        results = _evaluate(tr, ecfg, periodic_eval_dir(run_dir, step), step, tr.eval_problems, tr.base_source)
+        metrics["time/eval_s"] = time.perf_counter() - t
+        for line in periodic_eval_lines(results, step):
+            append_jsonl(run_dir / EVAL_LINES, line)
 
 
-def _evaluate(tr: Trainer, cfg: TrainConfig, run_dir: Path, step: int, metrics: dict) -> None:
-    e = cfg.eval
-    ecfg = EvalConfig(benchmarks=e.benchmarks, n=e.n, temperature=e.temperature, top_p=e.top_p, limit=e.limit,
-                      max_new_tokens=e.max_new_tokens or cfg.rollout.max_new_tokens, seed=cfg.seed,
-                      template=cfg.data.template, instruction=cfg.data.instruction)
-    if tr.eval_problems is None:
-        tr.eval_problems = load_problems(ecfg, task_spec(cfg))  # `builtin` = this run's own task
-    policy = LoadedPolicy(tr.model, tr.tokenizer, tr.base_source, tr.builtin)
-    t = time.perf_counter()
-    results = evaluate_policy(policy, ecfg, periodic_eval_dir(run_dir, step), step=step,
-                              problems=tr.eval_problems)
-    metrics["time/eval_s"] = time.perf_counter() - t
-    for line in periodic_eval_lines(results, step):
-        append_jsonl(run_dir / EVAL_LINES, line)
+def _evaluate(tr: Trainer, ecfg: EvalConfig, out_dir: Path, step: int, problems, source: str) -> dict:
+    """Evaluate the trainer's policy with `ecfg` (a `for_run` config) through the run's engine (module
+    docstring); the summaries name `source` as the model."""
+    policy = LoadedPolicy(tr.model, tr.tokenizer, source, tr.builtin)
+    engine = tr.engine if ecfg.engine == "vllm" else None  # hf: evaluate_policy builds one over the policy
+    results = evaluate_policy(policy, ecfg, out_dir, step=step, problems=problems, engine=engine,
+                              precision=tr.precision)
     tr.model.train()
+    return results
+
+
+def evaluate_final(tr: Trainer, ecfg: EvalConfig) -> dict:
+    """Evaluate a complete run's policy (step `steps`) with `ecfg` into RUN_DIR/eval/step_N/ (where
+    `report` looks), in memory through the run's engine (module docstring); the summaries name the
+    final checkpoint as the model."""
+    cfg, step = tr.cfg, tr.cfg.steps
+    if tr.resume_step > step:
+        raise UserError(f"run directory {tr.run_dir} holds checkpoints past steps={step} (step {tr.resume_step}); "
+                        "its final policy is not the one of this config")
+    problems = load_problems(ecfg, task_spec(cfg))  # `builtin` = the run's own task
+    return _evaluate(tr, ecfg, final_eval_dir(tr.run_dir, step), step, problems,
+                     str(checkpoint_dir(tr.run_dir, step) / MODEL))
 
 
 class _Display:

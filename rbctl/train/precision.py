@@ -12,8 +12,9 @@ forward passes run under bf16 autocast.
 
 Sampling runs in the training precision: the `hf` engine generates under the same autocast as the
 training forward, so the behaviour policy and the "old" log-probs are one distribution computed one
-way (up to kernel rounding between a KV-cached and a full forward). vLLM samples in its own dtype;
-its mismatch with the trainer is measured (`rollout/logprob_diff`) and corrected by `algo.tis_cap`.
+way (up to kernel rounding between a KV-cached and a full forward). vLLM samples in its own dtype,
+and the hf engine with `rollout.dtype: bfloat16` from a bf16 replica; their mismatch with the
+trainer is measured (`rollout/logprob_diff`) and corrected by `algo.tis_cap`.
 """
 
 from __future__ import annotations

@@ -20,7 +20,6 @@ How one step runs (and where it departs from a textbook GRPO loop):
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import time
 from pathlib import Path
@@ -80,8 +79,11 @@ class Trainer(Updater):
         self._setup_data()
         if self.engine is None:
             self.engine = self.parallel.engine(self._engine(self.model), self.model)
-        else:  # vLLM was built on the base model: its first generation must push the policy (resumed, LoRA)
-            self.engine.model = self.model
+        else:  # vLLM was built on the base model: it must sample from the policy (resumed, LoRA)
+            self.engine.sync_weights(self.model)
+        # the sampler's own log-probs: rollout/logprob_diff, and what TIS corrects
+        if not self.engine.record_logprobs() and cfg.algo.tis_cap is not None:
+            raise UserError(f"algo.tis_cap needs the sampler's log-probs; the {cfg.rollout.engine} engine gives none")
         self.pad_id = self.engine.pad_id
         self.eval_problems = None  # loaded at the first periodic evaluation
 
@@ -104,7 +106,7 @@ class Trainer(Updater):
 
     def _engine(self, model):
         r = self.cfg.rollout
-        opts = r.vllm.model_dump() if r.engine == "vllm" else {"logprobs": True}  # rollout/logprob_diff
+        opts = r.vllm.model_dump() if r.engine == "vllm" else {}
         return build_engine(r.engine, model, self.tokenizer, source=self.base_source, batch_size=r.max_batch,
                             seed=self.cfg.seed, sample_dtype=r.dtype, **opts)
 
@@ -197,7 +199,7 @@ class Trainer(Updater):
                                 max_new_tokens=c.rollout.max_new_tokens,
                                 seed=round_seed(c.seed, step, rnd) + 1_000_003 * self.dist.rank)
         # hf samples in the training precision (same autocast); vLLM in its own dtype (logprob_diff, TIS)
-        with self.precision.context() if self.engine.name == "hf" else contextlib.nullcontext():
+        with self.engine.sampling_context(self.precision):
             samples = self.engine.generate(prompts, params)
         flags, failures = self.reward_fn([s.text for group in samples for s in group],
                                          [self.problems[i] for i in idx for _ in range(c.rollout.group_size)])

@@ -180,8 +180,7 @@ class Updater:
         logprob_diff = None
         if batch.engine_logp is not None:  # the sampling path's log-probs vs the trainer's (any engine)
             logprob_diff = logprob_mismatch(batch.engine_logp.to(dev), old, mask_all)
-        if hasattr(self.engine, "sync_weights"):
-            self.engine.sync_weights(self.model)  # vLLM: the next rollout samples from the updated policy
+        self.engine.sync_weights(self.model)  # the next rollout samples from the updated policy
         n_tokens = self.dist.sum(mask_all.sum().item())[0]
         ent_sum, kl_sum, *tok_sums = self.dist.sum(stats["entropy_sum"], stats["kl_sum"], *tok.values())
         n_tok = max(n_tokens, 1)

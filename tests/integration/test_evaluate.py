@@ -156,7 +156,10 @@ class ScriptedEngine:
         self.script = script
         self.seen = 0
 
-    def generate(self, prompts, params):
+    def prompts_per_call(self, prompt_tokens, params):
+        return None  # the whole benchmark in one call
+
+    def generate(self, prompts, params, progress=None):
         out = []
         for texts in self.script[self.seen:self.seen + len(prompts)]:
             out.append([Sample(self.seen, [7] * (i + 1), t, finished=True) for i, t in enumerate(texts[:params.n])])
@@ -233,17 +236,8 @@ def test_cli_on_run_dir_writes_under_the_checkpoint_step(tmp_path: Path) -> None
 
     from rbctl.cli import app
 
-    run_dir = tmp_path / "run"
+    run_dir = _run_dir_with_checkpoint(tmp_path, config=None)  # no config.yaml: the published defaults
     ckpt = run_dir / "checkpoints" / "step_000007" / "model"
-    model, tok = tiny_model_and_tokenizer()
-    model.save_pretrained(ckpt)
-    tok.save_pretrained(ckpt)
-    (ckpt / BUILTIN_MARKER).write_text("{}")
-    (run_dir / "metrics.jsonl").write_text("")
-    from rbctl.store.rundir import CKPT_DONE, checkpoint_manifest
-
-    sealed = ckpt.parent
-    (sealed / CKPT_DONE).write_text(json.dumps({"step": 7, "files": checkpoint_manifest(sealed)}))
     result = CliRunner().invoke(app, ["eval", str(run_dir), "-b", "builtin", "--limit", "2", "--n", "2",
                                       "--max-new-tokens", "4", "--device", "cpu"])
     assert result.exit_code == 0, result.output
@@ -251,6 +245,8 @@ def test_cli_on_run_dir_writes_under_the_checkpoint_step(tmp_path: Path) -> None
     assert (summary["step"], summary["n"], summary["num_problems"], summary["model"]) == (7, 2, 2, str(ckpt))
     assert (summary["protocol"]["temperature"], summary["protocol"]["max_new_tokens"]) == (0.6, 4)
     assert "avg@n" in result.output
+    assert "protocol: the published defaults where not given" in result.output
+    assert "protocol: n=2, temperature 0.6, top-p 0.95, at most 4 new tokens, engine hf" in result.output
 
 
 def test_cli_unknown_benchmark_is_one_line_exit_2(tmp_path: Path) -> None:
@@ -262,3 +258,103 @@ def test_cli_unknown_benchmark_is_one_line_exit_2(tmp_path: Path) -> None:
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "unknown benchmark 'nope'" in lines[0] and "builtin" in lines[0]
     assert proc.stdout == ""
+
+
+def test_progress_runs_over_token_slots_while_generating_and_completes(tiny: LoadedPolicy, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    from rich.console import Console
+    from rich.progress import Progress
+
+    import rbctl.rollout.hf as hf
+
+    monkeypatch.setattr(hf, "PROGRESS_EVERY", 2)
+    advances = []
+    progress = Progress(console=Console(file=io.StringIO()))
+    real = progress.advance
+    monkeypatch.setattr(progress, "advance", lambda task, k: advances.append((task, k)) or real(task, k))
+    cfg = build_config(benchmarks=["builtin"], n=3, limit=4, temperature=1.0, max_new_tokens=8, batch_size=6)
+    with progress:
+        evaluate_policy(tiny, cfg, tmp_path, progress=progress)
+    gen, grade = progress.tasks
+    assert gen.description == "builtin: generating" and gen.total == 4 * 3 * 8 == gen.completed  # slots: P × n × max
+    assert gen.fields["detail"] == "12/12 samples"
+    assert grade.total == grade.completed == 12
+    # 2 calls of 2 prompts (6 // 3), each reporting while it decodes (every 2 steps) and at its end
+    assert len([k for t, k in advances if t == gen.id]) > 2
+
+
+def test_summary_warnings_name_the_share_of_cut_off_and_answerless_samples() -> None:
+    from rbctl.eval.pipeline import WARN_SHARE, protocol_text, summary_warnings
+
+    def summary(truncated, none):
+        return {"benchmark": "amc23", "num_problems": 5, "n": 2, "truncated": truncated,
+                "extraction": {"boxed": 10 - none, "phrase": 0, "none": none},
+                "protocol": {"n": 2, "temperature": 0.6, "top_p": 0.95, "max_new_tokens": 128, "engine": "hf"}}
+
+    assert WARN_SHARE == 0.10
+    assert summary_warnings(summary(0.1, 1)) == []  # 10% is not more than 10%
+    assert summary_warnings(summary(1.0, 4)) == [
+        "amc23: 100% of samples were cut off at max_new_tokens 128 before they ended; raise --max-new-tokens",
+        "amc23: 40% of samples gave no answer the grader could find (extraction 'none')",  # 4 of 5 × 2
+    ]
+    assert protocol_text(summary(0, 0)) == "n=2, temperature 0.6, top-p 0.95, at most 128 new tokens, engine hf"
+    greedy = summary(0, 0)
+    greedy["protocol"].update(n=1, temperature=0.0, top_p=1.0)
+    assert protocol_text(greedy) == "n=1, greedy, at most 128 new tokens, engine hf"
+
+
+def _run_dir_with_checkpoint(tmp_path: Path, config: dict | None) -> Path:
+    from rbctl.store.rundir import CKPT_DONE, checkpoint_manifest
+
+    run_dir = tmp_path / "run"
+    ckpt = run_dir / "checkpoints" / "step_000007" / "model"
+    model, tok = tiny_model_and_tokenizer()
+    model.save_pretrained(ckpt)
+    tok.save_pretrained(ckpt)
+    (ckpt / BUILTIN_MARKER).write_text("{}")
+    (run_dir / "metrics.jsonl").write_text("")
+    sealed = ckpt.parent
+    (sealed / CKPT_DONE).write_text(json.dumps({"step": 7, "files": checkpoint_manifest(sealed)}))
+    if config is not None:
+        from rbctl.config.base import dump_config
+        from rbctl.config.train import TrainConfig
+
+        (run_dir / "config.yaml").write_text(dump_config(TrainConfig.model_validate(config)))
+    return run_dir
+
+
+@pytest.fixture
+def keep_threads():
+    n = torch.get_num_threads()
+    yield
+    torch.set_num_threads(n)
+
+
+def test_cli_on_a_run_directory_uses_its_periodic_protocol_and_says_so(tmp_path: Path, keep_threads) -> None:
+    from typer.testing import CliRunner
+
+    from rbctl.cli import app
+
+    run_dir = _run_dir_with_checkpoint(tmp_path, {
+        "rollout": {"max_new_tokens": 9},
+        "eval": {"every": 5, "benchmarks": ["builtin"], "n": 3, "temperature": 0.7, "top_p": 0.9, "limit": 8}})
+    result = CliRunner().invoke(app, ["eval", str(run_dir), "--limit", "2", "--device", "cpu", "--threads", "1"])
+    assert result.exit_code == 0, result.output
+    assert f"the run's periodic evaluation ({run_dir / 'config.yaml'}, eval:)" in " ".join(result.output.split())
+    summary = json.loads((run_dir / "eval" / "step_000007" / "builtin" / "summary.json").read_text())
+    proto = summary["protocol"]
+    # eval.max_new_tokens null = rollout.max_new_tokens 9; not the run's limit of 8 (a final evaluation scores all)
+    assert (summary["n"], proto["temperature"], proto["top_p"], proto["max_new_tokens"]) == (3, 0.7, 0.9, 9)
+    assert summary["num_problems"] == 2 and proto["threads"] == 1
+    assert "protocol: n=3, temperature 0.7, top-p 0.9, at most 9 new tokens, engine hf" in result.output
+
+    # told otherwise: --n 1 and -o; the rest still the run's (temperature 0.7, not the greedy default)
+    result = CliRunner().invoke(app, ["eval", str(run_dir), "--limit", "2", "--device", "cpu", "--n", "1",
+                                      "--max-new-tokens", "1", "-o", str(tmp_path / "o")])
+    assert result.exit_code == 0, result.output
+    proto = json.loads((tmp_path / "o" / "builtin" / "summary.json").read_text())["protocol"]
+    assert (proto["n"], proto["temperature"], proto["max_new_tokens"]) == (1, 0.7, 1)
+    # one token leaves no room for an answer: said, not just a 0.0 in the table
+    assert "warning: builtin:" in result.output and "cut off at max_new_tokens 1" in " ".join(result.output.split())

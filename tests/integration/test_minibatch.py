@@ -12,7 +12,7 @@ import torch
 
 from rbctl.config.train import load_train_config
 from rbctl.errors import UserError
-from rbctl.rollout.hf import position_ids
+from rbctl.rollout.kvcache import position_ids
 from rbctl.train.optim import make_optimizer
 from rbctl.train.trainer import Trainer
 

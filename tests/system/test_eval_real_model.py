@@ -36,6 +36,8 @@ def test_eval_smollm2_on_three_benchmarks(tmp_path: Path) -> None:
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "avg@n" in proc.stdout and "pass@2" in proc.stdout
+    assert "protocol: the published defaults where not given" in proc.stdout
+    assert "protocol: n=2, temperature 0.6, top-p 0.95, at most 24 new tokens, engine hf" in proc.stdout
     for bench in ("amc23", "aime24", "aime25"):
         summary = json.loads((tmp_path / bench / "summary.json").read_text())
         assert (summary["n"], summary["num_problems"], summary["model"]) == (2, 2, str(gguf))

@@ -59,7 +59,7 @@ def test_greedy_with_n_copies_repeats_the_single_answer():
 
 
 def test_decoding_from_the_repeated_prompt_cache_gives_the_full_forward_logits():
-    from rbctl.rollout.hf import forward_with_cache, left_pad, new_cache, position_ids
+    from rbctl.rollout.kvcache import forward_with_cache, left_pad, new_cache, position_ids
 
     model = _tiny_llama(0)
     ids, mask = left_pad(PROMPTS, 0)
@@ -97,7 +97,7 @@ def test_reserved_cache_samples_the_same_tokens_as_a_growing_cache(monkeypatch):
 
 
 def test_reserved_cache_layer_grows_as_usual_once_its_room_is_used():
-    from rbctl.rollout.hf import forward_with_cache, left_pad, new_cache, position_ids, reserve_cache
+    from rbctl.rollout.kvcache import forward_with_cache, left_pad, new_cache, position_ids, reserve_cache
 
     model = _tiny_llama(0)
     ids, mask = left_pad(PROMPTS, 0)
@@ -117,7 +117,7 @@ def test_reserved_cache_layer_grows_as_usual_once_its_room_is_used():
 def test_bfloat16_prefill_keeps_the_last_logits_exactly():
     """In bf16 the kept positions are gathered (a tensor `logits_to_keep`): same logits as slicing
     the full forward's."""
-    from rbctl.rollout.hf import forward_with_cache, left_pad, new_cache, position_ids
+    from rbctl.rollout.kvcache import forward_with_cache, left_pad, new_cache, position_ids
 
     model = _tiny_llama(1).to(torch.bfloat16)
     ids, mask = left_pad(PROMPTS, 0)
@@ -175,9 +175,9 @@ def test_draw_by_inverse_cdf_follows_the_weights_and_never_picks_a_zero():
 def test_draw_at_either_end_of_the_uniform_range_picks_a_nonzero_weight(monkeypatch):
     weights = torch.tensor([[0.0, 0.1, 0.2, 0.3, 0.0, 0.0], [0.0, 1e-30, 0.0, 0.7, 0.0, 0.0]])
     top = 1.0 - 2.0 ** -53  # torch.rand's largest float64
-    monkeypatch.setattr(torch, "rand", lambda shape, **kw: torch.full(shape, top, **kw))
+    monkeypatch.setattr(torch, "rand", lambda shape, generator=None, **kw: torch.full(shape, top, **kw))
     assert draw(weights).tolist() == [3, 3]  # the last nonzero weight, not a trailing zero
-    monkeypatch.setattr(torch, "rand", lambda shape, **kw: torch.zeros(shape, **kw))
+    monkeypatch.setattr(torch, "rand", lambda shape, generator=None, **kw: torch.zeros(shape, **kw))
     assert draw(weights).tolist() == [1, 1]  # the first nonzero weight, not a leading zero
 
 
@@ -216,3 +216,98 @@ def test_bfloat16_sampling_replica_follows_the_policy_and_keeps_buffers_and_ties
     assert [len(g) for g in out] == [2] * len(PROMPTS)
     assert all(s.logprobs is not None and len(s.logprobs) == len(s.token_ids) for g in out for s in g)
     assert HFEngine(model, _Tok()).sampling_model() is model  # dtype auto: the policy itself
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_seeded_draws_are_those_of_the_global_rng_seeded_alike_and_the_global_rng_is_left_alone(fast, monkeypatch):
+    """The engine's own generator gives, bit for bit, the samples of the engine before it had one
+    (`torch.manual_seed(seed)`, then torch's global RNG), over two sub-batches of one call, on both
+    sampling paths; the caller's global stream is not touched."""
+    import contextlib
+
+    import rbctl.rollout.hf as hf
+
+    engine = HFEngine(_tiny_llama(2), _Tok(), max_batch=6, logprobs=True)  # 2 prompts × n=3 per sub-batch
+    engine.fast = fast
+    params = SamplingParams(n=3, temperature=1.0, max_new_tokens=9, seed=11)
+    torch.manual_seed(123)
+    caller = torch.get_rng_state()
+    got = engine.generate(PROMPTS, params)
+    assert torch.equal(torch.get_rng_state(), caller)
+
+    real_draw = hf.draw
+    monkeypatch.setattr(hf, "draw", lambda probs, generator=None: real_draw(probs))  # the global RNG
+    monkeypatch.setattr(hf, "lent_to_global_rng", lambda generator: contextlib.nullcontext())
+    torch.manual_seed(11)
+    old = engine.generate(PROMPTS, SamplingParams(n=3, temperature=1.0, max_new_tokens=9, seed=None))
+    assert [[(s.token_ids, s.logprobs) for s in g] for g in got] == [[(s.token_ids, s.logprobs) for s in g] for g in old]
+    assert len({tuple(s.token_ids) for g in got for s in g}) > 3  # the draws differ between samples
+
+
+def test_sub_batches_hold_at_most_max_batch_sequences_and_max_batch_tokens(monkeypatch):
+    engine = HFEngine(_tiny_llama(0), _Tok(), max_batch=64, max_batch_tokens=100)
+    params = SamplingParams(n=2, temperature=1.0, max_new_tokens=15, seed=0)
+    # the KV cache of one sequence: 10 prompt + 15 new = 25 tokens; 100 // 25 = 4 sequences = 2 prompts of n=2
+    assert engine.prompts_per_call(10, params) == 2
+    assert engine.prompts_per_call(10, SamplingParams(n=8, max_new_tokens=15)) == 1  # never less than one prompt
+    assert HFEngine(_tiny_llama(0), _Tok(), max_batch=6).prompts_per_call(10_000, params) == 3  # no token bound: 6 // 2
+    calls = []
+    real = engine._sample
+    monkeypatch.setattr(engine, "_sample", lambda model, chunk, *a: calls.append(len(chunk)) or real(model, chunk, *a))
+    prompts = [[1] + [4] * 9] * 5  # 10 tokens each
+    out = engine.generate(prompts, params)
+    assert calls == [2, 2, 1] and [len(g) for g in out] == [2] * 5
+
+
+def test_the_kv_cache_budget_is_half_the_free_memory_over_the_bytes_of_one_token(monkeypatch):
+    from types import SimpleNamespace
+
+    from transformers import Qwen3Config
+
+    from rbctl.rollout import factory
+
+    # Qwen3-8B's published sizes: 36 layers, 32 query heads, 8 KV heads, head dim 128; bf16
+    qwen3_8b = SimpleNamespace(config=Qwen3Config(num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8,
+                                                  head_dim=128, hidden_size=4096),
+                               parameters=lambda: iter([torch.empty(1, dtype=torch.bfloat16)]))
+    assert factory.kv_cache_bytes_per_token(qwen3_8b) == 2 * 36 * 8 * 128 * 2 == 147_456
+    monkeypatch.setattr(factory, "free_memory", lambda device: 80 * 10**9)
+    assert factory.default_max_batch_tokens(qwen3_8b, "cuda") == 40 * 10**9 // 147_456 == 271_267
+    # the tiny test Llama in float32: 2 layers × 2 KV heads × head dim 8 × 2 × 4 bytes
+    assert factory.kv_cache_bytes_per_token(_tiny_llama(0)) == 2 * 2 * 2 * 8 * 4
+    assert factory.free_memory("cpu") > 0
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_progress_is_reported_every_few_decoding_steps_and_adds_up_to_every_token_slot(fast, monkeypatch):
+    """`progress(k)` from both sampling paths: every PROGRESS_EVERY steps (here 2) the slots done so
+    far, a sample with t tokens counting t and a finished one max_new_tokens, then the rest at the
+    end of each sub-batch: the cumulative reports follow the returned samples' lengths exactly."""
+    import rbctl.rollout.hf as hf
+
+    monkeypatch.setattr(hf, "PROGRESS_EVERY", 2)
+    engine = HFEngine(_tiny_llama(3), _Tok(), max_batch=4)  # two sub-batches of 2 prompts × n=2
+    engine.fast = fast
+    params = SamplingParams(n=2, temperature=1.0, max_new_tokens=9, seed=1)
+    calls = []
+    out = engine.generate(PROMPTS, params, progress=calls.append)
+    assert all(k > 0 for k in calls) and sum(calls) == len(PROMPTS) * 2 * 9
+    assert len(calls) > 2  # reports within the sub-batches, not only at their ends
+
+    def reports(samples):  # what one sub-batch reports: slots done at steps 2, 4, ... while it decodes, then the rest
+        longest = max(len(x.token_ids) for x in samples)
+        marks = [sum(9 if x.finished and len(x.token_ids) <= step else step for x in samples)
+                 for step in range(2, min(longest, 9), 2)] + [len(samples) * 9]
+        return [b - a for a, b in zip([0] + marks, marks) if b > a]
+
+    assert calls == reports([x for g in out[:2] for x in g]) + reports([x for g in out[2:] for x in g])
+    assert {s.finished for g in out for s in g} == {True, False}  # some samples stopped early: they count 9
+
+
+def test_a_call_without_progress_reports_nothing_and_samples_the_same(monkeypatch):
+    engine = HFEngine(_tiny_llama(3), _Tok(), max_batch=4)
+    params = SamplingParams(n=2, temperature=1.0, max_new_tokens=9, seed=1)
+    calls = []
+    a = engine.generate(PROMPTS, params, progress=calls.append)
+    b = engine.generate(PROMPTS, params)
+    assert calls and [[s.token_ids for s in g] for g in a] == [[s.token_ids for s in g] for g in b]
