@@ -141,10 +141,12 @@ def run_record(run_dir: Path, steps: int) -> dict:
     """What two equal runs must share: metrics (timings aside), evaluation lines, final weights."""
     from safetensors.torch import load_file
 
+    from rbctl.store.rundir import EVAL_LINES, METRICS, MODEL, checkpoint_dir
+
     metrics = [{k: v for k, v in r.items() if not k.startswith(("time/", "throughput/"))}
-               for r in _lines(run_dir / "metrics.jsonl")]
-    weights = load_file(str(run_dir / "checkpoints" / f"step_{steps:06d}" / "model" / "model.safetensors"))
-    return {"metrics": metrics, "eval": _lines(run_dir / "eval.jsonl"), "weights": weights}
+               for r in _lines(run_dir / METRICS)]
+    weights = load_file(str(checkpoint_dir(run_dir, steps) / MODEL / "model.safetensors"))
+    return {"metrics": metrics, "eval": _lines(run_dir / EVAL_LINES), "weights": weights}
 
 
 def differences(a: dict, b: dict) -> list[str]:
@@ -197,7 +199,9 @@ def bf16_peak(device: str) -> tuple[float, str, float]:
 
 def throughput(run_dir: Path, size: dict, prompt_tokens: int, n_params: int, peak_tflops: float) -> dict:
     """Tokens/s and MFU of the rollout and the update, averaged over the steps after the first."""
-    rows = _lines(run_dir / "metrics.jsonl")
+    from rbctl.store.rundir import METRICS
+
+    rows = _lines(run_dir / METRICS)
     rows = rows[1:] or rows
     rollouts = size["prompts"] * size["group"]
     rollout_s = statistics.mean(r["time/rollout_s"] for r in rows)
@@ -292,9 +296,11 @@ def _check(args) -> int:
             run_training(cfg, out / "run_c")
             diff_ac = differences(rec_a, run_record(out / "run_c", size["steps"]))
         perf = throughput(out / "run_a", size, prompt_tokens, n_params, peak_tflops)
-        evals = _lines(out / "run_a" / "eval.jsonl")
-        summary = json.loads(next((out / "run_a" / "eval" / "periodic").rglob("summary.json")).read_text())
-        finite = all(r["nonfinite/skipped"] == 0 for r in _lines(out / "run_a" / "metrics.jsonl"))
+        from rbctl.store.rundir import EVAL_LINES, METRICS, SUMMARY
+
+        evals = _lines(out / "run_a" / EVAL_LINES)
+        summary = json.loads(next((out / "run_a" / "eval" / "periodic").rglob(SUMMARY)).read_text())
+        finite = all(r["nonfinite/skipped"] == 0 for r in _lines(out / "run_a" / METRICS))
         eval_steps = sorted({r["step"] for r in evals})
         want_steps = sorted({0, *range(2, size["steps"] + 1, 2), size["steps"]})
         tests_ok, tests_line = gpu_tests() if args.device == "cuda" else (True, "skipped (no CUDA)")
