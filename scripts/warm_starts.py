@@ -27,12 +27,14 @@ import tempfile
 from dataclasses import asdict, replace
 from pathlib import Path
 
-# What a fixpoint warm start must be like (docs/plateau_task.md, "The warm start"): a look-up circuit
-# that is formed (the shortcut right on depth-1 problems), the demonstrators' strategy mix (15% walks)
-# and their per-hop early stop (a walk right ~70% of the time at depth 1), hence pass@1, pass@8 and
-# entropy in a narrow band.
-TARGETS = {"fixpoint": {"shortcut_acc_depth1": [0.97, 1.0], "walk_share": [0.12, 0.17], "walk_acc_depth1": [0.6, 0.8],
-                        "pass@1": [0.68, 0.75], "pass@8": [0.76, 0.86], "entropy": [0.14, 0.22]}}
+# What a fixpoint warm start of the main job's recipe (configs/fixpoint.yaml) must be like
+# (docs/plateau_task.md, "The warm start"): its look-up circuit formed (the shortcut right on
+# depth-1 problems), the demonstrators' strategy mix (15% walks) and their per-hop early stop (0.5:
+# a walk is right half the time at depth 1), hence, with 80% depth-1 problems,
+# pass@1 ≈ 0.8·(0.85 + 0.15·0.5) + 0.2·0.15·0.1 ≈ 0.74, pass@8, and an entropy in a narrow band.
+# The bands allow the sampling error of 256 problems × 8 samples and the spread of SFT seeds.
+TARGETS = {"fixpoint": {"shortcut_acc_depth1": [0.97, 1.0], "walk_share": [0.11, 0.18], "walk_acc_depth1": [0.38, 0.62],
+                        "pass@1": [0.69, 0.77], "pass@8": [0.76, 0.86], "entropy": [0.13, 0.20]}}
 FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
          "rbctl_builtin.json")
 

@@ -24,9 +24,10 @@ def _problems_digest(spec) -> str:
     return hashlib.sha256(json.dumps([[p.id, p.problem, p.answer] for p in probs]).encode()).hexdigest()[:16]
 
 
-# Computed with the flat section (main at 7b835fd) for the same three configs.
+# Computed with the flat section (main at 7b835fd) for the same three configs (the first design of the
+# plateau task, configs/fixpoint.yaml then, is configs/lab/fixpoint_v1.yaml now).
 BEFORE = {
-    "fixpoint.yaml": ("builtin-fixpoint-672fcff14a2d", "0cbb55b0da580015"),
+    "lab/fixpoint_v1.yaml": ("builtin-fixpoint-672fcff14a2d", "0cbb55b0da580015"),
     "quickstart.yaml": ("builtin-ab7bcbd6a2f4", "f19e78bcd586e0b1"),
     "TINY_TRAIN": ("builtin-bed1faf79213", "765712958d3bd03e"),
 }
@@ -43,8 +44,8 @@ def test_a_bare_task_gets_its_own_defaults():
     # the flat section gave `task: fixpoint` the links task's num_keys 8, demo_error 0.2 and 1200 steps
     cfg = load_train_config(None, ["data.builtin.task=fixpoint"])
     assert (task_spec(cfg), warm_start_spec(cfg)) == (fixpoint.TaskSpec(), fixpoint.WarmStartSpec())
-    # configs/fixpoint.yaml sets exactly the fixpoint defaults: the same warm start
-    assert builtin.warm_start_path(task_spec(cfg), warm_start_spec(cfg)).name == BEFORE["fixpoint.yaml"][0]
+    # the task's first design (configs/lab/fixpoint_v1.yaml) set exactly the fixpoint defaults: the same warm start
+    assert builtin.warm_start_path(task_spec(cfg), warm_start_spec(cfg)).name == BEFORE["lab/fixpoint_v1.yaml"][0]
     cfg = load_train_config(None, [])
     assert (cfg.data.builtin.task, task_spec(cfg), warm_start_spec(cfg)) == ("links", links.TaskSpec(), links.WarmStartSpec())
     cfg = load_train_config(None, ["data.builtin.task=maze"])
