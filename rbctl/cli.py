@@ -203,8 +203,8 @@ def ablate(
     """Run a declared grid of arms × seeds, each run followed by its evaluation; resumable.
 
     Re-running on the same directory skips finished runs and resumes partial ones. With no SWEEP
-    argument it runs the default sweep (configs/ablate_fixpoint.yaml: the plateau task, 8 arms × 5
-    seeds) and writes its report."""
+    argument it runs the default sweep (configs/ablate_fixpoint.yaml, the main job: the plateau task,
+    3 arms × 24 seeds from a shipped warm start) and writes its report."""
     import time
 
     from rbctl.sweep.ablate import DEFAULT_SWEEP, run_sweep, summarize_state

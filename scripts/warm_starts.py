@@ -20,12 +20,13 @@ import argparse
 import datetime as dt
 import json
 import os
-import platform
 import shutil
 import subprocess
 import tempfile
 from dataclasses import asdict, replace
 from pathlib import Path
+
+from scripts.bench_main_job import cpu_model
 
 # What a fixpoint warm start of the main job's recipe (configs/fixpoint.yaml) must be like
 # (docs/plateau_task.md, "The warm start"): its look-up circuit formed (the shortcut right on
@@ -37,16 +38,6 @@ TARGETS = {"fixpoint": {"shortcut_acc_depth1": [0.97, 1.0], "walk_share": [0.11,
                         "pass@1": [0.69, 0.77], "pass@8": [0.76, 0.86], "entropy": [0.13, 0.20]}}
 FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
          "rbctl_builtin.json")
-
-
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _commit() -> str | None:
@@ -106,7 +97,7 @@ def make(config: Path, seeds: list[int], cache: Path | None = None) -> None:
             idx.setdefault("warm_starts", {})[name] = {
                 "kind": spec.kind, "task": asdict(spec), "warm_start": asdict(ws), "sha256": file_hashes(dest),
                 "properties": props,
-                "made": {"date": dt.date.today().isoformat(), "commit": _commit(), "cpu": _cpu(),
+                "made": {"date": dt.date.today().isoformat(), "commit": _commit(), "cpu": cpu_model(),
                          "torch": torch.__version__, "command": f"python -m scripts.warm_starts make {config} --seeds "
                                                                 + " ".join(map(str, seeds))},
             }
@@ -140,7 +131,7 @@ def check() -> int:
                 line["shipped_properties"] = rec["properties"]
             print(json.dumps(line))
     print(f"{differ} of {len(index()['warm_starts'])} regenerated warm starts differ from the shipped ones "
-          f"on this machine ({_cpu()})")
+          f"on this machine ({cpu_model()})")
     return 1 if differ else 0
 
 

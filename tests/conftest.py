@@ -84,3 +84,20 @@ def tiny_config(rbctl_cache):
         return TrainConfig.model_validate(data)
 
     return make
+
+
+@pytest.fixture
+def trainers(monkeypatch):
+    """Every Trainer that `rbctl.train.loop.train` builds, in order."""
+    from rbctl.train import loop
+    from rbctl.train.trainer import Trainer
+
+    made: list = []
+
+    class Recording(Trainer):
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            made.append(self)
+
+    monkeypatch.setattr(loop, "Trainer", Recording)
+    return made

@@ -15,26 +15,11 @@ from rbctl.config.sweep import SweepEval
 from rbctl.errors import UserError
 from rbctl.store.rundir import checkpoint_dir, final_eval_dir, periodic_eval_dir
 from rbctl.sweep.ablate import _run_one, load_sweep
-from rbctl.train import loop
 from rbctl.train.loop import train
-from rbctl.train.trainer import Trainer
 from tests.conftest import TINY_TRAIN
 from tests.vllm_standin import use_vllm_standin
 
 QUIET = dict(progress=False, log=lambda *a: None)
-
-
-@pytest.fixture
-def trainers(monkeypatch):
-    made: list[Trainer] = []
-
-    class Recording(Trainer):
-        def __init__(self, *a, **k):
-            super().__init__(*a, **k)
-            made.append(self)
-
-    monkeypatch.setattr(loop, "Trainer", Recording)
-    return made
 
 
 def _summary(path):

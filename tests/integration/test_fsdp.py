@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import load_file
 
 from rbctl.train.trainer import Trainer
-from tests.integration.test_scaleout import _free_port, _record_grads, _shard
+from tests.integration.test_scaleout import _free_port, _record_grads, _shard, single_process_update
 
 
 def _full(t: torch.Tensor) -> torch.Tensor:
@@ -63,14 +63,8 @@ def test_fsdp_update_equals_one_process_and_a_checkpoint_restores_the_shards(tin
 
     monkeypatch.setattr(batch_mod, "_can_share_prompts", lambda *a, **k: False)  # the per-row forward, as under FSDP
     cfg = tiny_config(optim__lr=1e-4, algo__log_kl="false", model__fsdp="true")
-    single = Trainer(cfg, tmp_path / "single", log=lambda *a: None)  # one process: FSDP has nothing to shard
-    assert not single.parallel.sharded
-    batch, _, _ = single.rollout(1)
-    assert batch.correct.any() and not batch.correct.all()  # a batch that carries signal
-    torch.save(batch, tmp_path / "batch.pt")
-    grads = _record_grads(single)
-    single.update(batch)
-    ref = {n: p.detach() for n, p in single.model.named_parameters()}
+    single, grads, ref = single_process_update(cfg, tmp_path)
+    assert not single.parallel.sharded  # one process: FSDP has nothing to shard
 
     torch.multiprocessing.spawn(_update_worker, args=(2, _free_port(), cfg.model_dump_json(), str(tmp_path / "batch.pt"),
                                                       str(tmp_path)), nprocs=2, join=True)

@@ -49,3 +49,19 @@ def test_results_document_reuses_an_existing_report(tmp_path):
     text = results_markdown(tmp_path / "sweep", tmp_path / "rep", today=dt.date(2026, 12, 1))
     assert "Generated on 2026-12-01" in text and "## Principal comparisons" in text and "| 1 |" in text
     assert "## Power" not in text and "Commit: unknown (no provenance)" in text
+
+
+def test_headline_is_the_principal_verdicts_and_goes_into_the_readme_block(tmp_path):
+    from scripts.readme_results import HEADLINE_BEGIN, HEADLINE_END, headline_markdown, write_headline
+
+    (tmp_path / "rep" / "tables").mkdir(parents=True)
+    (tmp_path / "rep" / "tables" / "verdicts.md").write_text("| comparison | verdict |\n| --- | --- |\n| b − a | higher |\n")
+    run = make_run(tmp_path / "sweep" / "runs" / "grpo" / "seed_0", "grpo", 0, CORRECT["grpo", 0])
+    (run / "provenance.json").write_text(json.dumps({"git_commit": "0123abcdef"}))
+    text = headline_markdown(tmp_path / "sweep", tmp_path / "rep")
+    assert text.startswith("| comparison | verdict |\n| --- | --- |\n| b − a | higher |")
+    assert "1 runs (1 units per arm) at commit 0123abc" in text
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# x\n\nbefore\n{HEADLINE_BEGIN}\nold\n{HEADLINE_END}\nafter\n")
+    write_headline(readme, text)
+    assert readme.read_text() == f"# x\n\nbefore\n{HEADLINE_BEGIN}\n{text}\n{HEADLINE_END}\nafter\n"

@@ -34,6 +34,19 @@ def _shard(batch: RolloutBatch, rank: int, world: int) -> RolloutBatch:
                                engine_logp=None if batch.engine_logp is None else batch.engine_logp[rows])
 
 
+def single_process_update(cfg, tmp_path):
+    """One process's rollout and update of step 1 (the reference a multi-process step must equal):
+    (the trainer, its gradients, its parameters after the step); the batch is saved to
+    tmp_path/batch.pt for the ranks."""
+    single = Trainer(cfg, tmp_path / "single", log=lambda *a: None)
+    batch, _, _ = single.rollout(1)
+    assert batch.correct.any() and not batch.correct.all()  # a batch that carries signal
+    torch.save(batch, tmp_path / "batch.pt")
+    grads = _record_grads(single)
+    single.update(batch)
+    return single, grads, {n: p.detach() for n, p in single.model.named_parameters()}
+
+
 def _record_grads(tr: Trainer) -> dict:
     grads = {}
     step = tr.opt.step
@@ -70,13 +83,7 @@ def test_two_gloo_ranks_update_like_one_process_on_the_global_batch(tiny_config,
     # Same per-row forward in both (DDP turns the shared-prompt path off), so only summation order differs.
     monkeypatch.setattr(batch_mod, "_can_share_prompts", lambda *a, **k: False)
     cfg = tiny_config(optim__lr=1e-4, algo__log_kl="false")
-    single = Trainer(cfg, tmp_path / "single", log=lambda *a: None)
-    batch, _, _ = single.rollout(1)
-    assert batch.correct.any() and not batch.correct.all()  # a batch that carries signal
-    torch.save(batch, tmp_path / "batch.pt")
-    grads = _record_grads(single)
-    single.update(batch)
-    ref = {n: p.detach() for n, p in single.model.named_parameters()}
+    single, grads, ref = single_process_update(cfg, tmp_path)
 
     torch.multiprocessing.spawn(_ddp_worker, args=(2, _free_port(), cfg.model_dump_json(), str(tmp_path / "batch.pt"),
                                                    str(tmp_path)), nprocs=2, join=True)

@@ -13,7 +13,6 @@ import pytest
 import torch
 
 from rbctl.config.train import load_train_config
-from rbctl.train import loop
 from rbctl.train.loop import train
 from rbctl.train.trainer import Trainer
 from tests.vllm_standin import use_vllm_standin
@@ -31,20 +30,6 @@ def _policy_weights(model) -> dict[str, torch.Tensor]:
     if hasattr(model, "peft_config"):
         model = copy.deepcopy(model).merge_and_unload()
     return {k: v.detach() for k, v in model.named_parameters()}
-
-
-@pytest.fixture
-def trainers(monkeypatch):
-    """Every Trainer that `train` builds, in order."""
-    made: list[Trainer] = []
-
-    class Recording(Trainer):
-        def __init__(self, *a, **k):
-            super().__init__(*a, **k)
-            made.append(self)
-
-    monkeypatch.setattr(loop, "Trainer", Recording)
-    return made
 
 
 def _check_engine_holds_policy(tr: Trainer) -> None:
