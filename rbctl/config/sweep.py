@@ -68,6 +68,14 @@ class Escape(Section):
     benchmark: Optional[str] = Field(None, description="Benchmark of the periodic evaluation (null = the first of eval.benchmarks).")
 
 
+class Ceiling(Section):
+    """A pass@1 shown reachable on the sweep's task (docs/method.md, "Premature convergence"), for
+    the plateau test; written to SWEEP_DIR/ceiling.json."""
+
+    value: float = Field(..., gt=0.0, le=1.0, description="The reachable held-out pass@1, a fraction.")
+    source: str = Field(..., min_length=1, description="Where it was shown reachable (a longer run, a policy trained on correct solutions).")
+
+
 class SweepConfig(Section):
     name: str = Field("sweep", description="Sweep name (shown in reports).")
     base: str = Field(..., description="Base training config YAML, relative to the sweep file.")
@@ -81,6 +89,7 @@ class SweepConfig(Section):
     launcher: Optional[LauncherCfg] = Field(None, description="submitit settings for `--launcher submitit` (Slurm, or its local mode).")
     comparisons: Optional[Comparisons] = Field(None, description="Principal comparisons, metric and power design, stated before running (null = every stated pair, one Holm family).")
     escape: Optional[Escape] = Field(None, description="Escape-time analysis of the report (null = off).")
+    ceiling: Optional[Ceiling] = Field(None, description="A reachable pass@1 for the plateau test, written to SWEEP_DIR/ceiling.json (null = the report's default: the best arm's final pass@1).")
 
     @field_validator("seeds")
     @classmethod

@@ -27,7 +27,7 @@ from rbctl.config.sweep import arm_variant
 from rbctl.errors import UserError
 from rbctl.store.atomic import write_atomic
 from rbctl.store.lock import DirLock
-from rbctl.store.rundir import RUN_META, SUMMARY, SWEEP_STATE, final_eval_dir
+from rbctl.store.rundir import CEILING, RUN_META, SUMMARY, SWEEP_STATE, final_eval_dir
 
 # Arms must get equal compute: these keys may differ between arms only when the sweep says so.
 COMPUTE_KEYS = ("steps", "rollout.prompts_per_step", "rollout.group_size", "rollout.max_new_tokens", "algo.ppo_epochs",
@@ -213,6 +213,8 @@ def run_sweep(sweep_path: Path, sweep_dir: Path, jobs: int | None = None, force:
             if _comparable(yaml.safe_load(saved.read_text()) or {}) != _comparable(resolved):
                 raise UserError(f"sweep directory {sweep_dir} holds a different sweep; use another -o or --force")
         write_atomic(saved, yaml.safe_dump(resolved, sort_keys=False))
+        if sweep.ceiling is not None:  # what the report's plateau test reads (rbctl.store.read.read_ceiling_file)
+            write_atomic(sweep_dir / CEILING, json.dumps(sweep.ceiling.model_dump(), indent=2))
         state = read_state(sweep_dir)
         todo = []
         for arm, cfg in configs.items():

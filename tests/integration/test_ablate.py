@@ -108,3 +108,17 @@ def test_sweep_through_submitit_local_mode(tmp_path, rbctl_cache):
     assert state["runs"]["broken/seed_0"]["status"] == "failed"
     assert (out / "runs" / "grpo" / "seed_0" / "eval" / "step_000002" / "builtin" / "summary.json").exists()
     assert read_state(out)["runs"]["grpo/seed_0"]["status"] == "done"
+
+
+def test_a_stated_ceiling_is_written_where_the_report_reads_it_and_seeds_shift(tmp_path, rbctl_cache):
+    import json
+
+    from rbctl.store.read import read_ceiling_file
+
+    ceiling = {"value": 0.98, "source": "plain GRPO's longer runs"}
+    path = _write_sweep(tmp_path, {"broken": {"data.source": str(tmp_path / "missing.jsonl")}}, seeds=(0, 1),
+                        ceiling=ceiling)
+    state = run_sweep(path, tmp_path / "sweep", progress=False, log=lambda *a: None, seed_offset=100)
+    assert sorted(state["runs"]) == ["broken/seed_100", "broken/seed_101"]  # the same sweep on disjoint seeds
+    found, where = read_ceiling_file(tmp_path / "sweep")
+    assert found == ceiling and json.loads(where.read_text()) == ceiling
