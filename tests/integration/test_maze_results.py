@@ -124,6 +124,7 @@ def test_ceiling_run_writes_the_ceiling_file_the_plateau_test_reads(tmp_path, ca
     written = json.loads((sweep / "ceiling.json").read_text())
     assert written["value"] == 0.5 and "3000 SFT steps" in written["source"] and "(n = 16)" in written["source"]
     text = capsys.readouterr().out
+    assert f"by `python -m scripts.maze_results {sweep} --ceiling-run {run}` from the run directories" in text
     assert "| below_ceiling | yes | ceiling 50.0 − final pass@1 26.0 = 24.0 points (≥ 15) |" in text
 
 
