@@ -5,6 +5,8 @@ reachable ceiling, and escape times (docs/method.md, "Premature convergence"). E
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 
@@ -13,7 +15,7 @@ from rbctl.report import diagnostics as diag
 from rbctl.report.compare import stated_pairs
 from rbctl.report.escape import escape_rows, fmt_step, logrank_rows, survival_summary
 from rbctl.report.figures import plot_survival
-from rbctl.report.load import Ceiling, ceiling_file, warm_start_pass_at_g
+from rbctl.report.load import Ceiling, Run, ceiling_file, warm_start_pass_at_g
 from rbctl.report.tables import num, pct, plural, write_csv, yes_no
 
 PLATEAU_ARM = ("grpo", "base")
@@ -28,16 +30,17 @@ def eval_benchmark(rep) -> str | None:
 # --- plateau ----------------------------------------------------------------------------------------
 
 
-def reachable_ceiling(rep, bench: str | None) -> Ceiling:
-    """The plateau test's ceiling, in order: the ceiling file; the best arm's final held-out pass@1 in
-    this report (the mean over its units of pass@1 at their last evaluation on ``bench``: the number
-    the stalled and below-ceiling criteria read for the tested arm); unknown."""
-    found = ceiling_file(rep.runs, rep.dirs)
+def reachable_ceiling(by_arm: dict[str, list[Run]], dirs: list[Path], bench: str | None) -> Ceiling:
+    """The plateau test's ceiling, in order: the ceiling file (of the runs' sweep directory or of one
+    of ``dirs``); the best arm's final held-out pass@1 among ``by_arm`` (the mean over its units of
+    pass@1 at their last evaluation on ``bench``: the number the stalled and below-ceiling criteria
+    read for the tested arm); unknown."""
+    found = ceiling_file([r for runs in by_arm.values() for r in runs], dirs)
     if found is not None:
         return found
     finals = {}
-    for arm in rep.arms:
-        v = diag.plateau_of_arm(rep.by_arm[arm], bench, None) if bench else None
+    for arm in sorted(by_arm):
+        v = diag.plateau_of_arm(by_arm[arm], bench, None) if bench else None
         if v is not None and v.per_seed and any("final" in d for d in v.per_seed.values()):
             finals[arm] = (float(np.mean([d["final"] for d in v.per_seed.values() if "final" in d])) / 100,
                            sum("final" in d for d in v.per_seed.values()))
@@ -51,7 +54,7 @@ def reachable_ceiling(rep, bench: str | None) -> Ceiling:
 def plateau(rep) -> None:
     rep.doc.heading(2, "Plateau test (premature convergence)")
     bench = eval_benchmark(rep)
-    rep.ceiling = reachable_ceiling(rep, bench)
+    rep.ceiling = reachable_ceiling(rep.by_arm, rep.dirs, bench)
     arm = next((a for a in rep.arms if rep.info[a] == PLATEAU_ARM), None)
     if arm is None or bench is None:
         rep.doc.para("No GRPO base arm (baseline grpo, variant base) with held-out evaluations.")

@@ -27,7 +27,10 @@ def power_paired(delta: float, sd: float, n: int, alpha: float) -> float:
         return math.nan
     df, ncp = n - 1, abs(delta) * math.sqrt(n) / sd
     crit = sps.t.ppf(1 - alpha / 2, df)
-    return float(sps.nct.sf(crit, df, ncp) + sps.nct.cdf(-crit, df, ncp))
+    # The far tail P(T < −t*) is written as P(T' > t*) with T' ~ t'(df, −ncp) (T' = −T): scipy 1.17's
+    # nct.cdf(−t*, df, ncp) returns NaN for some large ncp at few df (df 2, ncp 8), which made
+    # mde_paired fail at 3 units; the sf form is finite there and equal wherever both are.
+    return float(sps.nct.sf(crit, df, ncp) + sps.nct.sf(crit, df, -ncp))
 
 
 def mde_paired(sd: float, n: int, alpha: float, power: float) -> float:

@@ -259,18 +259,27 @@ def _comparable(resolved: dict) -> dict | None:
 
 
 def _prepare_shared(configs: dict[str, TrainConfig], log) -> None:
-    """Build the cached warm start once, before the workers start, instead of in every worker."""
+    """Build the cached warm start once, before the workers start, instead of in every worker, with the
+    torch threads of the runs' config (`threads`; 0 = torch's default), as `rbctl train` builds it:
+    torch's default, one thread per core, ran the maze's 400-step SFT 14× slower in CPU time on 2 cores
+    that other processes shared (docs/maze_task.md §7)."""
+    import torch
+
     from rbctl.train.data import task_spec, warm_start_spec
 
     from rbctl.tasks import builtin
 
-    done = set()
-    for cfg in configs.values():
-        b = cfg.data.builtin
-        key = (b.model_dump_json(), cfg.model.name)
-        if cfg.model.name == "builtin" and key not in done:
-            done.add(key)
-            builtin.warm_started(task_spec(cfg), warm_start_spec(cfg), log=log, shipped=b.warm_start)
+    done, before = set(), torch.get_num_threads()
+    try:
+        for cfg in configs.values():
+            b = cfg.data.builtin
+            key = (b.model_dump_json(), cfg.model.name)
+            if cfg.model.name == "builtin" and key not in done:
+                done.add(key)
+                torch.set_num_threads(cfg.threads or before)
+                builtin.warm_started(task_spec(cfg), warm_start_spec(cfg), log=log, shipped=b.warm_start)
+    finally:
+        torch.set_num_threads(before)
 
 
 def _execute(todo, sweep: SweepConfig, sweep_dir: Path, state: dict, jobs: int, progress: bool,

@@ -65,6 +65,27 @@ def test_default_sweep_is_valid_and_fair():
     assert {cfg.data.builtin.warm_start for cfg in configs.values()} == {"fixpoint-ws0"}
 
 
+def test_shared_warm_start_is_built_with_the_runs_threads(tmp_path, monkeypatch):
+    """The sweep builds the warm start in its own process with the config's `threads`, as `rbctl train`
+    does (torch's default of one thread per core ran it 14× slower on a shared machine), then restores
+    the process's setting; threads 0 keeps torch's default."""
+    import torch
+
+    from rbctl.sweep import ablate
+    from rbctl.tasks import builtin
+
+    seen = []
+    monkeypatch.setattr(builtin, "warm_started", lambda *a, **k: seen.append(torch.get_num_threads()))
+    _, configs = load_sweep(_write_sweep(tmp_path, {"a": {"threads": 1}, "b": {"threads": 0, "data.builtin.max_hops": 5}}))
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)  # so that threads 1 differs from the process's setting on any machine
+    try:
+        ablate._prepare_shared(configs, log=lambda *a: None)
+        assert seen == [1, 2] and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_sweep_runs_isolates_failures_and_resumes_only_missing_work(tmp_path, rbctl_cache):
     path = _write_sweep(tmp_path, {"grpo": {}, "grpo_budget": {"algo.budget": 1.0},
                                    "broken": {"data.source": str(tmp_path / "missing.jsonl")}})

@@ -192,6 +192,35 @@ def test_paper_sweep_arms():
         assert head[0].startswith(("# rbctl train configs/", "# rbctl ablate configs/")) and "GPU work" in head[1]
 
 
+def test_cpu_scale_sweep_arms_and_design():
+    """configs/ablate_maze.yaml (docs/maze_task.md §6–7): the paper's arms on configs/maze.yaml, equal
+    compute, several mini-batches per rollout batch, and a periodic evaluation that gives the plateau
+    test its ¾T point and the warm start's pass@G."""
+    from rbctl.report.power import mde_paired, units_for_power
+    from rbctl.sweep.ablate import load_sweep
+
+    sweep, configs = load_sweep(CONFIGS / "ablate_maze.yaml")
+    arms = {a: (c.algo.estimator, c.algo.budget, c.algo.entropy.mode, c.algo.entropy.alpha, c.algo.passk and c.algo.passk.k)
+            for a, c in configs.items()}
+    assert arms == {"grpo": ("grpo", None, "none", 0.0, None), "grpo_entropy": ("grpo", None, "static", 0.05, None),
+                    "maxrl": ("maxrl", None, "none", 0.0, None), "grpo_budget": ("grpo", 1.0, "none", 0.0, None),
+                    "passk": ("passk", None, "none", 0.0, 4)}
+    c = configs["grpo"]
+    assert (c.data.builtin.task, c.data.builtin.size, c.data.builtin.test_size) == ("maze", 9, 256)
+    assert (c.steps, c.rollout.prompts_per_step, c.rollout.group_size, c.threads) == (250, 16, 8, 1)
+    assert c.rollout.prompts_per_step // c.algo.ppo_mini_batch_size == 4  # 4 optimizer steps per rollout batch
+    # evaluations every 50 steps from 0: the one nearest ¾T = 187.5 is step 200; n ≥ G gives step 0's pass@G
+    assert c.steps % c.eval.every == 0 and (200 - 0.75 * c.steps) < 0.75 * c.steps - 150
+    assert c.eval.n >= c.rollout.group_size and c.eval.limit is None
+    s = sweep.comparisons
+    assert s.principal == [("maxrl", "grpo"), ("grpo_budget", "grpo"), ("grpo_entropy", "grpo")]
+    # the header's power statement: 9 units needed; 4 seeds give an MDE of 10.9 points
+    assert units_for_power(s.planning_sd, s.mde, m=3, power=s.power) == 9 and len(sweep.seeds) == 4
+    assert round(mde_paired(s.planning_sd, 4, s.alpha / 3, s.power), 1) == 10.9
+    text = (CONFIGS / "ablate_maze.yaml").read_text()
+    assert "the power calculation asks for 9" in text and "MDE\n#     of 10.9 points" in text
+
+
 def test_tiny_warm_start_trains_and_emits_task_words(rbctl_cache):
     from transformers import AutoTokenizer
 

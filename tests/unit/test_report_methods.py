@@ -47,6 +47,16 @@ def test_power_uses_alpha_over_m_and_mde_inverts_power():
         units_for_power(0.0, 5.0)
 
 
+def test_power_is_finite_at_few_units_and_large_effects():
+    # 3 units (df 2) at α/3: scipy's nct.cdf(−t*, 2, 8) is NaN; the far tail, P(T < −t*) with
+    # T ~ t'(2, 8), is below 1e-9 and the power is the near tail alone
+    crit = sps.t.ppf(1 - 0.05 / 3 / 2, 2)
+    delta = 8 * 5.0 / math.sqrt(3)  # ncp = δ√n/σ = 8
+    assert power_paired(delta, 5.0, 3, 0.05 / 3) == pytest.approx(sps.nct.sf(crit, 2, 8), abs=1e-9)
+    mde = mde_paired(5.0, 3, 0.05 / 3, 0.8)
+    assert math.isfinite(mde) and power_paired(mde, 5.0, 3, 0.05 / 3) == pytest.approx(0.8, abs=1e-9)
+
+
 # --- rliable aggregates ---------------------------------------------------------------------------
 
 X = np.array([[0.61, 0.5], [0.55, 0.7], [0.70, 0.7], [0.48, 0.2], [0.66, 0.9]])  # [runs, tasks]

@@ -1,0 +1,300 @@
+"""Print docs/maze_results.md: the maze sweep's arms beside MaxRL's paper table, and plain GRPO's plateau test.
+
+    python -m scripts.maze_results SWEEP_DIR [--command "rbctl ablate ..."] [--ceiling-run RUN_DIR] > docs/maze_results.md
+
+Everything is computed from the run directories with the report's own functions (`rbctl.report`),
+so the document is regenerated, never edited: the date, the commit the runs ran, the command, the
+machine; per arm its held-out pass@1 (avg@n of the final evaluation) and pass@k at the largest k
+(k = n), with 95% t-intervals over units, beside the paper's pass@1 / pass@128 / pass@256 (Tajwar
+et al. 2026, arXiv 2602.02710, 17×17 mazes); the ordering of the arms in both; each arm's paired gap
+to GRPO beside the paper's; whether the entropy bonus's gain is small against the budget-like
+estimators'; the principal comparisons (Holm–Bonferroni, the sweep file's `comparisons`); and the
+plateau test of plain GRPO, criterion by criterion (docs/method.md, "Premature convergence").
+
+``--ceiling-run RUN_DIR`` first writes ``SWEEP_DIR/ceiling.json`` from the step-0 held-out pass@1 of
+a run whose warm start is a policy trained longer on correct solutions (docs/maze_task.md §6), the
+reachable ceiling the plateau test reads; without a ceiling file the test uses the best arm.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import shlex
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from rbctl.errors import UserError
+from rbctl.config.sweep import Comparisons
+from rbctl.report.compare import PRINCIPAL, ArmScores, all_comparisons, arm_scores, common_problems, verdict
+from rbctl.report.convergence import PLATEAU_ARM, reachable_ceiling
+from rbctl.report.diagnostics import plateau_of_arm
+from rbctl.report.load import Run, find_runs, sweep_settings, unit_label
+from rbctl.report.plateau import per_unit_criteria
+from rbctl.report.series import run_series
+from rbctl.report.stats import paired_delta, t_interval
+from rbctl.report.tables import delta, num, pct, points_list, with_ci, yes_no
+from rbctl.store.atomic import write_atomic
+from rbctl.store.read import newest_metrics_time, read_yaml_file
+from rbctl.store.rundir import CEILING, CONFIG
+from scripts.readme_results import cpu_description
+
+PAPER_KS = (1, 128, 256)
+# (baseline, variant) -> (the paper's method, its held-out pass@1, pass@128, pass@256 in percent): MaxRL's
+# maze table (arXiv 2602.02710, 17×17 mazes). Pass@k Training is rbctl's closest arm to PKPO, not PKPO
+# (docs/maze_task.md §4). GRPO + budget has no row in the paper.
+PAPER = {
+    ("grpo", "base"): ("GRPO", (39.6, 42.4, 43.0)),
+    ("grpo", "entropy_static"): ("GRPO + entropy bonus", (47.2, 53.4, 54.0)),
+    ("passk", "base"): ("PKPO (closest arm: Pass@k Training)", (74.5, 77.6, 77.9)),
+    ("maxrl", "base"): ("MaxRL", (84.4, 92.0, 94.3)),
+}
+ENTROPY_ARM = ("grpo", "entropy_static")
+BUDGET_LIKE = (("maxrl", "base"), ("grpo", "budget"))  # MaxRL is the budget with B = G (docs/method.md)
+SMALL = 0.5  # the entropy bonus's gain counts as small when under half a budget-like arm's (and that arm beats it)
+
+
+def write_ceiling(sweep: Path, run_dir: Path, benchmark: str) -> dict:
+    """Write ``sweep/ceiling.json`` from ``run_dir``'s step-0 avg@n on ``benchmark`` (its warm start's
+    held-out pass@1, measured with the run's periodic-evaluation protocol); returns what it wrote."""
+    runs, _ = find_runs([run_dir])
+    step0 = run_series(runs[0], "avg@n", benchmark) if runs else None
+    if step0 is None or 0 not in step0.index:
+        raise UserError(f"{run_dir}: no step-0 evaluation on {benchmark} in its eval.jsonl (train it with eval.every > 0)")
+    builtin = ((read_yaml_file(Path(run_dir) / CONFIG).get("data") or {}).get("builtin") or {})
+    sft = builtin.get("warm_start_steps")
+    n = next((e.get("n") for e in runs[0].evals if e.get("step") == 0 and e.get("benchmark") == benchmark), None)
+    ceiling = {"value": float(step0.loc[0]),
+               "source": f"held-out pass@1 of a policy trained on correct solutions only: the warm start of {run_dir} "
+                         f"({sft} SFT steps on BFS paths), its step-0 evaluation on {benchmark} (n = {n})"}
+    write_atomic(Path(sweep) / CEILING, json.dumps(ceiling, indent=1) + "\n", kind="ceiling")
+    return ceiling
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    """A Markdown table; a `|` inside a cell is escaped."""
+    line = lambda cells: "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"  # noqa: E731
+    return [line(header), "|" + "---|" * len(header)] + [line(r) for r in rows] + [""]
+
+
+def _order(scores: dict[str, float]) -> str:
+    """``a > b > c`` by score, highest first."""
+    return " > ".join(sorted(scores, key=lambda a: -scores[a]))
+
+
+def _pairs_disagreeing(ours: dict[str, float], paper: dict[str, float]) -> list[str]:
+    """The pairs of arms that the two orderings rank the other way round (a tie disagrees with nothing)."""
+    arms = sorted(set(ours) & set(paper))
+    return [f"{a} vs {b}" for i, a in enumerate(arms) for b in arms[i + 1:]
+            if (ours[a] - ours[b]) * (paper[a] - paper[b]) < 0]
+
+
+@dataclass
+class Sweep:
+    """One sweep's final scores on its benchmark, per arm, and the paper's rows of its arms."""
+
+    path: Path
+    runs: list[Run]
+    by_arm: dict[str, list[Run]]
+    info: dict[str, tuple[str, str]]  # arm -> (baseline, variant)
+    bench: str
+    scores: dict[str, ArmScores]
+    k: int  # the largest k every arm's final evaluation has (its n)
+    spec: Comparisons | None
+
+    @property
+    def avg(self) -> dict[str, dict]:
+        """arm -> {unit: held-out pass@1 (avg@n)}."""
+        return {a: sc.per_unit("avg") for a, sc in self.scores.items()}
+
+    @property
+    def pass_k(self) -> dict[str, dict]:
+        """arm -> {unit: pass@k}, k = `k`."""
+        return {a: sc.per_unit("pass", self.k) for a, sc in self.scores.items()}
+
+    def arm(self, role: tuple[str, str]) -> str | None:
+        """The arm of a (baseline, variant), e.g. ("grpo", "base"), or None."""
+        return next((a for a in self.scores if self.info[a] == role), None)
+
+    @property
+    def paper(self) -> dict[str, tuple[float, float, float]]:
+        """arm -> the paper's pass@1, pass@128, pass@256 of its method, for the arms in the paper."""
+        return {a: PAPER[self.info[a]][1] for a in self.scores if self.info[a] in PAPER}
+
+
+def load(sweep: Path) -> Sweep:
+    runs, _ = find_runs([sweep])
+    if not runs:
+        raise UserError(f"no runs under {sweep}")
+    spec, _, benches = sweep_settings(runs)
+    by_arm = {a: [r for r in runs if r.arm == a] for a in sorted({r.arm for r in runs})}
+    bench = benches[0] if benches else "builtin"
+    having = [r for r in runs if bench in r.finals and r.finals[bench].get("per_problem")]
+    if not having:
+        raise UserError(f"no final evaluation on {bench} under {sweep}")
+    ids = common_problems(having, bench)
+    scores = {a: arm_scores([r for r in having if r.arm == a], bench, ids) for a in by_arm
+              if any(r.arm == a for r in having)}
+    return Sweep(Path(sweep), runs, by_arm, {a: (rs[0].baseline, rs[0].variant) for a, rs in by_arm.items()}, bench,
+                 scores, min(sc.kmax for sc in scores.values()), spec)
+
+
+def _mean(per_unit: dict[str, dict]) -> dict[str, float]:
+    return {a: float(np.mean(list(v.values()))) for a, v in per_unit.items()}
+
+
+def header(sw: Sweep, command: str | None, cpuinfo: Path, today: dt.date | None, invocation: str | None) -> list[str]:
+    commits = sorted({str(r.provenance.get("git_commit")) for r in sw.runs if r.provenance.get("git_commit")})
+    logged = newest_metrics_time(sw.path)
+    last = dt.datetime.fromtimestamp(logged, tz=dt.timezone.utc).date().isoformat() if logged else "unknown"
+    units = sorted({len(sc.units) for sc in sw.scores.values()})
+    n_problems = len(next(iter(sw.scores.values())).ids)
+    return ["# The maze at CPU scale: results beside MaxRL's paper", "",
+            f"Generated on {(today or dt.date.today()).isoformat()} by "
+            f"`{invocation or f'python -m scripts.maze_results {sw.path}'}` from "
+            "the run directories (rbctl.report's functions); do not edit by hand.", "",
+            f"- Sweep `{next((r.sweep for r in sw.runs if r.sweep), sw.path.name)}` in `{sw.path}`: {len(sw.runs)} runs, "
+            f"{len(sw.by_arm)} arms, units per arm: {', '.join(map(str, units))}; runs last logged on {last}.",
+            f"- Commit: {', '.join(f'`{c}`' for c in commits) or 'unknown (no provenance)'} (the runs' provenance).",
+            f"- Command: `{command or f'rbctl ablate SWEEP.yaml -o {sw.path}'}`.",
+            f"- Machine (where this document was generated): {cpu_description(cpuinfo)}.",
+            f"- Held-out set: {sw.bench}, {n_problems} problems × n = {sw.k} samples in each run's final evaluation.", ""]
+
+
+def arms_table(sw: Sweep) -> list[str]:
+    avg, pk, paper = sw.avg, sw.pass_k, sw.paper
+    rows = []
+    for a in sorted(sw.scores, key=lambda x: -_mean(avg)[x]):
+        rows.append([f"`{a}`", PAPER.get(sw.info[a], ("(not in the paper)",))[0], str(len(sw.scores[a].units)),
+                     with_ci(*t_interval(list(avg[a].values()))), with_ci(*t_interval(list(pk[a].values())))]
+                    + ([f"{x:.1f}" for x in paper[a]] if a in paper else ["–"] * 3))
+    return ["## The arms beside the paper", "",
+            f"Per arm: the mean over units of each run's held-out pass@1 (avg@{sw.k}) and unbiased pass@{sw.k}, with a "
+            "95% t-interval over units (n − 1 df). The paper's numbers are its 17×17 maze table (3.9M-parameter "
+            "policy, G = 128, pass@k from 2048 samples); this sweep is a smaller maze and model at CPU scale, so the "
+            "columns compare orderings and gaps, not levels.", ""] + _table(
+        ["arm", "paper's method", "units", f"pass@1 (avg@{sw.k}) %", f"pass@{sw.k} %",
+         *(f"paper pass@{x}" for x in PAPER_KS)], rows)
+
+
+def ordering(sw: Sweep) -> list[str]:
+    out = ["## Ordering", ""]
+    paper = sw.paper
+    for ours, label, j in ((_mean(sw.avg), "pass@1", 0), (_mean(sw.pass_k), f"pass@{sw.k}", 1)):
+        theirs = {a: v[j] for a, v in paper.items()}
+        off = _pairs_disagreeing(ours, theirs)
+        out.append(f"- {label}: rbctl {_order(ours)}; the paper (pass@{PAPER_KS[j]}) {_order(theirs)}. Over the arms "
+                   f"in both: {'the same order' if not off else 'ranked the other way round: ' + ', '.join(off)}.")
+    return out + [""]
+
+
+def gaps(sw: Sweep, grpo: str) -> list[str]:
+    avg, pk, paper = sw.avg, sw.pass_k, sw.paper
+    rows = []
+    for a in sorted(sw.scores, key=lambda x: -_mean(avg)[x]):
+        if a == grpo:
+            continue
+        d1, dk = paired_delta(avg[a], avg[grpo]), paired_delta(pk[a], pk[grpo])
+        theirs = [f"{x - y:+.1f}" for x, y in zip(paper[a], paper[grpo])] if a in paper and grpo in paper else ["–"] * 3
+        rows.append([f"`{a}`", str(d1.n), delta(d1.mean, d1.lo, d1.hi), delta(dk.mean, dk.lo, dk.hi), *theirs])
+    return ["## Gaps to GRPO", "",
+            f"Δ = arm − `{grpo}` in points, paired by unit (mean, 95% t-interval over units, unadjusted), beside the "
+            "paper's gap.", ""] + _table(
+        ["arm", "units", "Δ pass@1", f"Δ pass@{sw.k}", *(f"paper Δ pass@{x}" for x in PAPER_KS)], rows)
+
+
+def entropy_against_budget(sw: Sweep, grpo: str) -> list[str]:
+    """Whether the entropy bonus's pass@1 gain over GRPO is small against each budget-like arm's: under
+    `SMALL` times that arm's gain, and that arm beating the entropy arm (paired Δ's 95% t-interval
+    above 0); the paper's ratio of the same gains beside it."""
+    ent, budget_like = sw.arm(ENTROPY_ARM), [a for a in map(sw.arm, BUDGET_LIKE) if a]
+    if ent is None or not budget_like:
+        return []
+    avg, paper = sw.avg, sw.paper
+    gain = {a: paired_delta(avg[a], avg[grpo]).mean for a in (ent, *budget_like)}
+    paper_gain = {a: v[0] - paper[grpo][0] for a, v in paper.items() if grpo in paper and a != grpo}
+    rows = []
+    for b in budget_like:
+        d = paired_delta(avg[b], avg[ent])
+        ratio = gain[ent] / gain[b] if gain[b] > 0 else float("nan")
+        small = gain[b] > 0 and ratio < SMALL and d.lo > 0
+        theirs = paper_gain[ent] / paper_gain[b] if ent in paper_gain and paper_gain.get(b, 0) > 0 else None
+        rows.append([f"`{b}`", f"{100 * gain[b]:+.1f}", f"{100 * gain[ent]:+.1f}", num(ratio, 2),
+                     delta(d.mean, d.lo, d.hi), "yes" if small else "no", num(theirs, 2)])
+    return ["## Is the entropy bonus's gain small against the budget-like estimators'?", "",
+            f"Gain = Δ pass@1 over `{grpo}` (mean over units). Small: under {SMALL:g}× the budget-like arm's gain, and "
+            f"that arm beats `{ent}` (the 95% t-interval of their paired Δ above 0). The paper's gains: "
+            + ", ".join(f"{a} {g:+.1f}" for a, g in paper_gain.items()) + " points.", ""] + _table(
+        ["budget-like arm", "its gain", "entropy bonus's gain", "ratio", f"Δ arm − {ent}", "small", "paper's ratio"],
+        rows)
+
+
+def principal(sw: Sweep) -> list[str]:
+    """The sweep file's principal comparisons, Holm-adjusted as the report adjusts them."""
+    if sw.spec is None:
+        return []
+    comps = [c for c in all_comparisons(sw.info, {(a, sw.bench): sc for a, sc in sw.scores.items()}, [sw.bench],
+                                        sw.spec, n_boot=200) if c.family == PRINCIPAL]
+    return ["## Principal comparisons", "",
+            f"Stated in the sweep file before running, on {sw.spec.metric}: Holm–Bonferroni over the {len(comps)} at "
+            f"α = {sw.spec.alpha:g} (docs/method.md, \"Comparing arms\").", ""] + _table(
+        ["comparison", "units", f"Δ {sw.spec.metric} [95% t-interval]", "Holm p", "verdict", "per unit Δ"],
+        [[c.label, str(c.delta.n), delta(c.delta.mean, c.delta.lo, c.delta.hi), num(c.p_holm, 3), verdict(c),
+          points_list(c.delta.deltas)] for c in comps])
+
+
+def plateau(sw: Sweep, grpo: str | None) -> list[str]:
+    """Plain GRPO's plateau test (docs/method.md, "Premature convergence") against the report's ceiling."""
+    out = ["## Plateau test of plain GRPO", ""]
+    if grpo is None:
+        return out + ["No plain GRPO arm (baseline grpo, variant base).", ""]
+    bench = next((e.get("benchmark") for r in sw.by_arm[grpo] for e in r.evals if e.get("benchmark")), sw.bench)
+    ceiling = reachable_ceiling(sw.by_arm, [sw.path], bench)
+    v = plateau_of_arm(sw.by_arm[grpo], bench, ceiling.value)
+    out += [f"`{grpo}` over {v.seeds} units, periodic held-out evaluation on {bench}: the plateau "
+            f"**{'held' if v.held else 'did not hold'}**. Ceiling: "
+            f"{'unknown' if ceiling.value is None else pct(ceiling.value) + '%'} ({ceiling.source}).", ""]
+    out += _table(["criterion", "held", "detail"], [[c.name, yes_no(c.held), c.detail] for c in v.criteria])
+    return out + _table(
+        ["unit", "steps ¾T, T", "|Δ pass@1| (points)", "final pass@1", "below ceiling (points)", "entropy final / warm"],
+        [[unit_label(u["unit"]), f"{num(u['t_ref'], 0)}, {num(u['t'], 0)}", num(u["change"], 2), num(u["final"], 1),
+          num(u["gap"], 1), num(u["entropy_ratio"], 2)] for u in per_unit_criteria(v, ceiling.value)])
+
+
+def results_markdown(sweep: Path, command: str | None = None, cpuinfo: Path = Path("/proc/cpuinfo"),
+                     today: dt.date | None = None, invocation: str | None = None) -> str:
+    """The document (module docstring), from the runs of ``sweep``; ``invocation`` is the command line
+    that generated it (default: the plain one)."""
+    sw = load(sweep)
+    grpo = sw.arm(PLATEAU_ARM)
+    out = header(sw, command, cpuinfo, today, invocation) + arms_table(sw) + ordering(sw)
+    if grpo is not None:
+        out += gaps(sw, grpo) + entropy_against_budget(sw, grpo)
+    return "\n".join(out + principal(sw) + plateau(sw, grpo))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("sweep", type=Path)
+    p.add_argument("--command", default=None, help="the command that ran the sweep (printed in the document)")
+    p.add_argument("--ceiling-run", type=Path, default=None,
+                   help="write SWEEP/ceiling.json from this run's step-0 held-out pass@1 first")
+    p.add_argument("--benchmark", default="builtin", help="benchmark of --ceiling-run's evaluation")
+    args = p.parse_args(argv)
+    try:
+        if args.ceiling_run is not None:
+            write_ceiling(args.sweep, args.ceiling_run, args.benchmark)
+        argv = sys.argv[1:] if argv is None else argv
+        print(results_markdown(args.sweep, args.command, invocation="python -m scripts.maze_results " + shlex.join(argv)))
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
