@@ -1,6 +1,7 @@
 """Print docs/results.md: a dated, self-describing Markdown document of a sweep's results.
 
-    python -m scripts.readme_results SWEEP_DIR [--report REPORT_DIR] [--command "rbctl ablate ..."] > docs/results.md
+    python -m scripts.readme_results SWEEP_DIR [--report REPORT_DIR] [--command "rbctl ablate ..."] \
+        [--replication SWEEP_B --replication-command "..."] [--study STUDY_DIR --study-command "..."] > docs/results.md
     python -m scripts.readme_results SWEEP_DIR --headline [--write-readme README.md]
 
 `--headline` prints only the principal verdicts and where they come from (the README's headline);
@@ -11,6 +12,9 @@ existing one) and prints only what its tables hold, so the document is regenerat
 the date, the commit the runs ran (their provenance's ``git_commit``), the command, the machine
 (CPU model and instruction sets from /proc/cpuinfo), then the principal verdicts, the power of the
 design, the warm starts, the plateau test, escape times, final scores and the exploratory tables.
+`--replication` adds the same sweep on disjoint seeds, its verdicts beside these
+(`scripts.verdict_stability`); `--study` adds a second sweep's verdicts, power and warm-start tables
+(the full study over the shipped warm starts).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from pathlib import Path
 
 
 from rbctl.report import make_report
+from rbctl.report.tables import markdown_table
 from rbctl.report.load import find_runs
 from rbctl.store.read import newest_metrics_time
 
@@ -67,9 +72,7 @@ def results_markdown(sweep: Path, report_dir: Path, command: str | None = None, 
                      today: dt.date | None = None) -> str:
     """The document, from ``report_dir/tables/*.md`` (a report of ``sweep``)."""
     runs, _ = find_runs([sweep])
-    commits = sorted({str(r.provenance.get("git_commit")) for r in runs if r.provenance.get("git_commit")})
-    logged = newest_metrics_time(sweep)
-    last = dt.datetime.fromtimestamp(logged, tz=dt.timezone.utc).date().isoformat() if logged else "unknown"
+    _, commits, last = _provenance(sweep)
     per_arm = sorted({sum(r.arm == a for r in runs) for a in {r.arm for r in runs}})
     name = next((r.sweep for r in runs if r.sweep), Path(sweep).name)
     out = ["# Results", "",
@@ -77,7 +80,7 @@ def results_markdown(sweep: Path, report_dir: Path, command: str | None = None, 
            "`rbctl report`'s tables; do not edit by hand.", "",
            f"- Sweep `{name}` in `{sweep}`: {len(runs)} runs, {len({r.arm for r in runs})} arms, units per arm: "
            f"{', '.join(map(str, per_arm)) or 'none'}; runs last logged on {last}.",
-           f"- Commit: {', '.join(f'`{c}`' for c in commits) or 'unknown (no provenance)'} (the runs' provenance).",
+           f"- Commit: {commits} (the runs' provenance).",
            f"- Command: `{command or f'rbctl ablate SWEEP.yaml -o {sweep}'}`.",
            f"- Machine (where this document was generated): {cpu_description(cpuinfo)}.", ""]
     tables = Path(report_dir) / "tables"
@@ -88,6 +91,56 @@ def results_markdown(sweep: Path, report_dir: Path, command: str | None = None, 
         if heading:
             out += [f"## {heading}", ""]
         out += [note, "", f.read_text().rstrip(), ""]
+    return "\n".join(out)
+
+
+STUDY_SECTIONS = ("verdicts", "power", "warm_starts", "escape", "final_scores")
+
+
+def _provenance(sweep: Path) -> tuple[int, str, str]:
+    """(runs, their commits, the date they last logged) of a sweep directory."""
+    runs, _ = find_runs([sweep])
+    commits = sorted({str(r.provenance.get("git_commit")) for r in runs if r.provenance.get("git_commit")})
+    logged = newest_metrics_time(sweep)
+    last = dt.datetime.fromtimestamp(logged, tz=dt.timezone.utc).date().isoformat() if logged else "unknown"
+    return len(runs), ", ".join(f"`{c}`" for c in commits) or "unknown (no provenance)", last
+
+
+def replication_markdown(sweep_a: Path, sweep_b: Path, command: str | None = None) -> str:
+    """The section saying whether the same sweep on disjoint seeds gets the same calls."""
+    from scripts.verdict_stability import _units, side_by_side, verdicts
+
+    with tempfile.TemporaryDirectory() as tmp:
+        a, b = verdicts(sweep_a, Path(tmp) / "a"), verdicts(sweep_b, Path(tmp) / "b")
+    shared = sorted(_units(a) & _units(b))
+    table, same = side_by_side(a, b)
+    n, commits, last = _provenance(sweep_b)
+    return "\n".join([
+        "## Replication on disjoint seeds", "",
+        f"A: `{sweep_a}` (units {', '.join(sorted(_units(a), key=_unit_key))}); B: `{sweep_b}` (units "
+        f"{', '.join(sorted(_units(b), key=_unit_key))}): {n} runs at commit {commits}, last logged {last}; command "
+        f"`{command or 'rbctl ablate --seed-offset N'}`. Printed by `python -m scripts.verdict_stability {sweep_a} {sweep_b}`.",
+        "", markdown_table(table), "",
+        (f"**Not a replication: the two sweeps share units ({', '.join(shared)}).**" if shared else
+         "**Every principal comparison gets the same call on both seed sets.**" if same else
+         "**The calls differ between the two seed sets.**"), ""])
+
+
+def _unit_key(u: str):
+    return (0, int(u)) if u.lstrip("-").isdigit() else (1, u)
+
+
+def study_markdown(study: Path, report_dir: Path, command: str | None = None) -> str:
+    """The full study's verdicts, power, warm-start and escape tables."""
+    n, commits, last = _provenance(study)
+    out = ["## The full study over the warm starts", "",
+           f"`{study}`: {n} runs at commit {commits}, last logged {last}; command `{command or 'rbctl ablate STUDY.yaml'}`. "
+           "A unit is a (warm start, seed) pair; the warm-start table treats the warm start as the unit.", ""]
+    notes = {name: note for name, _, note in SECTIONS}
+    for name in STUDY_SECTIONS:
+        f = Path(report_dir) / "tables" / f"{name}.md"
+        if f.is_file():
+            out += [f"### {name.replace('_', ' ').capitalize()}", "", notes[name], "", f.read_text().rstrip(), ""]
     return "\n".join(out)
 
 
@@ -123,13 +176,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("sweep", type=Path)
     p.add_argument("--report", type=Path, default=None, help="an existing report folder of SWEEP (else one is built)")
     p.add_argument("--command", default=None, help="the command that ran the sweep (printed in the document)")
+    p.add_argument("--replication", type=Path, default=None, help="the same sweep on disjoint seeds (a section beside it)")
+    p.add_argument("--replication-command", default=None, help="the command that ran the replication")
+    p.add_argument("--study", type=Path, default=None, help="a second sweep, the full study (a section)")
+    p.add_argument("--study-command", default=None, help="the command that ran the study")
     p.add_argument("--headline", action="store_true", help="print only the principal verdicts (the README's headline)")
     p.add_argument("--write-readme", type=Path, default=None, help="with --headline: write it into this README's block")
     args = p.parse_args(argv)
 
     def emit(report: Path) -> None:
         if not args.headline:
-            print(results_markdown(args.sweep, report, args.command))
+            parts = [results_markdown(args.sweep, report, args.command)]
+            if args.replication is not None:
+                parts.append(replication_markdown(args.sweep, args.replication, args.replication_command))
+            if args.study is not None:
+                with tempfile.TemporaryDirectory() as tmp:
+                    make_report([args.study], Path(tmp) / "study")
+                    parts.append(study_markdown(args.study, Path(tmp) / "study", args.study_command))
+            print("\n".join(parts))
         elif args.write_readme is not None:
             write_headline(args.write_readme, headline_markdown(args.sweep, report))
         else:

@@ -65,3 +65,33 @@ def test_headline_is_the_principal_verdicts_and_goes_into_the_readme_block(tmp_p
     readme.write_text(f"# x\n\nbefore\n{HEADLINE_BEGIN}\nold\n{HEADLINE_END}\nafter\n")
     write_headline(readme, text)
     assert readme.read_text() == f"# x\n\nbefore\n{HEADLINE_BEGIN}\n{text}\n{HEADLINE_END}\nafter\n"
+
+
+def _sweep(root, seeds_offset=0, commit="0123abc"):
+    for (arm, seed), correct in CORRECT.items():
+        run = make_run(root / "runs" / arm / f"seed_{seed + seeds_offset}", arm, seed + seeds_offset, correct,
+                       budget=1.0 if "budget" in arm else None)
+        (run / "provenance.json").write_text(json.dumps({"git_commit": commit}))
+    return root
+
+
+def test_results_document_adds_the_replication_and_the_study(tmp_path, capsys):
+    a, b = _sweep(tmp_path / "a"), _sweep(tmp_path / "b", seeds_offset=100, commit="4567def")
+    assert main([str(a), "--replication", str(b), "--replication-command", "rbctl ablate --seed-offset 100",
+                 "--study", str(b), "--study-command", "rbctl ablate study.yaml"]) == 0
+    text = capsys.readouterr().out
+    rep = text[text.index("## Replication on disjoint seeds"):text.index("## The full study")]
+    assert "units 0, 1" in rep and "units 100, 101" in rep and "at commit `4567def`" in rep
+    assert "rbctl ablate --seed-offset 100" in rep
+    # the same per-seed scores on both seed sets: the same Δ and the same call on every row
+    assert rep.count("+21.9 [-17.8, +61.6]") >= 2 and "Every principal comparison gets the same call" in rep
+    study = text[text.index("## The full study"):]
+    assert "rbctl ablate study.yaml" in study and "### Verdicts" in study and "+21.9" in study
+
+
+def test_replication_sharing_units_is_not_called_the_same(tmp_path):
+    from scripts.readme_results import replication_markdown
+
+    a = _sweep(tmp_path / "a")
+    text = replication_markdown(a, a)
+    assert "Not a replication: the two sweeps share units (0, 1)" in text and "same call on both" not in text
