@@ -2,9 +2,10 @@
 
     python -m scripts.readme_results SWEEP_DIR [--report REPORT_DIR] [--command "rbctl ablate ..."] \
         [--replication SWEEP_B --replication-command "..."] [--study STUDY_DIR --study-command "..."] > docs/results.md
-    python -m scripts.readme_results SWEEP_DIR --headline [--write-readme README.md]
+    python -m scripts.readme_results SWEEP_DIR --headline [--replication SWEEP_B] [--write-readme README.md]
 
-`--headline` prints only the principal verdicts and where they come from (the README's headline);
+`--headline` prints only the principal verdicts and where they come from (the README's headline;
+with `--replication`, the Δ on the disjoint seeds beside them);
 `--write-readme` puts that between the README's `<!-- headline: begin -->` and `<!-- headline: end -->`.
 
 Builds the report (`rbctl.report.make_report`, into a temporary folder unless ``--report`` names an
@@ -147,6 +148,23 @@ def study_markdown(study: Path, report_dir: Path, command: str | None = None) ->
 HEADLINE_BEGIN, HEADLINE_END = "<!-- headline: begin -->", "<!-- headline: end -->"
 
 
+def replication_line(sweep_a: Path, sweep_b: Path) -> str:
+    """The README's short form of the replication: Δ on each seed set and whether the calls agree."""
+    from scripts.verdict_stability import _units, side_by_side, verdicts
+
+    with tempfile.TemporaryDirectory() as tmp:
+        a, b = verdicts(sweep_a, Path(tmp) / "a"), verdicts(sweep_b, Path(tmp) / "b")
+    if _units(a) & _units(b):
+        raise SystemExit(f"{sweep_a} and {sweep_b} share units: not a replication")
+    table, same = side_by_side(a, b)
+    ub = sorted(_units(b), key=_unit_key)
+    short = table[["comparison", "A: Δ [95% CI]", "B: Δ [95% CI]", "same call"]].rename(
+        columns={"A: Δ [95% CI]": "seeds A: Δ [95% CI]", "B: Δ [95% CI]": f"seeds {ub[0]}–{ub[-1]}: Δ [95% CI]"})
+    return (f"The same sweep on disjoint seeds (`python -m scripts.verdict_stability {sweep_a} {sweep_b}`): "
+            + ("every principal comparison gets the same call." if same else "**the calls differ.**")
+            + "\n\n" + markdown_table(short))
+
+
 def headline_markdown(sweep: Path, report_dir: Path) -> str:
     """The principal verdict table of a report (its ``tables/verdicts.md``) and one line saying which
     runs, commit and date it comes from."""
@@ -194,10 +212,14 @@ def main(argv: list[str] | None = None) -> int:
                     make_report([args.study], Path(tmp) / "study")
                     parts.append(study_markdown(args.study, Path(tmp) / "study", args.study_command))
             print("\n".join(parts))
-        elif args.write_readme is not None:
-            write_headline(args.write_readme, headline_markdown(args.sweep, report))
         else:
-            print(headline_markdown(args.sweep, report))
+            text = headline_markdown(args.sweep, report)
+            if args.replication is not None:
+                text += "\n\n" + replication_line(args.sweep, args.replication)
+            if args.write_readme is not None:
+                write_headline(args.write_readme, text)
+            else:
+                print(text)
 
     if args.report is not None:
         emit(args.report)

@@ -95,3 +95,12 @@ def test_replication_sharing_units_is_not_called_the_same(tmp_path):
     a = _sweep(tmp_path / "a")
     text = replication_markdown(a, a)
     assert "Not a replication: the two sweeps share units (0, 1)" in text and "same call on both" not in text
+
+
+def test_headline_with_the_replication_quotes_both_seed_sets(tmp_path, capsys):
+    a, b = _sweep(tmp_path / "a"), _sweep(tmp_path / "b", seeds_offset=100)
+    assert main([str(a), "--headline", "--replication", str(b)]) == 0
+    text = capsys.readouterr().out
+    assert text.index("| grpo_budget − grpo | builtin | avg@n |") < text.index("The same sweep on disjoint seeds")
+    assert "every principal comparison gets the same call." in text and "seeds 100–101: Δ [95% CI]" in text
+    assert "| grpo_budget − grpo | +21.9 [-17.8, +61.6] | +21.9 [-17.8, +61.6] | yes |" in text
