@@ -1,6 +1,10 @@
 """Print docs/maze_results.md: the maze sweep's arms beside MaxRL's paper table, and plain GRPO's plateau test.
 
     python -m scripts.maze_results SWEEP_DIR [--command "rbctl ablate ..."] [--ceiling-run RUN_DIR] > docs/maze_results.md
+    python -m scripts.maze_results SWEEP_DIR --write-readme README.md
+
+`--write-readme` puts only the arms-beside-the-paper table, with the line saying where it comes
+from, between the README's `<!-- maze: begin -->` and `<!-- maze: end -->`.
 
 Everything is computed from the run directories with the report's own functions (`rbctl.report`),
 so the document is regenerated, never edited: the date, the commit the runs ran, the command, the
@@ -39,9 +43,9 @@ from rbctl.report.series import run_series
 from rbctl.report.stats import paired_delta, t_interval
 from rbctl.report.tables import delta, num, pct, points_list, with_ci, yes_no
 from rbctl.store.atomic import write_atomic
-from rbctl.store.read import newest_metrics_time, read_yaml_file
+from rbctl.store.read import read_yaml_file
 from rbctl.store.rundir import CEILING, CONFIG
-from scripts.readme_results import cpu_description
+from scripts.readme_results import cpu_description, provenance, write_headline
 
 PAPER_KS = (1, 128, 256)
 # (baseline, variant) -> (the paper's method, its held-out pass@1, pass@128, pass@256 in percent): MaxRL's
@@ -148,9 +152,7 @@ def _mean(per_unit: dict[str, dict]) -> dict[str, float]:
 
 
 def header(sw: Sweep, command: str | None, cpuinfo: Path, today: dt.date | None, invocation: str | None) -> list[str]:
-    commits = sorted({str(r.provenance.get("git_commit")) for r in sw.runs if r.provenance.get("git_commit")})
-    logged = newest_metrics_time(sw.path)
-    last = dt.datetime.fromtimestamp(logged, tz=dt.timezone.utc).date().isoformat() if logged else "unknown"
+    _, commits, last = provenance(sw.path)
     units = sorted({len(sc.units) for sc in sw.scores.values()})
     n_problems = len(next(iter(sw.scores.values())).ids)
     return ["# The maze at CPU scale: results beside MaxRL's paper", "",
@@ -159,7 +161,7 @@ def header(sw: Sweep, command: str | None, cpuinfo: Path, today: dt.date | None,
             "the run directories (rbctl.report's functions); do not edit by hand.", "",
             f"- Sweep `{next((r.sweep for r in sw.runs if r.sweep), sw.path.name)}` in `{sw.path}`: {len(sw.runs)} runs, "
             f"{len(sw.by_arm)} arms, units per arm: {', '.join(map(str, units))}; runs last logged on {last}.",
-            f"- Commit: {', '.join(f'`{c}`' for c in commits) or 'unknown (no provenance)'} (the runs' provenance).",
+            f"- Commit: {commits} (the runs' provenance).",
             f"- Command: `{command or f'rbctl ablate SWEEP.yaml -o {sw.path}'}`.",
             f"- Machine (where this document was generated): {cpu_description(cpuinfo)}.",
             f"- Held-out set: {sw.bench}, {n_problems} problems × n = {sw.k} samples in each run's final evaluation.", ""]
@@ -277,6 +279,20 @@ def results_markdown(sweep: Path, command: str | None = None, cpuinfo: Path = Pa
     return "\n".join(out + principal(sw) + plateau(sw, grpo))
 
 
+MAZE_BEGIN, MAZE_END = "<!-- maze: begin -->", "<!-- maze: end -->"
+
+
+def readme_table(sweep: Path) -> str:
+    """The README's short form: the arms table and where it comes from."""
+    sw = load(sweep)
+    _, commits, last = provenance(sweep)
+    table = arms_table(sw)[4:]  # without the heading and its paragraph
+    return "\n".join(table).rstrip() + (
+        f"\n\n{len(sw.runs)} runs at commit {commits}, last logged {last}; pass@1 = avg@{sw.k} over "
+        f"{len(next(iter(sw.scores.values())).ids)} held-out mazes, 95% t-interval over seeds; the paper's columns: "
+        "its 17×17 table. Full results: [docs/maze_results.md](docs/maze_results.md).")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("sweep", type=Path)
@@ -284,10 +300,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ceiling-run", type=Path, default=None,
                    help="write SWEEP/ceiling.json from this run's step-0 held-out pass@1 first")
     p.add_argument("--benchmark", default="builtin", help="benchmark of --ceiling-run's evaluation")
+    p.add_argument("--write-readme", type=Path, default=None, help="write the arms table into this README's maze block")
     args = p.parse_args(argv)
     try:
         if args.ceiling_run is not None:
             write_ceiling(args.sweep, args.ceiling_run, args.benchmark)
+        if args.write_readme is not None:
+            write_headline(args.write_readme, readme_table(args.sweep), MAZE_BEGIN, MAZE_END)
+            return 0
         argv = sys.argv[1:] if argv is None else argv
         print(results_markdown(args.sweep, args.command, invocation="python -m scripts.maze_results " + shlex.join(argv)))
     except UserError as e:

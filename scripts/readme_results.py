@@ -73,7 +73,7 @@ def results_markdown(sweep: Path, report_dir: Path, command: str | None = None, 
                      today: dt.date | None = None) -> str:
     """The document, from ``report_dir/tables/*.md`` (a report of ``sweep``)."""
     runs, _ = find_runs([sweep])
-    _, commits, last = _provenance(sweep)
+    _, commits, last = provenance(sweep)
     per_arm = sorted({sum(r.arm == a for r in runs) for a in {r.arm for r in runs}})
     name = next((r.sweep for r in runs if r.sweep), Path(sweep).name)
     out = ["# Results", "",
@@ -98,7 +98,7 @@ def results_markdown(sweep: Path, report_dir: Path, command: str | None = None, 
 STUDY_SECTIONS = ("verdicts", "power", "warm_starts", "escape", "final_scores")
 
 
-def _provenance(sweep: Path) -> tuple[int, str, str]:
+def provenance(sweep: Path) -> tuple[int, str, str]:
     """(runs, their commits, the date they last logged) of a sweep directory."""
     runs, _ = find_runs([sweep])
     commits = sorted({str(r.provenance.get("git_commit")) for r in runs if r.provenance.get("git_commit")})
@@ -115,7 +115,7 @@ def replication_markdown(sweep_a: Path, sweep_b: Path, command: str | None = Non
         a, b = verdicts(sweep_a, Path(tmp) / "a"), verdicts(sweep_b, Path(tmp) / "b")
     shared = sorted(_units(a) & _units(b))
     table, same = side_by_side(a, b)
-    n, commits, last = _provenance(sweep_b)
+    n, commits, last = provenance(sweep_b)
     return "\n".join([
         "## Replication on disjoint seeds", "",
         f"A: `{sweep_a}` (units {', '.join(sorted(_units(a), key=_unit_key))}); B: `{sweep_b}` (units "
@@ -133,7 +133,7 @@ def _unit_key(u: str):
 
 def study_markdown(study: Path, report_dir: Path, command: str | None = None) -> str:
     """The full study's verdicts, power, warm-start and escape tables."""
-    n, commits, last = _provenance(study)
+    n, commits, last = provenance(study)
     out = ["## The full study over the warm starts", "",
            f"`{study}`: {n} runs at commit {commits}, last logged {last}; command `{command or 'rbctl ablate STUDY.yaml'}`. "
            "A unit is a (warm start, seed) pair; the warm-start table treats the warm start as the unit.", ""]
@@ -179,14 +179,14 @@ def headline_markdown(sweep: Path, report_dir: Path) -> str:
             "t-interval over units; Holm-adjusted over the principal comparisons.")
 
 
-def write_headline(readme: Path, text: str) -> None:
-    """Replace the README's headline block (between the markers) with `text`."""
+def write_headline(readme: Path, text: str, begin: str = HEADLINE_BEGIN, end: str = HEADLINE_END) -> None:
+    """Replace the README's block between the markers `begin` and `end` with `text`."""
     doc = Path(readme).read_text()
-    if HEADLINE_BEGIN not in doc or HEADLINE_END not in doc:
-        raise SystemExit(f"{readme} has no {HEADLINE_BEGIN} … {HEADLINE_END} block")
-    head, rest = doc.split(HEADLINE_BEGIN, 1)
-    _, tail = rest.split(HEADLINE_END, 1)
-    Path(readme).write_text(f"{head}{HEADLINE_BEGIN}\n{text}\n{HEADLINE_END}{tail}")
+    if begin not in doc or end not in doc:
+        raise SystemExit(f"{readme} has no {begin} … {end} block")
+    head, rest = doc.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    Path(readme).write_text(f"{head}{begin}\n{text}\n{end}{tail}")
 
 
 def main(argv: list[str] | None = None) -> int:

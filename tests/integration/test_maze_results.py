@@ -136,3 +136,14 @@ def test_ceiling_run_without_a_step_zero_evaluation_is_a_one_line_error(tmp_path
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "no step-0 evaluation on builtin" in err and len(err.splitlines()) == 1
     assert not (sweep / "ceiling.json").exists()
+
+
+def test_readme_block_is_the_arms_table_with_its_provenance(tmp_path):
+    sweep = make_maze_sweep(tmp_path / "sweep")
+    readme = tmp_path / "README.md"
+    readme.write_text("# x\n<!-- maze: begin -->\nold\n<!-- maze: end -->\nafter\n")
+    assert main([str(sweep), "--write-readme", str(readme)]) == 0
+    text = readme.read_text()
+    assert text.startswith("# x\n<!-- maze: begin -->\n| arm | paper's method |") and text.endswith("<!-- maze: end -->\nafter\n")
+    assert "| `maxrl` | MaxRL | 2 | 71.9 [32.2, 111.6] | 100.0 [100.0, 100.0] | 84.4 | 92.0 | 94.3 |" in text
+    assert "10 runs at commit `0123abc`" in text and "avg@4 over 4 held-out mazes" in text and "old" not in text
