@@ -2,10 +2,11 @@
 
     python -m scripts.readme_results SWEEP_DIR [--report REPORT_DIR] [--command "rbctl ablate ..."] \
         [--replication SWEEP_B --replication-command "..."] [--study STUDY_DIR --study-command "..."] > docs/results.md
-    python -m scripts.readme_results SWEEP_DIR --headline [--replication SWEEP_B] [--write-readme README.md]
+    python -m scripts.readme_results SWEEP_DIR --headline [--replication SWEEP_B] [--study STUDY_DIR] [--write-readme README.md]
 
 `--headline` prints only the principal verdicts and where they come from (the README's headline;
-with `--replication`, the Δ on the disjoint seeds beside them);
+with `--replication`, the Δ on the disjoint seeds beside them; with `--study`, the test over warm
+starts and the share of Δ's variance between them);
 `--write-readme` puts that between the README's `<!-- headline: begin -->` and `<!-- headline: end -->`.
 
 Builds the report (`rbctl.report.make_report`, into a temporary folder unless ``--report`` names an
@@ -29,7 +30,7 @@ from pathlib import Path
 
 
 from rbctl.report import make_report
-from rbctl.report.tables import markdown_table
+from rbctl.report.tables import delta, markdown_table, num
 from rbctl.report.load import find_runs
 from rbctl.store.read import newest_metrics_time
 
@@ -165,6 +166,31 @@ def replication_line(sweep_a: Path, sweep_b: Path) -> str:
             + "\n\n" + markdown_table(short))
 
 
+def study_line(study: Path) -> str:
+    """The README's short form of the full study: per principal comparison, the test over warm starts
+    (the warm start as the unit), the pooled one, and the share of Δ's variance between warm starts."""
+    import pandas as pd
+
+    with tempfile.TemporaryDirectory() as tmp:
+        make_report([study], Path(tmp) / "r")
+        f = Path(tmp) / "r" / "tables" / "warm_starts.csv"
+        if not f.is_file():
+            raise SystemExit(f"{study}: its report has no warm-start table (is it a sweep over warm starts?)")
+        t = pd.read_csv(f)
+    n, commits, last = provenance(study)
+    rows = []
+    for comp, g in t.groupby("comparison", sort=False):
+        over = g[g["level"].str.startswith("over warm starts")].iloc[0]
+        pooled = g[g["level"].str.startswith("pooled")].iloc[0]
+        var = g[g["level"] == "variance of Δ"].iloc[0]
+        rows.append({"comparison": comp,
+                     f"over {int(over['units'])} warm starts: Δ [95% CI], p": f"{delta(over['delta'], over['lo'], over['hi'])}, {num(over['p'], 3)}",
+                     f"pooled ({int(pooled['units'])} units): Δ [95% CI], Holm p": f"{delta(pooled['delta'], pooled['lo'], pooled['hi'])}, {num(pooled['p'], 3)}",
+                     "variance of Δ between / within warm starts": str(var["per_unit"])})
+    return (f"The full study over the shipped warm starts (`{study}`, {n} runs at commit {commits}, last logged {last}):"
+            "\n\n" + markdown_table(pd.DataFrame(rows)))
+
+
 def headline_markdown(sweep: Path, report_dir: Path) -> str:
     """The principal verdict table of a report (its ``tables/verdicts.md``) and one line saying which
     runs, commit and date it comes from."""
@@ -216,6 +242,8 @@ def main(argv: list[str] | None = None) -> int:
             text = headline_markdown(args.sweep, report)
             if args.replication is not None:
                 text += "\n\n" + replication_line(args.sweep, args.replication)
+            if args.study is not None:
+                text += "\n\n" + study_line(args.study)
             if args.write_readme is not None:
                 write_headline(args.write_readme, text)
             else:

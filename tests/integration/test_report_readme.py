@@ -104,3 +104,19 @@ def test_headline_with_the_replication_quotes_both_seed_sets(tmp_path, capsys):
     assert text.index("| grpo_budget − grpo | builtin | avg@n |") < text.index("The same sweep on disjoint seeds")
     assert "every principal comparison gets the same call." in text and "seeds 100–101: Δ [95% CI]" in text
     assert "| grpo_budget − grpo | +21.9 [-17.8, +61.6] | +21.9 [-17.8, +61.6] | yes |" in text
+
+
+def test_headline_with_the_study_gives_the_test_over_warm_starts(tmp_path, capsys):
+    study = tmp_path / "study"
+    for ws, shift in (("ws0", 0), ("ws1", 100)):
+        for (arm, seed), correct in CORRECT.items():
+            make_run(study / "runs" / arm / ws / f"seed_{seed}", arm, seed + shift, correct,
+                     budget=1.0 if "budget" in arm else None)
+    a = _sweep(tmp_path / "a")
+    assert main([str(a), "--headline", "--study", str(study)]) == 0
+    text = capsys.readouterr().out
+    part = text[text.index("The full study over the shipped warm starts"):]
+    assert "4 runs" not in part and "8 runs" in part
+    # each warm start has the same per-seed Δ (+18.75, +25): over the 2 warm starts Δ = +21.9 with 0 spread
+    assert "| grpo_budget − grpo | +21.9 [+21.9, +21.9], 0.000 | +21.9 [" in part
+    assert "0% between warm starts" in part
