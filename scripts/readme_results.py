@@ -119,8 +119,7 @@ def replication_markdown(sweep_a: Path, sweep_b: Path, command: str | None = Non
     n, commits, last = provenance(sweep_b)
     return "\n".join([
         "## Replication on disjoint seeds", "",
-        f"A: `{sweep_a}` (units {', '.join(sorted(_units(a), key=_unit_key))}); B: `{sweep_b}` (units "
-        f"{', '.join(sorted(_units(b), key=_unit_key))}): {n} runs at commit {commits}, last logged {last}; command "
+        f"A: `{sweep_a}` (units {span(_units(a))}); B: `{sweep_b}` (units {span(_units(b))}): {n} runs at commit {commits}, last logged {last}; command "
         f"`{command or 'rbctl ablate --seed-offset N'}`. Printed by `python -m scripts.verdict_stability {sweep_a} {sweep_b}`.",
         "", markdown_table(table), "",
         (f"**Not a replication: the two sweeps share units ({', '.join(shared)}).**" if shared else
@@ -130,6 +129,14 @@ def replication_markdown(sweep_a: Path, sweep_b: Path, command: str | None = Non
 
 def _unit_key(u: str):
     return (0, int(u)) if u.lstrip("-").isdigit() else (1, u)
+
+
+def span(units) -> str:
+    """``0–23`` for a run of consecutive integer units, else the sorted list."""
+    us = sorted(units, key=_unit_key)
+    if us and all(u.lstrip("-").isdigit() for u in us) and [int(u) for u in us] == list(range(int(us[0]), int(us[-1]) + 1)):
+        return f"{us[0]}–{us[-1]}" if len(us) > 1 else us[0]
+    return ", ".join(us)
 
 
 def study_markdown(study: Path, report_dir: Path, command: str | None = None) -> str:
@@ -158,9 +165,8 @@ def replication_line(sweep_a: Path, sweep_b: Path) -> str:
     if _units(a) & _units(b):
         raise SystemExit(f"{sweep_a} and {sweep_b} share units: not a replication")
     table, same = side_by_side(a, b)
-    ub = sorted(_units(b), key=_unit_key)
     short = table[["comparison", "A: Δ [95% CI]", "B: Δ [95% CI]", "same call"]].rename(
-        columns={"A: Δ [95% CI]": "seeds A: Δ [95% CI]", "B: Δ [95% CI]": f"seeds {ub[0]}–{ub[-1]}: Δ [95% CI]"})
+        columns={"A: Δ [95% CI]": f"seeds {span(_units(a))}: Δ [95% CI]", "B: Δ [95% CI]": f"seeds {span(_units(b))}: Δ [95% CI]"})
     return (f"The same sweep on disjoint seeds (`python -m scripts.verdict_stability {sweep_a} {sweep_b}`): "
             + ("every principal comparison gets the same call." if same else "**the calls differ.**")
             + "\n\n" + markdown_table(short))

@@ -81,7 +81,7 @@ def test_results_document_adds_the_replication_and_the_study(tmp_path, capsys):
                  "--study", str(b), "--study-command", "rbctl ablate study.yaml"]) == 0
     text = capsys.readouterr().out
     rep = text[text.index("## Replication on disjoint seeds"):text.index("## The full study")]
-    assert "units 0, 1" in rep and "units 100, 101" in rep and "at commit `4567def`" in rep
+    assert "units 0–1" in rep and "units 100–101" in rep and "at commit `4567def`" in rep
     assert "rbctl ablate --seed-offset 100" in rep
     # the same per-seed scores on both seed sets: the same Δ and the same call on every row
     assert rep.count("+21.9 [-17.8, +61.6]") >= 2 and "Every principal comparison gets the same call" in rep
@@ -102,7 +102,7 @@ def test_headline_with_the_replication_quotes_both_seed_sets(tmp_path, capsys):
     assert main([str(a), "--headline", "--replication", str(b)]) == 0
     text = capsys.readouterr().out
     assert text.index("| grpo_budget − grpo | builtin | avg@n |") < text.index("The same sweep on disjoint seeds")
-    assert "every principal comparison gets the same call." in text and "seeds 100–101: Δ [95% CI]" in text
+    assert "every principal comparison gets the same call." in text and "| comparison | seeds 0–1: Δ [95% CI] | seeds 100–101: Δ [95% CI] |" in text
     assert "| grpo_budget − grpo | +21.9 [-17.8, +61.6] | +21.9 [-17.8, +61.6] | yes |" in text
 
 
@@ -120,3 +120,10 @@ def test_headline_with_the_study_gives_the_test_over_warm_starts(tmp_path, capsy
     # each warm start has the same per-seed Δ (+18.75, +25): over the 2 warm starts Δ = +21.9 with 0 spread
     assert "| grpo_budget − grpo | +21.9 [+21.9, +21.9], 0.000 | +21.9 [" in part
     assert "0% between warm starts" in part
+
+
+def test_span_of_units():
+    from scripts.readme_results import span
+
+    assert span({"3", "1", "2"}) == "1–3" and span({"0", "2"}) == "0, 2" and span({"ws0/1", "ws0/0"}) == "ws0/0, ws0/1"
+    assert span({"5"}) == "5"
