@@ -44,7 +44,7 @@ from rbctl.report.stats import paired_delta, t_interval
 from rbctl.report.tables import delta, num, pct, points_list, with_ci, yes_no
 from rbctl.store.atomic import write_atomic
 from rbctl.store.read import read_yaml_file
-from rbctl.store.rundir import CEILING, CONFIG
+from rbctl.store.rundir import CEILING, CONFIG, EVAL_LINES
 from scripts.readme_results import cpu_description, provenance, write_headline
 
 PAPER_KS = (1, 128, 256)
@@ -68,7 +68,7 @@ def write_ceiling(sweep: Path, run_dir: Path, benchmark: str) -> dict:
     runs, _ = find_runs([run_dir])
     step0 = run_series(runs[0], "avg@n", benchmark) if runs else None
     if step0 is None or 0 not in step0.index:
-        raise UserError(f"{run_dir}: no step-0 evaluation on {benchmark} in its eval.jsonl (train it with eval.every > 0)")
+        raise UserError(f"{run_dir}: no step-0 evaluation on {benchmark} in its {EVAL_LINES} (train it with eval.every > 0)")
     builtin = ((read_yaml_file(Path(run_dir) / CONFIG).get("data") or {}).get("builtin") or {})
     sft = builtin.get("warm_start_steps")
     n = next((e.get("n") for e in runs[0].evals if e.get("step") == 0 and e.get("benchmark") == benchmark), None)
