@@ -285,7 +285,7 @@ MAZE_BEGIN, MAZE_END = "<!-- maze: begin -->", "<!-- maze: end -->"
 def readme_table(sweep: Path) -> str:
     """The README's short form: the arms table and where it comes from."""
     sw = load(sweep)
-    _, commits, last = provenance(sweep)
+    _, commits, last = provenance(sweep, short=True)
     table = arms_table(sw)[4:]  # without the heading and its paragraph
     return "\n".join(table).rstrip() + (
         f"\n\n{len(sw.runs)} runs at commit {commits}, last logged {last}; pass@1 = avg@{sw.k} over "

@@ -99,10 +99,10 @@ def results_markdown(sweep: Path, report_dir: Path, command: str | None = None, 
 STUDY_SECTIONS = ("verdicts", "power", "warm_starts", "escape", "final_scores")
 
 
-def provenance(sweep: Path) -> tuple[int, str, str]:
-    """(runs, their commits, the date they last logged) of a sweep directory."""
+def provenance(sweep: Path, short: bool = False) -> tuple[int, str, str]:
+    """(runs, their commits (7 characters if ``short``), the date they last logged) of a sweep directory."""
     runs, _ = find_runs([sweep])
-    commits = sorted({str(r.provenance.get("git_commit")) for r in runs if r.provenance.get("git_commit")})
+    commits = sorted({str(r.provenance.get("git_commit"))[:7 if short else None] for r in runs if r.provenance.get("git_commit")})
     logged = newest_metrics_time(sweep)
     last = dt.datetime.fromtimestamp(logged, tz=dt.timezone.utc).date().isoformat() if logged else "unknown"
     return len(runs), ", ".join(f"`{c}`" for c in commits) or "unknown (no provenance)", last
