@@ -183,7 +183,7 @@ def study_line(study: Path) -> str:
         if not f.is_file():
             raise SystemExit(f"{study}: its report has no warm-start table (is it a sweep over warm starts?)")
         t = pd.read_csv(f)
-    n, commits, last = provenance(study)
+    n, commits, last = provenance(study, short=True)
     rows = []
     for comp, g in t.groupby("comparison", sort=False):
         over = g[g["level"].str.startswith("over warm starts")].iloc[0]

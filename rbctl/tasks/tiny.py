@@ -11,6 +11,7 @@ import json
 import math
 import os
 import random
+import shutil
 from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
@@ -102,11 +103,22 @@ def warm_started(kind: str, spec, ws, train: Callable[[], tuple], log=print) -> 
         if not (path / "config.json").exists():
             log(f"warm-starting the built-in {kind} policy ({ws.steps} SFT steps, cached at {path}) ...")
             tmp = Path(str(path) + ".tmp")
+            shutil.rmtree(tmp, ignore_errors=True)  # a build killed before its rename
             model, tok = train()
+            # A cache file, not a distributed checkpoint: whichever rank of a DDP/FSDP job takes the
+            # lock writes it. transformers (5.x) writes weights only on rank 0 once torch.distributed is
+            # initialised, which left rank 1's build with a tokenizer and no model.
+            model.should_save_on_this_rank = lambda is_main_process: True
             model.save_pretrained(tmp)
+            del model.should_save_on_this_rank
             tok.save_pretrained(tmp)
+            missing = [f for f in ("config.json", "model.safetensors") if not (tmp / f).is_file()]
+            if missing:
+                raise RuntimeError(f"the warm start written to {tmp} lacks {', '.join(missing)}")
             record = {"kind": kind, "task": asdict(spec), "warm_start": asdict(ws)}
             (tmp / BUILTIN_MARKER).write_text(json.dumps(record))
+            if path.exists():  # an incomplete folder (no config.json) left by an earlier release's build
+                shutil.rmtree(path)
             os.replace(tmp, path)
     return path
 

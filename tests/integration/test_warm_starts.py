@@ -96,3 +96,33 @@ def test_the_main_config_resolves_to_the_shipped_files_and_a_run_starts_from_the
     got = tr.model.state_dict()
     assert all(torch.equal(got[k], v) for k, v in want.items())
     assert sorted(rbctl_cache.rglob("*")) == before  # nothing was trained or cached
+
+
+def test_a_warm_start_built_on_a_nonzero_rank_is_complete_and_an_incomplete_folder_is_rebuilt(tmp_path, monkeypatch):
+    """Under DDP/FSDP any rank may take the build lock; transformers 5 writes weights only on rank 0
+    once torch.distributed is initialised, which left a rank-1 build with a tokenizer and no model."""
+    import transformers.distributed.mixin as mixin
+    from transformers import AutoModelForCausalLM
+
+    from rbctl.tasks import tiny
+
+    monkeypatch.setenv("RBCTL_CACHE", str(tmp_path))
+    monkeypatch.setattr(mixin, "_is_torch_distributed_initialized", lambda: True)
+    monkeypatch.setattr(mixin, "_get_torch_distributed_rank", lambda: 1)
+
+    def train():
+        torch.manual_seed(0)
+        cfg = tiny.model_config(vocab_size=8, hidden_size=16, layers=1, heads=2, kv_heads=1, intermediate_size=32,
+                                max_positions=16)
+        return tiny.build_model(cfg), tiny.build_tokenizer("abcde")
+
+    spec = replace(task_spec(load_train_config(None, [])), seed=123)
+    ws = warm_start_spec(load_train_config(None, []))
+    path = tiny.warm_start_path("links", spec, ws)
+    path.mkdir(parents=True)
+    (path / "tokenizer.json").write_text("{}")  # what the bug left behind: no config.json, no weights
+    got = tiny.warm_started("links", spec, ws, train, log=lambda *a: None)
+    assert got == path and (path / "config.json").is_file() and (path / "model.safetensors").is_file()
+    model = AutoModelForCausalLM.from_pretrained(path)
+    want, _ = train()
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), want.state_dict().values()))

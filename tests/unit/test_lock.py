@@ -108,8 +108,9 @@ def test_parallel_warm_starts_build_the_cache_once(tmp_path, monkeypatch):
     class _Saved:
         def save_pretrained(self, d):
             os.makedirs(d, exist_ok=True)
-            with open(os.path.join(d, "config.json"), "w") as f:
-                f.write("{}")
+            for name in ("config.json", "model.safetensors"):
+                with open(os.path.join(d, name), "w") as f:
+                    f.write("{}")
 
     def train():
         built.append(threading.get_ident())
