@@ -108,18 +108,23 @@ def provenance(sweep: Path, short: bool = False) -> tuple[int, str, str]:
     return len(runs), ", ".join(f"`{c}`" for c in commits) or "unknown (no provenance)", last
 
 
-def replication_markdown(sweep_a: Path, sweep_b: Path, command: str | None = None) -> str:
-    """The section saying whether the same sweep on disjoint seeds gets the same calls."""
+def _replication(sweep_a: Path, sweep_b: Path):
+    """(units of A, units of B, the side-by-side verdict table, every call the same, shared units)."""
     from scripts.verdict_stability import _units, side_by_side, verdicts
 
     with tempfile.TemporaryDirectory() as tmp:
         a, b = verdicts(sweep_a, Path(tmp) / "a"), verdicts(sweep_b, Path(tmp) / "b")
-    shared = sorted(_units(a) & _units(b))
     table, same = side_by_side(a, b)
+    return _units(a), _units(b), table, same, sorted(_units(a) & _units(b), key=_unit_key)
+
+
+def replication_markdown(sweep_a: Path, sweep_b: Path, command: str | None = None) -> str:
+    """The section saying whether the same sweep on disjoint seeds gets the same calls."""
+    ua, ub, table, same, shared = _replication(sweep_a, sweep_b)
     n, commits, last = provenance(sweep_b)
     return "\n".join([
         "## Replication on disjoint seeds", "",
-        f"A: `{sweep_a}` (units {span(_units(a))}); B: `{sweep_b}` (units {span(_units(b))}): {n} runs at commit {commits}, last logged {last}; command "
+        f"A: `{sweep_a}` (units {span(ua)}); B: `{sweep_b}` (units {span(ub)}): {n} runs at commit {commits}, last logged {last}; command "
         f"`{command or 'rbctl ablate --seed-offset N'}`. Printed by `python -m scripts.verdict_stability {sweep_a} {sweep_b}`.",
         "", markdown_table(table), "",
         (f"**Not a replication: the two sweeps share units ({', '.join(shared)}).**" if shared else
@@ -158,15 +163,11 @@ HEADLINE_BEGIN, HEADLINE_END = "<!-- headline: begin -->", "<!-- headline: end -
 
 def replication_line(sweep_a: Path, sweep_b: Path) -> str:
     """The README's short form of the replication: Δ on each seed set and whether the calls agree."""
-    from scripts.verdict_stability import _units, side_by_side, verdicts
-
-    with tempfile.TemporaryDirectory() as tmp:
-        a, b = verdicts(sweep_a, Path(tmp) / "a"), verdicts(sweep_b, Path(tmp) / "b")
-    if _units(a) & _units(b):
-        raise SystemExit(f"{sweep_a} and {sweep_b} share units: not a replication")
-    table, same = side_by_side(a, b)
+    ua, ub, table, same, shared = _replication(sweep_a, sweep_b)
+    if shared:
+        raise SystemExit(f"{sweep_a} and {sweep_b} share units ({', '.join(shared)}): not a replication")
     short = table[["comparison", "A: Δ [95% CI]", "B: Δ [95% CI]", "same call"]].rename(
-        columns={"A: Δ [95% CI]": f"seeds {span(_units(a))}: Δ [95% CI]", "B: Δ [95% CI]": f"seeds {span(_units(b))}: Δ [95% CI]"})
+        columns={"A: Δ [95% CI]": f"seeds {span(ua)}: Δ [95% CI]", "B: Δ [95% CI]": f"seeds {span(ub)}: Δ [95% CI]"})
     return (f"The same sweep on disjoint seeds (`python -m scripts.verdict_stability {sweep_a} {sweep_b}`): "
             + ("every principal comparison gets the same call." if same else "**the calls differ.**")
             + "\n\n" + markdown_table(short))
@@ -201,13 +202,11 @@ def headline_markdown(sweep: Path, report_dir: Path) -> str:
     """The principal verdict table of a report (its ``tables/verdicts.md``) and one line saying which
     runs, commit and date it comes from."""
     runs, _ = find_runs([sweep])
-    commits = sorted({str(r.provenance.get("git_commit"))[:7] for r in runs if r.provenance.get("git_commit")})
-    logged = newest_metrics_time(sweep)
-    last = dt.datetime.fromtimestamp(logged, tz=dt.timezone.utc).date().isoformat() if logged else "unknown"
+    _, commits, last = provenance(sweep, short=True)
     units = sorted({sum(r.arm == a for r in runs) for a in {r.arm for r in runs}})
     table = (Path(report_dir) / "tables" / "verdicts.md").read_text().rstrip()
     return (f"{table}\n\n{len(runs)} runs ({', '.join(map(str, units))} units per arm) at commit "
-            f"{', '.join(commits) or 'unknown'}, last logged {last}; Δ in points of held-out pass@1 with a 95% "
+            f"{commits}, last logged {last}; Δ in points of held-out pass@1 with a 95% "
             "t-interval over units; Holm-adjusted over the principal comparisons.")
 
 

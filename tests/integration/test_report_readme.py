@@ -60,7 +60,7 @@ def test_headline_is_the_principal_verdicts_and_goes_into_the_readme_block(tmp_p
     (run / "provenance.json").write_text(json.dumps({"git_commit": "0123abcdef"}))
     text = headline_markdown(tmp_path / "sweep", tmp_path / "rep")
     assert text.startswith("| comparison | verdict |\n| --- | --- |\n| b − a | higher |")
-    assert "1 runs (1 units per arm) at commit 0123abc" in text
+    assert "1 runs (1 units per arm) at commit `0123abc`" in text
     readme = tmp_path / "README.md"
     readme.write_text(f"# x\n\nbefore\n{HEADLINE_BEGIN}\nold\n{HEADLINE_END}\nafter\n")
     write_headline(readme, text)
