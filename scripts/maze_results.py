@@ -152,7 +152,8 @@ def _mean(per_unit: dict[str, dict]) -> dict[str, float]:
 
 
 def header(sw: Sweep, command: str | None, cpuinfo: Path, today: dt.date | None, invocation: str | None) -> list[str]:
-    _, commits, last = provenance(sw.path)
+    prov = provenance(sw.path, runs=sw.runs)
+    commits, last = prov.commits, prov.last
     units = sorted({len(sc.units) for sc in sw.scores.values()})
     n_problems = len(next(iter(sw.scores.values())).ids)
     return ["# The maze at CPU scale: results beside MaxRL's paper", "",
@@ -285,7 +286,8 @@ MAZE_BEGIN, MAZE_END = "<!-- maze: begin -->", "<!-- maze: end -->"
 def readme_table(sweep: Path) -> str:
     """The README's short form: the arms table and where it comes from."""
     sw = load(sweep)
-    _, commits, last = provenance(sweep, short=True)
+    prov = provenance(sweep, short=True, runs=sw.runs)
+    commits, last = prov.commits, prov.last
     table = arms_table(sw)[4:]  # without the heading and its paragraph
     return "\n".join(table).rstrip() + (
         f"\n\n{len(sw.runs)} runs at commit {commits}, last logged {last}; pass@1 = avg@{sw.k} over "

@@ -26,6 +26,7 @@ import datetime as dt
 import os
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -73,9 +74,8 @@ def cpu_description(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
 def results_markdown(sweep: Path, report_dir: Path, command: str | None = None, cpuinfo: Path = Path("/proc/cpuinfo"),
                      today: dt.date | None = None) -> str:
     """The document, from ``report_dir/tables/*.md`` (a report of ``sweep``)."""
-    runs, _ = find_runs([sweep])
-    _, commits, last = provenance(sweep)
-    per_arm = sorted({sum(r.arm == a for r in runs) for a in {r.arm for r in runs}})
+    prov = provenance(sweep)
+    runs, commits, last, per_arm = prov.runs, prov.commits, prov.last, prov.per_arm
     name = next((r.sweep for r in runs if r.sweep), Path(sweep).name)
     out = ["# Results", "",
            f"Generated on {(today or dt.date.today()).isoformat()} by `python -m scripts.readme_results {sweep}` from "
@@ -99,29 +99,48 @@ def results_markdown(sweep: Path, report_dir: Path, command: str | None = None, 
 STUDY_SECTIONS = ("verdicts", "power", "warm_starts", "escape", "final_scores")
 
 
-def provenance(sweep: Path, short: bool = False) -> tuple[int, str, str]:
-    """(runs, their commits (7 characters if ``short``), the date they last logged) of a sweep directory."""
-    runs, _ = find_runs([sweep])
+@dataclass
+class Provenance:
+    """A sweep directory's runs, their commits (a Markdown list) and the date they last logged."""
+
+    runs: list
+    commits: str
+    last: str
+
+    @property
+    def per_arm(self) -> list[int]:
+        """The distinct numbers of units per arm."""
+        return sorted({sum(r.arm == a for r in self.runs) for a in {r.arm for r in self.runs}})
+
+
+def provenance(sweep: Path, short: bool = False, runs: list | None = None) -> Provenance:
+    """The provenance of a sweep directory (commits of 7 characters if ``short``); ``runs``: its runs,
+    when the caller has read them already."""
+    if runs is None:
+        runs, _ = find_runs([sweep])
     commits = sorted({str(r.provenance.get("git_commit"))[:7 if short else None] for r in runs if r.provenance.get("git_commit")})
     logged = newest_metrics_time(sweep)
     last = dt.datetime.fromtimestamp(logged, tz=dt.timezone.utc).date().isoformat() if logged else "unknown"
-    return len(runs), ", ".join(f"`{c}`" for c in commits) or "unknown (no provenance)", last
+    return Provenance(runs, ", ".join(f"`{c}`" for c in commits) or "unknown (no provenance)", last)
 
 
-def _replication(sweep_a: Path, sweep_b: Path):
-    """(units of A, units of B, the side-by-side verdict table, every call the same, shared units)."""
-    from scripts.verdict_stability import _units, side_by_side, verdicts
+def _replication(sweep_a: Path, sweep_b: Path, report_a: Path | None = None):
+    """(units of A, units of B, the side-by-side verdict table, every call the same, shared units);
+    ``report_a``: a report already built from ``sweep_a`` (else one is built)."""
+    from scripts.verdict_stability import _units, read_verdicts, side_by_side, verdicts
 
     with tempfile.TemporaryDirectory() as tmp:
-        a, b = verdicts(sweep_a, Path(tmp) / "a"), verdicts(sweep_b, Path(tmp) / "b")
+        a = read_verdicts(report_a, sweep_a) if report_a is not None else verdicts(sweep_a, Path(tmp) / "a")
+        b = verdicts(sweep_b, Path(tmp) / "b")
     table, same = side_by_side(a, b)
     return _units(a), _units(b), table, same, sorted(_units(a) & _units(b), key=_unit_key)
 
 
-def replication_markdown(sweep_a: Path, sweep_b: Path, command: str | None = None) -> str:
+def replication_markdown(sweep_a: Path, sweep_b: Path, command: str | None = None, report_a: Path | None = None) -> str:
     """The section saying whether the same sweep on disjoint seeds gets the same calls."""
-    ua, ub, table, same, shared = _replication(sweep_a, sweep_b)
-    n, commits, last = provenance(sweep_b)
+    ua, ub, table, same, shared = _replication(sweep_a, sweep_b, report_a)
+    prov = provenance(sweep_b)
+    n, commits, last = len(prov.runs), prov.commits, prov.last
     return "\n".join([
         "## Replication on disjoint seeds", "",
         f"A: `{sweep_a}` (units {span(ua)}); B: `{sweep_b}` (units {span(ub)}): {n} runs at commit {commits}, last logged {last}; command "
@@ -146,7 +165,8 @@ def span(units) -> str:
 
 def study_markdown(study: Path, report_dir: Path, command: str | None = None) -> str:
     """The full study's verdicts, power, warm-start and escape tables."""
-    n, commits, last = provenance(study)
+    prov = provenance(study)
+    n, commits, last = len(prov.runs), prov.commits, prov.last
     out = ["## The full study over the warm starts", "",
            f"`{study}`: {n} runs at commit {commits}, last logged {last}; command `{command or 'rbctl ablate STUDY.yaml'}`. "
            "A unit is a (warm start, seed) pair; the warm-start table treats the warm start as the unit.", ""]
@@ -161,9 +181,9 @@ def study_markdown(study: Path, report_dir: Path, command: str | None = None) ->
 HEADLINE_BEGIN, HEADLINE_END = "<!-- headline: begin -->", "<!-- headline: end -->"
 
 
-def replication_line(sweep_a: Path, sweep_b: Path) -> str:
+def replication_line(sweep_a: Path, sweep_b: Path, report_a: Path | None = None) -> str:
     """The README's short form of the replication: Δ on each seed set and whether the calls agree."""
-    ua, ub, table, same, shared = _replication(sweep_a, sweep_b)
+    ua, ub, table, same, shared = _replication(sweep_a, sweep_b, report_a)
     if shared:
         raise SystemExit(f"{sweep_a} and {sweep_b} share units ({', '.join(shared)}): not a replication")
     short = table[["comparison", "A: Δ [95% CI]", "B: Δ [95% CI]", "same call"]].rename(
@@ -184,7 +204,8 @@ def study_line(study: Path) -> str:
         if not f.is_file():
             raise SystemExit(f"{study}: its report has no warm-start table (is it a sweep over warm starts?)")
         t = pd.read_csv(f)
-    n, commits, last = provenance(study, short=True)
+    prov = provenance(study, short=True)
+    n, commits, last = len(prov.runs), prov.commits, prov.last
     rows = []
     for comp, g in t.groupby("comparison", sort=False):
         over = g[g["level"].str.startswith("over warm starts")].iloc[0]
@@ -201,13 +222,11 @@ def study_line(study: Path) -> str:
 def headline_markdown(sweep: Path, report_dir: Path) -> str:
     """The principal verdict table of a report (its ``tables/verdicts.md``) and one line saying which
     runs, commit and date it comes from."""
-    runs, _ = find_runs([sweep])
-    _, commits, last = provenance(sweep, short=True)
-    units = sorted({sum(r.arm == a for r in runs) for a in {r.arm for r in runs}})
+    prov = provenance(sweep, short=True)
     table = (Path(report_dir) / "tables" / "verdicts.md").read_text().rstrip()
-    return (f"{table}\n\n{len(runs)} runs ({', '.join(map(str, units))} units per arm) at commit "
-            f"{commits}, last logged {last}; Δ in points of held-out pass@1 with a 95% "
-            "t-interval over units; Holm-adjusted over the principal comparisons.")
+    return (f"{table}\n\n{len(prov.runs)} runs ({', '.join(map(str, prov.per_arm))} units per arm) at commit "
+            f"{prov.commits}, last logged {prov.last}; Δ in points of each row's held-out metric (avg@n: pass@1) "
+            "with a 95% t-interval over units; Holm-adjusted over the rows' family (the sweep's principal comparisons).")
 
 
 def write_headline(readme: Path, text: str, begin: str = HEADLINE_BEGIN, end: str = HEADLINE_END) -> None:
@@ -237,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.headline:
             parts = [results_markdown(args.sweep, report, args.command)]
             if args.replication is not None:
-                parts.append(replication_markdown(args.sweep, args.replication, args.replication_command))
+                parts.append(replication_markdown(args.sweep, args.replication, args.replication_command, report))
             if args.study is not None:
                 with tempfile.TemporaryDirectory() as tmp:
                     make_report([args.study], Path(tmp) / "study")
@@ -246,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             text = headline_markdown(args.sweep, report)
             if args.replication is not None:
-                text += "\n\n" + replication_line(args.sweep, args.replication)
+                text += "\n\n" + replication_line(args.sweep, args.replication, report)
             if args.study is not None:
                 text += "\n\n" + study_line(args.study)
             if args.write_readme is not None:

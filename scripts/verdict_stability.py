@@ -24,9 +24,14 @@ from rbctl.report.tables import delta, markdown_table, num
 
 
 def verdicts(sweep: Path, out: Path) -> pd.DataFrame:
-    """The verdict table of a sweep's report, indexed by (arm, ref, benchmark, metric)."""
-    report = make_report([sweep], out)
-    table = pd.read_csv(report.parent / "tables" / "verdicts.csv") if (report.parent / "tables" / "verdicts.csv").is_file() else pd.DataFrame()
+    """The verdict table of a sweep's report (built into `out`), indexed by (arm, ref, benchmark, metric)."""
+    return read_verdicts(make_report([sweep], out).parent, sweep)
+
+
+def read_verdicts(report_dir: Path, sweep: Path) -> pd.DataFrame:
+    """The verdict table of `report_dir`, a report already built from `sweep`."""
+    f = Path(report_dir) / "tables" / "verdicts.csv"
+    table = pd.read_csv(f) if f.is_file() else pd.DataFrame()
     if not len(table):
         raise UserError(f"{sweep}: its report has no principal comparison with final evaluations on both sides")
     return table.set_index(["arm", "ref", "benchmark", "metric"])
