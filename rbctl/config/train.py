@@ -15,7 +15,7 @@ from pydantic import Field, field_validator, model_validator
 from rbctl import algo
 from rbctl.algo.losses import LOSS_AGG
 from rbctl.config.base import Section, apply_overrides, read_yaml, validate
-from rbctl.config.builtin import TASK_DOC, BuiltinCfg, default_section
+from rbctl.config.builtin import TASK_DOC, BuiltinCfg, default_section, upgrade_legacy
 from rbctl.config.methods import (
     SELECTORS, ClipCovCfg, EntropyMaskCfg, GspoCfg, KlCovCfg, PasskCfg, UnlikelinessCfg, check_method_blocks,
 )
@@ -156,6 +156,38 @@ RENAMED_KEYS = {
 
 
 check_method_blocks(AlgoCfg)  # a block that does not match its function fails here, at import
+
+
+def upgrade_method_keys(data: dict) -> dict:
+    """A training config dict as an earlier release wrote it to RUN_DIR/config.yaml (every field
+    dumped, method settings as the flat `algo` keys of RENAMED_KEYS), readable now: each flat key moves
+    into its method's block when that method is selected (`algo.estimator`, `algo.policy_loss`) or,
+    for an optional block (the entropy mask, the unlikeliness reward), when its value was set; else it
+    is dropped, as that release ignored it. Other configs are returned unchanged."""
+    a = data.get("algo")
+    flat = {old.split(".", 1)[1]: new.split(".", 1)[1] for old, new in RENAMED_KEYS.items()}
+    if not isinstance(a, dict) or not flat.keys() & a.keys():
+        return data
+    a = dict(a)
+    chosen = {a.get(kind, AlgoCfg.model_fields[kind].default) for kind in SELECTORS}
+    selectable = {name for registry in SELECTORS.values() for name in registry}
+    for old, new in flat.items():
+        if old not in a:
+            continue
+        value, (block, key) = a.pop(old), new.split(".")
+        if block in chosen or (block not in selectable and value):
+            a[block] = {**(a.get(block) or {}), key: value}
+    return {**data, "algo": a}
+
+
+def upgrade_run_config(data: dict) -> dict:
+    """A run's saved config dict, as this release or an earlier one wrote it, in today's schema."""
+    return upgrade_method_keys(upgrade_legacy(data))
+
+
+def read_run_config(path: Path) -> "TrainConfig":
+    """RUN_DIR/config.yaml (or a checkpoint's copy), validated; a one-line UserError naming the file."""
+    return validate(TrainConfig, upgrade_run_config(read_yaml(path)), str(path))
 
 
 class OptimCfg(Section):

@@ -30,15 +30,11 @@ def eval_config(model: str, options: dict) -> tuple[EvalConfig, str]:
     cfg_path = path / CONFIG
     if model == "builtin" or not is_run_dir(path) or not cfg_path.is_file():
         return build_config(**options), f"protocol: the published defaults where not given: {PUBLISHED_DEFAULTS}"
-    import yaml
-
-    from rbctl.config.base import validate
-    from rbctl.config.builtin import upgrade_legacy
-    from rbctl.config.train import TrainConfig
+    from rbctl.config.train import read_run_config
 
     try:
-        run_cfg = validate(TrainConfig, upgrade_legacy(yaml.safe_load(cfg_path.read_text()) or {}), str(cfg_path))
-    except (UserError, yaml.YAMLError) as e:
+        run_cfg = read_run_config(cfg_path)
+    except UserError as e:
         first = str(e).splitlines()[0]
         return build_config(**options), f"protocol: the published defaults where not given ({cfg_path} unreadable: {first})"
     periodic = for_run(run_cfg.eval, run_cfg)

@@ -21,13 +21,13 @@ from rbctl.config.base import apply_overrides, read_yaml, validate
 from rbctl.config.eval import check_fits_run_engine, for_run
 from rbctl.config.launcher import LauncherCfg
 from rbctl.config.sweep import SweepConfig, SweepEval
-from rbctl.config.train import TrainConfig
+from rbctl.config.train import TrainConfig, upgrade_run_config
 from rbctl.config.presets import preset
 from rbctl.config.sweep import arm_variant
 from rbctl.errors import UserError
 from rbctl.store.atomic import write_atomic
 from rbctl.store.lock import DirLock
-from rbctl.store.rundir import CEILING, RUN_META, SUMMARY, SWEEP_STATE, final_eval_dir
+from rbctl.store.rundir import CEILING, RUN_META, SUMMARY, SWEEP_FILE, SWEEP_RUNS, SWEEP_STATE, final_eval_dir
 
 # Arms must get equal compute: these keys may differ between arms only when the sweep says so.
 COMPUTE_KEYS = ("steps", "rollout.prompts_per_step", "rollout.group_size", "rollout.max_new_tokens", "algo.ppo_epochs",
@@ -208,7 +208,7 @@ def run_sweep(sweep_path: Path, sweep_dir: Path, jobs: int | None = None, force:
     sweep_dir.mkdir(parents=True, exist_ok=True)
     resolved = {"sweep": sweep.model_dump(mode="json"), "configs": {a: c.model_dump(mode="json") for a, c in configs.items()}}
     with sweep_lock(sweep_dir, log):
-        saved = sweep_dir / "sweep.yaml"
+        saved = sweep_dir / SWEEP_FILE
         if saved.exists() and not force:
             if _comparable(yaml.safe_load(saved.read_text()) or {}) != _comparable(resolved):
                 raise UserError(f"sweep directory {sweep_dir} holds a different sweep; use another -o or --force")
@@ -220,7 +220,7 @@ def run_sweep(sweep_path: Path, sweep_dir: Path, jobs: int | None = None, force:
         for arm, cfg in configs.items():
             for ws, seed in units(sweep):
                 key = run_key(arm, seed, ws)
-                rd = sweep_dir / "runs" / key
+                rd = sweep_dir / SWEEP_RUNS / key
                 rcfg = _with_warm_start(cfg, ws).model_copy(update={"seed": seed})
                 if final_eval_done(rd, rcfg.steps, sweep.eval.benchmarks) and state["runs"].get(key, {}).get("status") == "done":
                     continue
@@ -251,7 +251,7 @@ def _comparable(resolved: dict) -> dict | None:
     from pydantic import ValidationError
 
     try:
-        return {"configs": {a: TrainConfig.model_validate(c).model_dump(mode="json")
+        return {"configs": {a: TrainConfig.model_validate(upgrade_run_config(c)).model_dump(mode="json")
                             for a, c in (resolved.get("configs") or {}).items()},
                 "eval": SweepEval.model_validate((resolved.get("sweep") or {}).get("eval") or {}).model_dump(mode="json")}
     except ValidationError:

@@ -11,9 +11,8 @@ from pathlib import Path
 import torch
 
 from rbctl import __version__
-from rbctl.config.base import dump_config, validate
-from rbctl.config.builtin import upgrade_legacy
-from rbctl.config.train import TrainConfig
+from rbctl.config.base import dump_config
+from rbctl.config.train import TrainConfig, read_run_config
 from rbctl.errors import UserError
 from rbctl.store.atomic import write_atomic
 from rbctl.store.rundir import CHECKPOINTS, CONFIG, METRICS, step_dir_name
@@ -73,9 +72,7 @@ def check_run_dir(cfg: TrainConfig, run_dir: Path, force: bool, extend: bool = F
     cfg_path = run_dir / CONFIG
     if not (cfg_path.exists() and _started(run_dir)):
         return cfg
-    import yaml
-
-    old = validate(TrainConfig, upgrade_legacy(yaml.safe_load(cfg_path.read_text()) or {}), str(cfg_path))
+    old = read_run_config(cfg_path)
     cfg = _keep_schedule(old, cfg, run_dir, extend)
     if comparable(old) != comparable(cfg) and not force:
         new_flat, old_flat = _flat(comparable(cfg)), _flat(comparable(old))
