@@ -101,3 +101,13 @@ def trainers(monkeypatch):
 
     monkeypatch.setattr(loop, "Trainer", Recording)
     return made
+
+
+def cli_options() -> dict[str, set[str]]:
+    """Every rbctl command and the option names it takes."""
+    import typer
+
+    from rbctl.cli import app
+
+    group = typer.main.get_command(app)
+    return {name: {o for p in cmd.params for o in p.opts if o.startswith("-")} for name, cmd in group.commands.items()}

@@ -132,8 +132,6 @@ def test_sweep_through_submitit_local_mode(tmp_path, rbctl_cache):
 
 
 def test_a_stated_ceiling_is_written_where_the_report_reads_it_and_seeds_shift(tmp_path, rbctl_cache):
-    import json
-
     from rbctl.store.read import read_ceiling_file
 
     ceiling = {"value": 0.98, "source": "plain GRPO's longer runs"}

@@ -125,10 +125,10 @@ def test_the_three_evaluation_sections_are_one_schema_and_keep_todays_keys(tiny_
     assert for_run(SweepEval(), cfg).max_new_tokens == 10  # null = rollout.max_new_tokens
 
 
-def test_a_vllm_evaluation_of_an_hf_run_is_refused(tiny_config):
-    with pytest.raises(UserError, match="eval.engine 'vllm'.*rollout.engine 'vllm'"):
-        from rbctl.config.train import load_train_config
+def test_a_vllm_evaluation_of_an_hf_run_is_refused():
+    from rbctl.config.train import load_train_config
 
+    with pytest.raises(UserError, match="eval.engine 'vllm'.*rollout.engine 'vllm'"):
         load_train_config(None, ["eval.engine=vllm"])
 
 

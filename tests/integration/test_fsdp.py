@@ -12,6 +12,7 @@ import torch
 from safetensors.torch import load_file
 
 from rbctl.train.trainer import Trainer
+from tests.conftest import REPO
 from tests.integration.test_scaleout import _free_port, _record_grads, _shard, single_process_update
 
 
@@ -132,7 +133,7 @@ def test_an_fsdp_run_resumed_equals_an_uninterrupted_one_and_rbctl_eval_loads_it
 def test_fsdp_refuses_what_it_does_not_combine_with_yet_in_one_line(setting, named, tmp_path, capsys):
     from rbctl.cli import run
 
-    argv = ["train", "configs/quickstart.yaml", "-o", str(tmp_path / "r"), "--set", "model.fsdp=true", "--set", setting]
+    argv = ["train", str(REPO / "configs" / "quickstart.yaml"), "-o", str(tmp_path / "r"), "--set", "model.fsdp=true", "--set", setting]
     assert run(argv + ["--dry-run"]) == 2
     err = [x for x in capsys.readouterr().err.splitlines() if x.startswith("error:")]
     assert len(err) == 1 and f"model.fsdp does not combine with {named} yet" in err[0], err

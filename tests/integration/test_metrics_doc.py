@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import importlib
 import json
-from pathlib import Path
 
 import pytest
 
 from rbctl.train.metric_names import EVAL_METRICS, STEP_METRICS, Metric
+from tests.conftest import REPO
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO
 
 
 def documented(key: str, table) -> bool:

@@ -20,10 +20,7 @@ def test_cpu_description_reads_model_and_instruction_sets(tmp_path):
 
 
 def test_results_document_from_the_report_tables(tmp_path, capsys):
-    sweep = tmp_path / "sweep"
-    for (arm, seed), correct in CORRECT.items():
-        run = make_run(sweep / "runs" / arm / f"seed_{seed}", arm, seed, correct, budget=1.0 if "budget" in arm else None)
-        (run / "provenance.json").write_text(json.dumps({"git_commit": "0123abc"}))
+    sweep = _sweep(tmp_path / "sweep")
     (sweep / "state.json").write_text(json.dumps({"runs": {f"{a}/seed_{s}": {"status": "done"} for a, s in CORRECT}}))
     (sweep / "ceiling.json").write_text(json.dumps({"value": 0.9, "source": "a longer run"}))
     assert main([str(sweep), "--command", "rbctl ablate t.yaml"]) == 0

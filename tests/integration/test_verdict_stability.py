@@ -12,7 +12,7 @@ from tests.integration.report_sweeps import N, final_correct, make_sweep
 DESIGN = {"principal": [["grpo_budget", "grpo"]], "mde": 5.0, "planning_sd": 5.5}
 
 
-def test_side_by_side_calls(tmp_path, capsys):
+def test_side_by_side_calls():
     import pandas as pd
 
     key = ["arm", "ref", "benchmark", "metric"]

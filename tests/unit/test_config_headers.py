@@ -8,11 +8,10 @@ import re
 from pathlib import Path
 
 import pytest
-import typer
 
-from rbctl.cli import app
+from tests.conftest import REPO, cli_options
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO
 CONFIGS = sorted((ROOT / "configs").rglob("*.yaml"))
 
 
@@ -25,15 +24,9 @@ def _header(path: Path) -> str:
     return "\n".join(lines)
 
 
-def _options() -> dict[str, set[str]]:
-    """Every rbctl command and the option names it takes."""
-    group = typer.main.get_command(app)
-    return {name: {o for p in cmd.params for o in p.opts if o.startswith("-")} for name, cmd in group.commands.items()}
-
-
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_command_in_a_config_header_exists(path):
-    header, options = _header(path), _options()
+    header, options = _header(path), cli_options()
     for module in re.findall(r"python3? -m ([\w.]+)", header):
         assert importlib.util.find_spec(module) is not None, f"{path.name}: no module {module}"
     for command, args in re.findall(r"\brbctl (\w+)([^;)`\n]*)", header):

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import importlib.util
 import re
-from pathlib import Path
 
-from tests.conftest import REPO
-from tests.unit.test_config_headers import _options
+from tests.conftest import REPO, cli_options
 
 README = (REPO / "README.md").read_text()
 MAIN_JOB = "python3 -m pip install torch==2.13.0 -e . && rbctl ablate"
@@ -34,7 +32,7 @@ def test_the_two_set_up_commands_are_the_main_job_and_what_ci_runs():
 
 
 def test_every_command_module_and_option_the_readme_shows_exists():
-    options = _options()
+    options = cli_options()
     text = "\n".join(_bash_blocks(README)) + "\n" + "\n".join(re.findall(r"`([^`\n]+)`", README))
     for command, args in re.findall(r"\brbctl (\w+)((?: [^\n`]*)?)", text):
         assert command in options, f"no command `rbctl {command}`"
