@@ -159,9 +159,9 @@ def differences(a: dict, b: dict) -> list[str]:
             out.append(f"{kind}: {len(a[kind])} vs {len(b[kind])} lines")
             continue
         for ra, rb in zip(a[kind], b[kind]):
-            for k in ra:
-                if ra[k] != rb.get(k):
-                    out.append(f"{kind} step {ra.get('step')} {k}: {ra[k]} vs {rb.get(k)}")
+            for k in sorted(ra.keys() | rb.keys()):  # a key only one side logged differs too
+                if ra.get(k) != rb.get(k):
+                    out.append(f"{kind} step {ra.get('step')} {k}: {ra.get(k)} vs {rb.get(k)}")
     wa, wb = a["weights"], b["weights"]
     if wa.keys() != wb.keys():
         return out + ["weights: different tensors"]

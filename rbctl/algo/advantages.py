@@ -13,6 +13,7 @@ Every formula here is the one in docs/method.md; the docstrings restate it.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 from dataclasses import dataclass
@@ -147,9 +148,21 @@ def passk(r: torch.Tensor, budgeted: bool = False, *, k: int) -> torch.Tensor:
 def keyword_params(fn: Callable) -> dict[str, object]:
     """A method's own settings: the keyword-only parameters of its function -> default
     (`inspect.Parameter.empty` where required). The config block of a method holds exactly these
-    (rbctl.config.train checks it)."""
+    (rbctl.config.train checks it). A fresh dict; the signature is read once per function."""
+    return dict(_keyword_params(fn))
+
+
+@functools.cache
+def _keyword_params(fn: Callable) -> tuple[tuple[str, object], ...]:
     sig = inspect.signature(fn).parameters.values()
-    return {p.name: p.default for p in sig if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    return tuple((p.name, p.default) for p in sig if p.kind is inspect.Parameter.KEYWORD_ONLY)
+
+
+def param_problems(known: dict[str, object], given) -> tuple[list[str], list[str]]:
+    """(unknown, missing): the names in `given` that `known` (a `keyword_params`) lacks, sorted, and
+    the required ones of `known` that `given` lacks."""
+    return (sorted(set(given) - set(known)),
+            [p for p, default in known.items() if default is inspect.Parameter.empty and p not in given])
 
 
 @dataclass(frozen=True)
@@ -240,10 +253,10 @@ def compute_advantages(
     """
     _check_rewards(rewards)
     est = get_estimator(estimator)
-    unknown = sorted(set(params) - set(est.params))
-    missing = [p for p, default in est.params.items() if default is inspect.Parameter.empty and p not in params]
+    known = est.params
+    unknown, missing = param_problems(known, params)
     if unknown:
-        takes = ", ".join(est.params) or "none"
+        takes = ", ".join(known) or "none"
         raise UserError(f"estimator '{estimator}' has no parameter {', '.join(unknown)} (its parameters: {takes})")
     if missing:
         raise UserError(f"estimator '{estimator}' needs {', '.join(missing)}, e.g. compute_advantages(r, '{estimator}', "

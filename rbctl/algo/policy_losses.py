@@ -16,13 +16,12 @@ applies them per micro-batch, and so does a trainer that calls them per micro-ba
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
 
-from rbctl.algo.advantages import keyword_params
+from rbctl.algo.advantages import keyword_params, param_problems
 from rbctl.errors import UserError
 
 # verl clamps the sequence log-ratio of GSPO at 10 before exp "for numerical stability".
@@ -206,8 +205,7 @@ def compute_policy_loss(name: str, logp, old_logp, advantages, mask, **params) -
     a UserError naming them). logp, old_logp, mask [N, T]; advantages [N] or [N, T]."""
     entry = get_policy_loss(name)
     known = entry.params
-    unknown = sorted(set(params) - set(known))
-    missing = [p for p, d in known.items() if d is inspect.Parameter.empty and p not in params]
+    unknown, missing = param_problems(known, params)
     if unknown or missing:
         parts = ([f"unknown parameter(s) {', '.join(unknown)}"] if unknown else []) + (
             [f"missing {', '.join(missing)}"] if missing else [])

@@ -21,12 +21,12 @@ which ones a regenerated copy reproduces bit for bit.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import asdict
 from pathlib import Path
 
 from rbctl.errors import UserError
+from rbctl.store.rundir import sha256
 
 SHIPPED_DIR = Path(__file__).resolve().parent / "warm_starts"
 INDEX = "index.json"
@@ -46,7 +46,7 @@ def names() -> list[str]:
 
 def file_hashes(folder: Path) -> dict[str, str]:
     """SHA-256 of every file of a model folder, by name (the folder is flat)."""
-    return {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(Path(folder).iterdir()) if f.is_file()}
+    return {f.name: sha256(f) for f in sorted(Path(folder).iterdir()) if f.is_file()}
 
 
 def record(name: str) -> dict:
