@@ -45,6 +45,8 @@ class Report:
                         for r in runs if not r.finals and r.status in ("", "done")]
         self.scores: dict[tuple[str, str], ArmScores] = self._scores()
         self.benchmarks = sorted({b for _, b in self.scores})
+        # the plateau test's ceiling, also drawn on the held-out trajectories
+        self.ceiling = convergence.reachable_ceiling(self.by_arm, dirs, convergence.eval_benchmark(self))
         self.comparisons: list[Comparison] = all_comparisons(self.info, self.scores, self.benchmarks, self.spec,
                                                              self.same_config, n_boot)
         self.numbers = verdict.comparison_rows(self, self.comparisons)  # one row per comparison: comparisons.csv

@@ -54,7 +54,6 @@ def reachable_ceiling(by_arm: dict[str, list[Run]], dirs: list[Path], bench: str
 def plateau(rep) -> None:
     rep.doc.heading(2, "Plateau test (premature convergence)")
     bench = eval_benchmark(rep)
-    rep.ceiling = reachable_ceiling(rep.by_arm, rep.dirs, bench)
     arm = next((a for a in rep.arms if rep.info[a] == PLATEAU_ARM), None)
     if arm is None or bench is None:
         rep.doc.para("No GRPO base arm (baseline grpo, variant base) with held-out evaluations.")

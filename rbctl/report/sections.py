@@ -270,7 +270,7 @@ def trajectories(rep) -> None:
     logged = {k for r in rep.runs for m in r.metrics for k, v in m.items() if finite(v) and v != 0}
     specs += [(t[0], None, *t[1:]) for t in TRAJECTORIES[1:] if not t[0].startswith("clip/") or t[0] in logged]
     data = []
-    ceiling = getattr(rep, "ceiling", None)
+    ceiling = rep.ceiling
     for metric, bench, name, title, ylabel, window, limits in specs:
         key = metric if bench is None else ("heldout" if metric == "avg@n" else metric) + f":{bench}"
         bands = {}
