@@ -5,7 +5,8 @@
 - `rbctl.algo.*` imports nothing from rbctl but `rbctl.errors` and `rbctl.algo.*`;
 - `rbctl.grading.*` and `rbctl.report.*` import no torch or transformers, in their own files or
   through the rbctl modules they import at module level (transitively, package `__init__`s included);
-- no module file is over 420 lines;
+- a module file over 600 lines is flagged with a warning (a prompt to regroup it by role, not a rule
+  that splits code by length);
 - no module outside `rbctl/store/` (scripts/ included) names a run-directory file in a string
   literal: the layout is defined once, in `rbctl.store.rundir` (docstrings, comments and the
   `description=` / `help=` texts of options and config fields may name them).
@@ -17,13 +18,14 @@ from __future__ import annotations
 
 import ast
 import re
+import warnings
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "rbctl"
-MAX_LINES = 420
+LONG_MODULE = 600  # lines: above this a module is flagged for regrouping (a warning, not a failure)
 HEAVY = ("torch", "transformers")
 
 
@@ -248,9 +250,11 @@ def test_grading_and_report_import_no_torch_or_transformers():
     assert not bad, "rbctl.grading and rbctl.report must not need torch or transformers:\n" + "\n".join(sorted(set(bad)))
 
 
-def test_no_module_is_over_420_lines():
-    long = {rel(p): n for p in modules().values() if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
-    assert not long, f"modules over {MAX_LINES} lines: " + ", ".join(f"{p} ({n})" for p, n in sorted(long.items()))
+def test_long_modules_are_flagged():
+    long = {rel(p): n for p in modules().values() if (n := len(p.read_text(encoding="utf-8").splitlines())) > LONG_MODULE}
+    if long:
+        warnings.warn(f"modules over {LONG_MODULE} lines (regroup by role?): "
+                      + ", ".join(f"{p} ({n})" for p, n in sorted(long.items())), stacklevel=1)
 
 
 RUN_DIR_FILES = ("metrics.jsonl", "eval.jsonl", "run.json", "summary.json", "config.yaml", "state.json", "ceiling.json")
