@@ -115,7 +115,9 @@ class Updater:
         entropy_on = a.entropy.mode != "none"
         obj = self.objective
         stats = {"entropy_sum": 0.0, "kl_sum": 0.0, "loss": 0.0, "grad_norm": []}
-        tok = {"clipped_low": 0.0, "clipped_high": 0.0}  # policy-loss token statistics (+ mask), summed over tokens
+        # policy-loss token statistics (+ mask), summed over tokens; the clip's three are logged for every
+        # loss (0 where it has no such clip: all three for kl_cov, the dual clip for clip_cov and gspo)
+        tok = {"clipped_low": 0.0, "clipped_high": 0.0, "clipped_dual": 0.0}
         skipped = steps = 0
         for epoch in range(a.ppo_epochs):
             k = 0  # micro-batch counter of the epoch: seeds a policy loss's random choice (clip_cov)
