@@ -3,15 +3,17 @@ branches per method (verl's `register_policy_loss` is the model).
 
 Every variant takes (logp [N, T], old_logp [N, T], advantages [N] or [N, T], mask [N, T], **params)
 and returns a `PolicyLossResult`: the per-token loss matrix [N, T] (to be aggregated with
-`rbctl.algo.losses.aggregation_weights`, or with the variant's own `loss_agg` when it forces one)
-and boolean per-token statistics [N, T] (the trainer sums them over valid tokens to log fractions).
+`rbctl.algo.losses.aggregation_weights`, or with the variant's own `loss_agg` when it forces one),
+boolean per-token statistics [N, T] (the trainer sums them over valid tokens to log fractions) and
+token counts of the call (summed over calls, logged as fractions of the same tokens).
 Its settings are keyword-only parameters without defaults: the defaults are its config block's
 (rbctl.config.methods), and the docstrings name the sources' values.
 Padding entries of the loss matrix are whatever falls out of the formula; the aggregation weights
 are 0 there. Formulas and sources: docs/method.md, "Other arms".
 
-Clip-Cov and KL-Cov compute their covariance over the tokens of the batch they are given; verl
-applies them per micro-batch, and so does a trainer that calls them per micro-batch.
+Clip-Cov and KL-Cov compute their covariance and choose their tokens over the tokens of the batch
+they are given; verl applies them per micro-batch, and so does a trainer that calls them per
+micro-batch (docs/method.md, "Other arms": which tokens, and what the floor of one token does).
 
 verl's guards, and which loss has which (verl/trainer/ppo/core_algos.py at volcengine/verl
 b178a3cd56f58b2d502255daba591e92833930a7): `compute_policy_loss_vanilla` clamps the log-ratio at
@@ -42,6 +44,7 @@ LOG_RATIO_MAX = 20.0
 class PolicyLossResult:
     loss_mat: torch.Tensor  # [N, T] per-token loss
     token_stats: dict[str, torch.Tensor] = field(default_factory=dict)  # name -> [N, T] bool
+    counts: dict[str, float] = field(default_factory=dict)  # name -> a token count of this call (not per token)
 
 
 def _token_adv(advantages: torch.Tensor, logp: torch.Tensor) -> torch.Tensor:
@@ -127,9 +130,12 @@ def clip_cov_loss(
         l_t = max(−A·ρ, −A·clip(ρ, 1 − ε_low, 1 + ε_high)) · (0 at picked tokens, else 1)
 
     verl's defaults (clip_cov_ratio, clip_cov_lb, clip_cov_ub): ratio 2e-4, lb 1, ub 5. The picked
-    tokens carry loss 0 and no gradient. As verl's, no log-ratio clamp and no dual clip. `generator` None draws from torch's global RNG,
+    tokens carry loss 0 and no gradient. As verl's, no log-ratio clamp and no dual clip. The floor
+    of one token makes the picked fraction 1/#valid whenever ratio · #valid < 1 (2.7e-3 for a
+    call of 375 tokens, not 2e-4). `generator` None draws from torch's global RNG,
     as verl does; pass a seeded `torch.Generator` for a reproducible pick.
-    token_stats: clipped_low/high (the PPO clip), cov_clipped (the picked tokens; verl's pg_clipfrac)."""
+    token_stats: clipped_low/high (the PPO clip), cov_clipped (the picked tokens; verl's pg_clipfrac);
+    counts: cov_quota (n, what the call asked for; more than it picks when there are fewer candidates)."""
     _check_ratio("clip_cov ratio", ratio)
     adv = _token_adv(advantages, logp)
     valid = mask > 0
@@ -148,7 +154,8 @@ def clip_cov_loss(
         picked = torch.zeros_like(valid)
         picked[idx[:, 0], idx[:, 1]] = True
     loss = torch.maximum(unclipped, clipped) * (~picked).to(logp.dtype)
-    return PolicyLossResult(loss, {**_clip_stats(rho, adv, clip_low, clip_high), "cov_clipped": picked})
+    return PolicyLossResult(loss, {**_clip_stats(rho, adv, clip_low, clip_high), "cov_clipped": picked},
+                            {"cov_quota": float(clip_num)})
 
 
 def kl_cov_loss(
@@ -162,7 +169,8 @@ def kl_cov_loss(
         l_t = −A·ρ + coef·|log π − log π_old|               at those n tokens
         l_t = −A·ρ                                          elsewhere (no PPO clip, as in verl)
 
-    As verl's, no log-ratio clamp and no dual clip. token_stats: kl_penalised (the n tokens)."""
+    As verl's, no log-ratio clamp and no dual clip. The floor of one token makes the penalised
+    fraction 1/#valid whenever ratio · #valid < 1. token_stats: kl_penalised (the n tokens)."""
     _check_ratio("kl_cov ratio", ratio)
     adv = _token_adv(advantages, logp)
     valid = mask > 0

@@ -86,10 +86,19 @@ STEP_METRICS: tuple[Metric, ...] = (
            "`algo.clip_ratio_c` is null and for clip_cov, kl_cov and gspo (no dual clip, as verl)",
            "rbctl.algo.policy_losses.clip_loss"),
     Metric("policy_loss/frac_cov_clipped", "fraction of valid tokens Clip-Cov detached (loss 0, no gradient), "
-           "as `clip/frac_low`", "rbctl.algo.policy_losses.clip_cov_loss", "with `algo.policy_loss: clip_cov`"),
+           "as `clip/frac_low`: the realised fraction, min(#candidates, max(⌊ratio·n⌋, 1)) of the n valid tokens "
+           "of each call (a micro-batch on one process: the mini-batch with `algo.micro_batch_size` 0), so 1/n, "
+           "not `ratio`, while ratio·n < 1",
+           "rbctl.algo.policy_losses.clip_cov_loss", "with `algo.policy_loss: clip_cov`"),
+    Metric("policy_loss/frac_cov_quota", "the fraction Clip-Cov's quota asked for: Σ over its calls of max(⌊ratio·n⌋, "
+           "1) / valid tokens, as `clip/frac_low`; above `algo.clip_cov.ratio` where the floor of one token binds "
+           "(M / the batch's tokens while ratio·n < 1 in each of M mini-batches); `policy_loss/frac_cov_clipped` "
+           "is below it when a call had fewer candidates", "rbctl.algo.policy_losses.clip_cov_loss",
+           "with `algo.policy_loss: clip_cov`"),
     Metric("policy_loss/frac_kl_penalised", "fraction of valid tokens that got KL-Cov's penalty "
-           "coef·|log π − log π_old|, as `clip/frac_low`", "rbctl.algo.policy_losses.kl_cov_loss",
-           "with `algo.policy_loss: kl_cov`"),
+           "coef·|log π − log π_old|, as `clip/frac_low`: the realised fraction, max(⌊ratio·n⌋, 1) of the n valid "
+           "tokens of each call (as `policy_loss/frac_cov_clipped`), so 1/n, not `ratio`, while ratio·n < 1",
+           "rbctl.algo.policy_losses.kl_cov_loss", "with `algo.policy_loss: kl_cov`"),
     Metric("tokens/frac_entropy_mask", "fraction of valid tokens the high-entropy mask kept (H_t ≥ the 1 − ρ "
            "quantile), as `clip/frac_low`", "rbctl.algo.arms.high_entropy_mask", "with `algo.entropy_mask`"),
     Metric("loss/total", f"the aggregated loss (policy loss + kl_coef·KL − α·H), mean over {PPO_STEPS} "

@@ -158,6 +158,8 @@ class Updater:
                     loss_total += loss.item()
                     for name, hit in pg.token_stats.items():
                         tok[name] = tok.get(name, 0.0) + (hit.float() * mask).sum().item() / a.ppo_epochs
+                    for name, count in pg.counts.items():
+                        tok[name] = tok.get(name, 0.0) + count / a.ppo_epochs
                     if epoch == 0 and not pre_logged:
                         stats["entropy_sum"] += (ent.detach() * mask).sum().item()
                         if kl is not None:

@@ -183,3 +183,16 @@ def test_the_dual_clip_binds_off_policy_only_and_where_it_does_not_the_update_is
     assert tr3.cfg.algo.clip_ratio_c == 3.0
     assert c3.metrics["clip/frac_dual"] == pytest.approx(binds(3.0) / n_tokens, abs=1e-12)
     assert any(not torch.equal(u, v) for u, v in zip(_params(tr.model), _params(tr3.model)))
+
+
+def test_clip_cov_logs_the_quota_its_floor_of_one_token_makes_per_mini_batch(tiny_config, tmp_path):
+    # ratio 2e-4 of a mini-batch's few dozen tokens is < 1 token: each of the M calls asks for
+    # max(⌊2e-4·n⌋, 1) = 1 token, so the quota is M / the batch's tokens, far above 2e-4
+    for m, size in ((1, "null"), (2, 2), (4, 1)):
+        cfg = tiny_config(algo__ppo_mini_batch_size=size, algo__policy_loss="clip_cov", algo__clip_cov__ratio=2e-4,
+                          optim__lr=0.05)
+        tr, batch, res = _updated(cfg, tmp_path, f"m{m}")
+        assert tr.mini_batches_per_epoch == m
+        n_tokens = batch.response_mask.sum().item()
+        assert res.metrics["policy_loss/frac_cov_quota"] == pytest.approx(m / n_tokens, abs=1e-12)
+        assert 0.0 <= res.metrics["policy_loss/frac_cov_clipped"] <= res.metrics["policy_loss/frac_cov_quota"]
