@@ -114,10 +114,12 @@ def test_two_mini_batches_match_a_slow_reference_loop_and_the_clip_binds_on_the_
     res = tr.update(batch)
     assert res.optimizer_steps == 2
     # the two forward paths (the trainer's shared-prompt pass, the reference's full pass) round
-    # differently; AdamW's steps here are ~lr = 0.05, so 1e-4 is 0.2% of a step
+    # differently; AdamW's steps here are ~lr = 0.05, so 1e-4 is 0.2% of a step. Adam divides each
+    # element's gradient by its own scale, so the few elements whose gradient is rounding noise get
+    # steps that differ more (measured: 3 of 4096 by up to 2e-4): 99% within 1e-4, all within 1e-3
     assert max((p - q).abs().max().item() for p, q in zip(tr.model.parameters(), before)) > 0.04
-    for p, q in zip(tr.model.parameters(), ref_model.parameters()):
-        torch.testing.assert_close(p, q, rtol=0, atol=1e-4)
+    diff = torch.cat([(p - q).abs().flatten() for p, q in zip(tr.model.parameters(), ref_model.parameters())])
+    assert (diff <= 1e-4).float().mean() >= 0.99 and diff.max() <= 1e-3
     (r1, m1, low1, high1), (r2, m2, low2, high2) = seen
     # the first mini-batch is stepped on by the behaviour policy itself: every ratio is 1 (up to the
     # rounding of two forward passes), so the clip cannot bind there; the second is off-policy
