@@ -72,9 +72,10 @@ SELECTORS = {"estimator": algo.ESTIMATORS, "policy_loss": algo.POLICY_LOSSES}
 # Optional methods (null = off): block -> its function.
 ADDED_METHODS = {"entropy_mask": algo.high_entropy_mask, "unlikeliness": algo.unlikeliness_rewards}
 # Parameters a method's function takes that are not its own settings: the PPO clip range of the losses
-# that clip, from algo.clip_low/clip_high unless the block has its own (gspo); and what the trainer
-# passes per call (clip_cov's seeded `generator`).
-SHARED_PARAMS = ("clip_low", "clip_high")
+# that clip, from algo.clip_low/clip_high unless the block has its own (gspo), and the dual clip
+# algo.clip_ratio_c of the loss that has one (clip); and what the trainer passes per call (clip_cov's
+# seeded `generator`).
+SHARED_PARAMS = ("clip_low", "clip_high", "clip_ratio_c")
 RUNTIME_PARAMS = ("generator",)
 
 
@@ -115,7 +116,8 @@ def check_method_blocks(schema: type[BaseModel], functions: dict[str, Callable] 
 
 def method_params(a: BaseModel, name: str) -> dict[str, object]:
     """The keyword arguments of method `name`'s function from the config: its block's values, and
-    the PPO clip (algo.clip_low/clip_high) where the function takes one the block does not hold."""
+    the PPO clip (algo.clip_low/clip_high, algo.clip_ratio_c) where the function takes one the block
+    does not hold."""
     block = getattr(a, name, None)
     own = block.model_dump() if isinstance(block, BaseModel) else {}
     params = algo.keyword_params(method_functions()[name])

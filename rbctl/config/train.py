@@ -104,6 +104,7 @@ class AlgoCfg(Section):
     loss_agg: Optional[LossAggName] = Field(None, description="Loss aggregation; null = the one the policy loss forces (gspo), else the estimator's default (docs/method.md).")
     clip_low: float = Field(0.2, ge=0.0, lt=1.0, description="PPO ε_low: ratio floor 1 − ε_low.")
     clip_high: float = Field(0.28, ge=0.0, description="PPO ε_high: ratio ceiling 1 + ε_high (> ε_low is clip-higher).")
+    clip_ratio_c: Optional[float] = Field(3.0, gt=1.0, description="Dual clip c (verl's clip_ratio_c, default 3): with A < 0 the per-token loss is at most −A·c, so a token whose ratio rose above c stops pushing; policy_loss clip only (verl's clip_cov, kl_cov and gspo have none); null = off (docs/method.md, \"Setting\"). Where it does not bind the loss is bit-identical to null's.")
     kl_coef: float = Field(0.0, ge=0.0, description="Coefficient of the k3 KL to the frozen initial policy (0 = no KL term).")
     log_kl: bool = Field(True, description="Keep a frozen reference to log the KL even when kl_coef is 0 (an extra forward pass).")
     ppo_epochs: int = Field(1, ge=1, description="Passes over each rollout batch (each pass takes one optimizer step per mini-batch).")
@@ -180,9 +181,20 @@ def upgrade_method_keys(data: dict) -> dict:
     return {**data, "algo": a}
 
 
+def upgrade_dual_clip(data: dict) -> dict:
+    """A saved config dict whose `algo` lacks `clip_ratio_c` was written by a release without the
+    dual clip (every release dumps every field): it trained with none, so it reads as null, not as
+    today's default, and resuming it under a config with the dual clip on is refused as a config
+    change. Other configs are returned unchanged."""
+    a = data.get("algo")
+    if not isinstance(a, dict) or "clip_ratio_c" in a:
+        return data
+    return {**data, "algo": {**a, "clip_ratio_c": None}}
+
+
 def upgrade_run_config(data: dict) -> dict:
     """A run's saved config dict, as this release or an earlier one wrote it, in today's schema."""
-    return upgrade_method_keys(upgrade_legacy(data))
+    return upgrade_dual_clip(upgrade_method_keys(upgrade_legacy(data)))
 
 
 def read_run_config(path: Path) -> "TrainConfig":

@@ -73,17 +73,32 @@ STEP_METRICS: tuple[Metric, ...] = (
     Metric("kl", "token mean of the k3 estimator exp(q) − q − 1, q = log π_ref − log π_θ, against the frozen "
            "initial policy, before the update; null when no reference is kept (`algo.log_kl: false` and "
            "`algo.kl_coef: 0`)", "rbctl.algo.losses.k3_kl"),
-    Metric("clip/frac_low", "fraction of valid tokens with ρ < 1 − ε_low and A < 0 (the lower clip binds; ρ = "
+    Metric("clip/frac_low", "fraction of valid tokens with ρ < 1 − ε_low and A < 0 (the lower PPO clip binds; ρ = "
            "π_θ/π_old per token, GSPO's sequence ratio on each of its tokens), mean over the ppo_epochs passes "
-           "(each deals the whole batch into its mini-batches once); 0 for kl_cov (no clip)",
+           "(each deals the whole batch into its mini-batches once); 0 for kl_cov (no clip). Not verl's "
+           "`pg_clipfrac_lower`, which is the dual clip's fraction (`clip/frac_dual`); verl's `pg_clipfrac` is "
+           "`clip/frac_low` + `clip/frac_high`",
            "rbctl.algo.policy_losses.clip_loss"),
     Metric("clip/frac_high", "fraction of valid tokens with ρ > 1 + ε_high and A > 0 (the upper clip binds), as "
            "`clip/frac_low`", "rbctl.algo.policy_losses.clip_loss"),
+    Metric("clip/frac_dual", "fraction of valid tokens with A < 0 and ρ > c = `algo.clip_ratio_c` (the dual clip "
+           "binds: the loss is −A·c there; verl's `pg_clipfrac_lower`), as `clip/frac_low`; 0 when "
+           "`algo.clip_ratio_c` is null and for clip_cov, kl_cov and gspo (no dual clip, as verl)",
+           "rbctl.algo.policy_losses.clip_loss"),
     Metric("policy_loss/frac_cov_clipped", "fraction of valid tokens Clip-Cov detached (loss 0, no gradient), "
-           "as `clip/frac_low`", "rbctl.algo.policy_losses.clip_cov_loss", "with `algo.policy_loss: clip_cov`"),
+           "as `clip/frac_low`: the realised fraction, min(#candidates, max(⌊ratio·n⌋, 1)) of the n valid tokens "
+           "of each call (a micro-batch on one process: the mini-batch with `algo.micro_batch_size` 0), so 1/n, "
+           "not `ratio`, while ratio·n < 1",
+           "rbctl.algo.policy_losses.clip_cov_loss", "with `algo.policy_loss: clip_cov`"),
+    Metric("policy_loss/frac_cov_quota", "the fraction Clip-Cov's quota asked for: Σ over its calls of max(⌊ratio·n⌋, "
+           "1) / valid tokens, as `clip/frac_low`; above `algo.clip_cov.ratio` where the floor of one token binds "
+           "(M / the batch's tokens while ratio·n < 1 in each of M mini-batches); `policy_loss/frac_cov_clipped` "
+           "is below it when a call had fewer candidates", "rbctl.algo.policy_losses.clip_cov_loss",
+           "with `algo.policy_loss: clip_cov`"),
     Metric("policy_loss/frac_kl_penalised", "fraction of valid tokens that got KL-Cov's penalty "
-           "coef·|log π − log π_old|, as `clip/frac_low`", "rbctl.algo.policy_losses.kl_cov_loss",
-           "with `algo.policy_loss: kl_cov`"),
+           "coef·|log π − log π_old|, as `clip/frac_low`: the realised fraction, max(⌊ratio·n⌋, 1) of the n valid "
+           "tokens of each call (as `policy_loss/frac_cov_clipped`), so 1/n, not `ratio`, while ratio·n < 1",
+           "rbctl.algo.policy_losses.kl_cov_loss", "with `algo.policy_loss: kl_cov`"),
     Metric("tokens/frac_entropy_mask", "fraction of valid tokens the high-entropy mask kept (H_t ≥ the 1 − ρ "
            "quantile), as `clip/frac_low`", "rbctl.algo.arms.high_entropy_mask", "with `algo.entropy_mask`"),
     Metric("loss/total", f"the aggregated loss (policy loss + kl_coef·KL − α·H), mean over {PPO_STEPS} "

@@ -15,7 +15,7 @@ from rbctl.config.methods import method_params
 from rbctl.config.train import TrainConfig
 
 # Token statistics of the policy losses -> metric names (fractions of the valid tokens).
-STAT_METRICS = {"clipped_low": "clip/frac_low", "clipped_high": "clip/frac_high",
+STAT_METRICS = {"clipped_low": "clip/frac_low", "clipped_high": "clip/frac_high", "clipped_dual": "clip/frac_dual",
                 "entropy_mask_kept": "tokens/frac_entropy_mask"}
 
 

@@ -236,6 +236,7 @@ class Trainer(Updater):
             "kappa_eff": kappa_eff,
             "clip/frac_low": upd["clip/frac_low"],
             "clip/frac_high": upd["clip/frac_high"],
+            "clip/frac_dual": upd["clip/frac_dual"],
             "kl": upd["kl"],
             "loss/total": upd["loss/total"],
             "entropy/alpha": alpha_used if ent_cfg.mode != "none" else 0.0,

@@ -115,7 +115,9 @@ class Updater:
         entropy_on = a.entropy.mode != "none"
         obj = self.objective
         stats = {"entropy_sum": 0.0, "kl_sum": 0.0, "loss": 0.0, "grad_norm": []}
-        tok = {"clipped_low": 0.0, "clipped_high": 0.0}  # policy-loss token statistics (+ mask), summed over tokens
+        # policy-loss token statistics (+ mask), summed over tokens; the clip's three are logged for every
+        # loss (0 where it has no such clip: all three for kl_cov, the dual clip for clip_cov and gspo)
+        tok = {"clipped_low": 0.0, "clipped_high": 0.0, "clipped_dual": 0.0}
         skipped = steps = 0
         for epoch in range(a.ppo_epochs):
             k = 0  # micro-batch counter of the epoch: seeds a policy loss's random choice (clip_cov)
@@ -156,6 +158,8 @@ class Updater:
                     loss_total += loss.item()
                     for name, hit in pg.token_stats.items():
                         tok[name] = tok.get(name, 0.0) + (hit.float() * mask).sum().item() / a.ppo_epochs
+                    for name, count in pg.counts.items():
+                        tok[name] = tok.get(name, 0.0) + count / a.ppo_epochs
                     if epoch == 0 and not pre_logged:
                         stats["entropy_sum"] += (ent.detach() * mask).sum().item()
                         if kl is not None:

@@ -95,7 +95,8 @@ def test_with_every_arm_off_the_objective_is_grpo_and_ppos_clipped_surrogate():
     logp = old + torch.tensor([[1.5, 1.1, 0.5], [0.5, 0.9, 1.5]]).log()
     out = obj.policy_loss(logp, old, torch.tensor([2.0, -0.5]), mask, draw=(1, 0, 0))
     torch.testing.assert_close(out.loss_mat, torch.tensor([[-2.56, -2.2, -1.0], [0.4, 0.45, 0.75]]))
-    assert set(out.token_stats) == {"clipped_low", "clipped_high"}
+    assert set(out.token_stats) == {"clipped_low", "clipped_high", "clipped_dual"}
+    assert not out.token_stats["clipped_dual"].any()  # no ρ above the dual clip's c = 3
     assert out.token_stats["clipped_high"].tolist() == [[True, False, False], [False, False, False]]
     assert out.token_stats["clipped_low"].tolist() == [[False, False, False], [True, False, False]]
 
@@ -130,7 +131,8 @@ def test_entropy_mask_gives_gradient_only_to_the_high_entropy_tokens():
     # the same batch without the mask: every valid token gets gradient
     logp.grad = None
     plain = Objective(load_train_config(None, []))
-    assert plain.policy_loss(logp, logp.detach(), adv, mask, entropy).token_stats.keys() == {"clipped_low", "clipped_high"}
+    assert plain.policy_loss(logp, logp.detach(), adv, mask, entropy).token_stats.keys() == {"clipped_low", "clipped_high",
+                                                                                           "clipped_dual"}
     (plain.policy_loss(logp, logp.detach(), adv, mask, entropy).loss_mat * mask).sum().backward()
     assert (logp.grad != 0).tolist() == mask.bool().tolist()
 

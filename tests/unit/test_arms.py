@@ -143,7 +143,7 @@ def test_registry_has_the_four_losses_and_gspo_forces_sequence_aggregation() -> 
     assert all(POLICY_LOSSES[n].loss_agg is None for n in ("clip", "clip_cov", "kl_cov"))
     with pytest.raises(UserError, match="unknown policy loss"):
         compute_policy_loss("dpo", LOGP, LOGP, ADV, MASK)
-    with pytest.raises(UserError, match="missing clip_low, clip_high"):
+    with pytest.raises(UserError, match="missing clip_low, clip_high, clip_ratio_c"):
         compute_policy_loss("clip", LOGP, LOGP, ADV, MASK)
     with pytest.raises(UserError, match="unknown parameter"):
         compute_policy_loss("kl_cov", LOGP, LOGP, ADV, MASK, clip_low=0.2)
@@ -158,13 +158,13 @@ def test_clip_takes_sequence_and_token_advantages_alike_hand_values() -> None:
     e = math.exp
     expected = t([[-1.28, -e(-0.3), -1.0], [e(0.3), 0.8, 1.0]])
     for adv in (ADV, ADV.unsqueeze(1).expand(2, 3)):  # [N] per sequence, or [N, T] per token
-        out = compute_policy_loss("clip", LOGP, old, adv, MASK, clip_low=0.2, clip_high=0.28)
+        out = compute_policy_loss("clip", LOGP, old, adv, MASK, clip_low=0.2, clip_high=0.28, clip_ratio_c=3.0)
         assert_close(out.loss_mat, expected)
         assert out.token_stats["clipped_high"].tolist() == [[True, False, False], [False, False, False]]
         assert out.token_stats["clipped_low"].tolist() == [[False, False, False], [False, True, False]]
     # token advantages may differ along a sequence: A = (+1, −1, +1) on row 0 at ρ = (1.3499, 0.7408, 1)
     out = compute_policy_loss("clip", LOGP, old, t([[1.0, -1.0, 1.0], [-1.0, -1.0, -1.0]]), MASK, clip_low=0.2,
-                              clip_high=0.28)
+                              clip_high=0.28, clip_ratio_c=3.0)
     assert_close(out.loss_mat[0], t([-1.28, 0.8, -1.0]))
 
 

@@ -67,7 +67,7 @@ def test_method_params_are_the_block_plus_the_ppo_clip_where_the_block_has_none(
     a = load_train_config(None, ["algo.policy_loss=gspo", "algo.gspo.clip_high=1e-3", "algo.clip_low=0.1"]).algo
     assert method_params(a, "gspo") == {"clip_low": 3e-4, "clip_high": 1e-3}
     a = load_train_config(None, ["algo.clip_low=0.1"]).algo
-    assert method_params(a, "clip") == {"clip_low": 0.1, "clip_high": 0.28}
+    assert method_params(a, "clip") == {"clip_low": 0.1, "clip_high": 0.28, "clip_ratio_c": 3.0}
     assert method_params(a, "grpo") == {}
     a = load_train_config(None, ["algo.estimator=passk", "algo.passk.k=3"]).algo
     assert method_params(a, "passk") == {"k": 3}

@@ -217,7 +217,8 @@ EPS_LOW, EPS_HIGH = 0.2, 0.28
 
 def test_ppo_ratio_one_gives_minus_advantage() -> None:
     logp = torch.tensor([[-1.0, -2.0], [-0.5, -3.0]])
-    out = clip_loss(logp, logp.clone(), torch.tensor([1.5, -0.7]), torch.ones(2, 2), clip_low=EPS_LOW, clip_high=EPS_HIGH)
+    out = clip_loss(logp, logp.clone(), torch.tensor([1.5, -0.7]), torch.ones(2, 2), clip_low=EPS_LOW, clip_high=EPS_HIGH,
+                    clip_ratio_c=3.0)
     assert_close(out.loss_mat, torch.tensor([[-1.5, -1.5], [0.7, 0.7]]))
     assert not out.token_stats["clipped_low"].any() and not out.token_stats["clipped_high"].any()
 
@@ -232,13 +233,146 @@ def test_ppo_clip_values_flags_and_zero_gradient_where_the_clip_binds() -> None:
     ratios = torch.tensor([[1.5, 1.1, 0.5], [0.5, 0.9, 1.5]])
     old = torch.tensor([[-1.0, -2.0, -0.3], [-4.0, -0.1, -1.2]])
     logp = (old + ratios.log()).requires_grad_(True)
-    out = clip_loss(logp, old, torch.tensor([2.0, -0.5]), torch.ones(2, 3), clip_low=EPS_LOW, clip_high=EPS_HIGH)
+    out = clip_loss(logp, old, torch.tensor([2.0, -0.5]), torch.ones(2, 3), clip_low=EPS_LOW, clip_high=EPS_HIGH,
+                    clip_ratio_c=3.0)
     assert_close(out.loss_mat, torch.tensor([[-2.56, -2.2, -1.0], [0.4, 0.45, 0.75]]))
     assert out.token_stats["clipped_high"].tolist() == [[True, False, False], [False, False, False]]
     assert out.token_stats["clipped_low"].tolist() == [[False, False, False], [True, False, False]]
     # d(−A ρ)/d logp = −A ρ where unclipped; 0 where the clip binds
     out.loss_mat.sum().backward()
     assert_close(logp.grad, torch.tensor([[0.0, -2.2, -1.0], [0.0, 0.45, 0.75]]))
+
+
+def _verl_vanilla(old_log_prob, log_prob, advantages, response_mask, cliprange_low, cliprange_high, clip_ratio_c):
+    """verl's compute_policy_loss_vanilla (verl/trainer/ppo/core_algos.py, volcengine/verl @ b178a3cd,
+    lines 1159-1250) with loss_agg_mode "token-mean", transcribed line by line as the reference (its
+    config reads and the rollout-correction weights left out; verl_F.masked_mean is Σ x·m / Σ m).
+    Returns (pg_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower, pg_losses)."""
+    def masked_mean(values, mask):
+        return (values * mask).sum() / mask.sum()
+
+    assert clip_ratio_c > 1.0
+    negative_approx_kl = log_prob - old_log_prob
+    negative_approx_kl = torch.clamp(negative_approx_kl, min=-20.0, max=20.0)
+    ratio = torch.exp(negative_approx_kl)
+    ppo_kl = masked_mean(-negative_approx_kl, response_mask)
+    pg_losses1 = -advantages * ratio
+    pg_losses2 = -advantages * torch.clamp(ratio, 1 - cliprange_low, 1 + cliprange_high)
+    clip_pg_losses1 = torch.maximum(pg_losses1, pg_losses2)
+    pg_clipfrac = masked_mean(torch.gt(pg_losses2, pg_losses1).float(), response_mask)
+    pg_losses3 = -advantages * clip_ratio_c
+    clip_pg_losses2 = torch.min(pg_losses3, clip_pg_losses1)
+    pg_clipfrac_lower = masked_mean(torch.gt(clip_pg_losses1, pg_losses3) * (advantages < 0).float(), response_mask)
+    pg_losses = torch.where(advantages < 0, clip_pg_losses2, clip_pg_losses1)
+    pg_loss = masked_mean(pg_losses, response_mask)  # agg_loss(..., "token-mean")
+    return pg_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower, pg_losses
+
+
+def _drifted_batch(seed: int, n: int = 12, t: int = 9):
+    """Random log-probs, token advantages of both signs and a mask with padding; the log-ratios span
+    (−2, 2) (ratios up to e² ≈ 7.4, past c = 3), one is 50 (past the ±20 clamp) and one −30."""
+    gen = torch.Generator().manual_seed(seed)
+    old = -torch.rand(n, t, generator=gen) * 4
+    log_ratio = (torch.rand(n, t, generator=gen) * 4 - 2)
+    log_ratio[0, 0], log_ratio[1, 1] = 50.0, -30.0
+    adv = torch.randn(n, t, generator=gen)
+    adv[0, 0], adv[1, 1] = -1.3, 0.7
+    lengths = torch.randint(3, t + 1, (n,), generator=gen)
+    mask = (torch.arange(t)[None, :] < lengths[:, None]).float()
+    return old, old + log_ratio, adv, mask
+
+
+def test_clip_loss_with_the_dual_clip_is_verls_vanilla_loss_on_drifted_ratios() -> None:
+    old, logp, adv, mask = _drifted_batch(0)
+    ratio = (logp - old).exp()
+    assert ((ratio > 3) & (adv < 0) & (mask > 0)).sum() >= 5  # the dual clip binds on several tokens
+    lp = logp.clone().requires_grad_(True)
+    lp_ref = logp.clone().requires_grad_(True)
+    out = clip_loss(lp, old, adv, mask, clip_low=EPS_LOW, clip_high=EPS_HIGH, clip_ratio_c=3.0)
+    pg_loss, pg_clipfrac, _, pg_clipfrac_lower, pg_losses = _verl_vanilla(old, lp_ref, adv, mask, EPS_LOW, EPS_HIGH, 3.0)
+    norm = BatchNorm(n_seqs=mask.shape[0], n_tokens=int(mask.sum()), max_new_tokens=mask.shape[1])
+    loss = aggregate(out.loss_mat, mask, "token-mean", norm)
+    assert torch.isfinite(out.loss_mat).all()
+    assert_close(out.loss_mat, pg_losses, rtol=0, atol=0)  # the same per-token values, padding included
+    assert_close(loss, pg_loss, rtol=1e-6, atol=0)
+    frac = lambda name: (out.token_stats[name].float() * mask).sum() / mask.sum()  # noqa: E731
+    assert frac("clipped_dual") == pg_clipfrac_lower and pg_clipfrac_lower > 0  # verl's pg_clipfrac_lower
+    assert_close(frac("clipped_low") + frac("clipped_high"), pg_clipfrac)  # verl's pg_clipfrac is their sum
+    assert frac("clipped_low") != pg_clipfrac_lower  # rbctl's clip/frac_low is another quantity
+    # the gradients agree too (no ties −A·c = l here, where verl's min would halve the gradient)
+    loss.backward()
+    pg_loss.backward()
+    assert_close(lp.grad, lp_ref.grad, rtol=1e-6, atol=1e-9)
+    assert lp.grad[out.token_stats["clipped_dual"]].abs().max() == 0  # bound at −A·c: no gradient
+
+
+def test_dual_clip_hand_values() -> None:
+    # ε = (0.2, 0.28), c = 3. A = −1: ρ = 4 -> max(4, 1.28)·1 = 4 > 3, bound at −A·c = 3 (no gradient);
+    # ρ = 2.5 -> 2.5 (below c); ρ = 0.5 -> 0.8 (the lower PPO clip). A = +1, ρ = 4 -> −1.28 (upper clip;
+    # the dual clip is for A < 0 only). Without it (c = None) ρ = 4 at A = −1 costs 4.
+    ratios = torch.tensor([[4.0, 2.5, 0.5], [4.0, 1.0, 1.0]])
+    old = torch.zeros(2, 3)
+    adv = torch.tensor([[-1.0, -1.0, -1.0], [1.0, 1.0, 1.0]])
+    logp = ratios.log().requires_grad_(True)
+    out = clip_loss(logp, old, adv, torch.ones(2, 3), clip_low=EPS_LOW, clip_high=EPS_HIGH, clip_ratio_c=3.0)
+    assert_close(out.loss_mat, torch.tensor([[3.0, 2.5, 0.8], [-1.28, -1.0, -1.0]]))
+    assert out.token_stats["clipped_dual"].tolist() == [[True, False, False], [False, False, False]]
+    out.loss_mat.sum().backward()
+    assert_close(logp.grad, torch.tensor([[0.0, 2.5, 0.0], [0.0, -1.0, -1.0]]))
+    off = clip_loss(ratios.log(), old, adv, torch.ones(2, 3), clip_low=EPS_LOW, clip_high=EPS_HIGH, clip_ratio_c=None)
+    assert_close(off.loss_mat[0], torch.tensor([4.0, 2.5, 0.8]))
+    assert not off.token_stats["clipped_dual"].any()
+    with pytest.raises(UserError, match="clip_ratio_c must be > 1"):
+        clip_loss(logp, old, adv, torch.ones(2, 3), clip_low=EPS_LOW, clip_high=EPS_HIGH, clip_ratio_c=1.0)
+
+
+def test_a_huge_log_ratio_gives_a_finite_loss_and_gradient() -> None:
+    # log ρ = 100: exp overflows float32 to inf without the ±20 clamp; −A·ρ is then ±inf and the
+    # gradient 0·inf = NaN. Clamped, ρ = e^20 (verl's bound): A < 0 costs −A·c with the dual clip,
+    # −A·e^20 without it; A > 0 is clipped at 1 + ε_high either way; every gradient is finite.
+    old = torch.zeros(1, 2)
+    adv = torch.tensor([[-1.0, 1.0]])
+    for c, first in ((3.0, 3.0), (None, math.exp(20.0))):
+        logp = torch.full((1, 2), 100.0, requires_grad=True)
+        out = clip_loss(logp, old, adv, torch.ones(1, 2), clip_low=EPS_LOW, clip_high=EPS_HIGH, clip_ratio_c=c)
+        assert_close(out.loss_mat, torch.tensor([[first, -1.28]]))
+        out.loss_mat.sum().backward()
+        assert torch.equal(logp.grad, torch.zeros(1, 2))  # past the clamp (and clipped): no gradient, not NaN
+
+
+def _plain_surrogate(logp, old, adv, lo, hi):
+    """The clipped surrogate as rbctl computed it before the guards: exp(logp − old), no clamp, no dual clip."""
+    ratio = torch.exp(logp - old)
+    return torch.maximum(-adv * ratio, -adv * torch.clamp(ratio, 1.0 - lo, 1.0 + hi))
+
+
+@pytest.mark.parametrize("agg", list(LOSS_AGG))
+def test_where_no_guard_binds_loss_and_gradient_are_bit_identical_with_c_3_and_null(agg) -> None:
+    gen = torch.Generator().manual_seed(5)
+    n, t = 16, 11
+    old = -torch.rand(n, t, generator=gen) * 5
+    log_ratio = torch.rand(n, t, generator=gen) * 1.6 - 0.8  # ρ in (0.45, 2.2): every PPO clip case, none past c = 3
+    adv = torch.randn(n, generator=gen)
+    mask = (torch.arange(t)[None, :] < torch.randint(1, t + 1, (n,), generator=gen)[:, None]).float()
+    norm = BatchNorm(n_seqs=n, n_tokens=int(mask.sum()), max_new_tokens=t)
+    w = aggregation_weights(mask, agg, norm)
+    results = []
+    for c in (3.0, None, "before"):
+        lp = (old + log_ratio).requires_grad_(True)
+        if c == "before":
+            mat = _plain_surrogate(lp, old, adv[:, None], EPS_LOW, EPS_HIGH)
+        else:
+            out = clip_loss(lp, old, adv, mask, clip_low=EPS_LOW, clip_high=EPS_HIGH, clip_ratio_c=c)
+            assert not out.token_stats["clipped_dual"].any()
+            mat = out.loss_mat
+        loss = (w * mat).sum()
+        loss.backward()
+        results.append((mat.detach(), loss.detach(), lp.grad))
+    (m3, l3, g3), (mn, ln, gn), (mb, lb, gb) = results
+    assert torch.equal(m3, mn) and torch.equal(l3, ln) and torch.equal(g3, gn)
+    assert torch.equal(mn, mb) and torch.equal(ln, lb) and torch.equal(gn, gb)  # as before the guards
+    # bit for bit, signed zeros included
+    assert all(torch.equal(x.view(torch.int32), y.view(torch.int32)) for x, y in ((g3, gb), (m3, mb)))
 
 
 # --- KL and adaptive α ---------------------------------------------------------------------------
