@@ -110,7 +110,8 @@ def escape(rep) -> None:
     table, curves, tau = survival_summary(rows)
     rep.doc.para(f"A run escapes at the first periodic evaluation (step 0 = the warm start included) where "
                  f"`{spec.metric}` {sign} {spec.threshold:g} on {bench} ({source}); a run that never does is "
-                 f"censored at its last evaluation. Kaplan–Meier estimate per arm; median = first step with S ≤ 0.5; "
+                 f"censored at its last evaluation. Kaplan–Meier estimate per arm; median = first step with S ≤ 0.5 "
+                 f"(S from exact counts, so an S of exactly 0.5 counts); "
                  f"RMST = mean escape step restricted to τ = {tau:g} (the last step every run reached; never escaping "
                  "counts as τ), 95% normal interval (Greenwood-type variance).")
     shown = pd.DataFrame({"arm": table["arm"], "runs": table["runs"], "escaped": table["escaped"],

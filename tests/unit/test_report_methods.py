@@ -119,6 +119,19 @@ def test_kaplan_meier_and_log_rank_on_the_leukemia_data():
     chi2, p = logrank(MP_T, MP_E, PL_T, [1] * 21)
     assert chi2 == pytest.approx(16.79, abs=0.005) and p == pytest.approx(4.17e-5, rel=2e-3)
     assert kaplan_meier([5, 5], [0, 0]).median == math.inf  # nobody escaped: not reached
+
+
+def test_kaplan_meier_median_when_survival_is_exactly_one_half():
+    # S(0) = 8/10, S(20) = 8/10 · 6/8, S(40) = 3/5 · 5/6 = 1/2 exactly; as a float product it is
+    # 0.5000000000000001, and a median read off it was 60 (one evaluation late). lifelines' rule, the
+    # first t with S(t) ≤ 0.5, gives 40.
+    times = [0, 0, 20, 20, 40, 40, 60, 60, 80, 100]
+    events = [1, 1, 1, 1, 1, 0, 1, 0, 1, 0]
+    km = kaplan_meier(times, events)
+    assert np.cumprod([0.8, 0.75, 5 / 6])[-1] > 0.5  # the float product that misled
+    assert km.median == 40 and km.at(40) == 0.5 and km.at(39) == pytest.approx(0.6)
+    assert km.quantile_time(0.25) == 20  # S(20) = 0.6 ≤ 0.75
+    assert km.quantile_time(0.625) == 60  # S(60) = 1/2 · 3/4 = 3/8 = 1 − 0.625 exactly
     assert math.isnan(logrank([5, 5], [0, 0], [5], [0])[0])
 
 
