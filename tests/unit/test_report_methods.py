@@ -81,6 +81,38 @@ def test_iqm_is_the_25_percent_trimmed_mean_over_runs_and_tasks():
     assert list(iqm(np.stack([X, Y]))) == pytest.approx([iqm(X), iqm(Y)])  # resamples stacked
 
 
+def test_a_nan_score_makes_iqm_p_improvement_and_their_intervals_nan():
+    # before: the sort put NaN last and the trim dropped it (IQM 0.4 from .1, .3, .5); comparisons with
+    # NaN are False, so P(improvement) counted it as a loss. rliable (scipy's trim_mean, mannwhitneyu)
+    # gives NaN; so does scipy here
+    nan = math.nan
+    scores = np.array([[0.1], [nan], [0.3], [0.5]])
+    assert math.isnan(sps.trim_mean(scores, 0.25, axis=None)) and math.isnan(iqm(scores))
+    assert math.isnan(sps.mannwhitneyu([0.1, nan, 0.3], [0.2, 0.4, 0.3]).statistic)
+    assert math.isnan(prob_improvement(scores[:3], np.array([[0.2], [0.4], [0.3]])))
+    assert math.isnan(prob_improvement(np.array([[0.2], [0.4]]), scores[:2]))
+    # a NaN in one task: that task is NaN, so the mean over tasks is too
+    assert math.isnan(prob_improvement(np.array([[0.5, 0.1], [0.6, nan]]), np.array([[0.4, 0.2], [0.3, 0.3]])))
+    assert list(iqm(np.stack([X, np.where(X > 0.65, nan, X)]))) == pytest.approx([iqm(X), nan], nan_ok=True)
+    for lo, hi in (stratified_bootstrap(iqm, [scores], n_boot=50),
+                   stratified_bootstrap(prob_improvement, [scores, scores[::-1]], paired=True, n_boot=50),
+                   stratified_bootstrap(prob_improvement, [scores, np.ones((2, 1))], n_boot=50)):
+        assert math.isnan(lo) and math.isnan(hi)
+    lo, hi = stratified_bootstrap(lambda s: score_distribution(s, [0.2, 0.4]), [scores], n_boot=50)
+    assert lo.shape == (2,) and np.isnan(lo).all() and np.isnan(hi).all()
+    assert np.isnan(score_distribution(scores, [0.2])).all()
+
+
+def test_p_improvement_interval_paired_and_rliables_independent_bootstrap():
+    # two arms with the same runs unit by unit: a paired resample draws the same units for both, two equal
+    # multisets, so P(X > Y) = 1/2 exactly in every resample; rliable's independent bootstrap draws each
+    # arm's runs on its own, and its interval spreads around 1/2
+    x = np.array([[0.1], [0.4], [0.7], [1.0]])
+    assert stratified_bootstrap(prob_improvement, [x, x.copy()], paired=True, n_boot=300) == pytest.approx((0.5, 0.5))
+    lo, hi = stratified_bootstrap(prob_improvement, [x, x.copy()], paired=False, n_boot=300)
+    assert lo < 0.5 < hi and 0 <= lo and hi <= 1
+
+
 def test_score_distribution_and_stratified_bootstrap():
     assert list(score_distribution(X[:, :1], [0.5, 0.6, 0.7])) == pytest.approx([0.8, 0.6, 0.0])  # strictly above
     # a constant sample: every resample gives the same statistic
