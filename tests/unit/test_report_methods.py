@@ -193,18 +193,23 @@ def test_escape_time_first_crossing_or_censored_at_the_last_evaluation():
 
 
 def test_warm_start_level_per_warm_start_over_warm_starts_and_variance():
-    # Δ per (warm start, seed): a: .02, .04 (mean .03); b: .10, .12 (mean .11)
-    d = paired_delta({("a", 0): 0.52, ("a", 1): 0.54, ("b", 0): 0.60, ("b", 1): 0.62},
-                     {("a", 0): 0.50, ("a", 1): 0.50, ("b", 0): 0.50, ("b", 1): 0.50})
+    # Δ per (warm start, seed): a: .02, .04 (mean .03); b: .10, .12 (mean .11); c: .05, .07 (mean .06)
+    arm = {("a", 0): 0.52, ("a", 1): 0.54, ("b", 0): 0.60, ("b", 1): 0.62, ("c", 0): 0.55, ("c", 1): 0.57}
+    d = paired_delta(arm, dict.fromkeys(arm, 0.50))
     lvl = warm_start_level(d)
     assert lvl.per_warm_start["a"].mean == pytest.approx(0.03) and lvl.per_warm_start["b"].units == (0, 1)
+    assert not lvl.per_warm_start["a"].testable  # two seeds: an interval, no test
     over = lvl.over_warm_starts
-    assert over.n == 2 and over.mean == pytest.approx(0.07) and over.deltas == pytest.approx((0.03, 0.11))
-    # t over 2 warm starts: sd(.03, .11) = .08/√2, se = .04: t = 1.75 on 1 df (a Cauchy)
-    assert over.p == pytest.approx(1 - 2 / math.pi * math.atan(1.75))
-    # MSB = 2·(.04² + .04²) = .0064, MSW = 4·.0001/2 = .0002, n0 = 2: σ²_b = (.0064 − .0002)/2 = .0031
+    assert over.n == 3 and over.mean == pytest.approx(0.2 / 3) and over.deltas == pytest.approx((0.03, 0.11, 0.06))
+    # t over 3 warm starts: sd² = (.0367² + .0433² + .0067²)/2 = .0098/6, se = sd/√3; on 2 df p = 1 − t/√(2 + t²)
+    t = (0.2 / 3) / math.sqrt(0.0098 / 6 / 3)
+    assert over.p == pytest.approx(1 - t / math.sqrt(2 + t * t))
+    # MSB = 2·.0098/3/2 = .0098/3, MSW = 6·.0001/3 = .0002, n0 = 2: σ²_b = (.0098/3 − .0006/3)/2 = .0092/6
     v = lvl.components
-    assert (v.between, v.within) == pytest.approx((0.0031, 0.0002)) and v.share_between == pytest.approx(31 / 33)
+    assert (v.between, v.within, v.f) == pytest.approx((0.0092 / 6, 0.0002, 49 / 3)) and v.share_between == pytest.approx(23 / 26)
+    # two warm starts: the test over warm starts has 2 units, so none (before: a t on 1 df)
+    two = warm_start_level(paired_delta({k: v for k, v in arm.items() if k[0] != "c"}, dict.fromkeys(arm, 0.5)))
+    assert math.isnan(two.over_warm_starts.p) and two.over_warm_starts.untestable.startswith("2 units")
 
 
 # --- the sweep file's report settings -------------------------------------------------------------
