@@ -9,7 +9,7 @@ from, between the README's `<!-- maze: begin -->` and `<!-- maze: end -->`.
 Everything is computed from the run directories with the report's own functions (`rbctl.report`),
 so the document is regenerated, never edited: the date, the commit the runs ran, the command, the
 machine; per arm its held-out pass@1 (avg@n of the final evaluation) and pass@k at the largest k
-(k = n), with 95% t-intervals over units, beside the paper's pass@1 / pass@128 / pass@256 (Tajwar
+(k = n), with 95% t-intervals over units clipped to [0, 100], beside the paper's pass@1 / pass@128 / pass@256 (Tajwar
 et al. 2026, arXiv 2602.02710, 17×17 mazes); the ordering of the arms in both; each arm's paired gap
 to GRPO beside the paper's; whether the entropy bonus's gain is small against the budget-like
 estimators'; the principal comparisons (Holm–Bonferroni, the sweep file's `comparisons`); and the
@@ -34,14 +34,15 @@ import numpy as np
 
 from rbctl.errors import UserError
 from rbctl.config.sweep import Comparisons
-from rbctl.report.compare import PRINCIPAL, ArmScores, all_comparisons, arm_scores, common_problems, verdict
+from rbctl.report.compare import (PRINCIPAL, ArmScores, all_comparisons, arm_scores, common_problems, untestable_note,
+                                  verdict)
 from rbctl.report.convergence import PLATEAU_ARM, reachable_ceiling
 from rbctl.report.diagnostics import plateau_of_arm
 from rbctl.report.load import Run, find_runs, sweep_settings, unit_label
 from rbctl.report.plateau import per_unit_criteria
 from rbctl.report.series import run_series
-from rbctl.report.stats import paired_delta, t_interval
-from rbctl.report.tables import delta, num, pct, points_list, with_ci, yes_no
+from rbctl.report.stats import DELTA_BOUNDS, bounded_t_interval, paired_delta
+from rbctl.report.tables import NOT_TESTABLE, delta, num, pct, points_list, pval, with_ci, yes_no
 from rbctl.store.atomic import write_atomic
 from rbctl.store.read import read_yaml_file
 from rbctl.store.rundir import CEILING, CONFIG, EVAL_LINES
@@ -173,11 +174,11 @@ def arms_table(sw: Sweep) -> list[str]:
     rows = []
     for a in sorted(sw.scores, key=lambda x: -_mean(avg)[x]):
         rows.append([f"`{a}`", PAPER.get(sw.info[a], ("(not in the paper)",))[0], str(len(sw.scores[a].units)),
-                     with_ci(*t_interval(list(avg[a].values()))), with_ci(*t_interval(list(pk[a].values())))]
+                     with_ci(*bounded_t_interval(list(avg[a].values()))), with_ci(*bounded_t_interval(list(pk[a].values())))]
                     + ([f"{x:.1f}" for x in paper[a]] if a in paper else ["–"] * 3))
     return ["## The arms beside the paper", "",
             f"Per arm: the mean over units of each run's held-out pass@1 (avg@{sw.k}) and unbiased pass@{sw.k}, with a "
-            "95% t-interval over units (n − 1 df). The paper's numbers are its 17×17 maze table (3.9M-parameter "
+            "95% t-interval over units (n − 1 df), clipped to the metric's range [0, 100]. The paper's numbers are its 17×17 maze table (3.9M-parameter "
             "policy, G = 128, pass@k from 2048 samples); this sweep is a smaller maze and model at CPU scale, so the "
             "columns compare orderings and gaps, not levels.", ""] + _table(
         ["arm", "paper's method", "units", f"pass@1 (avg@{sw.k}) %", f"pass@{sw.k} %",
@@ -201,12 +202,12 @@ def gaps(sw: Sweep, grpo: str) -> list[str]:
     for a in sorted(sw.scores, key=lambda x: -_mean(avg)[x]):
         if a == grpo:
             continue
-        d1, dk = paired_delta(avg[a], avg[grpo]), paired_delta(pk[a], pk[grpo])
+        d1, dk = paired_delta(avg[a], avg[grpo], bounds=DELTA_BOUNDS), paired_delta(pk[a], pk[grpo], bounds=DELTA_BOUNDS)
         theirs = [f"{x - y:+.1f}" for x, y in zip(paper[a], paper[grpo])] if a in paper and grpo in paper else ["–"] * 3
         rows.append([f"`{a}`", str(d1.n), delta(d1.mean, d1.lo, d1.hi), delta(dk.mean, dk.lo, dk.hi), *theirs])
     return ["## Gaps to GRPO", "",
-            f"Δ = arm − `{grpo}` in points, paired by unit (mean, 95% t-interval over units, unadjusted), beside the "
-            "paper's gap.", ""] + _table(
+            f"Δ = arm − `{grpo}` in points, paired by unit (mean, 95% t-interval over units, unadjusted, clipped to "
+            "[−100, +100]; no interval where every unit gave the same Δ), beside the paper's gap.", ""] + _table(
         ["arm", "units", "Δ pass@1", f"Δ pass@{sw.k}", *(f"paper Δ pass@{x}" for x in PAPER_KS)], rows)
 
 
@@ -222,15 +223,16 @@ def entropy_against_budget(sw: Sweep, grpo: str) -> list[str]:
     paper_gain = {a: v[0] - paper[grpo][0] for a, v in paper.items() if grpo in paper and a != grpo}
     rows = []
     for b in budget_like:
-        d = paired_delta(avg[b], avg[ent])
+        d = paired_delta(avg[b], avg[ent], bounds=DELTA_BOUNDS)
         ratio = gain[ent] / gain[b] if gain[b] > 0 else float("nan")
-        small = gain[b] > 0 and ratio < SMALL and d.lo > 0
+        small = gain[b] > 0 and ratio < SMALL and d.lo > 0  # no interval (sd(Δ) = 0): not shown to beat it
         theirs = paper_gain[ent] / paper_gain[b] if ent in paper_gain and paper_gain.get(b, 0) > 0 else None
         rows.append([f"`{b}`", f"{100 * gain[b]:+.1f}", f"{100 * gain[ent]:+.1f}", num(ratio, 2),
                      delta(d.mean, d.lo, d.hi), "yes" if small else "no", num(theirs, 2)])
     return ["## Is the entropy bonus's gain small against the budget-like estimators'?", "",
             f"Gain = Δ pass@1 over `{grpo}` (mean over units). Small: under {SMALL:g}× the budget-like arm's gain, and "
-            f"that arm beats `{ent}` (the 95% t-interval of their paired Δ above 0). The paper's gains: "
+            f"that arm beats `{ent}` (the 95% t-interval of their paired Δ above 0; with the same Δ in every unit there "
+            "is no interval, so it is not shown to). The paper's gains: "
             + ", ".join(f"{a} {g:+.1f}" for a, g in paper_gain.items()) + " points.", ""] + _table(
         ["budget-like arm", "its gain", "entropy bonus's gain", "ratio", f"Δ arm − {ent}", "small", "paper's ratio"],
         rows)
@@ -242,12 +244,18 @@ def principal(sw: Sweep) -> list[str]:
         return []
     comps = [c for c in all_comparisons(sw.info, {(a, sw.bench): sc for a, sc in sw.scores.items()}, [sw.bench],
                                         sw.spec, n_boot=200) if c.family == PRINCIPAL]
+    m = sum(c.delta.testable for c in comps)
+    note = untestable_note(comps)
     return ["## Principal comparisons", "",
-            f"Stated in the sweep file before running, on {sw.spec.metric}: Holm–Bonferroni over the {len(comps)} at "
-            f"α = {sw.spec.alpha:g} (docs/method.md, \"Comparing arms\").", ""] + _table(
+            f"Stated in the sweep file before running, on {sw.spec.metric}: "
+            + (f"Holm–Bonferroni over the {m} that {'is' if m == 1 else 'are'} testable at α = {sw.spec.alpha:g}" if m else
+               "none is testable, so no Holm–Bonferroni family is formed and no verdict is called")
+            + " (docs/method.md, \"Comparing arms\"); a comparison with fewer than 3 "
+            "units or the same Δ in every unit is not testable. Δ's 95% t-interval is clipped to [−100, +100].", ""] + _table(
         ["comparison", "units", f"Δ {sw.spec.metric} [95% t-interval]", "Holm p", "verdict", "per unit Δ"],
-        [[c.label, str(c.delta.n), delta(c.delta.mean, c.delta.lo, c.delta.hi), num(c.p_holm, 3), verdict(c),
-          points_list(c.delta.deltas)] for c in comps])
+        [[c.label, str(c.delta.n), delta(c.delta.mean, c.delta.lo, c.delta.hi),
+          pval(c.p_holm, NOT_TESTABLE if not c.delta.testable else "–"), verdict(c), points_list(c.delta.deltas)]
+         for c in comps]) + ([note, ""] if note else [])
 
 
 def plateau(sw: Sweep, grpo: str | None) -> list[str]:
@@ -291,7 +299,8 @@ def readme_table(sweep: Path) -> str:
     table = arms_table(sw)[4:]  # without the heading and its paragraph
     return "\n".join(table).rstrip() + (
         f"\n\n{len(sw.runs)} runs at commit {commits}, last logged {last}; pass@1 = avg@{sw.k} over "
-        f"{len(next(iter(sw.scores.values())).ids)} held-out mazes, 95% t-interval over seeds; the paper's columns: "
+        f"{len(next(iter(sw.scores.values())).ids)} held-out mazes, 95% t-interval over seeds clipped to [0, 100]; "
+        "the paper's columns: "
         "its 17×17 table. Full results: [docs/maze_results.md](docs/maze_results.md).")
 
 

@@ -31,7 +31,7 @@ from pathlib import Path
 
 
 from rbctl.report import make_report
-from rbctl.report.tables import delta, markdown_table, num
+from rbctl.report.tables import NOT_TESTABLE, delta, markdown_table, pval
 from rbctl.report.load import find_runs
 from rbctl.store.read import newest_metrics_time
 
@@ -39,17 +39,21 @@ ISA_FLAGS = ("avx2", "avx512f", "amx_bf16", "amx_int8", "amx_tile")
 # (table file, heading, what the document says about it)
 SECTIONS = (
     ("verdicts", "Principal comparisons", "The comparisons the sweep file states before running (or, without them, every "
-     "stated pair as one family): Δ in points with a 95% t-interval over units, Holm-adjusted p, P(improvement)."),
-    ("power", "Power of the design", "Paired two-sided t-test at α/m; planning SD from the sweep file, measured SD from "
-     "these runs."),
-    ("warm_starts", "Warm starts", "Per warm start, over warm starts (the warm start as the unit) and pooled; the share "
-     "of Δ's variance between warm starts."),
+     "stated pair as one family): Δ in points with a 95% t-interval over units (clipped to [−100, +100]), Holm-adjusted p "
+     "(a comparison with fewer than 3 units or the same Δ in every unit is not testable and not in the family), "
+     "P(improvement) with a 95% paired-bootstrap interval and rliable's independent-bootstrap interval beside it."),
+    ("power", "Power of the design", "Paired two-sided t-test at α/m, m the principal comparisons tested; planning SD "
+     "from the sweep file, measured SD from these runs."),
+    ("warm_starts", "Warm starts", "Per warm start (unadjusted), over warm starts (the warm start as the unit; Holm over "
+     "the comparisons tested at that level) and pooled (Holm p of the principal family); the share of Δ's variance "
+     "between warm starts."),
     ("plateau", "Plateau test (plain GRPO)", "Criterion by criterion over units; the last row is the old warm-start "
      "pass@G ceiling."),
     ("plateau_units", None, "Per unit."),
     ("escape", "Escape time", "Kaplan–Meier median and restricted mean escape step per arm."),
     ("escape_logrank", None, "Log-rank tests (unadjusted)."),
-    ("final_scores", "Final scores", "Mean over units, 95% t-interval over units."),
+    ("final_scores", "Final scores", "Mean over units with a 95% interval of the kind the `interval` column names (a "
+     "t-interval over units, clipped to [0, 100]; a bootstrap over problems for an arm with one unit)."),
     ("iqm", None, "Interquartile mean with a stratified bootstrap interval."),
     ("exploratory", "Exploratory comparisons", "Not in the principal family: unadjusted p, and Holm over this family."),
     ("comparisons", "Comparisons in detail", "Every stated pair with its per-unit Δ."),
@@ -125,20 +129,20 @@ def provenance(sweep: Path, short: bool = False, runs: list | None = None) -> Pr
 
 
 def _replication(sweep_a: Path, sweep_b: Path, report_a: Path | None = None):
-    """(units of A, units of B, the side-by-side verdict table, every call the same, shared units);
+    """(units of A, units of B, the side-by-side verdict table, its conclusion (`conclusion`), shared units);
     ``report_a``: a report already built from ``sweep_a`` (else one is built)."""
-    from scripts.verdict_stability import _units, read_verdicts, side_by_side, verdicts
+    from scripts.verdict_stability import _units, conclusion, read_verdicts, side_by_side, verdicts
 
     with tempfile.TemporaryDirectory() as tmp:
         a = read_verdicts(report_a, sweep_a) if report_a is not None else verdicts(sweep_a, Path(tmp) / "a")
         b = verdicts(sweep_b, Path(tmp) / "b")
     table, same = side_by_side(a, b)
-    return _units(a), _units(b), table, same, sorted(_units(a) & _units(b), key=_unit_key)
+    return _units(a), _units(b), table, conclusion(table, same), sorted(_units(a) & _units(b), key=_unit_key)
 
 
 def replication_markdown(sweep_a: Path, sweep_b: Path, command: str | None = None, report_a: Path | None = None) -> str:
     """The section saying whether the same sweep on disjoint seeds gets the same calls."""
-    ua, ub, table, same, shared = _replication(sweep_a, sweep_b, report_a)
+    ua, ub, table, said, shared = _replication(sweep_a, sweep_b, report_a)
     prov = provenance(sweep_b)
     n, commits, last = len(prov.runs), prov.commits, prov.last
     return "\n".join([
@@ -147,8 +151,9 @@ def replication_markdown(sweep_a: Path, sweep_b: Path, command: str | None = Non
         f"`{command or 'rbctl ablate --seed-offset N'}`. Printed by `python -m scripts.verdict_stability {sweep_a} {sweep_b}`.",
         "", markdown_table(table), "",
         (f"**Not a replication: the two sweeps share units ({', '.join(shared)}).**" if shared else
-         "**Every principal comparison gets the same call on both seed sets.**" if same else
-         "**The calls differ between the two seed sets.**"), ""])
+         "**Every principal comparison gets the same call on both seed sets.**" if said.startswith("every") else
+         "**The calls differ between the two seed sets.**" if said == "the calls differ" else f"**{said[0].upper()}{said[1:]}.**"),
+        ""])
 
 
 def _unit_key(u: str):
@@ -183,19 +188,20 @@ HEADLINE_BEGIN, HEADLINE_END = "<!-- headline: begin -->", "<!-- headline: end -
 
 def replication_line(sweep_a: Path, sweep_b: Path, report_a: Path | None = None) -> str:
     """The README's short form of the replication: Δ on each seed set and whether the calls agree."""
-    ua, ub, table, same, shared = _replication(sweep_a, sweep_b, report_a)
+    ua, ub, table, said, shared = _replication(sweep_a, sweep_b, report_a)
     if shared:
         raise SystemExit(f"{sweep_a} and {sweep_b} share units ({', '.join(shared)}): not a replication")
-    short = table[["comparison", "A: Δ [95% CI]", "B: Δ [95% CI]", "same call"]].rename(
-        columns={"A: Δ [95% CI]": f"seeds {span(ua)}: Δ [95% CI]", "B: Δ [95% CI]": f"seeds {span(ub)}: Δ [95% CI]"})
+    short = table[["comparison", "A: Δ [95% t-CI]", "B: Δ [95% t-CI]", "same call"]].rename(
+        columns={"A: Δ [95% t-CI]": f"seeds {span(ua)}: Δ [95% t-CI]", "B: Δ [95% t-CI]": f"seeds {span(ub)}: Δ [95% t-CI]"})
     return (f"The same sweep on disjoint seeds (`python -m scripts.verdict_stability {sweep_a} {sweep_b}`): "
-            + ("every principal comparison gets the same call." if same else "**the calls differ.**")
+            + (f"{said}." if said.startswith("every") else f"**{said}.**")
             + "\n\n" + markdown_table(short))
 
 
 def study_line(study: Path) -> str:
     """The README's short form of the full study: per principal comparison, the test over warm starts
-    (the warm start as the unit), the pooled one, and the share of Δ's variance between warm starts."""
+    (the warm start as the unit; its p Holm-adjusted over the comparisons tested at that level), the
+    pooled one (Holm p of the principal family), and the share of Δ's variance between warm starts."""
     import pandas as pd
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -206,17 +212,25 @@ def study_line(study: Path) -> str:
         t = pd.read_csv(f)
     prov = provenance(study, short=True)
     n, commits, last = len(prov.runs), prov.commits, prov.last
-    rows = []
+    rows, untested = [], []
     for comp, g in t.groupby("comparison", sort=False):
         over = g[g["level"].str.startswith("over warm starts")].iloc[0]
         pooled = g[g["level"].str.startswith("pooled")].iloc[0]
         var = g[g["level"] == "variance of Δ"].iloc[0]
+        why = {name: "" if pd.isna(r["not_testable"]) else str(r["not_testable"]) for name, r in (("over", over), ("pooled", pooled))}
+        if why["over"]:
+            untested.append(f"{comp} ({why['over']})")
         rows.append({"comparison": comp,
-                     f"over {int(over['units'])} warm starts: Δ [95% CI], p": f"{delta(over['delta'], over['lo'], over['hi'])}, {num(over['p'], 3)}",
-                     f"pooled ({int(pooled['units'])} units): Δ [95% CI], Holm p": f"{delta(pooled['delta'], pooled['lo'], pooled['hi'])}, {num(pooled['p'], 3)}",
+                     f"over {int(over['units'])} warm starts: Δ [95% t-CI], Holm p":
+                         f"{delta(over['delta'], over['lo'], over['hi'])}, {pval(over['p_holm'], NOT_TESTABLE if why['over'] else '–')}",
+                     f"pooled ({int(pooled['units'])} units): Δ [95% t-CI], Holm p":
+                         f"{delta(pooled['delta'], pooled['lo'], pooled['hi'])}, {pval(pooled['p_holm'], NOT_TESTABLE if why['pooled'] else '–')}",
                      "variance of Δ between / within warm starts": str(var["per_unit"])})
+    m = len(rows) - len(untested)
+    note = (f"Over warm starts: Holm over the {m} comparison{'s' * (m != 1)} tested at that level"
+            + (f"; not testable: {'; '.join(untested)}" if untested else "") + ". Pooled: Holm p of the principal family.")
     return (f"The full study over the shipped warm starts (`{study}`, {n} runs at commit {commits}, last logged {last}):"
-            "\n\n" + markdown_table(pd.DataFrame(rows)))
+            "\n\n" + markdown_table(pd.DataFrame(rows)) + "\n" + note)
 
 
 def headline_markdown(sweep: Path, report_dir: Path) -> str:
@@ -226,7 +240,11 @@ def headline_markdown(sweep: Path, report_dir: Path) -> str:
     table = (Path(report_dir) / "tables" / "verdicts.md").read_text().rstrip()
     return (f"{table}\n\n{len(prov.runs)} runs ({', '.join(map(str, prov.per_arm))} units per arm) at commit "
             f"{prov.commits}, last logged {prov.last}; Δ in points of each row's held-out metric (avg@n: pass@1) "
-            "with a 95% t-interval over units; Holm-adjusted over the rows' family (the sweep's principal comparisons).")
+            "with a 95% t-interval over units (clipped to [−100, +100]); Holm-adjusted over the rows' family (the "
+            "sweep's principal comparisons that are testable: at least 3 units and not the same Δ in every unit); "
+            "P(improvement), rliable's unpaired P(a run of the arm beats a run of the reference), with a 95% "
+            "paired-bootstrap interval (units resampled, each unit's two runs kept together) and rliable's "
+            "independent-bootstrap interval beside it.")
 
 
 def write_headline(readme: Path, text: str, begin: str = HEADLINE_BEGIN, end: str = HEADLINE_END) -> None:

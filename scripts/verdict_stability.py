@@ -5,7 +5,8 @@
 Builds the report of each sweep (`rbctl.report.make_report`, into a temporary folder) and prints
 both verdict tables side by side (per principal comparison: Δ in points with its 95% t-interval, the
 Holm-adjusted p, significant yes/no, the verdict), then whether every comparison got the same call
-(the same verdict: higher, lower, or no difference). Exit code 0 when every call agrees, 1 when one
+(the same verdict: higher, lower, or no difference; a comparison that is not testable in either
+sweep has no call to agree on). Exit code 0 when every call agrees, 1 when one
 differs or is missing from a sweep, 2 on bad input (the two sweeps share a unit, or no comparison).
 """
 
@@ -20,7 +21,7 @@ import pandas as pd
 
 from rbctl.errors import UserError
 from rbctl.report import make_report
-from rbctl.report.tables import delta, markdown_table, num
+from rbctl.report.tables import NOT_TESTABLE, delta, markdown_table, pval
 
 
 def verdicts(sweep: Path, out: Path) -> pd.DataFrame:
@@ -44,19 +45,33 @@ def side_by_side(a: pd.DataFrame, b: pd.DataFrame) -> tuple[pd.DataFrame, bool]:
         if key not in t.index:
             return "–", "–", "–", "missing"
         r = t.loc[key]
-        return (delta(r["delta"], r["delta_lo"], r["delta_hi"]), num(r["p_holm"], 3),
-                "yes" if bool(r["significant"]) else "no", str(r["verdict"]))
+        untestable = str(r["verdict"]) == NOT_TESTABLE
+        return (delta(r["delta"], r["delta_lo"], r["delta_hi"]), pval(r["p_holm"], NOT_TESTABLE if untestable else "–"),
+                "–" if untestable else "yes" if bool(r["significant"]) else "no", str(r["verdict"]))
 
     rows, same = [], True
     for key in list(dict.fromkeys([*a.index, *b.index])):
         ca, cb = cells(a, key), cells(b, key)
-        agree = ca[3] == cb[3] and ca[3] not in ("missing", "same config", "untestable")
+        agree = ca[3] == cb[3] and ca[3] not in ("missing", "same config", NOT_TESTABLE)
         same &= agree
         rows.append({"comparison": f"{key[0]} − {key[1]}", "benchmark": key[2], "metric": key[3],
-                     "A: Δ [95% CI]": ca[0], "A: Holm p": ca[1], "A: significant": ca[2],
-                     "B: Δ [95% CI]": cb[0], "B: Holm p": cb[1], "B: significant": cb[2],
-                     "same call": "yes" if agree else f"no ({ca[3]} / {cb[3]})"})
+                     "A: Δ [95% t-CI]": ca[0], "A: Holm p": ca[1], "A: significant": ca[2],
+                     "B: Δ [95% t-CI]": cb[0], "B: Holm p": cb[1], "B: significant": cb[2],
+                     "same call": "yes" if agree else (f"no call ({ca[3]} / {cb[3]})" if NOT_TESTABLE in (ca[3], cb[3])
+                                                       else f"no ({ca[3]} / {cb[3]})")})
     return pd.DataFrame(rows), same
+
+
+def conclusion(table: pd.DataFrame, same: bool) -> str:
+    """One sentence on the side-by-side table: every call the same; some comparison without a call on
+    a seed set (not testable there: there is nothing to agree on); or calls that differ."""
+    if same:
+        return "every principal comparison gets the same call"
+    calls = table["same call"].astype(str)
+    if calls.str.startswith("no (").any():
+        return "the calls differ"
+    return ("not every principal comparison has a call on both seed sets (not testable: "
+            + ", ".join(table["comparison"][calls.str.startswith("no call")]) + ")")
 
 
 def _units(t: pd.DataFrame) -> set[str]:
@@ -82,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"A: {args.sweep_a} (units {', '.join(sorted(_units(a)))})")
     print(f"B: {args.sweep_b} (units {', '.join(sorted(_units(b)))})\n")
     print(markdown_table(table))
-    print("every principal comparison gets the same call" if same else "the calls differ")
+    print(conclusion(table, same))
     return 0 if same else 1
 
 

@@ -16,6 +16,7 @@ import pandas as pd
 
 from rbctl.errors import UserError
 from rbctl.report import convergence, sections, verdict
+from rbctl.report import diagnostics as diag
 from rbctl.report.compare import ArmScores, Comparison, all_comparisons, arm_scores, common_problems
 from rbctl.report.document import Doc
 from rbctl.report.figures import arm_styles, panel_groups, save_figure
@@ -40,6 +41,9 @@ class Report:
         self.doc = Doc(out)
         self.spec, self.escape, _ = sweep_settings(runs)
         self.warm_starts = sorted({r.warm_start for r in runs if r.warm_start})
+        # κ_eff is cumulative over a step's optimizer updates: "" when every arm's are alike, else why
+        # the sections do not compare κ_eff between arms
+        self.kappa_eff_note = diag.kappa_eff_refusal(self.by_arm)
         self.notes: list[str] = []  # remarks on the data, shown with the final scores
         self.issues += [Issue(r.name, "no final evaluation", f"nothing under {r.path}/eval/step_*")
                         for r in runs if not r.finals and r.status in ("", "done")]
@@ -117,11 +121,11 @@ def final_scores_table(report_dir: Path):
     if not path.exists():
         return None
     df = pd.read_csv(path)
-    table = Table(title="final scores: % correct [95% t-interval over units]")
-    for col in ("arm", "benchmark", "units", "avg@n", "pass@n", "maj@k"):
-        table.add_column(col, justify="left" if col in ("arm", "benchmark") else "right")
+    table = Table(title=f"final scores: % correct with {sections.score_interval_caption(df['interval'])}")
+    for col in ("arm", "benchmark", "units", "avg@n", "pass@n", "maj@k", "interval"):
+        table.add_column(col, justify="left" if col in ("arm", "benchmark", "interval") else "right")
     for r in df.itertuples(index=False):
         maj = f"maj@{int(r.maj_k)} {with_ci(r.maj, r.maj_lo, r.maj_hi)}" if finite(r.maj_k) else "–"
         table.add_row(r.arm, r.benchmark, str(r.seeds), with_ci(r.avg, r.avg_lo, r.avg_hi),
-                      with_ci(r.pass_k, r.pass_k_lo, r.pass_k_hi), maj)
+                      with_ci(r.pass_k, r.pass_k_lo, r.pass_k_hi), maj, str(r.interval))
     return table

@@ -10,7 +10,8 @@ Which comparisons a report makes (docs/method.md, "Comparing arms"):
   a Holm adjustment over the exploratory family of its own.
 A sweep without ``comparisons`` has no principal family: its stated pairs form the one family that
 is adjusted and called, as before. A comparison whose two arms ran the same training config
-(everything but the seed equal) is flagged and kept out of every family.
+(everything but the seed equal) is flagged and kept out of every family; so is one that is not
+testable (fewer than 3 common units, or every unit's Δ the same: `rbctl.report.stats.PairedDelta`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ import numpy as np
 from rbctl.errors import UserError
 from rbctl.report.load import Run
 from rbctl.grading.metrics import pass_at_k
-from rbctl.report.stats import PairedDelta, hierarchical_bootstrap_delta, holm, paired_delta
+from rbctl.report.stats import DELTA_BOUNDS, PairedDelta, hierarchical_bootstrap_delta, holm, paired_delta
+from rbctl.report.tables import NOT_TESTABLE
 
 ALPHA = 0.05
 
@@ -125,7 +127,7 @@ class Comparison:
     k: int
     arm_score: float  # mean over all the arm's units
     ref_score: float
-    delta: PairedDelta  # over the common units: mean, t-interval, per-unit Δ, p
+    delta: PairedDelta  # over the common units: mean, t-interval (clipped to [−1, 1]), per-unit Δ, p
     hb_lo: float = math.nan  # hierarchical bootstrap interval (units, then problems within units)
     hb_hi: float = math.nan
     same_config: bool = False  # both arms ran the same training config: flagged, in no family
@@ -147,7 +149,7 @@ def compare(a: ArmScores, b: ArmScores, metric: str, kind: str, baseline: str, f
                         f"n = {min(a.kmax, b.kmax)} samples per problem")
     kind_of = "avg" if metric == "avg@n" else "pass"
     pa, pb = a.per_unit(kind_of, k), b.per_unit(kind_of, k)
-    d = paired_delta(pa, pb)
+    d = paired_delta(pa, pb, bounds=DELTA_BOUNDS)
     hb = (math.nan, math.nan)
     if d.n >= 2:
         va, vb = a.values(kind_of, k), b.values(kind_of, k)
@@ -211,7 +213,8 @@ def all_comparisons(info: dict[str, tuple[str, str]], scores: dict[tuple[str, st
 
 
 def apply_holm(comps: list[Comparison], alpha: float = ALPHA) -> list[Comparison]:
-    """Set ``p_holm`` and ``significant`` of every comparison of one Holm–Bonferroni family."""
+    """Set ``p_holm`` and ``significant`` of every comparison of one Holm–Bonferroni family; a
+    comparison that is not testable (NaN p) is not counted in it and keeps a NaN ``p_holm``."""
     adj, reject = holm([c.delta.p for c in comps], alpha)
     for c, p, r in zip(comps, adj, reject):
         c.p_holm, c.significant = float(p), bool(r)
@@ -220,14 +223,15 @@ def apply_holm(comps: list[Comparison], alpha: float = ALPHA) -> list[Comparison
 
 def verdicts(deltas: list[PairedDelta], alpha: float = ALPHA) -> list[str]:
     """The verdict per comparison of one family: "higher", "lower", "no difference" (not significant
-    after Holm–Bonferroni at ``alpha``) or "untestable" (fewer than 2 common units)."""
+    after Holm–Bonferroni at ``alpha``) or "not testable" (fewer than 3 common units, or sd(Δ) = 0;
+    not counted in the family)."""
     _, reject = holm([d.p for d in deltas], alpha)
     return [_call(d, r) for d, r in zip(deltas, reject)]
 
 
 def _call(d: PairedDelta, significant: bool) -> str:
-    if d.n < 2 or not math.isfinite(d.p):
-        return "untestable"
+    if not d.testable or not math.isfinite(d.p):
+        return NOT_TESTABLE
     if significant:
         return "higher" if d.mean > 0 else "lower"
     return "no difference"
@@ -237,3 +241,14 @@ def verdict(c: Comparison) -> str:
     """`verdicts` for one comparison whose family was already adjusted (`apply_holm`); "same config"
     for a flagged one."""
     return "same config" if c.same_config else _call(c.delta, c.significant)
+
+
+def in_family(c: Comparison) -> bool:
+    """Whether a comparison counts in its Holm family: not flagged as the same config, and testable."""
+    return not c.same_config and c.delta.testable
+
+
+def untestable_note(comps: list[Comparison]) -> str:
+    """A sentence naming the comparisons that are not testable and why, or ""."""
+    out = [f"{c.label} ({c.metric}: {c.delta.untestable})" for c in comps if not c.same_config and not c.delta.testable]
+    return ("**Not testable** (no p-value and no verdict; kept out of the Holm family): " + "; ".join(out) + ".") if out else ""

@@ -16,7 +16,7 @@ from rbctl.report.compare import stated_pairs
 from rbctl.report.escape import escape_rows, fmt_step, logrank_rows, survival_summary
 from rbctl.report.figures import plot_survival
 from rbctl.report.load import Ceiling, Run, ceiling_file, warm_start_pass_at_g
-from rbctl.report.tables import num, pct, plural, write_csv, yes_no
+from rbctl.report.tables import num, pct, plural, pval, write_csv, yes_no
 
 PLATEAU_ARM = ("grpo", "base")
 
@@ -110,7 +110,8 @@ def escape(rep) -> None:
     table, curves, tau = survival_summary(rows)
     rep.doc.para(f"A run escapes at the first periodic evaluation (step 0 = the warm start included) where "
                  f"`{spec.metric}` {sign} {spec.threshold:g} on {bench} ({source}); a run that never does is "
-                 f"censored at its last evaluation. Kaplan–Meier estimate per arm; median = first step with S ≤ 0.5; "
+                 f"censored at its last evaluation. Kaplan–Meier estimate per arm; median = first step with S ≤ 0.5 "
+                 f"(S from exact counts, so an S of exactly 0.5 counts); "
                  f"RMST = mean escape step restricted to τ = {tau:g} (the last step every run reached; never escaping "
                  "counts as τ), 95% normal interval (Greenwood-type variance).")
     shown = pd.DataFrame({"arm": table["arm"], "runs": table["runs"], "escaped": table["escaped"],
@@ -128,5 +129,5 @@ def escape(rep) -> None:
                      + " (χ² on 1 df, unadjusted; it treats runs as independent, ignoring the pairing by unit).")
         shown = pd.DataFrame({"comparison": lr["arm"] + " − " + lr["ref"], "runs": [f"{a} / {b}" for a, b in
                                                                                    zip(lr["runs_arm"], lr["runs_ref"])],
-                              "χ²": [num(x, 2) for x in lr["chi2"]], "p": [num(p, 3) for p in lr["p"]]})
+                              "χ²": [num(x, 2) for x in lr["chi2"]], "p": [pval(p) for p in lr["p"]]})
         rep.table(lr, shown, "escape_logrank")

@@ -6,6 +6,8 @@ Each function returns numbers (DataFrames, verdicts); the build modules write an
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
 from rbctl.report.load import Run, unit_label
@@ -86,16 +88,56 @@ def split_levels(points: pd.DataFrame, key: str) -> tuple[pd.DataFrame, pd.DataF
     return between, centred.assign(arm=ok["arm"].to_numpy())[["arm", "x", "y"]]
 
 
-def associations(points: pd.DataFrame) -> pd.DataFrame:
+def associations(points: pd.DataFrame, refused: tuple[str, ...] = ()) -> pd.DataFrame:
     """Pearson r (95% Fisher-z interval, p) of held-out pass@1 with final entropy and with final
-    κ_eff at two levels: between arms (over the k arm means: k units) and within arms (each run
-    minus its arm's mean, pooled: N runs − k arm means = N − k units; rmcorr)."""
+    κ_eff at two levels: between arms (over the k arm means: k units, n − 2 df) and within arms (each
+    run minus its arm's mean, pooled: N runs − k arm means = N − k units, N − k − 1 df; rmcorr).
+    ``refused`` names the keys not compared between arms (κ_eff of arms whose updates differ,
+    `kappa_eff_refusal`): their between-arms row is NaN with ``refused`` True."""
     rows = []
     for key, _ in ASSOCIATED:
         between, within = split_levels(points, key)
-        for level, df, lost, basis in (("between arms", between, 0, "arm means"),
-                                       ("within arms", within, between["arm"].nunique(), "runs − arm means")):
-            r, lo, hi, p, units = pearson_ci(df["x"], df["y"], lost=lost)
-            rows.append({"x": key, "level": level, "units": units, "basis": basis, "points": len(df), "r": r,
-                         "r_lo": lo, "r_hi": hi, "p": p})
+        for level, df, groups, basis in (("between arms", between, 0, "arm means"),
+                                         ("within arms", within, between["arm"].nunique(), "runs − arm means")):
+            no = level == "between arms" and key in refused
+            c = pearson_ci(df["x"], df["y"], groups=groups)
+            if no:
+                c = c._replace(r=math.nan, lo=math.nan, hi=math.nan, p=math.nan)
+            rows.append({"x": key, "level": level, "units": c.units, "df": c.df, "basis": basis, "points": len(df),
+                         "r": c.r, "r_lo": c.lo, "r_hi": c.hi, "p": c.p, "refused": no})
     return pd.DataFrame(rows)
+
+
+# What κ_eff depends on besides the policy: it is measured after all of a step's optimizer updates
+# (docs/method.md, "Mini-batch updates"), so it is cumulative over M = P / ppo_mini_batch_size
+# mini-batches × ppo_epochs at the learning rate lr.
+KAPPA_EFF_SETTINGS = ("algo.ppo_mini_batch_size", "algo.ppo_epochs", "optim.lr", "optimizer updates per step")
+
+
+def kappa_eff_setting(config: dict) -> dict[str, str]:
+    """The settings of a run's saved config that κ_eff grows with (`KAPPA_EFF_SETTINGS`), as shown:
+    a key the config does not hold is "not recorded"; a null mini-batch size is one mini-batch of
+    all P prompts. Updates per step = (P / ppo_mini_batch_size, or 1) × ppo_epochs."""
+    cfg = config or {}
+    algo, optim, rollout = ((cfg.get(k) or {}) for k in ("algo", "optim", "rollout"))
+    missing = "not recorded"
+    mb = algo.get("ppo_mini_batch_size", missing)
+    epochs, lr, prompts = algo.get("ppo_epochs", missing), optim.get("lr", missing), rollout.get("prompts_per_step")
+    per_epoch = 1 if mb is None else (prompts // mb if isinstance(mb, int) and isinstance(prompts, int) and mb else None)
+    updates = per_epoch * epochs if per_epoch is not None and isinstance(epochs, int) else missing
+    shown = lambda v: "null (one mini-batch)" if v is None else f"{v:g}" if isinstance(v, float) else str(v)  # noqa: E731
+    return dict(zip(KAPPA_EFF_SETTINGS, map(shown, (mb, epochs, lr, updates))))
+
+
+def kappa_eff_refusal(by_arm: dict[str, list[Run]]) -> str:
+    """"" when every run of every arm shares the settings κ_eff grows with; else the one-line note
+    naming the settings that differ and each arm's values (κ_eff is then not compared between arms)."""
+    values = {arm: [kappa_eff_setting(r.config) for r in runs] for arm, runs in sorted(by_arm.items())}
+    differ = [k for k in KAPPA_EFF_SETTINGS if len({v[k] for vs in values.values() for v in vs}) > 1]
+    if not differ:
+        return ""
+    parts = [f"{k} ({', '.join(f'{a} ' + '/'.join(sorted({v[k] for v in vs})) for a, vs in values.items())})"
+             for k in differ]
+    return ("κ_eff is not compared between arms: it is cumulative over a step's optimizer updates, so it is "
+            "comparable only at equal mini-batch size, epochs and learning rate, and the arms differ in "
+            + "; ".join(parts) + ".")

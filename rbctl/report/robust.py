@@ -3,7 +3,10 @@ statistical precipice"), as its `rliable.metrics` / `rliable.library` define the
 (docs/method.md, "Comparing arms"): the interquartile mean, the probability of improvement, score
 distributions (performance profiles) and the stratified bootstrap.
 
-Score arrays are ``[runs, tasks]`` (a task is a benchmark here; one column when there is one).
+Score arrays are ``[runs, tasks]`` (a task is a benchmark here; one column when there is one). A NaN
+score makes the statistic and its interval NaN, never a number from the other runs (rliable's IQM and
+probability of improvement do the same through scipy; its score distributions would count a NaN as
+below every τ).
 """
 
 from __future__ import annotations
@@ -18,9 +21,9 @@ def iqm(scores) -> float | np.ndarray:
     scores from each end (rliable's `aggregate_iqm`, `scipy.stats.trim_mean(x, 0.25, axis=None)`).
     ``scores`` is ``[runs, tasks]``, or ``[B, runs, tasks]`` for B resamples at once."""
     s = np.asarray(scores, dtype=float)
-    flat = np.sort(s.reshape(*s.shape[:-2], -1), axis=-1)
+    flat = np.sort(s.reshape(*s.shape[:-2], -1), axis=-1)  # a NaN sorts last, where the trim would drop it
     g = int(0.25 * flat.shape[-1])
-    out = flat[..., g:flat.shape[-1] - g].mean(axis=-1)
+    out = np.where(np.isnan(flat).any(axis=-1), np.nan, flat[..., g:flat.shape[-1] - g].mean(axis=-1))
     return float(out) if out.ndim == 0 else out
 
 
@@ -31,23 +34,30 @@ def prob_improvement(x, y) -> float | np.ndarray:
     resample axis B).
 
     This is the unpaired form even when X and Y share units: it estimates how often a run of X beats
-    a run of Y, the quantity rliable reports; the pairing enters the paired Δ test and the bootstrap
-    (`stratified_bootstrap(..., paired=True)` resamples units, keeping each unit's two runs together)."""
+    a run of Y, the quantity rliable reports. Its interval is rliable's when the runs are resampled
+    independently (`stratified_bootstrap(..., paired=False)`, `StratifiedIndependentBootstrap`);
+    rbctl also offers a **paired** bootstrap (``paired=True``: units resampled, each unit's two runs
+    kept together), which is not rliable's and is labelled as such wherever it is shown. A task
+    with a NaN score gives NaN (rliable's `mannwhitneyu` call propagates it)."""
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     if x.shape[-1] != y.shape[-1]:
         raise ValueError(f"x and y have {x.shape[-1]} and {y.shape[-1]} tasks")
     a, b = x[..., :, None, :], y[..., None, :, :]
-    out = ((a > b).mean(axis=(-3, -2)) + 0.5 * (a == b).mean(axis=(-3, -2))).mean(axis=-1)
+    per_task = (a > b).mean(axis=(-3, -2)) + 0.5 * (a == b).mean(axis=(-3, -2))
+    per_task = np.where(np.isnan(x).any(axis=-2) | np.isnan(y).any(axis=-2), np.nan, per_task)
+    out = per_task.mean(axis=-1)
     return float(out) if out.ndim == 0 else out
 
 
 def score_distribution(scores, taus) -> np.ndarray:
     """For each τ, the fraction of (run, task) scores above τ (rliable's `score_distributions`): a
     performance profile. ``scores`` ``[runs, tasks]`` gives ``[len(taus)]``; ``[B, runs, tasks]``
-    gives ``[B, len(taus)]``."""
+    gives ``[B, len(taus)]``. A NaN score gives NaN fractions (rliable's `np.mean(scores > tau)`
+    would count it as not above any τ)."""
     s = np.asarray(scores, dtype=float)
     flat = s.reshape(*s.shape[:-2], -1)
-    return (flat[..., None, :] > np.asarray(taus, dtype=float)[:, None]).mean(axis=-1)
+    out = (flat[..., None, :] > np.asarray(taus, dtype=float)[:, None]).mean(axis=-1)
+    return np.where(np.isnan(flat).any(axis=-1)[..., None], np.nan, out)
 
 
 def stratified_bootstrap(stat: Callable[..., float | np.ndarray], arrays: Sequence, *, paired: bool = False,
@@ -60,10 +70,14 @@ def stratified_bootstrap(stat: Callable[..., float | np.ndarray], arrays: Sequen
     ``stat`` takes the resamples stacked, ``[n_boot, runs, tasks]`` each, and returns one value (or
     a vector) per resample, as `iqm`, `prob_improvement` and `score_distribution` do.
 
-    Returns (low, high): floats for a scalar statistic, arrays for a vector one."""
+    Returns (low, high): floats for a scalar statistic, arrays for a vector one; NaN when an input
+    holds a NaN (the statistic of the data itself is NaN, so no resample of it is a number)."""
     arrays = [np.atleast_2d(np.asarray(a, dtype=float)) for a in arrays]
     if paired and len({a.shape for a in arrays}) != 1:
         raise ValueError(f"paired arrays need one shape, got {[a.shape for a in arrays]}")
+    if any(np.isnan(a).any() for a in arrays):
+        nan = np.full(np.shape(stat(*[a[None] for a in arrays]))[1:], np.nan)
+        return (float(nan), float(nan)) if nan.ndim == 0 else (nan, nan.copy())
     rng = np.random.default_rng(seed)
     shared = rng.integers(0, arrays[0].shape[0], size=(n_boot, *arrays[0].shape)) if paired else None
     samples = []

@@ -20,8 +20,8 @@ from rbctl.report.figures import plot_association, plot_pass_at_k, plot_profiles
 from rbctl.report.load import unit_label
 from rbctl.report.robust import iqm, score_distribution, stratified_bootstrap
 from rbctl.report.series import KAPPA_EFF_WINDOW, band, unit_frame
-from rbctl.report.stats import t_interval
-from rbctl.report.tables import delta, finite, num, pct, plural, points_list, slug, with_ci, write_csv
+from rbctl.report.stats import bounded_t_interval
+from rbctl.report.tables import NOT_TESTABLE, delta, finite, num, pct, plural, points_list, pval, slug, with_ci, write_csv
 
 # (metrics key, file slug, title, y label, rolling window, range of the metric). No response-length
 # panel: the built-in tasks' length follows the prompt mix, identical across arms.
@@ -29,8 +29,8 @@ TRAJECTORIES = (
     ("reward/mean", "reward", "Training reward (reward/mean)", "reward per rollout", 1, (0.0, 1.0)),
     ("entropy", "entropy", "Token entropy (pre-update policy)", "entropy (nats/token)", 1, (0.0, None)),
     ("kappa", "kappa", "Nominal sharpness κ", "κ (advantage gap per unit reward gap)", 1, (0.0, None)),
-    ("kappa_eff", "kappa_eff", f"Measured sharpness κ_eff (rolling mean of {KAPPA_EFF_WINDOW})",
-     "κ_eff (log-ratio gap per unit reward gap)", KAPPA_EFF_WINDOW, (None, None)),
+    ("kappa_eff", "kappa_eff", f"Measured sharpness κ_eff, cumulative over the step's optimizer updates (rolling mean "
+     f"of {KAPPA_EFF_WINDOW})", "κ_eff (log-ratio gap per unit reward gap)", KAPPA_EFF_WINDOW, (None, None)),
     ("clip/frac_low", "clip_frac_low", "Tokens clipped below (clip/frac_low)", "fraction of tokens", 1, (0.0, 1.0)),
     ("clip/frac_high", "clip_frac_high", "Tokens clipped above (clip/frac_high)", "fraction of tokens", 1, (0.0, 1.0)),
 )
@@ -40,11 +40,28 @@ PROFILE_STEP = 0.005  # τ grid of the score distributions, in fractions
 # --- final scores -----------------------------------------------------------------------------------
 
 
+T_OVER_UNITS, BOOTSTRAP_ONE_UNIT = "t over units", "bootstrap over problems (1 unit)"
+
+
 def _interval(per_unit: list[float], single_problem_values=None) -> tuple[float, float, float, str]:
-    """(mean, lo, hi, basis): t-interval over units; with one unit a bootstrap over its problems."""
+    """(mean, lo, hi, basis): t-interval over units clipped to the score's range [0, 1]; with one unit
+    a bootstrap over its problems (inside [0, 1] by construction)."""
     if len(per_unit) >= 2 or single_problem_values is None:
-        return (*t_interval(per_unit), "t over units")
-    return (float(per_unit[0]), *bootstrap_ci(single_problem_values), "bootstrap over problems (1 unit)")
+        return (*bounded_t_interval(per_unit), T_OVER_UNITS)
+    return (float(per_unit[0]), *bootstrap_ci(single_problem_values), BOOTSTRAP_ONE_UNIT)
+
+
+def score_interval_caption(bases) -> str:
+    """What the final scores' 95% intervals are, from the rows' ``interval`` column: the t-interval
+    over units (clipped to [0, 100]) where every row has it, else each kind named."""
+    bases = set(bases)
+    t = "a 95% t-interval over units (n − 1 df), clipped to the metric's range [0, 100]"
+    boot = "a 95% bootstrap interval over the problems of the arm's one unit (no interval over units)"
+    if bases <= {T_OVER_UNITS}:
+        return t
+    if bases == {BOOTSTRAP_ONE_UNIT}:
+        return boot
+    return f"a 95% interval per row as its `interval` column names it: {t}, or {boot}"
 
 
 def _score_row(rep, sc) -> dict:
@@ -56,7 +73,7 @@ def _score_row(rep, sc) -> dict:
         m, lo, hi, basis = _interval(per_unit, values[0] if len(per_unit) == 1 else None)
         row.update({name: m, f"{name}_lo": lo, f"{name}_hi": hi, f"{name}_per_seed": ",".join(f"{v:.4f}" for v in per_unit)})
     row["interval"] = basis
-    m, lo, hi = t_interval([sc.maj[u] for u in sc.units]) if sc.maj else (math.nan,) * 3
+    m, lo, hi = bounded_t_interval([sc.maj[u] for u in sc.units]) if sc.maj else (math.nan,) * 3
     row.update({"maj_k": sc.maj_k, "maj": m, "maj_lo": lo, "maj_hi": hi})
     return row
 
@@ -96,10 +113,10 @@ def final_scores(rep) -> None:
         "avg@n % [95% CI]": [with_ci(*x) for x in zip(numbers["avg"], numbers["avg_lo"], numbers["avg_hi"])],
         "pass@k (k = n) % [95% CI]": [with_ci(*x) for x in zip(numbers["pass_k"], numbers["pass_k_lo"], numbers["pass_k_hi"])],
         "maj@k % [95% CI]": maj, "interval": numbers["interval"]})
-    rep.doc.para("Each run's score is its mean over the problems; shown: the mean over units with a 95% t-interval "
-                 "over units (n − 1 df; a bootstrap over problems where an arm has one unit). avg@n is pass@1 from n "
-                 "samples; pass@k is unbiased at k = n; maj@k (largest k ≤ n the evaluation logged) is each run's "
-                 "summary value, over all the problems it evaluated.")
+    rep.doc.para(f"Each run's score is its mean over the problems; shown: the mean over units with "
+                 f"{score_interval_caption(numbers['interval'])}. avg@n is pass@1 from n samples; pass@k is unbiased at "
+                 "k = n; maj@k (largest k ≤ n the evaluation logged) is each run's summary value, over all the "
+                 "problems it evaluated; its interval is the t-interval over units (none with one unit).")
     rep.table(numbers, shown, "final_scores")
     robust = _robust(rep)
     rep.doc.para("Interquartile mean (IQM: the mean of the middle 50% of runs × benchmarks; rliable, Agarwal et al. "
@@ -107,13 +124,13 @@ def final_scores(rep) -> None:
                  "one benchmark a plain bootstrap over runs).")
     rep.table(robust, pd.DataFrame({"arm": robust["arm"], "metric": robust["metric"], "units": robust["units"],
                                     "benchmarks": robust["benchmarks"],
-                                    "IQM % [95% CI]": [with_ci(*x) for x in zip(robust["iqm"], robust["iqm_lo"], robust["iqm_hi"])],
+                                    "IQM % [95% bootstrap CI]": [with_ci(*x) for x in zip(robust["iqm"], robust["iqm_lo"], robust["iqm_hi"])],
                                     "mean %": [pct(v) for v in robust["mean"]]}), "iqm")
     _profiles(rep)
     curve_rows = []
     for (arm, bench), sc in sorted(rep.scores.items()):
         for k in range(1, sc.kmax + 1):
-            v, lo, hi = t_interval(list(sc.pass_at(k).mean(axis=1)))
+            v, lo, hi = bounded_t_interval(list(sc.pass_at(k).mean(axis=1)))
             curve_rows.append({"arm": arm, "benchmark": bench, "k": k, "value": v, "lo": lo, "hi": hi, "seeds": len(sc.units)})
     curves = pd.DataFrame(curve_rows)
     write_csv(curves, rep.data / "pass_at_k.csv")
@@ -147,6 +164,9 @@ def _profiles(rep) -> None:
 
 # --- exploratory comparisons ------------------------------------------------------------------------
 
+DETAIL = ("Δ in points with its 95% t-interval over units (n − 1 df), clipped to [−100, +100]; a comparison with fewer "
+          "than 3 units or the same Δ in every unit is not testable (no p, outside the Holm family).")
+
 
 def exploratory(rep) -> None:
     numbers = rep.numbers
@@ -158,14 +178,15 @@ def exploratory(rep) -> None:
         rep.doc.para("Every stated pair (each baseline + budget vs the baseline, each other arm vs its baseline + budget "
                      "and vs its baseline) on every benchmark, avg@n and pass@n, that is not a principal comparison. "
                      "**Exploratory**: p unadjusted, and Holm-adjusted over this exploratory family of its own; no "
-                     "verdict is called on them.")
+                     f"verdict is called on them. {DETAIL}")
     else:
         rep.doc.heading(2, "Comparisons in detail")
-        rep.doc.para("The stated pairs of the answer with every unit's Δ and a hierarchical bootstrap (units, then "
-                     "problems within units) beside the t-interval.")
+        rep.doc.para(f"The stated pairs of the answer with every unit's Δ and a hierarchical bootstrap (units, then "
+                     f"problems within units) beside the t-interval. {DETAIL}")
     if not len(part):
         rep.doc.para("None.")
         return
+    untestable = part["not_testable"].fillna("").astype(str)
     shown = pd.DataFrame({
         "comparison": part["arm"] + " − " + part["ref"], "benchmark": part["benchmark"], "metric": part["metric"],
         "units": part["seeds"],
@@ -173,10 +194,12 @@ def exploratory(rep) -> None:
         "per-unit Δ": [points_list(float(v) for v in str(s).split(",")) if str(s) not in ("", "nan") else ""
                        for s in part["per_seed_delta"]],
         "hier. bootstrap [95%]": [delta(d, lo, hi) for d, lo, hi in zip(part["delta"], part["hb_lo"], part["hb_hi"])],
-        "p (unadj.)": [num(p, 3) for p in part["p"]],
-        ("Holm p (exploratory family)" if rep.spec is not None else "Holm p"): [num(p, 3) for p in part["p_holm"]],
+        "p (unadj.)": [pval(p, NOT_TESTABLE if u else "–") for p, u in zip(part["p"], untestable)],
+        ("Holm p (exploratory family)" if rep.spec is not None else "Holm p"):
+            [pval(p, NOT_TESTABLE if u else "–") for p, u in zip(part["p_holm"], untestable)],
         "P(improvement)": [num(p, 2) for p in part["p_improve"]],
-        "flag": ["same config" if s else "" for s in part["same_config"]]})
+        "flag": ["same config" if s else (f"not testable: {u}" if u else "")
+                 for s, u in zip(part["same_config"], untestable)]})
     rep.table(part, shown, "exploratory" if rep.spec is not None else "comparisons")
     budget = part[part["kind"] == "budget_vs_base"]
     for prefix, name in (("avg@n", "budget_vs_base_avg"), ("pass@", "budget_vs_base_pass_k")):
@@ -185,7 +208,7 @@ def exploratory(rep) -> None:
             wide = pd.DataFrame({"baseline": sub["baseline"], "comparison": sub["arm"] + " − " + sub["ref"],
                                  "benchmark": sub["benchmark"], "metric": sub["metric"],
                                  "base": [pct(v) for v in sub["ref_score"]], "budget": [pct(v) for v in sub["arm_score"]],
-                                 "Δ [95% CI]": [delta(*x) for x in zip(sub["delta"], sub["delta_lo"], sub["delta_hi"])],
+                                 "Δ [95% t-CI]": [delta(*x) for x in zip(sub["delta"], sub["delta_lo"], sub["delta_hi"])],
                                  "units": sub["seeds"]})
             rep.doc.heading(3, f"Budget vs base, {prefix.rstrip('@')}")
             rep.table(sub, wide, name)
@@ -194,22 +217,32 @@ def exploratory(rep) -> None:
 # --- entropy and κ_eff vs pass@1 --------------------------------------------------------------------
 
 
+KAPPA_EFF_WHAT = ("κ_eff is measured after all of a step's optimizer updates, so it is cumulative over the step's "
+                  "optimizer updates (mini-batches × epochs at the learning rate)")
+
+
 def associations(rep) -> None:
     if not rep.benchmarks:
         return
     bench = rep.benchmarks[0]
     points = diag.run_points(rep.runs, bench)
     write_csv(points, rep.data / "run_finals.csv")
-    corr = diag.associations(points)
+    refused = ("kappa_eff_final",) if rep.kappa_eff_note else ()
+    corr = diag.associations(points, refused)
     rep.doc.heading(2, "Is entropy the cause? Entropy and κ_eff vs pass@1")
-    rep.doc.para(f"Final entropy and final κ_eff (each run's mean over its last quarter of logged values) against "
-                 f"held-out pass@1 (avg@n of the final evaluation on {bench}), at two levels that must not be pooled: "
-                 "**between arms** (one point per arm: its means; n = arms) and **within arms** (each run minus its "
-                 "arm's means, pooled; N runs − k arm means independent units; repeated-measures correlation). Pearson "
-                 "r, Fisher-z 95% interval, two-sided p; unadjusted.")
+    rep.doc.para(f"Final entropy and final κ_eff (each run's mean over its last quarter of logged values; {KAPPA_EFF_WHAT}) "
+                 f"against held-out pass@1 (avg@n of the final evaluation on {bench}), at two levels that must not be "
+                 "pooled: **between arms** (one point per arm: its means; n = arms units, t on n − 2 df) and **within "
+                 "arms** (each run minus its arm's means, pooled: N runs − k arm means independent units; the "
+                 "repeated-measures correlation, rmcorr, t on N − k − 1 df). Pearson r, Fisher-z 95% interval "
+                 "atanh(r) ± 1.96/√(df − 1), two-sided p; unadjusted.")
+    if rep.kappa_eff_note:
+        rep.doc.para(rep.kappa_eff_note)
     shown = pd.DataFrame({"x": corr["x"].map(dict(diag.ASSOCIATED)), "level": corr["level"], "units": corr["units"],
-                          "r [95% CI]": [f"{num(r, 2)} [{num(lo, 2)}, {num(hi, 2)}]" for r, lo, hi in
-                                         zip(corr["r"], corr["r_lo"], corr["r_hi"])], "p": [num(p, 3) for p in corr["p"]]})
+                          "df": corr["df"],
+                          "r [95% CI]": ["not compared (see the note)" if no else f"{num(r, 2)} [{num(lo, 2)}, {num(hi, 2)}]"
+                                         for r, lo, hi, no in zip(corr["r"], corr["r_lo"], corr["r_hi"], corr["refused"])],
+                          "p": [pval(p) for p in corr["p"]]})
     rep.table(corr, shown, "entropy_cause")
     for key, label in diag.ASSOCIATED:
         if points[key].notna().any():
@@ -217,7 +250,10 @@ def associations(rep) -> None:
             notes = []
             for level in ("between arms", "within arms"):
                 r = corr[(corr["x"] == key) & (corr["level"] == level)].iloc[0]
-                notes.append(f"r = {num(r['r'], 2)} over {int(r['units'])} units")
+                notes.append("not compared between arms (different updates per step)" if r["refused"] else
+                             f"r = {num(r['r'], 2)} over {int(r['units'])} units")
+            if key in refused:
+                between = between.iloc[:0]
             rep.figure(plot_association(between, within, rep.styles, "x", label, f"pass@1 on {bench}", tuple(notes)),
                        f"scatter_{key}", f"{label} vs held-out pass@1")
 
@@ -226,11 +262,16 @@ def descriptives(rep) -> None:
     numbers = diag.final_descriptives(rep.by_arm)
     shown = pd.DataFrame({"arm": numbers["arm"], "units": numbers["seeds"]})
     for key, label in diag.DESCRIPTIVE:
+        if key == "kappa_eff" and rep.kappa_eff_note:
+            continue  # its numbers stay in the CSV; side by side they would compare arms
         shown[f"final {label} [95% CI]"] = [f"{num(m)} [{num(lo)}, {num(hi)}]" for m, lo, hi in
                                             zip(numbers[f"{key}_final"], numbers[f"{key}_final_lo"], numbers[f"{key}_final_hi"])]
     rep.doc.heading(2, "Final entropy, κ and κ_eff")
     rep.doc.para("Each run's mean over the last quarter of its logged values; mean over units with a 95% t-interval "
-                 "over units (descriptive).")
+                 f"over units (descriptive). {KAPPA_EFF_WHAT}.")
+    if rep.kappa_eff_note:
+        rep.doc.para(rep.kappa_eff_note + " The final κ_eff column is left out of this table (tables/final_entropy_kappa.csv "
+                     "keeps each arm's numbers).")
     rep.table(numbers, shown, "final_entropy_kappa")
 
 
@@ -255,7 +296,8 @@ def shown_labels(keys: set[str], escape: Escape | None) -> list[str]:
 def trajectories(rep) -> None:
     rep.doc.heading(2, "Training trajectories")
     rep.doc.para("Mean over the units that logged the step; band: 95% t-interval over those units, clipped to the "
-                 f"metric's range. κ_eff: centred rolling mean over {KAPPA_EFF_WINDOW} logged values per run. Dotted "
+                 f"metric's range. κ_eff (cumulative over the step's optimizer updates): centred rolling mean over "
+                 f"{KAPPA_EFF_WINDOW} logged values per run. Dotted "
                  "line: the plateau test's ceiling on held-out curves, the escape threshold on the escape metric's.")
     benches = list(dict.fromkeys(e["benchmark"] for r in rep.runs for e in r.evals if "benchmark" in e))
     escape = escape_setting(rep)[0]
@@ -268,7 +310,10 @@ def trajectories(rep) -> None:
         specs += [(k, b, f"{slug(k)}_{slug(b)}", f"Share of samples {k} on {b} (periodic eval)", "share of samples", 1,
                    (0.0, 1.0)) for k in labels]
     logged = {k for r in rep.runs for m in r.metrics for k, v in m.items() if finite(v) and v != 0}
-    specs += [(t[0], None, *t[1:]) for t in TRAJECTORIES[1:] if not t[0].startswith("clip/") or t[0] in logged]
+    specs += [(t[0], None, *t[1:]) for t in TRAJECTORIES[1:] if (not t[0].startswith("clip/") or t[0] in logged)
+              and not (t[0] == "kappa_eff" and rep.kappa_eff_note)]
+    if rep.kappa_eff_note:
+        rep.doc.para(rep.kappa_eff_note + " Its trajectories are not drawn side by side.")
     data = []
     ceiling = rep.ceiling
     for metric, bench, name, title, ylabel, window, limits in specs:

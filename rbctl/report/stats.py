@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 from scipy import stats as sps
@@ -42,26 +43,43 @@ def t_interval_rows(matrix, level: float = 0.95) -> tuple[np.ndarray, np.ndarray
     return mean, mean - half, mean + half
 
 
+MIN_UNITS = 3  # a paired t-test needs at least this many units (docs/method.md, "Comparing arms")
+SCORE_BOUNDS = (0.0, 1.0)  # a score (pass@k, avg@n, maj@k) is a fraction
+DELTA_BOUNDS = (-1.0, 1.0)  # a difference of two scores
+ZERO_SD = 1e-12  # sd(Δ) at or below this (times max(1, max |Δ|)) is 0: float noise of equal Δs, not spread
+
+
 @dataclass(frozen=True)
 class PairedDelta:
     """Δ_u = metric(arm, u) − metric(baseline, u) over the units both have, and its t-interval. A unit
-    is what pairs two runs: a seed, or a (warm start, seed) pair."""
+    is what pairs two runs: a seed, or a (warm start, seed) pair.
+
+    The comparison is **not testable** (``untestable`` says why; ``p`` is NaN, so no verdict and no
+    Holm family) with fewer than `MIN_UNITS` units or when every unit gave the same Δ (sd(Δ) = 0:
+    the t statistic is infinite, and a p of 0 would claim certainty from two equal numbers)."""
 
     units: tuple  # the common units, sorted
     deltas: tuple[float, ...]  # Δ_u, in the order of ``units``
     mean: float
-    lo: float  # t-interval, n − 1 df, unadjusted for multiplicity; NaN for n < 2
+    lo: float  # t-interval, n − 1 df, unadjusted for multiplicity, clipped to the bounds; NaN for n < 2 or sd 0
     hi: float
-    p: float  # two-sided one-sample t-test of mean Δ = 0; NaN for n < 2
+    p: float  # two-sided one-sample t-test of mean Δ = 0; NaN when not testable
     sd: float = math.nan  # sd(Δ), unbiased; NaN for n < 2
+    untestable: str = ""  # why there is no test ("" when there is one)
 
     @property
     def n(self) -> int:
         return len(self.units)
 
+    @property
+    def testable(self) -> bool:
+        return not self.untestable
 
-def paired_delta(arm: dict, base: dict, level: float = 0.95) -> PairedDelta:
-    """Per-unit paired Δ of two arms' scores ``{unit: score}`` over their common units.
+
+def paired_delta(arm: dict, base: dict, level: float = 0.95,
+                 bounds: tuple[float, float] | None = None) -> PairedDelta:
+    """Per-unit paired Δ of two arms' scores ``{unit: score}`` over their common units; ``bounds``
+    (e.g. (−1, 1) for a difference of fractions) clips the t-interval to Δ's range.
 
     A non-finite score is a ValueError naming its unit: it would otherwise make sd(Δ) NaN and the
     test meaningless."""
@@ -72,14 +90,32 @@ def paired_delta(arm: dict, base: dict, level: float = 0.95) -> PairedDelta:
             raise ValueError(f"score of unit {bad[0]} is {side[bad[0]]}")
     d = np.array([arm[u] - base[u] for u in units], dtype=float)
     mean, lo, hi = t_interval(d, level)
-    p, sd = math.nan, math.nan
-    if len(d) >= 2:
-        sd = float(d.std(ddof=1))
-        if sd > 0:
-            p = float(2 * sps.t.sf(abs(d.mean()) / (sd / math.sqrt(len(d))), len(d) - 1))
-        else:  # every unit gave the same Δ: certain if it is not 0
-            p = 1.0 if d.mean() == 0 else 0.0
-    return PairedDelta(units, tuple(float(x) for x in d), mean, lo, hi, p, sd)
+    n = len(d)
+    sd = float(d.std(ddof=1)) if n >= 2 else math.nan
+    flat = n >= 2 and sd <= ZERO_SD * max(1.0, float(np.abs(d).max()))  # every Δ the same, up to rounding
+    why = ("no common unit" if not n else f"{n} unit{'s' * (n != 1)} (a test needs {MIN_UNITS})" if n < MIN_UNITS
+           else "sd(Δ) = 0: every unit gave the same Δ" if flat else "")
+    p = math.nan if why else float(2 * sps.t.sf(abs(mean) / (sd / math.sqrt(n)), n - 1))
+    if flat:
+        lo = hi = math.nan  # a zero-width interval from equal Δs would claim certainty
+    if bounds is not None and math.isfinite(lo):
+        lo, hi = clip_interval(lo, hi, bounds)
+    return PairedDelta(units, tuple(float(x) for x in d), mean, lo, hi, p, sd, why)
+
+
+def clip_interval(lo: float, hi: float, bounds: tuple[float, float]) -> tuple[float, float]:
+    """(lo, hi) clipped to the metric's range ``bounds``: a t-interval of a bounded metric can run past
+    it (pass@k 75.4 [45.6, 105.2]); NaN stays NaN."""
+    b0, b1 = bounds
+    return (float(min(max(lo, b0), b1)) if math.isfinite(lo) else lo,
+            float(max(min(hi, b1), b0)) if math.isfinite(hi) else hi)
+
+
+def bounded_t_interval(values, bounds: tuple[float, float] = SCORE_BOUNDS,
+                       level: float = 0.95) -> tuple[float, float, float]:
+    """`t_interval` with its bounds clipped to the metric's range (a score in [0, 1])."""
+    m, lo, hi = t_interval(values, level)
+    return (m, *clip_interval(lo, hi, bounds))
 
 
 def hierarchical_bootstrap_delta(a, b, n_boot: int = 2000, level: float = 0.95,
@@ -119,28 +155,40 @@ def holm(pvalues, alpha: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
     return adj, reject.astype(bool)
 
 
-def pearson_ci(x, y, lost: int = 0, level: float = 0.95) -> tuple[float, float, float, float, int]:
-    """Pearson's r of paired finite values, its two-sided p (t = r·√(ν/(1 − r²)) on ν = n − lost − 2
-    df) and a Fisher-z interval atanh(r) ± q/√(n − lost − 3). ``lost`` counts the degrees of freedom
-    already spent on the data (k group means when the values are centred within k groups: the
-    within-group correlation of Bakdash & Marusich 2017, "rmcorr"). Returns (r, low, high, p, units)
-    with units = n − lost, the independent units the estimate rests on; NaN r below 3 units or
-    when a variable is constant, NaN interval below 4 units or at |r| = 1."""
+class Correlation(NamedTuple):
+    r: float
+    lo: float  # Fisher-z interval
+    hi: float
+    p: float  # two-sided t-test of r = 0 on ``df``
+    units: int  # independent units: n values, or n − k after centring within k groups
+    df: int  # degrees of freedom of the t-test
+
+
+def pearson_ci(x, y, groups: int = 0, level: float = 0.95) -> Correlation:
+    """Pearson's r of paired finite values, its two-sided p (t = r·√(ν/(1 − r²)) on ν df) and the
+    Fisher-z interval atanh(r) ± q/√(ν − 1).
+
+    ``groups = 0``: a plain correlation of n independent points, ν = n − 2 (the interval's SE is the
+    usual 1/√(n − 3)). ``groups = k``: the values were centred within k groups (each run minus its
+    arm's mean): the within-group correlation of Bakdash & Marusich 2017, "rmcorr", whose model spends
+    k intercepts and one slope, ν = N − k − 1, SE 1/√(N − k − 2) (R rmcorr 0.8.1 and pingouin's
+    `rm_corr`: `r.con(r, df + 2)`, `compute_esci(nx=dof + 2)`); units = N − k.
+    NaN r below ν = 1 or when a variable is constant; NaN interval below ν = 2 or at |r| = 1."""
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     ok = np.isfinite(x) & np.isfinite(y)
     x, y = x[ok], y[ok]
-    units = len(x) - lost
-    if units < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
-        return math.nan, math.nan, math.nan, math.nan, max(units, 0)
+    units = len(x) - groups
+    nu = len(x) - max(groups, 1) - 1
+    if nu < 1 or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return Correlation(math.nan, math.nan, math.nan, math.nan, max(units, 0), max(nu, 0))
     r = float(np.clip(np.corrcoef(x, y)[0, 1], -1.0, 1.0))
-    nu = units - 2
     if abs(r) >= 1.0 - 1e-12:
-        return r, math.nan, math.nan, 0.0, units
+        return Correlation(r, math.nan, math.nan, 0.0, units, nu)
     p = float(2 * sps.t.sf(abs(r) * math.sqrt(nu / (1 - r * r)), nu))
-    if units < 4:
-        return r, math.nan, math.nan, p, units
-    half = float(sps.norm.ppf((1 + level) / 2)) / math.sqrt(units - 3)
-    return r, math.tanh(math.atanh(r) - half), math.tanh(math.atanh(r) + half), p, units
+    if nu < 2:
+        return Correlation(r, math.nan, math.nan, p, units, nu)
+    half = float(sps.norm.ppf((1 + level) / 2)) / math.sqrt(nu - 1)
+    return Correlation(r, math.tanh(math.atanh(r) - half), math.tanh(math.atanh(r) + half), p, units, nu)
 
 
 def tail_mean(values, fraction: float = 0.25) -> float:
@@ -165,9 +213,15 @@ class VarianceComponents:
 
     @property
     def share_between(self) -> float:
-        """σ²_between / (σ²_between + σ²_within): the intraclass correlation."""
+        """σ²_between / (σ²_between + σ²_within): the intraclass correlation; NaN ("not defined") when
+        both are 0 (every value equal)."""
         total = self.between + self.within
         return self.between / total if total > 0 else math.nan
+
+    @property
+    def testable(self) -> bool:
+        """Whether the F test exists: NaN F when every value is equal (0/0, as scipy's f_oneway)."""
+        return math.isfinite(self.p)
 
 
 def variance_components(groups: dict) -> VarianceComponents:
@@ -175,15 +229,23 @@ def variance_components(groups: dict) -> VarianceComponents:
     MSB = Σ_g n_g (ȳ_g − ȳ)² / (W − 1), MSW = Σ_g Σ_i (y_gi − ȳ_g)² / (N − W),
     n0 = (N − Σ_g n_g² / N) / (W − 1) (the mean group size, corrected for unequal sizes),
     σ²_between = max(0, (MSB − MSW) / n0), σ²_within = MSW (Searle, Casella & McCulloch 1992, §3.5).
-    Needs W ≥ 2 groups and N > W values (NaN otherwise)."""
+    F = MSB / MSW as `scipy.stats.f_oneway`: NaN F and p when every value is equal (MSB = MSW = 0),
+    F = inf and p = 0 when only the groups' means differ (MSW = 0). Mean squares below float noise
+    of the values' scale count as 0. Needs W ≥ 2 groups and N > W values (NaN otherwise)."""
     vals = {g: np.asarray(v, dtype=float) for g, v in groups.items() if len(v)}
     w, n = len(vals), sum(len(v) for v in vals.values())
     if w < 2 or n <= w:
         return VarianceComponents(w, n, math.nan, math.nan, math.nan, math.nan)
-    grand = np.concatenate(list(vals.values())).mean()
+    pooled = np.concatenate(list(vals.values()))
+    grand = pooled.mean()
+    tiny = (ZERO_SD * max(1.0, float(np.abs(pooled).max()))) ** 2
     msb = sum(len(v) * (v.mean() - grand) ** 2 for v in vals.values()) / (w - 1)
     msw = sum(((v - v.mean()) ** 2).sum() for v in vals.values()) / (n - w)
+    msb, msw = (0.0 if x <= tiny else float(x) for x in (msb, msw))
     n0 = (n - sum(len(v) ** 2 for v in vals.values()) / n) / (w - 1)
-    f = msb / msw if msw > 0 else math.inf
-    p = float(sps.f.sf(f, w - 1, n - w)) if math.isfinite(f) else 0.0
+    if msw > 0:
+        f = msb / msw
+        p = float(sps.f.sf(f, w - 1, n - w))
+    else:
+        f, p = (math.inf, 0.0) if msb > 0 else (math.nan, math.nan)
     return VarianceComponents(w, n, float(max(0.0, (msb - msw) / n0)), float(msw), float(f), p)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 from scipy import stats as sps
@@ -23,19 +24,28 @@ class KaplanMeier:
     times: np.ndarray  # distinct event times, ascending
     at_risk: np.ndarray  # n_j: runs with time >= times[j]
     events: np.ndarray  # d_j: escapes at times[j]
-    survival: np.ndarray  # S(times[j]) = Π_{i ≤ j} (1 − d_i / n_i)
+    survival: np.ndarray  # S(times[j]) = Π_{i ≤ j} (1 − d_i / n_i), the nearest float of ``exact``
     n: int
+    exact: tuple[Fraction, ...] = ()  # the same products in exact rational arithmetic (integer counts)
 
     def at(self, t: float) -> float:
         """S(t), right-continuous."""
         j = int(np.searchsorted(self.times, t, side="right")) - 1
         return 1.0 if j < 0 else float(self.survival[j])
 
+    def quantile_time(self, q: float) -> float:
+        """The first time at which S(t) ≤ 1 − q (lifelines' rule), compared on the exact products so that
+        an S of exactly 1 − q (S(40) = 0.8 · 0.75 · 5/6 = 1/2) is not one step late by float rounding
+        (0.5000000000000001); inf when S never gets there."""
+        target = Fraction(1) - Fraction(q).limit_denominator(10 ** 9)
+        levels = self.exact or tuple(Fraction(float(v)) for v in self.survival)
+        hit = next((j for j, v in enumerate(levels) if v <= target), None)
+        return math.inf if hit is None else float(self.times[hit])
+
     @property
     def median(self) -> float:
         """The first time at which S(t) ≤ 0.5; inf when S never gets there (fewer than half escaped)."""
-        hit = np.flatnonzero(self.survival <= 0.5)
-        return float(self.times[hit[0]]) if len(hit) else math.inf
+        return self.quantile_time(0.5)
 
 
 def _check(times, events) -> tuple[np.ndarray, np.ndarray]:
@@ -53,9 +63,14 @@ def kaplan_meier(times, events) -> KaplanMeier:
     counts as at risk there) and d_j the escapes at t_j."""
     t, e = _check(times, events)
     distinct = np.unique(t[e == 1])
-    n = np.array([(t >= s).sum() for s in distinct], dtype=float)
-    d = np.array([((t == s) & (e == 1)).sum() for s in distinct], dtype=float)
-    return KaplanMeier(distinct, n, d, np.cumprod(1 - d / n), len(t))
+    n = [int((t >= s).sum()) for s in distinct]
+    d = [int(((t == s) & (e == 1)).sum()) for s in distinct]
+    exact, s = [], Fraction(1)
+    for nj, dj in zip(n, d):
+        s *= Fraction(nj - dj, nj)
+        exact.append(s)
+    return KaplanMeier(distinct, np.array(n, dtype=float), np.array(d, dtype=float),
+                       np.array([float(v) for v in exact], dtype=float), len(t), tuple(exact))
 
 
 def rmst(km: KaplanMeier, tau: float, level: float = 0.95) -> tuple[float, float, float]:

@@ -65,6 +65,19 @@ def num(v, digits: int = 3) -> str:
     return f"{float(v):.{digits}f}" if finite(v) else "–"
 
 
+P_FLOOR = 0.001
+NOT_TESTABLE = "not testable"
+
+
+def pval(p, missing: str = "–") -> str:
+    """A p-value as every table, figure and headline prints it: three decimals, ``< 0.001`` below
+    0.001 (never ``0.000``: no test gives certainty), ``missing`` when there is none (NaN: no test,
+    e.g. `NOT_TESTABLE`)."""
+    if not finite(p):
+        return missing
+    return f"< {P_FLOOR:g}" if float(p) < P_FLOOR else f"{float(p):.3f}"
+
+
 def points_list(values) -> str:
     """Per-unit differences of fractions in points: ``+2.0, -1.5, +4.0``."""
     return ", ".join(f"{100 * float(v):+.1f}" for v in values)
@@ -84,9 +97,9 @@ def markdown_table(df: pd.DataFrame) -> str:
 
 
 # Characters used in our headers and cells that pdflatex does not take as text.
-_LATEX_SYMBOLS = {"κ\\_eff": r"$\kappa_{\mathrm{eff}}$", "κ": r"$\kappa$", "Δ": r"$\Delta$", "×": r"$\times$",
+_LATEX_SYMBOLS = {"χ²": r"$\chi^2$", "κ\\_eff": r"$\kappa_{\mathrm{eff}}$", "κ": r"$\kappa$", "Δ": r"$\Delta$", "×": r"$\times$",
                   "ρ": r"$\rho$", "–": "--", "−": "-", "≥": r"$\geq$", "<": r"$<$", "α": r"$\alpha$", "≈": r"$\approx$", "¾": "3/4",
-                  "√": r"$\surd$", "·": r"$\cdot$", "τ": r"$\tau$", "σ²": r"$\sigma^2$", "σ": r"$\sigma$", "²": r"$^2$", "≤": r"$\leq$", "±": r"$\pm$"}
+                  "√": r"$\surd$", "·": r"$\cdot$", "τ": r"$\tau$", "σ²": r"$\sigma^2$", "σ": r"$\sigma$", "²": r"$^2$", "≤": r"$\leq$", "±": r"$\pm$", "∞": r"$\infty$"}
 
 
 def latex_table(df: pd.DataFrame) -> str:

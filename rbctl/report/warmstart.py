@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rbctl.report.stats import PairedDelta, VarianceComponents, paired_delta, variance_components
+from rbctl.report.stats import DELTA_BOUNDS, PairedDelta, VarianceComponents, paired_delta, variance_components
 
 
 @dataclass(frozen=True)
@@ -33,9 +33,10 @@ def by_warm_start(units: tuple, deltas: tuple) -> dict[str, dict[int, float]]:
 def warm_start_level(delta: PairedDelta) -> WarmStartLevel:
     """Per warm start: the paired Δ over its seeds (its t-interval over those seeds); over warm
     starts: the one-sample t-test of the W per-warm-start mean Δs (the warm start as the unit, W − 1
-    df: what generalises to another warm start); and the variance components of the per-unit Δ."""
+    df: what generalises to another warm start; not testable below 3 warm starts); and the variance
+    components of the per-unit Δ."""
     groups = by_warm_start(delta.units, delta.deltas)
-    per = {ws: paired_delta(ds, dict.fromkeys(ds, 0.0)) for ws, ds in groups.items()}
+    per = {ws: paired_delta(ds, dict.fromkeys(ds, 0.0), bounds=DELTA_BOUNDS) for ws, ds in groups.items()}
     means = {ws: float(np.mean(list(ds.values()))) for ws, ds in groups.items()}
-    over = paired_delta(means, dict.fromkeys(means, 0.0))
+    over = paired_delta(means, dict.fromkeys(means, 0.0), bounds=DELTA_BOUNDS)
     return WarmStartLevel(per, over, variance_components({ws: list(ds.values()) for ws, ds in groups.items()}))

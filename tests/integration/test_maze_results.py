@@ -90,9 +90,11 @@ def test_arms_beside_the_paper_with_gaps_and_the_entropy_question(tmp_path):
     assert text.startswith("# The maze at CPU scale") and "Generated on 2026-03-01" in text
     assert "10 runs, 5 arms, units per arm: 2" in text and "Commit: `0123abc`" in text
     assert "4 problems × n = 4 samples" in text
-    # maxrl: avg@4 mean (.6875 + .75)/2 = .71875; t-interval .71875 ± 12.706·.0442/√2 = ± .397
-    assert "| `maxrl` | MaxRL | 2 | 71.9 [32.2, 111.6] | 100.0 [100.0, 100.0] | 84.4 | 92.0 | 94.3 |" in text
-    assert "| `grpo_budget` | (not in the paper) | 2 | 59.4 [19.7, 99.1] | 87.5 [-71.3, 246.3] | – | – | – |" in text
+    # maxrl: avg@4 mean (.6875 + .75)/2 = .71875; t-interval .71875 ± 12.706·.0442/√2 = ± .397, clipped to the
+    # metric's range: [32.2, 100.0] (before: [32.2, 111.6]); budget's pass@4 87.5 ± 158.8 -> [0.0, 100.0]
+    assert "| `maxrl` | MaxRL | 2 | 71.9 [32.2, 100.0] | 100.0 [100.0, 100.0] | 84.4 | 92.0 | 94.3 |" in text
+    assert "| `grpo_budget` | (not in the paper) | 2 | 59.4 [19.7, 99.1] | 87.5 [0.0, 100.0] | – | – | – |" in text
+    assert "95% t-interval over units (n − 1 df), clipped to the metric's range [0, 100]" in text
     assert "| `passk` | PKPO (closest arm: Pass@k Training) | 2 | 56.2 [56.2, 56.2]" in text
     # orderings: pass@1 maxrl .719 > budget .594 > passk .5625 > entropy .406 > grpo .3125; the paper's four agree
     assert "- pass@1: rbctl maxrl > grpo_budget > passk > grpo_entropy > grpo; the paper (pass@1) maxrl > passk > " \
@@ -100,14 +102,16 @@ def test_arms_beside_the_paper_with_gaps_and_the_entropy_question(tmp_path):
     # pass@4: maxrl = passk = 1 (a tie is no disagreement) > budget .875 > entropy .625 > grpo .5
     assert "- pass@4: rbctl maxrl > passk > grpo_budget > grpo_entropy > grpo" in text
     # maxrl − grpo per seed .4375, .375: +40.6 ± 12.706·.0442/√2 = ± 39.7; pass@4 .75, .25: +50 ± 12.706·.3536/√2
-    assert "| `maxrl` | 2 | +40.6 [+0.9, +80.3] | +50.0 [-267.7, +367.7] | +44.8 | +49.6 | +51.3 |" in text
-    # entropy gain (.125, .0625) = +9.4; maxrl's +40.6: ratio .23, maxrl − entropy .3125 both seeds: small;
-    # budget's gain (.3125, .25) = +28.1: ratio .33, budget − entropy .1875 both seeds; paper 7.6 / 44.8 = .17
-    assert "| `maxrl` | +40.6 | +9.4 | 0.23 | +31.2 [+31.2, +31.2] | yes | 0.17 |" in text
-    assert "| `grpo_budget` | +28.1 | +9.4 | 0.33 | +18.8 [+18.8, +18.8] | yes | – |" in text
-    # principal: t = 13, 9, 3 on 1 df: p = (2/π)·atan(1/t) = .0489, .0704, .2048; Holm: .147, .147, .205
-    assert "| maxrl − grpo | 2 | +40.6 [+0.9, +80.3] | 0.147 | no difference | +43.8, +37.5 |" in text
-    assert "| grpo_entropy − grpo | 2 | +9.4 [-30.3, +49.1] | 0.205 | no difference | +12.5, +6.2 |" in text
+    # = ± 317.7, clipped to Δ's range [−100, +100] (before: [-267.7, +367.7])
+    assert "| `maxrl` | 2 | +40.6 [+0.9, +80.3] | +50.0 [-100.0, +100.0] | +44.8 | +49.6 | +51.3 |" in text
+    # entropy gain (.125, .0625) = +9.4; maxrl's +40.6: ratio .23, but maxrl − entropy is .3125 in both seeds:
+    # sd 0, no interval, so not shown to beat it (before: "+31.2 [+31.2, +31.2] | yes"); paper 7.6 / 44.8 = .17
+    assert "| `maxrl` | +40.6 | +9.4 | 0.23 | +31.2 [n/a] | no | 0.17 |" in text
+    assert "| `grpo_budget` | +28.1 | +9.4 | 0.33 | +18.8 [n/a] | no | – |" in text
+    # principal: two seeds are no test (before: t = 13, 9, 3 on 1 df, Holm .147, .147, .205)
+    assert "| maxrl − grpo | 2 | +40.6 [+0.9, +80.3] | not testable | not testable | +43.8, +37.5 |" in text
+    assert "| grpo_entropy − grpo | 2 | +9.4 [-30.3, +49.1] | not testable | not testable | +12.5, +6.2 |" in text
+    assert "none is testable, so no Holm–Bonferroni family is formed and no verdict is called" in text
     # plateau without a ceiling file: the best arm's final periodic pass@1, maxrl's .70; GRPO ends at 26.0
     assert "Ceiling: 70.0% (the best arm's final pass@1 in this report: maxrl, mean over 2 units)" in text
     assert "| stalled | yes | mean over 2 units of \\|pass@1(T) − pass@1(≈¾T)\\| = 1.00 points (< 2) |" in text
@@ -145,5 +149,6 @@ def test_readme_block_is_the_arms_table_with_its_provenance(tmp_path):
     assert main([str(sweep), "--write-readme", str(readme)]) == 0
     text = readme.read_text()
     assert text.startswith("# x\n<!-- maze: begin -->\n| arm | paper's method |") and text.endswith("<!-- maze: end -->\nafter\n")
-    assert "| `maxrl` | MaxRL | 2 | 71.9 [32.2, 111.6] | 100.0 [100.0, 100.0] | 84.4 | 92.0 | 94.3 |" in text
+    assert "| `maxrl` | MaxRL | 2 | 71.9 [32.2, 100.0] | 100.0 [100.0, 100.0] | 84.4 | 92.0 | 94.3 |" in text
+    assert "95% t-interval over seeds clipped to [0, 100]" in text
     assert "10 runs at commit `0123abc`" in text and "avg@4 over 4 held-out mazes" in text and "old" not in text

@@ -130,9 +130,14 @@ def test_final_scores_hand_computed(two_arm_report):
     assert (scores.loc["grpo", "avg_lo"], scores.loc["grpo", "avg_hi"]) == pytest.approx((0.40625 - half, 0.40625 + half))
     assert scores.loc["grpo", "avg_per_seed"] == "0.4375,0.3750"
     assert set(scores["interval"]) == {"t over units"}
-    # maj@4 from each seed's summary: .5 and .6 -> .55 ± T1 · .1/2
+    # maj@4 from each seed's summary: .5 and .6 -> .55 ± T1 · .1/2 = [−.085, 1.185], clipped to the range [0, 1]
+    # (before: maj@4 55.0 [-8.5, 118.5])
     assert scores.loc["grpo", "maj_k"] == 4 and scores.loc["grpo", "maj"] == pytest.approx(0.55)
-    assert scores.loc["grpo", "maj_hi"] == pytest.approx(0.55 + T1 * 0.05)
+    assert (scores.loc["grpo", "maj_lo"], scores.loc["grpo", "maj_hi"]) == (0.0, 1.0)
+    shown = {r[0]: r for r in md_rows(out / "tables" / "final_scores.md")}
+    assert shown["grpo"][6] == "maj@4 55.0 [0.0, 100.0]"
+    text = two_arm_report.read_text()
+    assert "a 95% t-interval over units (n − 1 df), clipped to the metric's range [0, 100]" in text
 
 
 def test_paired_deltas_holm_and_summary(two_arm_report):
@@ -145,26 +150,36 @@ def test_paired_deltas_holm_and_summary(two_arm_report):
     assert avg["delta"] == pytest.approx(0.21875)
     half = T1 * 0.0625 / 2
     assert (avg["delta_lo"], avg["delta_hi"]) == pytest.approx((0.21875 - half, 0.21875 + half))
-    # t = .21875 / .03125 = 7 on 1 df (a Cauchy): p = 1 − (2/π)·atan(7)
-    p = 1 - 2 / np.pi * np.arctan(7.0)
-    assert avg["p"] == pytest.approx(p)
+    # two units are not a test (before: t = 7 on 1 df, p = 1 − (2/π)·atan(7) = .090)
+    assert math.isnan(avg["p"]) and avg["not_testable"] == "2 units (a test needs 3)"
     passk = comps[comps["metric"] == "pass@4"].iloc[0]
-    assert passk["delta"] == pytest.approx(0.25) and passk["p"] == 0.0  # Δ = .25 in both seeds
-    # Holm over 2: the smaller p (0) is multiplied by 2, the larger by 1
-    assert passk["p_holm"] == 0.0 and avg["p_holm"] == pytest.approx(p)
-    assert bool(passk["significant"]) and not bool(avg["significant"])
+    # Δ = .25 in both seeds: sd 0 (before: p = 0, Holm p 0.000, "higher"); no zero-width interval either
+    assert passk["delta"] == pytest.approx(0.25) and math.isnan(passk["p"]) and math.isnan(passk["delta_lo"])
+    assert math.isnan(passk["p_holm"]) and math.isnan(avg["p_holm"])  # no Holm family: nothing in it
+    assert not bool(passk["significant"]) and not bool(avg["significant"])
+    assert set(comps["verdict"]) == {"not testable"}
     # hierarchical bootstrap: every resampled seed and problem set gives a mean in [min, max] of the cells
     assert 0.0 <= avg["hb_lo"] <= avg["hb_hi"] <= 0.5
 
     assert passk["p_improve"] == 1.0 and avg["p_improve"] == 1.0  # budget beats grpo in every pair of runs
+    # ... so every resample, paired or independent (rliable's), gives 1 too
+    for side in ("paired", "indep"):
+        assert (avg[f"p_improve_{side}_lo"], avg[f"p_improve_{side}_hi"]) == (1.0, 1.0)
 
     text = two_arm_report.read_text()
     answer = text.split("## Plateau test")[0]
-    assert "## Answer: the principal comparisons" in answer and "one Holm–Bonferroni family of 2" in answer
-    rows = {(r[0], r[2]): r for r in md_rows(two_arm_report.parent / "tables" / "verdicts.md")}
-    assert rows["grpo_budget − grpo", "avg@n"][4:] == ["+21.9 [-17.8, +61.6]", f"{p:.3f}", "1.00 [1.00, 1.00]",
-                                                       "no difference"]
-    assert rows["grpo_budget − grpo", "pass@4"][-1] == "higher"
+    assert "## Answer: the principal comparisons" in answer
+    assert "as one family: no comparison is testable, so no Holm–Bonferroni family is formed" in answer
+    table = md_rows(two_arm_report.parent / "tables" / "verdicts.md")
+    assert table[0][4:8] == ["Δ points [95% t-CI]", "Holm p", "P(improvement) [95% paired-bootstrap CI]",
+                             "rliable 95% CI (independent bootstrap)"]
+    rows = {(r[0], r[2]): r for r in table[1:]}
+    assert rows["grpo_budget − grpo", "avg@n"][4:] == ["+21.9 [-17.8, +61.6]", "not testable", "1.00 [1.00, 1.00]",
+                                                       "[1.00, 1.00]", "not testable"]
+    assert rows["grpo_budget − grpo", "pass@4"][4:6] == ["+25.0 [n/a]", "not testable"]
+    assert ("**Not testable** (no p-value and no verdict; kept out of the Holm family): grpo_budget − grpo (avg@n: 2 "
+            "units (a test needs 3)); grpo_budget − grpo (pass@4: 2 units (a test needs 3))." in answer)
+    assert "0.000" not in text  # no p-value anywhere is printed as 0.000
     assert "](figures/per_unit_delta.png)" in answer
     assert text.index("## Answer") < text.index("## Final scores") < text.index("## Runs")  # the run list last
 
@@ -182,7 +197,7 @@ def test_tables_exist_and_parse(two_arm_report):
         assert tex.count("\\midrule") == 1 and tex.count("\\\\") == len(csv) + 1  # header + rows
     shown = dict(zip(*md_rows(tables / "budget_vs_base_avg.md")))
     assert shown["base"] == "40.6" and shown["budget"] == "62.5"
-    assert shown["Δ [95% CI]"] == "+21.9 [-17.8, +61.6]"
+    assert shown["Δ [95% t-CI]"] == "+21.9 [-17.8, +61.6]"
     assert "grpo\\_budget" in (tables / "final_scores.tex").read_text()  # underscores escaped
 
 
@@ -280,10 +295,14 @@ def test_partial_sweep_reports_what_exists_and_names_failures(tmp_path, capsys):
     assert scores.loc["grpo", "seeds"] == 2 and scores.loc["grpo_budget", "seeds"] == 1
     assert scores.loc["grpo_budget", "avg"] == pytest.approx(0.625)
     assert scores.loc["grpo_budget", "interval"] == "bootstrap over problems (1 unit)"
+    # one arm has a t-interval, the other a bootstrap: the caption and the CLI table's title name both
+    # (before: "95% t-interval over units" above a bootstrap row)
+    assert "a 95% interval per row as its `interval` column names it" in text
+    assert "bootstrap interval over the problems" in final_scores_table(sweep / "report").title
     delta = pd.read_csv(sweep / "report" / "tables" / "comparisons.csv").iloc[0]
     assert str(delta["seed_list"]) == "0" and delta["delta"] == pytest.approx(0.625 - 0.4375)  # common seed 0 only
     verdicts = pd.read_csv(sweep / "report" / "tables" / "verdicts.csv")
-    assert set(verdicts["verdict"]) == {"untestable"}  # one common seed
+    assert set(verdicts["verdict"]) == {"not testable"}  # one common seed
     assert "Ceiling: 95.0% (a longer run)" in text
     assert (sweep / "report" / "report.html").is_file()
     traj = pd.read_csv(sweep / "report" / "data" / "trajectories.csv")
@@ -304,7 +323,7 @@ def test_entropy_arm_comparisons_and_descriptives(two_arms, tmp_path):
     assert ent.loc["grpo_budget", "per_seed_delta"] == "-0.1250,-0.1250"
     assert ent.loc["grpo", "delta"] == pytest.approx(0.09375)
     assert ent.loc["grpo_budget", "kind"] == "entropy_vs_budget" and ent.loc["grpo", "kind"] == "entropy_vs_base"
-    assert "one Holm–Bonferroni family of 6" in report.read_text()
+    assert "no comparison is testable, so no Holm–Bonferroni family is formed" in report.read_text()  # 2 seeds
     desc = pd.read_csv(tmp_path / "out" / "tables" / "final_entropy_kappa.csv").set_index("arm")
     # last quarter of 4 logged steps = the last one: entropy 0.60 + 0.01·seed; κ_eff at step 4 = 4
     assert desc.loc["grpo_entropy_static", "entropy_final"] == pytest.approx(0.605)
@@ -373,9 +392,14 @@ def test_unit_frame_drops_nulls(two_arms):
 
 def test_cli_table_and_output_folder(two_arms, two_arm_report, tmp_path):
     table = final_scores_table(two_arm_report.parent)
-    assert [c.header for c in table.columns] == ["arm", "benchmark", "units", "avg@n", "pass@n", "maj@k"]
+    assert [c.header for c in table.columns] == ["arm", "benchmark", "units", "avg@n", "pass@n", "maj@k", "interval"]
+    # the title names the interval the rows use (before: "t-interval over units" also over a bootstrap row)
+    assert table.title == "final scores: % correct with a 95% t-interval over units (n − 1 df), clipped to the metric's range [0, 100]"
     one = two_arms / "grpo_s0"
     assert make_report([one], n_boot=50) == one / "report" / "report.md"  # a run directory: RUN_DIR/report
+    single = (one / "report" / "report.md").read_text()
+    assert "family of 0" not in single  # before: "as one Holm–Bonferroni family of 0"
+    assert "No principal comparisons are stated" in single and "everything below is exploratory" in single
     with pytest.raises(UserError, match="-o"):
         make_report([one, two_arms / "grpo_s1"])
     empty = tmp_path / "empty"
@@ -393,3 +417,35 @@ def test_report_package_imports_no_torch():
             "rbctl.report.robust, rbctl.report.power, rbctl.report.warmstart, rbctl.store.read; "
             "bad = [m for m in ('torch', 'transformers') if m in sys.modules]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_kappa_eff_is_not_compared_between_arms_with_different_updates_per_step(two_arms, two_arm_report, tmp_path):
+    # the same arms, but grpo_budget deals each batch into mini-batches of 2 of its 4 prompts: 2 optimizer
+    # updates per step against grpo's 1, so its κ_eff (measured after all of them) is not grpo's scale
+    for arm, seed in CORRECT:
+        f = two_arms / f"{arm}_s{seed}" / "config.yaml"
+        cfg = yaml.safe_load(f.read_text())
+        cfg["algo"].update(ppo_mini_batch_size=2 if "budget" in arm else None, ppo_epochs=1)
+        cfg["rollout"]["prompts_per_step"] = 4
+        cfg["optim"] = {"lr": 1e-3}
+        f.write_text(yaml.safe_dump(cfg))
+    report = make_report([two_arms], tmp_path / "out", n_boot=50)
+    text = report.read_text()
+    note = ("κ_eff is not compared between arms: it is cumulative over a step's optimizer updates, so it is comparable "
+            "only at equal mini-batch size, epochs and learning rate, and the arms differ in algo.ppo_mini_batch_size "
+            "(grpo null (one mini-batch), grpo_budget 2); optimizer updates per step (grpo 1, grpo_budget 2).")
+    assert note in text
+    corr = pd.read_csv(tmp_path / "out" / "tables" / "entropy_cause.csv").set_index(["x", "level"])
+    refused = corr.loc[("kappa_eff_final", "between arms")]
+    assert bool(refused["refused"]) and math.isnan(refused["r"]) and math.isnan(refused["p"])
+    assert not bool(corr.loc[("entropy_final", "between arms"), "refused"])  # entropy is still compared
+    assert not bool(corr.loc[("kappa_eff_final", "within arms"), "refused"])  # within an arm the updates are alike
+    assert "not compared (see the note)" in (tmp_path / "out" / "tables" / "entropy_cause.md").read_text()
+    assert not (tmp_path / "out" / "figures" / "traj_kappa_eff.png").exists()
+    assert "κ_eff" not in md_rows(tmp_path / "out" / "tables" / "final_entropy_kappa.md")[0][-1]
+    # arms that share their updates: compared, and κ_eff described as cumulative over the step's updates
+    same = two_arm_report.read_text()
+    assert "κ_eff is not compared" not in same and (two_arm_report.parent / "figures" / "traj_kappa_eff.png").exists()
+    assert "cumulative over the step's optimizer updates" in same
+    base = pd.read_csv(two_arm_report.parent / "tables" / "entropy_cause.csv").set_index(["x", "level"])
+    assert not bool(base.loc[("kappa_eff_final", "between arms"), "refused"])

@@ -20,7 +20,7 @@ def test_side_by_side_calls():
            "delta_hi": 0.09, "p_holm": 0.01, "significant": True, "verdict": "higher"}
     a = pd.DataFrame([row]).set_index(key)
     table, same = side_by_side(a, a)
-    assert same and list(table["same call"]) == ["yes"] and table["A: Δ [95% CI]"][0] == "+5.0 [+1.0, +9.0]"
+    assert same and list(table["same call"]) == ["yes"] and table["A: Δ [95% t-CI]"][0] == "+5.0 [+1.0, +9.0]"
     b = pd.DataFrame([{**row, "p_holm": 0.2, "significant": False, "verdict": "no difference"}]).set_index(key)
     table, same = side_by_side(a, b)
     assert not same and table["same call"][0] == "no (higher / no difference)"

@@ -81,6 +81,38 @@ def test_iqm_is_the_25_percent_trimmed_mean_over_runs_and_tasks():
     assert list(iqm(np.stack([X, Y]))) == pytest.approx([iqm(X), iqm(Y)])  # resamples stacked
 
 
+def test_a_nan_score_makes_iqm_p_improvement_and_their_intervals_nan():
+    # before: the sort put NaN last and the trim dropped it (IQM 0.4 from .1, .3, .5); comparisons with
+    # NaN are False, so P(improvement) counted it as a loss. rliable (scipy's trim_mean, mannwhitneyu)
+    # gives NaN; so does scipy here
+    nan = math.nan
+    scores = np.array([[0.1], [nan], [0.3], [0.5]])
+    assert math.isnan(sps.trim_mean(scores, 0.25, axis=None)) and math.isnan(iqm(scores))
+    assert math.isnan(sps.mannwhitneyu([0.1, nan, 0.3], [0.2, 0.4, 0.3]).statistic)
+    assert math.isnan(prob_improvement(scores[:3], np.array([[0.2], [0.4], [0.3]])))
+    assert math.isnan(prob_improvement(np.array([[0.2], [0.4]]), scores[:2]))
+    # a NaN in one task: that task is NaN, so the mean over tasks is too
+    assert math.isnan(prob_improvement(np.array([[0.5, 0.1], [0.6, nan]]), np.array([[0.4, 0.2], [0.3, 0.3]])))
+    assert list(iqm(np.stack([X, np.where(X > 0.65, nan, X)]))) == pytest.approx([iqm(X), nan], nan_ok=True)
+    for lo, hi in (stratified_bootstrap(iqm, [scores], n_boot=50),
+                   stratified_bootstrap(prob_improvement, [scores, scores[::-1]], paired=True, n_boot=50),
+                   stratified_bootstrap(prob_improvement, [scores, np.ones((2, 1))], n_boot=50)):
+        assert math.isnan(lo) and math.isnan(hi)
+    lo, hi = stratified_bootstrap(lambda s: score_distribution(s, [0.2, 0.4]), [scores], n_boot=50)
+    assert lo.shape == (2,) and np.isnan(lo).all() and np.isnan(hi).all()
+    assert np.isnan(score_distribution(scores, [0.2])).all()
+
+
+def test_p_improvement_interval_paired_and_rliables_independent_bootstrap():
+    # two arms with the same runs unit by unit: a paired resample draws the same units for both, two equal
+    # multisets, so P(X > Y) = 1/2 exactly in every resample; rliable's independent bootstrap draws each
+    # arm's runs on its own, and its interval spreads around 1/2
+    x = np.array([[0.1], [0.4], [0.7], [1.0]])
+    assert stratified_bootstrap(prob_improvement, [x, x.copy()], paired=True, n_boot=300) == pytest.approx((0.5, 0.5))
+    lo, hi = stratified_bootstrap(prob_improvement, [x, x.copy()], paired=False, n_boot=300)
+    assert lo < 0.5 < hi and 0 <= lo and hi <= 1
+
+
 def test_score_distribution_and_stratified_bootstrap():
     assert list(score_distribution(X[:, :1], [0.5, 0.6, 0.7])) == pytest.approx([0.8, 0.6, 0.0])  # strictly above
     # a constant sample: every resample gives the same statistic
@@ -119,6 +151,19 @@ def test_kaplan_meier_and_log_rank_on_the_leukemia_data():
     chi2, p = logrank(MP_T, MP_E, PL_T, [1] * 21)
     assert chi2 == pytest.approx(16.79, abs=0.005) and p == pytest.approx(4.17e-5, rel=2e-3)
     assert kaplan_meier([5, 5], [0, 0]).median == math.inf  # nobody escaped: not reached
+
+
+def test_kaplan_meier_median_when_survival_is_exactly_one_half():
+    # S(0) = 8/10, S(20) = 8/10 · 6/8, S(40) = 3/5 · 5/6 = 1/2 exactly; as a float product it is
+    # 0.5000000000000001, and a median read off it was 60 (one evaluation late). lifelines' rule, the
+    # first t with S(t) ≤ 0.5, gives 40.
+    times = [0, 0, 20, 20, 40, 40, 60, 60, 80, 100]
+    events = [1, 1, 1, 1, 1, 0, 1, 0, 1, 0]
+    km = kaplan_meier(times, events)
+    assert np.cumprod([0.8, 0.75, 5 / 6])[-1] > 0.5  # the float product that misled
+    assert km.median == 40 and km.at(40) == 0.5 and km.at(39) == pytest.approx(0.6)
+    assert km.quantile_time(0.25) == 20  # S(20) = 0.6 ≤ 0.75
+    assert km.quantile_time(0.625) == 60  # S(60) = 1/2 · 3/4 = 3/8 = 1 − 0.625 exactly
     assert math.isnan(logrank([5, 5], [0, 0], [5], [0])[0])
 
 
@@ -148,18 +193,23 @@ def test_escape_time_first_crossing_or_censored_at_the_last_evaluation():
 
 
 def test_warm_start_level_per_warm_start_over_warm_starts_and_variance():
-    # Δ per (warm start, seed): a: .02, .04 (mean .03); b: .10, .12 (mean .11)
-    d = paired_delta({("a", 0): 0.52, ("a", 1): 0.54, ("b", 0): 0.60, ("b", 1): 0.62},
-                     {("a", 0): 0.50, ("a", 1): 0.50, ("b", 0): 0.50, ("b", 1): 0.50})
+    # Δ per (warm start, seed): a: .02, .04 (mean .03); b: .10, .12 (mean .11); c: .05, .07 (mean .06)
+    arm = {("a", 0): 0.52, ("a", 1): 0.54, ("b", 0): 0.60, ("b", 1): 0.62, ("c", 0): 0.55, ("c", 1): 0.57}
+    d = paired_delta(arm, dict.fromkeys(arm, 0.50))
     lvl = warm_start_level(d)
     assert lvl.per_warm_start["a"].mean == pytest.approx(0.03) and lvl.per_warm_start["b"].units == (0, 1)
+    assert not lvl.per_warm_start["a"].testable  # two seeds: an interval, no test
     over = lvl.over_warm_starts
-    assert over.n == 2 and over.mean == pytest.approx(0.07) and over.deltas == pytest.approx((0.03, 0.11))
-    # t over 2 warm starts: sd(.03, .11) = .08/√2, se = .04: t = 1.75 on 1 df (a Cauchy)
-    assert over.p == pytest.approx(1 - 2 / math.pi * math.atan(1.75))
-    # MSB = 2·(.04² + .04²) = .0064, MSW = 4·.0001/2 = .0002, n0 = 2: σ²_b = (.0064 − .0002)/2 = .0031
+    assert over.n == 3 and over.mean == pytest.approx(0.2 / 3) and over.deltas == pytest.approx((0.03, 0.11, 0.06))
+    # t over 3 warm starts: sd² = (.0367² + .0433² + .0067²)/2 = .0098/6, se = sd/√3; on 2 df p = 1 − t/√(2 + t²)
+    t = (0.2 / 3) / math.sqrt(0.0098 / 6 / 3)
+    assert over.p == pytest.approx(1 - t / math.sqrt(2 + t * t))
+    # MSB = 2·.0098/3/2 = .0098/3, MSW = 6·.0001/3 = .0002, n0 = 2: σ²_b = (.0098/3 − .0006/3)/2 = .0092/6
     v = lvl.components
-    assert (v.between, v.within) == pytest.approx((0.0031, 0.0002)) and v.share_between == pytest.approx(31 / 33)
+    assert (v.between, v.within, v.f) == pytest.approx((0.0092 / 6, 0.0002, 49 / 3)) and v.share_between == pytest.approx(23 / 26)
+    # two warm starts: the test over warm starts has 2 units, so none (before: a t on 1 df)
+    two = warm_start_level(paired_delta({k: v for k, v in arm.items() if k[0] != "c"}, dict.fromkeys(arm, 0.5)))
+    assert math.isnan(two.over_warm_starts.p) and two.over_warm_starts.untestable.startswith("2 units")
 
 
 # --- the sweep file's report settings -------------------------------------------------------------

@@ -40,10 +40,32 @@ def test_paired_delta_pairs_by_seed_and_tests():
     assert d.units == (0, 1) and d.deltas == pytest.approx((0.10, 0.15)) and d.n == 2
     assert d.sd == pytest.approx(0.05 / math.sqrt(2))
     assert d.mean == pytest.approx(0.125)
-    assert (d.lo, d.hi) == pytest.approx((0.125 - T1 * 0.025, 0.125 + T1 * 0.025))
-    assert d.p == pytest.approx(1 - 2 / math.pi * math.atan(0.125 / 0.025))  # t on 1 df is a Cauchy
-    assert paired_delta({0: 0.3, 1: 0.4}, {0: 0.3, 1: 0.4}).p == 1.0  # Δ = 0 in every seed
+    assert (d.lo, d.hi) == pytest.approx((0.125 - T1 * 0.025, 0.125 + T1 * 0.025))  # the interval stays
+    # before: p = 1 − (2/π)·atan(5) = 0.126 on 1 df; two units are not a test
+    assert math.isnan(d.p) and not d.testable and "2 units (a test needs 3)" == d.untestable
+    # Δ = .10, .15, .20: mean .15, sd .05, t = .15/(.05/√3) = 3√3 on 2 df, where p = 1 − t/√(2 + t²)
+    d = paired_delta({0: 0.6, 1: 0.7, 2: 0.5}, {0: 0.5, 1: 0.55, 2: 0.3})
+    t = 3 * math.sqrt(3)
+    assert d.testable and d.p == pytest.approx(1 - t / math.sqrt(2 + t * t))
     assert math.isnan(paired_delta({0: 0.3}, {0: 0.2}).p)
+    # clipped to Δ's range: .9 − .1 and .1 − .9 in two units: mean 0 ± T1 · .8 runs far past ±1
+    d = paired_delta({0: 0.9, 1: 0.1}, {0: 0.1, 1: 0.9}, bounds=(-1.0, 1.0))
+    assert (d.lo, d.hi) == (-1.0, 1.0) and paired_delta({0: 0.9, 1: 0.1}, {0: 0.1, 1: 0.9}).hi > 10
+
+
+def test_a_zero_variance_delta_is_not_testable_and_leaves_the_holm_family():
+    # every unit Δ = .25 (as floats: .6 − .35 is 0.24999999999999997): sd(Δ) is 0 up to rounding. Before:
+    # t infinite (or 1e16), p = 0, "higher", and it took a place in the Holm family
+    same = paired_delta({0: 0.5, 1: 0.6, 2: 0.7}, {0: 0.25, 1: 0.35, 2: 0.45})
+    assert math.isnan(same.p) and math.isnan(same.lo) and math.isnan(same.hi) and same.mean == pytest.approx(0.25)
+    assert same.untestable == "sd(Δ) = 0: every unit gave the same Δ"
+    zero = paired_delta({0: 0.3, 1: 0.4, 2: 0.5}, {0: 0.3, 1: 0.4, 2: 0.5})  # Δ = 0 everywhere: before p = 1
+    assert math.isnan(zero.p) and not zero.testable
+    weak = paired_delta({0: 0.5, 1: 0.6, 2: 0.7}, {0: 0.45, 1: 0.535, 2: 0.665})  # p ≈ .029
+    # the family is {weak} alone (m = 1): weak passes; with the zero-variance one counted, 2·.029 > .05 failed it
+    assert verdicts([weak, same, zero]) == ["higher", "not testable", "not testable"]
+    adj, _ = holm([weak.p, same.p])
+    assert adj[0] == pytest.approx(weak.p) and math.isnan(adj[1])
 
 
 def test_a_nan_score_is_an_error_never_p_zero():
@@ -67,7 +89,8 @@ def test_verdicts_apply_holm_over_the_family():
     assert verdicts([weak]) == ["higher"]  # alone it passes 0.05 ...
     assert verdicts([weak, weak]) == ["no difference"] * 2  # ... two such comparisons: 2p > 0.05 (Holm)
     assert verdicts([strong, weak]) == ["higher", "higher"]  # step-down: 2·0.0012 ≤ 0.05, then 1·0.029 ≤ 0.05
-    assert verdicts([paired_delta({0: 0.1}, {0: 0.3})]) == ["untestable"]
+    assert verdicts([paired_delta({0: 0.1}, {0: 0.3})]) == ["not testable"]
+    assert verdicts([paired_delta({0: 0.1, 1: 0.2}, {0: 0.3, 1: 0.35})]) == ["not testable"]  # 2 units
     low = paired_delta({0: 0.4, 1: 0.5, 2: 0.6}, {0: 0.5, 1: 0.6, 2: 0.71})
     assert verdicts([low]) == ["lower"]
 
@@ -84,20 +107,52 @@ def test_hierarchical_bootstrap_degenerate_and_seed_spread():
     assert (lo, hi) == pytest.approx((0.0, 0.2))
 
 
-def test_pearson_ci_with_degrees_of_freedom_spent():
+def test_pearson_ci_between_and_within_groups():
     x = np.array([1.0, 2, 3, 4, 5, 6])
     y = np.array([2.0, 1, 4, 3, 6, 5])
-    # Σ(x−x̄)(y−ȳ) = 14.5, Σ(x−x̄)² = Σ(y−ȳ)² = 17.5: r = 14.5/17.5
-    r, lo, hi, p, units = pearson_ci(x, y)
-    assert r == pytest.approx(29 / 35) and units == 6
+    # Σ(x−x̄)(y−ȳ) = 14.5, Σ(x−x̄)² = Σ(y−ȳ)² = 17.5: r = 14.5/17.5; plain: n − 2 = 4 df, SE 1/√(n − 3)
+    r, lo, hi, p, units, df = pearson_ci(x, y)
+    assert r == pytest.approx(29 / 35) and units == 6 and df == 4
     assert p == pytest.approx(2 * sps.t.sf(r * math.sqrt(4 / (1 - r * r)), 4))
     z, half = math.atanh(r), 1.959963984540054 / math.sqrt(3)
     assert (lo, hi) == pytest.approx((math.tanh(z - half), math.tanh(z + half)))
-    r2, lo2, _, p2, units2 = pearson_ci(x, y, lost=2)  # centred within 2 groups: 4 units, 2 df
-    assert r2 == r and units2 == 4 and p2 == pytest.approx(2 * sps.t.sf(r * math.sqrt(2 / (1 - r * r)), 2))
-    assert lo2 == pytest.approx(math.tanh(z - 1.959963984540054))  # 1/√(4 − 3)
-    assert math.isnan(pearson_ci([1, 2, 3], [1, 2, 4], lost=1)[0])  # 2 units: no correlation
+    # centred within 2 groups (rmcorr): 2 intercepts and a slope spent, N − k − 1 = 3 df, SE 1/√(N − k − 2) = 1/√2
+    # (before: 2 df and SE 1/√1)
+    c = pearson_ci(x, y, groups=2)
+    assert c.r == r and c.units == 4 and c.df == 3
+    assert c.p == pytest.approx(2 * sps.t.sf(r * math.sqrt(3 / (1 - r * r)), 3))
+    assert c.lo == pytest.approx(math.tanh(z - 1.959963984540054 / math.sqrt(2)))
+    assert math.isnan(pearson_ci([1, 2, 3], [1, 2, 4], groups=2).r)  # 3 values, 2 groups: no df left
     assert tail_mean([1, 2, 3, 4, None, 8], 0.25) == pytest.approx(6.0)  # last ceil(5/4) = 2 values
+
+
+# Bland & Altman (1995), pH and PaCO2 of 8 subjects, 47 observations: the example of R's rmcorr and
+# pingouin's rm_corr. rmcorr 0.8.1 (README): r = −0.5067697, 38 df, p = 0.0008471081, 95% CI
+# −0.7067146, −0.2318631 (pingouin: −0.50677, 38, 0.000847, [−0.71, −0.23]).
+BLAND_ALTMAN = {  # subject: [(pH, PaCO2), ...]
+    1: [(6.68, 3.97), (6.53, 4.12), (6.43, 4.09), (6.33, 3.97)],
+    2: [(6.85, 5.27), (7.06, 5.37), (7.13, 5.41), (7.17, 5.44)],
+    3: [(7.4, 5.67), (7.42, 3.64), (7.41, 4.32), (7.37, 4.73), (7.34, 4.96), (7.35, 5.04), (7.28, 5.22), (7.3, 4.82),
+        (7.34, 5.07)],
+    4: [(7.36, 5.67), (7.33, 5.1), (7.29, 5.53), (7.3, 4.75), (7.35, 5.51)],
+    5: [(7.35, 4.28), (7.3, 4.44), (7.3, 4.32), (7.37, 3.23), (7.27, 4.46), (7.28, 4.72), (7.32, 4.75), (7.32, 4.99)],
+    6: [(7.38, 4.78), (7.3, 4.73), (7.29, 5.12), (7.33, 4.93), (7.31, 5.03), (7.33, 4.93)],
+    7: [(6.86, 6.85), (6.94, 6.44), (6.92, 6.52)],
+    8: [(7.19, 5.28), (7.29, 4.56), (7.21, 4.34), (7.25, 4.32), (7.2, 4.41), (7.19, 3.69), (6.77, 6.09), (6.82, 5.58)],
+}
+
+
+def test_within_group_correlation_matches_rmcorr():
+    xs, ys = [], []
+    for pairs in BLAND_ALTMAN.values():
+        x, y = np.array(pairs).T
+        xs += list(x - x.mean())
+        ys += list(y - y.mean())
+    c = pearson_ci(xs, ys, groups=len(BLAND_ALTMAN))
+    assert len(xs) == 47 and c.df == 38 and c.units == 39
+    assert c.r == pytest.approx(-0.5067697, abs=1e-7)
+    assert c.p == pytest.approx(0.0008471081, rel=1e-6)  # before: 37 df
+    assert (c.lo, c.hi) == pytest.approx((-0.7067146, -0.2318631), abs=1e-7)  # before: SE 1/√36
 
 
 def test_variance_components_hand_computed():
@@ -112,6 +167,20 @@ def test_variance_components_hand_computed():
     v = variance_components({"A": [0, 2], "B": [1, 1, 4]})
     assert v.between == 0.0 and v.within == pytest.approx(8 / 3) and v.share_between == 0.0
     assert math.isnan(variance_components({"A": [1, 2]}).between)  # one group
+
+
+def test_variance_components_of_equal_values_has_no_f_test_as_scipy():
+    # every Δ equal: MSB = MSW = 0, F = 0/0. scipy's f_oneway gives NaN, NaN (before: F = inf, p = 0)
+    v = variance_components({0: [0, 0], 1: [0, 0]})
+    ref = sps.f_oneway([0.0, 0.0], [0.0, 0.0])
+    assert math.isnan(ref.statistic) and math.isnan(ref.pvalue)
+    assert math.isnan(v.f) and math.isnan(v.p) and math.isnan(v.share_between) and not v.testable
+    # equal up to float rounding (.6 − .35 vs .25) is still equal
+    assert math.isnan(variance_components({0: [0.6 - 0.35, 0.25], 1: [0.25, 0.25]}).f)
+    # only the means differ (MSW = 0): scipy gives F = inf, p = 0, and so does this; the share is 1
+    v = variance_components({0: [1, 1], 1: [0, 0]})
+    assert sps.f_oneway([1.0, 1.0], [0.0, 0.0]).statistic == math.inf
+    assert (v.f, v.p, v.share_between, v.testable) == (math.inf, 0.0, 1.0, True)
 
 
 # --- simulated reports: seed-dominated noise ---------------------------------------------------
@@ -230,3 +299,24 @@ def test_every_arm_is_compared_with_its_baseline_and_standalone_estimators_with_
         ("arm_vs_grpo", "maxrl", "maxrl", "grpo"), ("arm_vs_grpo_budget", "maxrl", "maxrl", "grpo_budget"),
         ("arm_vs_grpo", "dr_grpo", "dr", "grpo"), ("arm_vs_grpo_budget", "dr_grpo", "dr", "grpo_budget"),
     }
+
+
+def test_p_values_are_never_printed_as_zero():
+    from rbctl.report.compare import Comparison
+    from rbctl.report.tables import latex_table, pval
+    from rbctl.report.verdict import _delta_label
+
+    assert pval(0.0) == "< 0.001" and pval(4e-7) == "< 0.001" and pval(0.00099) == "< 0.001"
+    assert pval(0.001) == "0.001" and pval(0.0449) == "0.045" and pval(1.0) == "1.000"
+    assert pval(math.nan) == "–" and pval(None, "not testable") == "not testable"
+    # the answer figure's label (before: "Holm p 0.000: higher")
+    d = paired_delta({0: 0.5, 1: 0.6, 2: 0.72}, {0: 0.4, 1: 0.5, 2: 0.6})
+    c = Comparison("principal", "principal", "grpo", "a", "b", "x", "avg@n", 8, 0.6, 0.5, d, p_holm=1e-6,
+                   significant=True)
+    assert _delta_label(c) == "a − b (avg@n)\nHolm p < 0.001: higher"
+    same = paired_delta({0: 0.5, 1: 0.6, 2: 0.7}, {0: 0.25, 1: 0.35, 2: 0.45})
+    c = Comparison("principal", "principal", "grpo", "a", "b", "x", "avg@n", 8, 0.6, 0.35, same)
+    assert _delta_label(c) == "a − b (avg@n)\nnot testable: sd(Δ) = 0: every unit gave the same Δ"
+    import pandas as pd
+
+    assert "$<$ 0.001" in latex_table(pd.DataFrame({"p": [pval(0.0)]}))
