@@ -60,8 +60,32 @@ def _debug(value: bool) -> bool:
 DebugOpt = typer.Option(False, "--debug", help="Show full tracebacks for errors.", callback=_debug)
 
 
+def _version(value: bool) -> bool:
+    if value:
+        typer.echo(f"rbctl {package_version()}")
+        raise typer.Exit(0)
+    return value
+
+
+def package_version() -> str:
+    """The installed distribution's version (package metadata), else the package's own `__version__`
+    (a source checkout that is not installed)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("rbctl")
+    except metadata.PackageNotFoundError:
+        from rbctl import __version__
+
+        return __version__
+
+
 @app.callback()
-def _root(debug: bool = DebugOpt) -> None:
+def _root(
+    debug: bool = DebugOpt,
+    version: bool = typer.Option(False, "--version", help="Print rbctl's version and exit.", callback=_version,
+                                 is_eager=True),
+) -> None:
     pass
 
 
@@ -214,6 +238,8 @@ def ablate(
     t0 = time.perf_counter()
     if launcher not in ("local", "submitit"):
         raise UserError(f"--launcher must be 'local' or 'submitit', got '{launcher}'")
+    if jobs is not None and jobs < 1:
+        raise UserError(f"--jobs must be at least 1 (runs in parallel), got {jobs}")
     from rbctl.sweep.local import Interrupted
 
     try:

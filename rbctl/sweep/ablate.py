@@ -202,6 +202,8 @@ def run_sweep(sweep_path: Path, sweep_dir: Path, jobs: int | None = None, force:
     """Run (or resume) every (arm, warm start, seed) of the sweep; returns the final state. After a
     Ctrl-C it raises rbctl.sweep.local.Interrupted, the state recorded (interrupted runs resume on a
     rerun). `seed_offset` shifts every seed (a disjoint replication of the same sweep)."""
+    if jobs is not None and jobs < 1:
+        raise UserError(f"jobs must be at least 1 (runs in parallel), got {jobs}")
     sweep, configs = load_sweep(sweep_path, seed_offset)
     jobs = jobs or sweep.jobs
     sweep_dir = Path(sweep_dir)
