@@ -172,7 +172,7 @@ def eval_(
     instruction: Optional[str] = typer.Option(
         None, "--instruction", help=f"Appended to each problem. {_run_default('data.instruction')} the \\boxed{{}} instruction.",
     ),
-    limit: Optional[int] = typer.Option(None, "--limit", help="Only the first LIMIT problems of each benchmark (default: all)."),
+    limit: Optional[int] = typer.Option(None, "--limit", help=f"Only the first LIMIT problems of each benchmark. {_run_default('eval.limit')} all."),
     data_dir: Optional[Path] = typer.Option(
         None, "--data-dir", envvar="RBCTL_DATA_DIR", help="Folder with BENCHMARK.jsonl files."
     ),
@@ -195,8 +195,8 @@ def eval_(
     """Evaluate a model on AMC23, AIME24, AIME25, GSM8K or the built-in task.
 
     A run directory is evaluated with its own periodic-evaluation protocol (benchmarks, n,
-    temperature, top-p, max new tokens, template, instruction from its config), so that the score
-    compares with the run's curve; any other model with the published defaults (greedy at n=1;
+    temperature, top-p, max new tokens, template, instruction and limit from its config), so that
+    the score compares with the run's curve; any other model with the published defaults (greedy at n=1;
     temperature 0.6, top-p 0.95 at n>1). Options override either. Writes
     OUT/BENCHMARK/summary.json (avg@n, pass@k, maj@k with 95% intervals, protocol) and
     OUT/BENCHMARK/samples.jsonl, and prints a table with the protocol of its scores."""

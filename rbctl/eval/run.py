@@ -14,9 +14,9 @@ from rbctl.rollout.factory import engine_class
 from rbctl.store.rundir import CONFIG, final_eval_dir, is_run_dir
 
 # What `rbctl eval` takes from a run directory's training config (its periodic evaluation, `for_run`)
-# when the command line does not say otherwise: so that the final score and the run's curve are
-# measured alike. Not `limit` (the curve's subset): a final evaluation scores every problem.
-RUN_PROTOCOL_KEYS = ("benchmarks", "n", "temperature", "top_p", "max_new_tokens", "template", "instruction")
+# when the command line does not say otherwise: so that the score and the run's curve are measured
+# alike, on the same problems (`limit`: the curve's subset; --limit overrides it).
+RUN_PROTOCOL_KEYS = ("benchmarks", "n", "temperature", "top_p", "max_new_tokens", "template", "instruction", "limit")
 PUBLISHED_DEFAULTS = ("greedy at n=1, else temperature 0.6 and top-p 0.95 (DeepSeek-R1); "
                       f"at most {DEFAULT_MAX_NEW_TOKENS} new tokens ({BUILTIN_MAX_NEW_TOKENS} for the built-in policy)")
 
@@ -43,6 +43,39 @@ def eval_config(model: str, options: dict) -> tuple[EvalConfig, str]:
     note = (f"protocol: the run's periodic evaluation ({cfg_path}, eval:) for {', '.join(taken)}; "
             "options given on the command line override it") if taken else "protocol: as given on the command line"
     return cfg, note
+
+
+def check_model(model: str) -> None:
+    """Refuse, in one line, a MODEL that names nothing: a missing local path (one that starts with
+    ``.``, ``/`` or ``~``, has more than one ``/``, or lies in an existing folder), or a Hub id that is
+    neither in the local Hugging Face cache nor reachable. Runs before the benchmarks' data is looked
+    for, so that a wrong MODEL is reported as such and not as the benchmarks' missing data."""
+    from rbctl.rollout.models import resolve_source
+
+    path = Path(model).expanduser()
+    if model == "builtin":
+        return
+    if path.exists():
+        resolve_source(model)  # a file that is no GGUF, a folder that is no model nor run directory
+        return
+    first = Path(model.split("/")[0]).expanduser()
+    if model.startswith((".", "/", "~")) or model.count("/") > 1 or ("/" in model and first.is_dir()):
+        raise UserError(f"model {model}: not a run directory, a model directory or a GGUF file ({path} does not exist)")
+    from rbctl.tasks.registry import hf_offline, hub_reachable
+
+    if _hub_cached(model) or (not hf_offline() and hub_reachable()):
+        return
+    raise UserError(f"model {model}: not a local path, a run directory or a model in the Hugging Face cache, "
+                    "and the Hub is unreachable (give a run directory, a model directory or a GGUF file)")
+
+
+def _hub_cached(repo_id: str) -> bool:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+    except Exception:  # an id the Hub library refuses (bad characters): not cached
+        return False
 
 
 def default_out_dir(model: str, step: int | None) -> Path:
@@ -101,6 +134,7 @@ def run_eval(
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     engine_class(cfg.engine)
+    check_model(model)
     path = Path(model).expanduser()
     candidates = run_checkpoints(path, step, log=console.print) if model != "builtin" and is_run_dir(path) else []
     # the task a built-in policy records (a small marker file), so that bad benchmark names and data
