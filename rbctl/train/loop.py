@@ -27,7 +27,7 @@ from rbctl.store.rundir import (BUILTIN_MARKER, EVAL_LINES, METRICS, MODEL, PROV
 from rbctl.train.checkpoint import save_checkpoint
 from rbctl.train.data import task_spec
 from rbctl.train.rundir import check_run_dir, provenance, write_config
-from rbctl.store.jsonl import append_jsonl, truncate_jsonl
+from rbctl.store.jsonl import append_jsonl, read_log, truncate_jsonl
 from rbctl.train.tracking import Tracker
 from rbctl.train.trainer import Trainer
 
@@ -52,8 +52,10 @@ def train(cfg: TrainConfig, run_dir: Path, force: bool = False, progress: bool =
 
 def _train(cfg: TrainConfig, run_dir: Path, force: bool, extend: bool, progress: bool, log, on_step,
            main_rank: bool) -> tuple[Trainer, list[dict]]:
+    quiet = log if main_rank else (lambda *a: None)
+    logged = logged_bound(run_dir, quiet)  # every log read whole first: a corrupt line stops here, nothing rewritten
     cfg = check_run_dir(cfg, run_dir, force, extend)  # every rank, before rank 0 rewrites config.yaml below
-    tr = Trainer(cfg, run_dir, log=log if main_rank else (lambda *a: None))
+    tr = Trainer(cfg, run_dir, log=quiet, resume_at_most=logged)
     tr.dist.barrier()
     start = tr.resume_step
     if main_rank:  # only rank 0 writes the run directory
@@ -112,6 +114,32 @@ def _train(cfg: TrainConfig, run_dir: Path, force: bool, extend: bool, progress:
         if tracker is not None:
             tracker.close()
     return tr, done
+
+
+def logged_bound(run_dir: Path, log) -> int | None:
+    """The last step a resume may start from by the run's logs: the last step metrics.jsonl holds
+    whole, and before the step of a torn last line of any log (a write a crash cut short; dropped
+    with a notice, so that the step is recomputed from the checkpoint before it and no step goes
+    missing). None when there is no metrics log (nothing to be consistent with). Reads every log
+    whole: an invalid line that is not a torn last line raises `CorruptLog` (one line, the file and
+    its line number) before the caller rewrites anything."""
+    bound = None
+    for name in (METRICS, EVAL_LINES, SAMPLES):
+        path = run_dir / name
+        lines = read_log(path)
+        steps = [int(r.get("step", 0)) for r in lines.records]
+        if name == METRICS and path.exists():
+            bound = max(steps, default=0)
+        if lines.torn is None:
+            continue
+        # metrics: one line per step, so the torn one is the step after the last; the other logs
+        # write several lines per step: the step its fragment names, else (conservatively) the last one's
+        torn = max(steps, default=0) + 1 if name == METRICS else lines.torn_step()
+        torn = torn if torn is not None else max(steps, default=0)
+        bound = torn - 1 if bound is None else min(bound, torn - 1)
+        log(f"notice: {path}: dropping its torn last line {lines.torn_line} (a write cut short) and "
+            f"recomputing step {torn} from the checkpoint before it")
+    return bound
 
 
 def _periodic_eval(tr: Trainer, cfg: TrainConfig, run_dir: Path, step: int, metrics: dict, main_rank: bool) -> None:
