@@ -47,6 +47,7 @@ app = typer.Typer(
 )
 
 _DEBUG = {"on": False}
+_ARGV: List[str] = []  # the arguments of the command running (for the resume line of an interrupt)
 
 
 def _debug(value: bool) -> bool:
@@ -199,8 +200,11 @@ def eval_(
     the score compares with the run's curve; any other model with the published defaults (greedy at n=1;
     temperature 0.6, top-p 0.95 at n>1). Options override either. Writes
     OUT/BENCHMARK/summary.json (avg@n, pass@k, maj@k with 95% intervals, protocol) and
-    OUT/BENCHMARK/samples.jsonl, and prints a table with the protocol of its scores."""
-    from rbctl.eval.run import eval_config, run_eval
+    OUT/BENCHMARK/samples.jsonl (appended as samples are graded), and prints a table with the
+    protocol of its scores. OUT is checked for write access and space before the first sample. An
+    interrupted evaluation (Ctrl-C) keeps what it graded: the same command resumes it (benchmarks
+    already complete with the same protocol are kept) and gives the result of an uninterrupted one."""
+    from rbctl.eval.run import EvalInterrupted, eval_config, run_eval
 
     options = dict(
         n=n, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, seed=seed, template=template,
@@ -209,7 +213,13 @@ def eval_(
         benchmarks=[b.strip() for b in benchmarks.split(",") if b.strip()] if benchmarks is not None else None,
     )
     cfg, note = eval_config(model, {k: v for k, v in options.items() if v is not None})
-    run_eval(model, cfg, out_dir=out, step=step, note=note)
+    try:
+        run_eval(model, cfg, out_dir=out, step=step, note=note)
+    except EvalInterrupted as e:
+        import shlex
+
+        typer.secho(f"interrupted: {e}; resume with: {shlex.join(['rbctl', *_ARGV])}", err=True)
+        raise typer.Exit(130)
 
 
 @app.command(cls=_Command)
@@ -307,6 +317,7 @@ def run(argv: Optional[List[str]] = None) -> int:
     except ImportError:  # pragma: no cover
         _Abort = click_exc.Abort
     _DEBUG["on"] = False
+    _ARGV[:] = sys.argv[1:] if argv is None else list(argv)
     try:
         rc = app(args=argv, standalone_mode=False)
         return rc if isinstance(rc, int) else 0
@@ -322,14 +333,16 @@ def run(argv: Optional[List[str]] = None) -> int:
         return 2
     except _Abort:
         return 1
-    except OSError as e:  # a full or failing disk: what and where, in one line (written files are never torn)
+    except OSError as e:  # a full or failing disk, a denied write: what and where, in one line (written files are never torn)
         if _DEBUG["on"]:
             import traceback
 
             traceback.print_exc()
+        from rbctl.store.atomic import os_error_advice
+
         where = f"{e.filename}: " if e.filename else ""
         typer.secho(f"error: {where}{e.strerror or e} ({errno.errorcode.get(e.errno, e.errno)}); "
-                    "free space or fix the disk, then rerun the same command to resume", err=True, fg=typer.colors.RED)
+                    f"{os_error_advice(e.errno)}, then rerun the same command to resume", err=True, fg=typer.colors.RED)
         return 1
     except KeyboardInterrupt:
         typer.secho("interrupted; completed steps and checkpoints are kept on disk", err=True)

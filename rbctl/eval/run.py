@@ -11,6 +11,7 @@ from rbctl.config.eval import BUILTIN_MAX_NEW_TOKENS, DEFAULT_MAX_NEW_TOKENS, Ev
 from rbctl.errors import UserError
 from rbctl.eval.pipeline import evaluate_policy, load_problems, protocol_text, sanitize, summary_warnings
 from rbctl.rollout.factory import engine_class
+from rbctl.store.atomic import check_writable
 from rbctl.store.rundir import CONFIG, final_eval_dir, is_run_dir
 
 # What `rbctl eval` takes from a run directory's training config (its periodic evaluation, `for_run`)
@@ -76,6 +77,33 @@ def _hub_cached(repo_id: str) -> bool:
         return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
     except Exception:  # an id the Hub library refuses (bad characters): not cached
         return False
+
+
+class EvalInterrupted(KeyboardInterrupt):
+    """Ctrl-C during `run_eval`; its text says what was kept on disk."""
+
+
+def samples_bytes(cfg: EvalConfig, problems: dict) -> int:
+    """A generous estimate of the bytes an evaluation writes: every sample's line at up to 8 bytes a
+    token of text, 512 bytes of fields, and 1 MiB of summaries."""
+    tokens = cfg.max_new_tokens or DEFAULT_MAX_NEW_TOKENS
+    return sum(len(p) for p in problems.values()) * cfg.n * (8 * tokens + 512) + (1 << 20)
+
+
+def kept_text(out_dir: Path, cfg: EvalConfig, problems: dict) -> str:
+    """What an interrupted evaluation left in `out_dir`, in words: "kept 48 of 256 problems graded of
+    builtin in OUT", one clause per benchmark started."""
+    from rbctl.eval.partial import kept_problems
+    from rbctl.eval.pipeline import bench_dir_name
+
+    parts = []
+    for name, probs in problems.items():
+        bench = Path(out_dir) / bench_dir_name(name)
+        if not bench.is_dir():
+            continue
+        kept = kept_problems(bench, cfg.n)
+        parts.append(f"{name} complete" if kept is None else f"{min(kept, len(probs))} of {len(probs)} {name} problems graded")
+    return f"kept {', '.join(parts) or 'nothing yet'} in {out_dir}"
 
 
 def default_out_dir(model: str, step: int | None) -> Path:
@@ -147,6 +175,8 @@ def run_eval(
         longest = module_of(task_spec).max_answer_tokens(task_spec)
         cfg = cfg.model_copy(update={"max_new_tokens": max(BUILTIN_MAX_NEW_TOKENS, longest)})
     problems = load_problems(cfg, task_spec)  # bad names/data fail before the model loads
+    if out_dir is not None:  # a folder that cannot take the results fails before the model loads, too
+        check_writable(out_dir, samples_bytes(cfg, problems))
     if note:
         console.print(note, highlight=False)
     opts = dict(device=cfg.device, dtype=cfg.dtype, log=console.print)
@@ -156,11 +186,18 @@ def run_eval(
         ckpt_step = ck.step
     else:
         policy = load_policy(model, **opts)
-    out_dir = Path(out_dir) if out_dir is not None else default_out_dir(model, ckpt_step)
+    if out_dir is None:
+        out_dir = default_out_dir(model, ckpt_step)
+        check_writable(out_dir, samples_bytes(cfg, problems))  # before the first sample: where it all goes
+    out_dir = Path(out_dir)
     columns = (TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TextColumn("{task.fields[detail]}"),
                TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
-    with Progress(*columns, console=console, transient=True) as progress:
-        results = evaluate_policy(policy, cfg, out_dir, progress=progress, step=ckpt_step, problems=problems)
+    try:
+        with Progress(*columns, console=console, transient=True) as progress:
+            results = evaluate_policy(policy, cfg, out_dir, progress=progress, step=ckpt_step, problems=problems,
+                                      resume=True, log=lambda line: console.print(line, highlight=False))
+    except KeyboardInterrupt:
+        raise EvalInterrupted(kept_text(out_dir, cfg, problems)) from None
     console.print(results_table(results))
     for line in dict.fromkeys(protocol_text(s) for s in results.values()):  # what measured the scores above
         console.print(f"protocol: {line}", highlight=False)

@@ -25,7 +25,12 @@ def _jsonable(v):
 def append_jsonl(path: Path, record: dict, kind: str | None = None) -> None:
     """Append one line and flush it to disk: a crash leaves at most a torn last line, and a failed
     write (a full disk) is cut back off. `kind` names the write for fault injection (`rbctl.store.faults`)."""
-    data = (json.dumps({k: _jsonable(v) for k, v in record.items()}) + "\n").encode()
+    append_lines(path, json.dumps({k: _jsonable(v) for k, v in record.items()}) + "\n", kind)
+
+
+def append_lines(path: Path, text: str, kind: str | None = None) -> None:
+    """Append `text` (whole lines) and flush it to disk (`append_jsonl`)."""
+    data = text.encode()
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         size = os.fstat(fd).st_size
