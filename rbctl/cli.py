@@ -127,6 +127,10 @@ def train(
         raise typer.Exit(launch(nproc, argv))
     try:
         run_training(cfg, out, force=force, extend=extend, progress=not quiet)
+        from rbctl.train.loop import final_heldout_lines
+
+        for line in final_heldout_lines(out):
+            typer.echo(line)
     except KeyboardInterrupt:
         import shlex
 
@@ -271,6 +275,10 @@ def ablate(
     done, total, failed = summarize_state(state)
     minutes = (time.perf_counter() - t0) / 60
     typer.echo(f"sweep finished: {done}/{total} runs done in {minutes:.1f} min -> {sweep_dir}")
+    from rbctl.sweep.ablate import arm_final_lines
+
+    for line in arm_final_lines(sweep_dir, state):
+        typer.echo(line)
     for key, err in failed:
         typer.secho(f"  failed: {key}: {err}", fg=typer.colors.RED)
     if not no_report:

@@ -207,11 +207,12 @@ class _Meter:
     decoding) and a grading task over samples; both start at what a resumed evaluation kept."""
 
     def __init__(self, progress, name: str, total: int, max_new_tokens: int, kept: int):
-        self.progress, self.total, self.done = progress, total, kept
+        self.progress, self.total, self.done, self.marked = progress, total, kept, kept
         if progress:
             self.gen = progress.add_task(f"{name}: generating", total=total * max_new_tokens,
                                          completed=kept * max_new_tokens, detail=f"{kept}/{total} samples")
-            self.grade = progress.add_task(f"{name}: grading", total=total, completed=kept, detail=f"{total} samples")
+            self.grade = progress.add_task(f"{name}: grading", total=total, completed=kept,
+                                           detail=f"{kept}/{total} samples")
 
     def advance_tokens(self, k: int) -> None:
         if self.progress:
@@ -223,8 +224,10 @@ class _Meter:
             self.progress.update(self.gen, detail=f"{self.done}/{self.total} samples")
 
     def graded(self, k: int) -> None:
+        self.marked += k
         if self.progress:
             self.progress.advance(self.grade, k)
+            self.progress.update(self.grade, detail=f"{self.marked}/{self.total} samples")
 
 
 def _extraction_policy(name: str) -> dict[str, str] | str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rbctl.console import PlainProgress
 from rbctl.config.eval import BUILTIN_MAX_NEW_TOKENS, DEFAULT_MAX_NEW_TOKENS, EvalConfig, build_config, for_run
 from rbctl.errors import UserError
 from rbctl.eval.pipeline import evaluate_policy, load_problems, protocol_text, sanitize, summary_warnings
@@ -192,8 +193,9 @@ def run_eval(
     out_dir = Path(out_dir)
     columns = (TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TextColumn("{task.fields[detail]}"),
                TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
+    display = Progress(*columns, console=console, transient=True) if console.is_terminal else PlainProgress(out=console.file)
     try:
-        with Progress(*columns, console=console, transient=True) as progress:
+        with display as progress:
             results = evaluate_policy(policy, cfg, out_dir, progress=progress, step=ckpt_step, problems=problems,
                                       resume=True, log=lambda line: console.print(line, highlight=False))
     except KeyboardInterrupt:

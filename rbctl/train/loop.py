@@ -183,16 +183,41 @@ def evaluate_final(tr: Trainer, ecfg: EvalConfig) -> dict:
                      str(checkpoint_dir(tr.run_dir, step) / MODEL))
 
 
-class _Display:
-    """A Rich progress bar with live reward, entropy and κ_eff."""
+def final_heldout_lines(run_dir: Path) -> list[str]:
+    """One line per benchmark of the run's last periodic evaluation (RUN_DIR/eval.jsonl):
+    ``final held-out builtin avg@8 0.512 (step 100)``; none when the run has no such evaluation."""
+    from rbctl.store.read import read_lines
 
-    def __init__(self, total: int, start: int, enabled: bool):
+    lines = read_lines(Path(run_dir) / EVAL_LINES)
+    if not lines:
+        return []
+    last = max(int(x.get("step", 0)) for x in lines)
+    return [f"final held-out {x['benchmark']} avg@{x.get('n', '?')} {x['avg@n']:.3f} (step {last})"
+            for x in lines if int(x.get("step", 0)) == last and x.get("avg@n") is not None]
+
+
+PLAIN_EVERY_S = 30.0  # when output is not a terminal: a plain progress line at most this often (and at the end)
+
+
+class _Display:
+    """A Rich progress bar with live reward, entropy and κ_eff; when output is not a terminal (a log
+    file, a Slurm job), plain lines instead: one every `every` seconds and one at the last step,
+    each flushed."""
+
+    def __init__(self, total: int, start: int, enabled: bool, plain: bool | None = None,
+                 every: float = PLAIN_EVERY_S, out=None):
+        import sys
+
         self.enabled = enabled
         self.total, self.start = total, start
         self.last_keff = None
+        self.out = out or sys.stdout
+        self.plain = (not self.out.isatty()) if plain is None else plain
+        self.every = every
+        self.t0 = self.last = time.monotonic()
 
     def __enter__(self):
-        if self.enabled:
+        if self.enabled and not self.plain:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
             self.progress = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
@@ -208,8 +233,15 @@ class _Display:
             self.last_keff = m["kappa_eff"]
         keff = f"{self.last_keff:.3g}" if self.last_keff is not None else "–"
         info = f"reward {m['reward/mean']:.3f}  entropy {m['entropy']:.3f}  κ_eff {keff}"
-        self.progress.update(self.task, completed=step, info=info)
+        if not self.plain:
+            self.progress.update(self.task, completed=step, info=info)
+            return
+        now = time.monotonic()
+        if now - self.last >= self.every or step == self.total:
+            self.last = now
+            print(f"[{time.strftime('%H:%M:%S')}] train step {step}/{self.total}  {info}  "
+                  f"({(now - self.t0) / 60:.1f} min)", file=self.out, flush=True)
 
     def __exit__(self, *exc):
-        if self.enabled:
+        if self.enabled and not self.plain:
             self.progress.__exit__(*exc)
