@@ -219,10 +219,11 @@ def eval_(
     cfg, note = eval_config(model, {k: v for k, v in options.items() if v is not None})
     try:
         run_eval(model, cfg, out_dir=out, step=step, note=note)
-    except EvalInterrupted as e:
+    except KeyboardInterrupt as e:  # EvalInterrupted once sampling began: it says what was kept
         import shlex
 
-        typer.secho(f"interrupted: {e}; resume with: {shlex.join(['rbctl', *_ARGV])}", err=True)
+        kept = str(e) if isinstance(e, EvalInterrupted) else "nothing sampled yet"
+        typer.secho(f"interrupted: {kept}; resume with: {shlex.join(['rbctl', *_ARGV])}", err=True)
         raise typer.Exit(130)
 
 
