@@ -109,7 +109,8 @@ def train(
 
     Writes RUN_DIR/config.yaml, provenance.json, metrics.jsonl (one line per step), samples.jsonl,
     eval.jsonl (periodic held-out evaluation) and checkpoints/. Re-running on the same RUN_DIR
-    resumes from its last checkpoint."""
+    resumes from its last checkpoint. Ends with the final held-out score of each benchmark (the
+    last periodic evaluation); output that is not a terminal gets plain progress lines."""
     from rbctl.config.train import load_train_config
     from rbctl.train.loop import train as run_training
 
@@ -243,7 +244,8 @@ def ablate(
 
     Re-running on the same directory skips finished runs and resumes partial ones. With no SWEEP
     argument it runs the default sweep (configs/ablate_fixpoint.yaml, the main job: the plateau task,
-    3 arms × 24 seeds from a shipped warm start) and writes its report."""
+    3 arms × 24 seeds from a shipped warm start) and writes its report. Ends with each arm's final
+    held-out score, the mean over its seeds."""
     import time
 
     from rbctl.sweep.ablate import DEFAULT_SWEEP, run_sweep, summarize_state

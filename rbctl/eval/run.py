@@ -58,7 +58,8 @@ def check_model(model: str) -> None:
     if model == "builtin":
         return
     if path.exists():
-        resolve_source(model)  # a file that is no GGUF, a folder that is no model nor run directory
+        if not is_run_dir(path):  # a run directory's checkpoints are chosen once, by run_eval
+            resolve_source(model)  # a file that is no GGUF, a folder that is no model nor run directory
         return
     first = Path(model.split("/")[0]).expanduser()
     if model.startswith((".", "/", "~")) or model.count("/") > 1 or ("/" in model and first.is_dir()):
@@ -92,8 +93,8 @@ def samples_bytes(cfg: EvalConfig, problems: dict) -> int:
 
 
 def kept_text(out_dir: Path, cfg: EvalConfig, problems: dict) -> str:
-    """What an interrupted evaluation left in `out_dir`, in words: "kept 48 of 256 problems graded of
-    builtin in OUT", one clause per benchmark started."""
+    """What an interrupted evaluation left in `out_dir`, in words: "kept amc23 complete, 48 of 256
+    gsm8k problems graded in OUT", one clause per benchmark started."""
     from rbctl.eval.partial import kept_problems
     from rbctl.eval.pipeline import bench_dir_name
 
