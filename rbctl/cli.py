@@ -47,6 +47,7 @@ app = typer.Typer(
 )
 
 _DEBUG = {"on": False}
+_ARGV: List[str] = []  # the arguments of the command running (for the resume line of an interrupt)
 
 
 def _debug(value: bool) -> bool:
@@ -60,8 +61,32 @@ def _debug(value: bool) -> bool:
 DebugOpt = typer.Option(False, "--debug", help="Show full tracebacks for errors.", callback=_debug)
 
 
+def _version(value: bool) -> bool:
+    if value:
+        typer.echo(f"rbctl {package_version()}")
+        raise typer.Exit(0)
+    return value
+
+
+def package_version() -> str:
+    """The installed distribution's version (package metadata), else the package's own `__version__`
+    (a source checkout that is not installed)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("rbctl")
+    except metadata.PackageNotFoundError:
+        from rbctl import __version__
+
+        return __version__
+
+
 @app.callback()
-def _root(debug: bool = DebugOpt) -> None:
+def _root(
+    debug: bool = DebugOpt,
+    version: bool = typer.Option(False, "--version", help="Print rbctl's version and exit.", callback=_version,
+                                 is_eager=True),
+) -> None:
     pass
 
 
@@ -84,7 +109,8 @@ def train(
 
     Writes RUN_DIR/config.yaml, provenance.json, metrics.jsonl (one line per step), samples.jsonl,
     eval.jsonl (periodic held-out evaluation) and checkpoints/. Re-running on the same RUN_DIR
-    resumes from its last checkpoint."""
+    resumes from its last checkpoint. Ends with the final held-out score of each benchmark (the
+    last periodic evaluation); output that is not a terminal gets plain progress lines."""
     from rbctl.config.train import load_train_config
     from rbctl.train.loop import train as run_training
 
@@ -102,6 +128,10 @@ def train(
         raise typer.Exit(launch(nproc, argv))
     try:
         run_training(cfg, out, force=force, extend=extend, progress=not quiet)
+        from rbctl.train.loop import final_heldout_lines
+
+        for line in final_heldout_lines(out):
+            typer.echo(line)
     except KeyboardInterrupt:
         import shlex
 
@@ -148,7 +178,7 @@ def eval_(
     instruction: Optional[str] = typer.Option(
         None, "--instruction", help=f"Appended to each problem. {_run_default('data.instruction')} the \\boxed{{}} instruction.",
     ),
-    limit: Optional[int] = typer.Option(None, "--limit", help="Only the first LIMIT problems of each benchmark (default: all)."),
+    limit: Optional[int] = typer.Option(None, "--limit", help=f"Only the first LIMIT problems of each benchmark. {_run_default('eval.limit')} all."),
     data_dir: Optional[Path] = typer.Option(
         None, "--data-dir", envvar="RBCTL_DATA_DIR", help="Folder with BENCHMARK.jsonl files."
     ),
@@ -171,12 +201,15 @@ def eval_(
     """Evaluate a model on AMC23, AIME24, AIME25, GSM8K or the built-in task.
 
     A run directory is evaluated with its own periodic-evaluation protocol (benchmarks, n,
-    temperature, top-p, max new tokens, template, instruction from its config), so that the score
-    compares with the run's curve; any other model with the published defaults (greedy at n=1;
+    temperature, top-p, max new tokens, template, instruction and limit from its config), so that
+    the score compares with the run's curve; any other model with the published defaults (greedy at n=1;
     temperature 0.6, top-p 0.95 at n>1). Options override either. Writes
     OUT/BENCHMARK/summary.json (avg@n, pass@k, maj@k with 95% intervals, protocol) and
-    OUT/BENCHMARK/samples.jsonl, and prints a table with the protocol of its scores."""
-    from rbctl.eval.run import eval_config, run_eval
+    OUT/BENCHMARK/samples.jsonl (appended as samples are graded), and prints a table with the
+    protocol of its scores. OUT is checked for write access and space before the first sample. An
+    interrupted evaluation (Ctrl-C) keeps what it graded: the same command resumes it (benchmarks
+    already complete with the same protocol are kept) and gives the result of an uninterrupted one."""
+    from rbctl.eval.run import EvalInterrupted, eval_config, run_eval
 
     options = dict(
         n=n, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, seed=seed, template=template,
@@ -185,7 +218,14 @@ def eval_(
         benchmarks=[b.strip() for b in benchmarks.split(",") if b.strip()] if benchmarks is not None else None,
     )
     cfg, note = eval_config(model, {k: v for k, v in options.items() if v is not None})
-    run_eval(model, cfg, out_dir=out, step=step, note=note)
+    try:
+        run_eval(model, cfg, out_dir=out, step=step, note=note)
+    except KeyboardInterrupt as e:  # EvalInterrupted once sampling began: it says what was kept
+        import shlex
+
+        kept = str(e) if isinstance(e, EvalInterrupted) else "nothing sampled yet"
+        typer.secho(f"interrupted: {kept}; resume with: {shlex.join(['rbctl', *_ARGV])}", err=True)
+        raise typer.Exit(130)
 
 
 @app.command(cls=_Command)
@@ -204,7 +244,8 @@ def ablate(
 
     Re-running on the same directory skips finished runs and resumes partial ones. With no SWEEP
     argument it runs the default sweep (configs/ablate_fixpoint.yaml, the main job: the plateau task,
-    3 arms × 24 seeds from a shipped warm start) and writes its report."""
+    3 arms × 24 seeds from a shipped warm start) and writes its report. Ends with each arm's final
+    held-out score, the mean over its seeds."""
     import time
 
     from rbctl.sweep.ablate import DEFAULT_SWEEP, run_sweep, summarize_state
@@ -214,6 +255,8 @@ def ablate(
     t0 = time.perf_counter()
     if launcher not in ("local", "submitit"):
         raise UserError(f"--launcher must be 'local' or 'submitit', got '{launcher}'")
+    if jobs is not None and jobs < 1:
+        raise UserError(f"--jobs must be at least 1 (runs in parallel), got {jobs}")
     from rbctl.sweep.local import Interrupted
 
     try:
@@ -235,6 +278,10 @@ def ablate(
     done, total, failed = summarize_state(state)
     minutes = (time.perf_counter() - t0) / 60
     typer.echo(f"sweep finished: {done}/{total} runs done in {minutes:.1f} min -> {sweep_dir}")
+    from rbctl.sweep.ablate import arm_final_lines
+
+    for line in arm_final_lines(sweep_dir, state):
+        typer.echo(line)
     for key, err in failed:
         typer.secho(f"  failed: {key}: {err}", fg=typer.colors.RED)
     if not no_report:
@@ -281,6 +328,7 @@ def run(argv: Optional[List[str]] = None) -> int:
     except ImportError:  # pragma: no cover
         _Abort = click_exc.Abort
     _DEBUG["on"] = False
+    _ARGV[:] = sys.argv[1:] if argv is None else list(argv)
     try:
         rc = app(args=argv, standalone_mode=False)
         return rc if isinstance(rc, int) else 0
@@ -296,14 +344,16 @@ def run(argv: Optional[List[str]] = None) -> int:
         return 2
     except _Abort:
         return 1
-    except OSError as e:  # a full or failing disk: what and where, in one line (written files are never torn)
+    except OSError as e:  # a full or failing disk, a denied write: what and where, in one line (written files are never torn)
         if _DEBUG["on"]:
             import traceback
 
             traceback.print_exc()
+        from rbctl.store.atomic import os_error_advice
+
         where = f"{e.filename}: " if e.filename else ""
         typer.secho(f"error: {where}{e.strerror or e} ({errno.errorcode.get(e.errno, e.errno)}); "
-                    "free space or fix the disk, then rerun the same command to resume", err=True, fg=typer.colors.RED)
+                    f"{os_error_advice(e.errno)}, then rerun the same command to resume", err=True, fg=typer.colors.RED)
         return 1
     except KeyboardInterrupt:
         typer.secho("interrupted; completed steps and checkpoints are kept on disk", err=True)

@@ -1,7 +1,7 @@
 """`rbctl eval`: sample n completions per problem, grade them, and write metrics with 95% intervals.
 
-For each benchmark, ``OUT/<benchmark>/`` receives (each file written atomically):
-- ``summary.json``: ``benchmark, model, step, n, num_problems``; ``metrics`` = ``avg@n`` (the key is
+For each benchmark, ``OUT/<benchmark>/`` receives:
+- ``summary.json`` (written atomically, last): ``benchmark, model, step, n, num_problems``; ``metrics`` = ``avg@n`` (the key is
   literally ``avg@n``; ``n`` is stored beside it), ``pass@K`` and ``maj@K`` for K = 1, 2, 4, … ≤ n,
   each ``{value, ci_low, ci_high}`` (docs/method.md, "Evaluation metrics"; rbctl.grading.metrics);
   ``per_problem`` (correct samples per problem, for intervals across seeds); ``grader`` status
@@ -12,7 +12,9 @@ For each benchmark, ``OUT/<benchmark>/`` receives (each file written atomically)
   figures: engine, sampling, template and an example prompt, the grader and its ``extraction``
   policy, versions, device, dtype, threads); ``time_s``, ``tokens_per_s``.
 - ``samples.jsonl``: one line per sample (problem id, sample index, completion, extracted answer
-  and how it was found, gold, correct, grade status, finished).
+  and how it was found, gold, correct, grade status, finished), appended and flushed as each
+  generation call is graded; while the benchmark is incomplete ``partial.json`` beside it says
+  what resumes it (`rbctl.eval.partial`: an interrupted `rbctl eval` keeps what it graded).
 
 Grading: each benchmark's own grader (``Benchmark.extract_answer``, and ``Benchmark.check`` where many
 answers are right): the built-in tasks' answers are the task's own and vote by string equality; every
@@ -30,7 +32,6 @@ seeded ``seed + c``.
 from __future__ import annotations
 
 import contextlib
-import json
 import re
 import time
 from collections import Counter
@@ -41,8 +42,6 @@ from typing import TYPE_CHECKING
 from rbctl.config.eval import BUILTIN_MAX_NEW_TOKENS, DEFAULT_MAX_NEW_TOKENS, EvalConfig
 from rbctl.rollout.base import Engine, SamplingParams
 from rbctl.rollout.factory import build_engine, default_batch_size, default_max_batch_tokens
-from rbctl.store.atomic import write_atomic
-from rbctl.store.rundir import SUMMARY
 from rbctl.tasks.registry import benchmark_for, is_custom_spec
 
 if TYPE_CHECKING:
@@ -51,7 +50,6 @@ if TYPE_CHECKING:
     from rbctl.tasks.registry import Problem
     from rbctl.grading.verify import GradeResult
     from rbctl.rollout.models import LoadedPolicy
-    from rbctl.rollout.base import Sample
 
 GRADE_CHUNK = 64  # samples graded between progress updates
 # Above this share of samples cut off at max_new_tokens, or with no answer found, `rbctl eval` warns:
@@ -88,18 +86,24 @@ def evaluate_policy(
     engine: Engine | None = None,
     problems: dict[str, list[Problem]] | None = None,
     precision=None,
+    resume: bool = False,
+    log=None,
 ) -> dict[str, dict]:
     """Evaluate an in-memory policy on ``cfg.benchmarks``; returns ``{benchmark: summary}``.
 
-    Writes ``out_dir/<benchmark>/summary.json`` and ``samples.jsonl``. ``progress``: a running
-    rich Progress to add tasks to (None: silent). ``engine``: reuse an engine (the trainer's vLLM);
-    by default one of ``cfg.engine`` is built. ``problems``: already loaded by `load_problems`.
-    ``precision``: the training precision of a policy evaluated during its run (generation then
-    runs in `Engine.sampling_context`); None for a policy loaded to be evaluated.
+    Writes ``out_dir/<benchmark>/summary.json`` and ``samples.jsonl``, the samples appended as each
+    generation call is graded (`rbctl.eval.partial`). ``progress``: a running rich Progress to add
+    tasks to (None: silent). ``engine``: reuse an engine (the trainer's vLLM); by default one of
+    ``cfg.engine`` is built. ``problems``: already loaded by `load_problems`. ``precision``: the
+    training precision of a policy evaluated during its run (generation then runs in
+    `Engine.sampling_context`); None for a policy loaded to be evaluated. ``resume``: keep what an
+    interrupted evaluation of the same model, step, problems and protocol left in ``out_dir`` (a
+    complete benchmark is kept as it is, a partial one continued with the same calls and seeds);
+    else every benchmark is evaluated from the start. ``log``: where notices go (None: nowhere).
     """
     import torch
 
-    from rbctl.tasks.prompting import encode_prompts, render_prompt, resolve_template
+    from rbctl.tasks.prompting import resolve_template
 
     problems = problems if problems is not None else load_problems(cfg)
     device = next(policy.model.parameters()).device
@@ -112,7 +116,6 @@ def evaluate_policy(
                               batch_size=batch_size, max_batch_tokens=max_batch_tokens, seed=cfg.seed)
     template = resolve_template(policy.tokenizer, cfg.template, policy.builtin is not None)
     instruction = None if template == "builtin" else cfg.instruction
-    builtin_task = policy.builtin or "links"  # the `builtin` template of a policy that is not built in: links
     params = SamplingParams(
         n=cfg.n, temperature=cfg.temperature, top_p=cfg.top_p, seed=cfg.seed,
         max_new_tokens=cfg.max_new_tokens or (BUILTIN_MAX_NEW_TOKENS if policy.builtin is not None else DEFAULT_MAX_NEW_TOKENS),
@@ -127,52 +130,104 @@ def evaluate_policy(
         "versions": _versions(), "device": str(device), "dtype": str(param.dtype).removeprefix("torch."),
         "threads": torch.get_num_threads(),
     }
-    results = {}
-    for name, probs in problems.items():
+    run = _Benchmarks(policy, engine, params, protocol, cfg.grader_timeout_s, Path(out_dir), step, progress, precision,
+                      resume, log or (lambda *a: None))
+    return {name: run.evaluate(name, probs) for name, probs in problems.items()}
+
+
+class _Benchmarks:
+    """One evaluation's settings, and the evaluation of one benchmark under them (`evaluate`)."""
+
+    def __init__(self, policy, engine, params, protocol, timeout_s, out_dir, step, progress, precision, resume, log):
+        self.policy, self.engine, self.params, self.protocol = policy, engine, params, protocol
+        self.timeout_s, self.out_dir, self.step, self.progress = timeout_s, out_dir, step, progress
+        self.precision, self.resume, self.log = precision, resume, log
+
+    def evaluate(self, name: str, probs: list[Problem]) -> dict:
+        from dataclasses import replace
+
+        from rbctl.eval import partial
+        from rbctl.tasks.prompting import encode_prompts, render_prompt
+
         t0 = time.perf_counter()
-        prompts = encode_prompts(policy.tokenizer, [p.problem for p in probs], template, instruction or "", builtin_task)
-        with engine.sampling_context(precision) if precision is not None else contextlib.nullcontext():
-            samples = _generate(engine, prompts, params, progress, name)
-        gen_s = time.perf_counter() - t0
-        grades = _grade(name, probs, samples, cfg.grader_timeout_s, progress)
+        policy, params, progress = self.policy, self.params, self.progress
+        template, instruction = self.protocol["template"], self.protocol["instruction"]
+        task = policy.builtin or "links"  # the `builtin` template of a policy that is not built in: links
+        bench_dir = self.out_dir / bench_dir_name(name)
         protocol = {
-            **protocol,
-            "example_prompt": render_prompt(policy.tokenizer, probs[0].problem, template, instruction or "", builtin_task),
+            **self.protocol,
+            "example_prompt": render_prompt(policy.tokenizer, probs[0].problem, template, instruction or "", task),
             "grader": benchmark_for(name).grader,
             "extraction": _extraction_policy(name),
         }
-        summary = _summarize(name, probs, samples, grades, policy.source, step, protocol)
+        key = partial.resume_key(name, policy.source, self.step, probs, protocol)
+        if self.resume:
+            kept = partial.complete_summary(bench_dir, key, probs)
+            if kept is not None:
+                self.log(f"{name}: already evaluated in {bench_dir} with this protocol; kept")
+                return kept
+        prompts = encode_prompts(policy.tokenizer, [p.problem for p in probs], template, instruction or "", task)
+        per_call = self.engine.prompts_per_call(max(map(len, prompts), default=0), params) or max(1, len(prompts))
+        done = partial.resumable(bench_dir, key, probs, params.n, per_call, self.log) if self.resume else None
+        if done is None:
+            partial.start(bench_dir, key, per_call)
+            records, first = [], 0
+        else:
+            per_call, records, first = done.prompts_per_call, done.lines, done.problems
+            if first:
+                self.log(f"{name}: resuming in {bench_dir}: {first} of {len(probs)} problems already graded")
+        meter = _Meter(progress, name, len(probs) * params.n, params.max_new_tokens, first * params.n)
+        gen_s, new_tokens = 0.0, 0
+        for c, start in enumerate(range(0, len(prompts), per_call)):
+            if start < first:  # kept from the interrupted evaluation (whole calls)
+                continue
+            chunk, owners = prompts[start:start + per_call], probs[start:start + per_call]
+            t = time.perf_counter()
+            with self.engine.sampling_context(self.precision) if self.precision is not None else contextlib.nullcontext():
+                out = self.engine.generate(chunk, replace(params, seed=None if params.seed is None else params.seed + c),
+                                           progress=meter.advance_tokens)
+            gen_s += time.perf_counter() - t
+            if len(out) != len(chunk) or any(len(per) != params.n for per in out):
+                counts = [len(per) for per in out]
+                raise RuntimeError(f"engine returned {counts} samples for {len(chunk)} prompts, n={params.n} each")
+            meter.generated(len(out) * params.n)
+            new_tokens += sum(len(s.token_ids) for per in out for s in per)
+            lines = _sample_lines(owners, out, _grade(name, owners, out, self.timeout_s, meter.graded))
+            partial.append(bench_dir, lines)
+            records += lines
+        summary = _summarize(name, probs, records, params.n, policy.source, self.step, protocol)
         summary["time_s"] = round(time.perf_counter() - t0, 3)
-        new_tokens = sum(len(s.token_ids) for per in samples for s in per)
         summary["tokens_per_s"] = round(new_tokens / gen_s, 2) if gen_s > 0 else None
-        _write_outputs(Path(out_dir) / bench_dir_name(name), summary, probs, samples, grades)
-        results[name] = summary
-    return results
+        partial.finish(bench_dir, summary)
+        return summary
 
 
-def _generate(engine: Engine, prompts, params, progress, name) -> list[list[Sample]]:
-    """n samples per prompt, `Engine.prompts_per_call` prompts per call (for progress); call c is
-    seeded seed + c."""
-    from dataclasses import replace
+class _Meter:
+    """The progress of one benchmark: a generating task over sample-token slots (it moves while
+    decoding) and a grading task over samples; both start at what a resumed evaluation kept."""
 
-    per_call = engine.prompts_per_call(max(map(len, prompts), default=0), params) or max(1, len(prompts))
-    total = len(prompts) * params.n
-    task = advance = None
-    if progress:  # the bar runs over sample-token slots (`Engine.generate`), so it moves while decoding
-        task = progress.add_task(f"{name}: generating", total=total * params.max_new_tokens, detail=f"0/{total} samples")
-        advance = lambda k: progress.advance(task, k)  # noqa: E731
-    samples: list[list[Sample]] = []
-    for c, start in enumerate(range(0, len(prompts), per_call)):
-        chunk = prompts[start:start + per_call]
-        out = engine.generate(chunk, replace(params, seed=None if params.seed is None else params.seed + c),
-                              progress=advance)
-        if len(out) != len(chunk) or any(len(per) != params.n for per in out):
-            counts = [len(per) for per in out]
-            raise RuntimeError(f"engine returned {counts} samples for {len(chunk)} prompts, n={params.n} each")
-        samples.extend(out)
+    def __init__(self, progress, name: str, total: int, max_new_tokens: int, kept: int):
+        self.progress, self.total, self.done, self.marked = progress, total, kept, kept
         if progress:
-            progress.update(task, detail=f"{len(samples) * params.n}/{total} samples")
-    return samples
+            self.gen = progress.add_task(f"{name}: generating", total=total * max_new_tokens,
+                                         completed=kept * max_new_tokens, detail=f"{kept}/{total} samples")
+            self.grade = progress.add_task(f"{name}: grading", total=total, completed=kept,
+                                           detail=f"{kept}/{total} samples")
+
+    def advance_tokens(self, k: int) -> None:
+        if self.progress:
+            self.progress.advance(self.gen, k)
+
+    def generated(self, k: int) -> None:
+        self.done += k
+        if self.progress:
+            self.progress.update(self.gen, detail=f"{self.done}/{self.total} samples")
+
+    def graded(self, k: int) -> None:
+        self.marked += k
+        if self.progress:
+            self.progress.advance(self.grade, k)
+            self.progress.update(self.grade, detail=f"{self.marked}/{self.total} samples")
 
 
 def _extraction_policy(name: str) -> dict[str, str] | str:
@@ -186,15 +241,15 @@ def _extraction_policy(name: str) -> dict[str, str] | str:
     return (extract.__doc__ or extract.__qualname__).strip()
 
 
-def _grade(name: str, probs, samples, timeout_s: float, progress) -> list[list[GradeResult]]:
-    """Grades ``[P][n]`` in the order of ``samples``, by the benchmark's own grader."""
+def _grade(name: str, probs, samples, timeout_s: float, advance) -> list[list[GradeResult]]:
+    """Grades ``[P][n]`` in the order of ``samples``, by the benchmark's own grader; ``advance(k)``
+    is told of every `GRADE_CHUNK` samples graded."""
     from rbctl.grading.verify import GradeResult, grade_many
 
     bench = benchmark_for(name)
 
     texts = [s.text for per in samples for s in per]
     owners = [p for p, per in zip(probs, samples) for _ in per]
-    task = progress.add_task(f"{name}: grading", total=len(texts), detail=f"{len(texts)} samples") if progress else None
     flat: list[GradeResult] = []
     for start in range(0, len(texts), GRADE_CHUNK):
         t, o = texts[start:start + GRADE_CHUNK], owners[start:start + GRADE_CHUNK]
@@ -206,21 +261,31 @@ def _grade(name: str, probs, samples, timeout_s: float, progress) -> list[list[G
                                         extraction="task" if found else "none"))
         else:
             flat += grade_many(t, [p.answer for p in o], timeout_s=timeout_s)
-        if progress:
-            progress.advance(task, len(t))
+        advance(len(t))
     n = len(samples[0])
     return [flat[i * n:(i + 1) * n] for i in range(len(samples))]
 
 
-def _summarize(name, probs, samples, grades, source, step, protocol) -> dict:
+def _sample_lines(probs, samples, grades) -> list[dict]:
+    """The lines of ``samples.jsonl`` of graded samples ``[P][n]``."""
+    return [{"id": p.id, "sample": j, "completion": s.text, "extracted": g.extracted, "extraction": g.extraction,
+             "gold": p.answer, "correct": bool(g.correct), "status": g.status, "finished": bool(s.finished),
+             "num_tokens": len(s.token_ids)}
+            for p, per_s, per_g in zip(probs, samples, grades) for j, (s, g) in enumerate(zip(per_s, per_g))]
+
+
+def _summarize(name, probs, lines, n, source, step, protocol) -> dict:
+    """A benchmark's summary from its graded sample lines (`_sample_lines`, problem-major): the
+    same whether they were graded now or kept from an interrupted evaluation."""
     import numpy as np
+    from types import SimpleNamespace
 
     from rbctl.grading.metrics import summarize
     from rbctl.grading.verify import EXTRACTIONS, STATUSES, answers_equivalent
 
-    n = len(samples[0])
-    correct = np.array([[g.correct for g in per] for per in grades], dtype=bool)  # [P, n]
-    answers = [[g.extracted for g in per] for per in grades]
+    rows = [lines[i * n:(i + 1) * n] for i in range(len(probs))]
+    correct = np.array([[x["correct"] for x in per] for per in rows], dtype=bool)  # [P, n]
+    answers = [[x["extracted"] for x in per] for per in rows]
     if benchmark_for(name).extract_answer is not None:  # exact answers vote by string equality
         equivalent = str.__eq__
         kinds = ("task", "none")
@@ -230,8 +295,8 @@ def _summarize(name, probs, samples, grades, source, step, protocol) -> dict:
         equivalent = lambda a, b: answers_equivalent(a, b, timeout_s=timeout)  # noqa: E731
     metrics = summarize(correct, answers, equivalent=equivalent)
     metrics = {("avg@n" if k.startswith("avg@") else k): v for k, v in metrics.items()}
-    counts = Counter(g.status for per in grades for g in per)
-    found = Counter(g.extraction for per in grades for g in per)
+    counts = Counter(x["status"] for x in lines)
+    found = Counter(x["extraction"] for x in lines)
     summary = {
         "benchmark": name,
         "model": source,
@@ -242,12 +307,13 @@ def _summarize(name, probs, samples, grades, source, step, protocol) -> dict:
         "per_problem": [{"id": p.id, "n": n, "correct": int(c)} for p, c in zip(probs, correct.sum(axis=1))],
         "grader": {s: counts.get(s, 0) for s in STATUSES},
         "extraction": {k: found.get(k, 0) for k in kinds},
-        "truncated": float(np.mean([not s.finished for per in samples for s in per])),
-        "mean_new_tokens": float(np.mean([len(s.token_ids) for per in samples for s in per])),
+        "truncated": float(np.mean([not x["finished"] for x in lines])),
+        "mean_new_tokens": float(np.mean([x["num_tokens"] for x in lines])),
         "protocol": protocol,
     }
     if benchmark_for(name).labels is not None:
-        summary["labels"] = label_shares(benchmark_for(name).labels, probs, samples)
+        texts = [[SimpleNamespace(text=x["completion"]) for x in per] for per in rows]
+        summary["labels"] = label_shares(benchmark_for(name).labels, probs, texts)
     return summary
 
 
@@ -282,20 +348,6 @@ def label_shares(labels, probs, samples) -> dict[str, dict[str, float]]:
             for key, value in labels(s.text, p).items():
                 counts.setdefault(key, Counter())[value] += 1
     return {k: {v: c / total for v, c in sorted(cnt.items())} for k, cnt in counts.items()}
-
-
-def _write_outputs(bench_dir: Path, summary, probs, samples, grades) -> None:
-    bench_dir.mkdir(parents=True, exist_ok=True)
-    lines = []
-    for p, per_s, per_g in zip(probs, samples, grades):
-        for j, (s, g) in enumerate(zip(per_s, per_g)):
-            lines.append(json.dumps({
-                "id": p.id, "sample": j, "completion": s.text, "extracted": g.extracted,
-                "extraction": g.extraction, "gold": p.answer, "correct": bool(g.correct), "status": g.status,
-                "finished": bool(s.finished), "num_tokens": len(s.token_ids),
-            }, ensure_ascii=False))
-    write_atomic(bench_dir / "samples.jsonl", "".join(line + "\n" for line in lines))
-    write_atomic(bench_dir / SUMMARY, json.dumps(summary, indent=2, ensure_ascii=False) + "\n", kind="eval_summary")
 
 
 def bench_dir_name(benchmark: str) -> str:

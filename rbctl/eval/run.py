@@ -7,16 +7,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rbctl.console import PlainProgress
 from rbctl.config.eval import BUILTIN_MAX_NEW_TOKENS, DEFAULT_MAX_NEW_TOKENS, EvalConfig, build_config, for_run
 from rbctl.errors import UserError
 from rbctl.eval.pipeline import evaluate_policy, load_problems, protocol_text, sanitize, summary_warnings
 from rbctl.rollout.factory import engine_class
+from rbctl.store.atomic import check_writable
 from rbctl.store.rundir import CONFIG, final_eval_dir, is_run_dir
 
 # What `rbctl eval` takes from a run directory's training config (its periodic evaluation, `for_run`)
-# when the command line does not say otherwise: so that the final score and the run's curve are
-# measured alike. Not `limit` (the curve's subset): a final evaluation scores every problem.
-RUN_PROTOCOL_KEYS = ("benchmarks", "n", "temperature", "top_p", "max_new_tokens", "template", "instruction")
+# when the command line does not say otherwise: so that the score and the run's curve are measured
+# alike, on the same problems (`limit`: the curve's subset; --limit overrides it).
+RUN_PROTOCOL_KEYS = ("benchmarks", "n", "temperature", "top_p", "max_new_tokens", "template", "instruction", "limit")
 PUBLISHED_DEFAULTS = ("greedy at n=1, else temperature 0.6 and top-p 0.95 (DeepSeek-R1); "
                       f"at most {DEFAULT_MAX_NEW_TOKENS} new tokens ({BUILTIN_MAX_NEW_TOKENS} for the built-in policy)")
 
@@ -43,6 +45,67 @@ def eval_config(model: str, options: dict) -> tuple[EvalConfig, str]:
     note = (f"protocol: the run's periodic evaluation ({cfg_path}, eval:) for {', '.join(taken)}; "
             "options given on the command line override it") if taken else "protocol: as given on the command line"
     return cfg, note
+
+
+def check_model(model: str) -> None:
+    """Refuse, in one line, a MODEL that names nothing: a missing local path (one that starts with
+    ``.``, ``/`` or ``~``, has more than one ``/``, or lies in an existing folder), or a Hub id that is
+    neither in the local Hugging Face cache nor reachable. Runs before the benchmarks' data is looked
+    for, so that a wrong MODEL is reported as such and not as the benchmarks' missing data."""
+    from rbctl.rollout.models import resolve_source
+
+    path = Path(model).expanduser()
+    if model == "builtin":
+        return
+    if path.exists():
+        if not is_run_dir(path):  # a run directory's checkpoints are chosen once, by run_eval
+            resolve_source(model)  # a file that is no GGUF, a folder that is no model nor run directory
+        return
+    first = Path(model.split("/")[0]).expanduser()
+    if model.startswith((".", "/", "~")) or model.count("/") > 1 or ("/" in model and first.is_dir()):
+        raise UserError(f"model {model}: not a run directory, a model directory or a GGUF file ({path} does not exist)")
+    from rbctl.tasks.registry import hf_offline, hub_reachable
+
+    if _hub_cached(model) or (not hf_offline() and hub_reachable()):
+        return
+    raise UserError(f"model {model}: not a local path, a run directory or a model in the Hugging Face cache, "
+                    "and the Hub is unreachable (give a run directory, a model directory or a GGUF file)")
+
+
+def _hub_cached(repo_id: str) -> bool:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+    except Exception:  # an id the Hub library refuses (bad characters): not cached
+        return False
+
+
+class EvalInterrupted(KeyboardInterrupt):
+    """Ctrl-C during `run_eval`; its text says what was kept on disk."""
+
+
+def samples_bytes(cfg: EvalConfig, problems: dict) -> int:
+    """A generous estimate of the bytes an evaluation writes: every sample's line at up to 8 bytes a
+    token of text, 512 bytes of fields, and 1 MiB of summaries."""
+    tokens = cfg.max_new_tokens or DEFAULT_MAX_NEW_TOKENS
+    return sum(len(p) for p in problems.values()) * cfg.n * (8 * tokens + 512) + (1 << 20)
+
+
+def kept_text(out_dir: Path, cfg: EvalConfig, problems: dict) -> str:
+    """What an interrupted evaluation left in `out_dir`, in words: "kept amc23 complete, 48 of 256
+    gsm8k problems graded in OUT", one clause per benchmark started."""
+    from rbctl.eval.partial import kept_problems
+    from rbctl.eval.pipeline import bench_dir_name
+
+    parts = []
+    for name, probs in problems.items():
+        bench = Path(out_dir) / bench_dir_name(name)
+        if not bench.is_dir():
+            continue
+        kept = kept_problems(bench, cfg.n)
+        parts.append(f"{name} complete" if kept is None else f"{min(kept, len(probs))} of {len(probs)} {name} problems graded")
+    return f"kept {', '.join(parts) or 'nothing yet'} in {out_dir}"
 
 
 def default_out_dir(model: str, step: int | None) -> Path:
@@ -101,6 +164,7 @@ def run_eval(
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     engine_class(cfg.engine)
+    check_model(model)
     path = Path(model).expanduser()
     candidates = run_checkpoints(path, step, log=console.print) if model != "builtin" and is_run_dir(path) else []
     # the task a built-in policy records (a small marker file), so that bad benchmark names and data
@@ -113,6 +177,8 @@ def run_eval(
         longest = module_of(task_spec).max_answer_tokens(task_spec)
         cfg = cfg.model_copy(update={"max_new_tokens": max(BUILTIN_MAX_NEW_TOKENS, longest)})
     problems = load_problems(cfg, task_spec)  # bad names/data fail before the model loads
+    if out_dir is not None:  # a folder that cannot take the results fails before the model loads, too
+        check_writable(out_dir, samples_bytes(cfg, problems))
     if note:
         console.print(note, highlight=False)
     opts = dict(device=cfg.device, dtype=cfg.dtype, log=console.print)
@@ -122,11 +188,19 @@ def run_eval(
         ckpt_step = ck.step
     else:
         policy = load_policy(model, **opts)
-    out_dir = Path(out_dir) if out_dir is not None else default_out_dir(model, ckpt_step)
+    if out_dir is None:
+        out_dir = default_out_dir(model, ckpt_step)
+        check_writable(out_dir, samples_bytes(cfg, problems))  # before the first sample: where it all goes
+    out_dir = Path(out_dir)
     columns = (TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TextColumn("{task.fields[detail]}"),
                TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
-    with Progress(*columns, console=console, transient=True) as progress:
-        results = evaluate_policy(policy, cfg, out_dir, progress=progress, step=ckpt_step, problems=problems)
+    display = Progress(*columns, console=console, transient=True) if console.is_terminal else PlainProgress(out=console.file)
+    try:
+        with display as progress:
+            results = evaluate_policy(policy, cfg, out_dir, progress=progress, step=ckpt_step, problems=problems,
+                                      resume=True, log=lambda line: console.print(line, highlight=False))
+    except KeyboardInterrupt:
+        raise EvalInterrupted(kept_text(out_dir, cfg, problems)) from None
     console.print(results_table(results))
     for line in dict.fromkeys(protocol_text(s) for s in results.values()):  # what measured the scores above
         console.print(f"protocol: {line}", highlight=False)

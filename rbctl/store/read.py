@@ -40,12 +40,9 @@ def read_json(path: Path) -> dict:
 
 
 def read_lines(path: Path) -> list[dict]:
-    """Every complete line of a run log ([] when absent); an invalid line before the last is a
-    `UserError` naming the file and line."""
-    try:
-        return jsonl.read_jsonl(Path(path))
-    except json.JSONDecodeError as e:
-        raise UserError(f"{path}: invalid JSON line before the last one ({e})") from None
+    """Every complete line of a run log ([] when absent); an invalid line but a torn last one is a
+    `UserError` naming the file and its line number (`rbctl.store.jsonl.read_log`)."""
+    return jsonl.read_jsonl(Path(path))
 
 
 def read_yaml_file(path: Path) -> dict:

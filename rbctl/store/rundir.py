@@ -12,7 +12,8 @@
         trainer_state.*       optimizer, scheduler, RNG and entropy-α state
         COMPLETE              written last: {"step", "files": {path: {"sha256", "size"}} of every other file}
       run.json                written by `rbctl ablate`: arm, seed, baseline, variant (warm_start)
-      eval/step_NNNNNN/BENCH/ final evaluation (summary.json, samples.jsonl)
+      eval/step_NNNNNN/BENCH/ final evaluation (summary.json, samples.jsonl; partial.json while
+                              incomplete: rbctl.eval.partial)
       eval/periodic/step_NNNNNN/BENCH/
 
     SWEEP_DIR/
@@ -49,6 +50,8 @@ RUN_META = "run.json"  # written by `rbctl ablate`: arm, seed, baseline, variant
 EVAL_DIR = "eval"
 PERIODIC_DIR = "periodic"
 SUMMARY = "summary.json"  # one benchmark's evaluation: metrics, per-problem counts, protocol
+EVAL_SAMPLES = "samples.jsonl"  # one benchmark's graded samples, appended as they are graded
+EVAL_PARTIAL = "partial.json"  # beside them while the benchmark is not complete: what resumes it
 SWEEP_FILE = "sweep.yaml"
 SWEEP_STATE = "state.json"
 SWEEP_RUNS = "runs"

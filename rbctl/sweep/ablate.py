@@ -202,6 +202,8 @@ def run_sweep(sweep_path: Path, sweep_dir: Path, jobs: int | None = None, force:
     """Run (or resume) every (arm, warm start, seed) of the sweep; returns the final state. After a
     Ctrl-C it raises rbctl.sweep.local.Interrupted, the state recorded (interrupted runs resume on a
     rerun). `seed_offset` shifts every seed (a disjoint replication of the same sweep)."""
+    if jobs is not None and jobs < 1:
+        raise UserError(f"jobs must be at least 1 (runs in parallel), got {jobs}")
     sweep, configs = load_sweep(sweep_path, seed_offset)
     jobs = jobs or sweep.jobs
     sweep_dir = Path(sweep_dir)
@@ -327,3 +329,33 @@ def summarize_state(state: dict) -> tuple[int, int, list[tuple[str, str]]]:
     done = sum(1 for r in runs.values() if r["status"] == "done")
     failed = [(k, r["error"]) for k, r in runs.items() if r["status"] == "failed"]
     return done, len(runs), failed
+
+
+def arm_final_lines(sweep_dir: Path, state: dict) -> list[str]:
+    """Per arm and benchmark, the mean over its finished runs (seeds, and warm starts where the sweep
+    crosses them) of the final held-out avg@n (RUN/eval/step_N/BENCH/summary.json):
+    ``final held-out builtin avg@8 grpo 0.512 (mean over 3 seeds, step 100)``, in the arms' order."""
+    from rbctl.store.read import final_summaries
+
+    scores: dict[tuple[str, str, int], list[float]] = {}
+    steps: dict[tuple[str, str, int], set] = {}
+    for key, run in state["runs"].items():
+        if run.get("status") != "done":
+            continue
+        step, finals = final_summaries(Path(sweep_dir) / SWEEP_RUNS / key)
+        for bench, summary in finals.items():
+            value = (summary.get("metrics", {}).get("avg@n") or {}).get("value")
+            if value is None:
+                continue
+            k = (bench, key.split("/")[0], summary.get("n"))
+            scores.setdefault(k, []).append(value)
+            steps.setdefault(k, set()).add(step)
+    crossed = any(key.count("/") == 2 for key in state["runs"])
+    out = []
+    for (bench, arm, n), values in scores.items():
+        at = steps[(bench, arm, n)]
+        where = f"step {next(iter(at))}" if len(at) == 1 else "steps " + ", ".join(map(str, sorted(at)))
+        unit = ("run" if crossed else "seed") + ("s" if len(values) != 1 else "") + (" (seeds × warm starts)" if crossed else "")
+        out.append(f"final held-out {bench} avg@{n} {arm} {sum(values) / len(values):.3f} "
+                   f"(mean over {len(values)} {unit}, {where})")
+    return out

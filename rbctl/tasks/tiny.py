@@ -23,6 +23,27 @@ from rbctl.store.rundir import BUILTIN_MARKER
 
 SPECIALS = ("<pad>", "<s>", "</s>")
 WARMUP_STEPS = 50  # linear learning-rate warm-up of the SFT, then cosine to zero
+REPORT_EVERY_S = 10.0  # a warm-start build says how far it got at most this often (and at its end)
+_REPORT: list = [None]  # where the build in progress reports (`warm_started` sets it around the build)
+
+
+class _StepReport:
+    """`report(step)` prints ``warm start: step 120/400 (12 s)`` through `log` at most every
+    `every` seconds and at the last step: a build of a minute or more is never one static line."""
+
+    def __init__(self, log, total: int, every: float | None = None):
+        import time
+
+        self.log, self.total = log, total
+        self.every = REPORT_EVERY_S if every is None else every
+        self._clock = time.monotonic
+        self.t0 = self.last = self._clock()
+
+    def __call__(self, step: int) -> None:
+        now = self._clock()
+        if now - self.last >= self.every or step == self.total:
+            self.last = now
+            self.log(f"warm start: step {step}/{self.total} ({now - self.t0:.0f} s)")
 
 
 def build_tokenizer(alphabet: str | tuple[str, ...]):
@@ -104,7 +125,11 @@ def warm_started(kind: str, spec, ws, train: Callable[[], tuple], log=print) -> 
             log(f"warm-starting the built-in {kind} policy ({ws.steps} SFT steps, cached at {path}) ...")
             tmp = Path(str(path) + ".tmp")
             shutil.rmtree(tmp, ignore_errors=True)  # a build killed before its rename
-            model, tok = train()
+            _REPORT[0] = log
+            try:
+                model, tok = train()
+            finally:
+                _REPORT[0] = None
             # A cache file, not a distributed checkpoint: whichever rank of a DDP/FSDP job takes the
             # lock writes it. transformers (5.x) writes weights only on rank 0 once torch.distributed is
             # initialised, which left rank 1's build with a tokenizer and no model.
@@ -126,12 +151,13 @@ def warm_started(kind: str, spec, ws, train: Callable[[], tuple], log=print) -> 
 def sft_warm_start(ws, alphabet: str | tuple[str, ...], config: Callable[[int], object],
                    demonstration: Callable[[random.Random, int], tuple[str, str]], format_prompt: Callable[[str], str],
                    *, weight_decay: float = 0.0, betas: tuple[float, float] = (0.9, 0.999),
-                   schedule: str = "cosine", device: str = "cpu"):
+                   schedule: str = "cosine", device: str = "cpu", log=None):
     """A fresh tiny policy trained by supervised learning (loss on the completion tokens only) on
     `ws.steps` batches of `ws.batch_size` demonstrations; `demonstration(rng, step)` -> (problem,
     completion); `config(vocab_size)` -> the model's `model_config`. AdamW at `ws.lr`; schedule
     "cosine": a linear warm-up over WARMUP_STEPS, then cosine to zero at `ws.steps`; "constant":
-    `ws.lr` throughout. Returns (model on the CPU, tokenizer)."""
+    `ws.lr` throughout. Returns (model on the CPU, tokenizer). Progress (`_StepReport`) goes to
+    `log`, else to the log of the `warm_started` build in progress, else nowhere."""
     torch.manual_seed(ws.seed)
     rng = random.Random(ws.seed)
     tok = build_tokenizer(alphabet)
@@ -141,6 +167,8 @@ def sft_warm_start(ws, alphabet: str | tuple[str, ...], config: Callable[[int], 
     shapes = {"cosine": lambda s: min(1.0, (s + 1) / WARMUP_STEPS) * 0.5 * (1 + math.cos(math.pi * s / total)),
               "constant": lambda s: 1.0}
     sched = torch.optim.lr_scheduler.LambdaLR(opt, shapes[schedule])
+    log = log or _REPORT[0]
+    report = _StepReport(log, ws.steps) if log is not None else (lambda step: None)
     model.train()
     for step in range(ws.steps):
         seqs, prompt_lens = [], []
@@ -163,5 +191,6 @@ def sft_warm_start(ws, alphabet: str | tuple[str, ...], config: Callable[[int], 
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
+        report(step + 1)
     model.eval()
     return model.cpu(), tok

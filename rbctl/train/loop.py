@@ -27,7 +27,7 @@ from rbctl.store.rundir import (BUILTIN_MARKER, EVAL_LINES, METRICS, MODEL, PROV
 from rbctl.train.checkpoint import save_checkpoint
 from rbctl.train.data import task_spec
 from rbctl.train.rundir import check_run_dir, provenance, write_config
-from rbctl.store.jsonl import append_jsonl, truncate_jsonl
+from rbctl.store.jsonl import append_jsonl, read_log, truncate_jsonl
 from rbctl.train.tracking import Tracker
 from rbctl.train.trainer import Trainer
 
@@ -52,8 +52,10 @@ def train(cfg: TrainConfig, run_dir: Path, force: bool = False, progress: bool =
 
 def _train(cfg: TrainConfig, run_dir: Path, force: bool, extend: bool, progress: bool, log, on_step,
            main_rank: bool) -> tuple[Trainer, list[dict]]:
+    quiet = log if main_rank else (lambda *a: None)
+    logged = logged_bound(run_dir, quiet)  # every log read whole first: a corrupt line stops here, nothing rewritten
     cfg = check_run_dir(cfg, run_dir, force, extend)  # every rank, before rank 0 rewrites config.yaml below
-    tr = Trainer(cfg, run_dir, log=log if main_rank else (lambda *a: None))
+    tr = Trainer(cfg, run_dir, log=quiet, resume_at_most=logged)
     tr.dist.barrier()
     start = tr.resume_step
     if main_rank:  # only rank 0 writes the run directory
@@ -114,6 +116,32 @@ def _train(cfg: TrainConfig, run_dir: Path, force: bool, extend: bool, progress:
     return tr, done
 
 
+def logged_bound(run_dir: Path, log) -> int | None:
+    """The last step a resume may start from by the run's logs: the last step metrics.jsonl holds
+    whole, and before the step of a torn last line of any log (a write a crash cut short; dropped
+    with a notice, so that the step is recomputed from the checkpoint before it and no step goes
+    missing). None when there is no metrics log (nothing to be consistent with). Reads every log
+    whole: an invalid line that is not a torn last line raises `CorruptLog` (one line, the file and
+    its line number) before the caller rewrites anything."""
+    bound = None
+    for name in (METRICS, EVAL_LINES, SAMPLES):
+        path = run_dir / name
+        lines = read_log(path)
+        steps = [int(r.get("step", 0)) for r in lines.records]
+        if name == METRICS and path.exists():
+            bound = max(steps, default=0)
+        if lines.torn is None:
+            continue
+        # metrics: one line per step, so the torn one is the step after the last; the other logs
+        # write several lines per step: the step its fragment names, else (conservatively) the last one's
+        torn = max(steps, default=0) + 1 if name == METRICS else lines.torn_step()
+        torn = torn if torn is not None else max(steps, default=0)
+        bound = torn - 1 if bound is None else min(bound, torn - 1)
+        log(f"notice: {path}: dropping its torn last line {lines.torn_line} (a write cut short) and "
+            f"recomputing step {torn} from the checkpoint before it")
+    return bound
+
+
 def _periodic_eval(tr: Trainer, cfg: TrainConfig, run_dir: Path, step: int, metrics: dict, main_rank: bool) -> None:
     """Held-out evaluation during training, on rank 0; one line per benchmark in RUN_DIR/eval.jsonl.
     Every rank enters `tr.full_weights()` (under FSDP the gather is collective); the others leave
@@ -155,16 +183,41 @@ def evaluate_final(tr: Trainer, ecfg: EvalConfig) -> dict:
                      str(checkpoint_dir(tr.run_dir, step) / MODEL))
 
 
-class _Display:
-    """A Rich progress bar with live reward, entropy and κ_eff."""
+def final_heldout_lines(run_dir: Path) -> list[str]:
+    """One line per benchmark of the run's last periodic evaluation (RUN_DIR/eval.jsonl):
+    ``final held-out builtin avg@8 0.512 (step 100)``; none when the run has no such evaluation."""
+    from rbctl.store.read import read_lines
 
-    def __init__(self, total: int, start: int, enabled: bool):
+    lines = read_lines(Path(run_dir) / EVAL_LINES)
+    if not lines:
+        return []
+    last = max(int(x.get("step", 0)) for x in lines)
+    return [f"final held-out {x['benchmark']} avg@{x.get('n', '?')} {x['avg@n']:.3f} (step {last})"
+            for x in lines if int(x.get("step", 0)) == last and x.get("avg@n") is not None]
+
+
+PLAIN_EVERY_S = 30.0  # when output is not a terminal: a plain progress line at most this often (and at the end)
+
+
+class _Display:
+    """A Rich progress bar with live reward, entropy and κ_eff; when output is not a terminal (a log
+    file, a Slurm job), plain lines instead: one every `every` seconds and one at the last step,
+    each flushed."""
+
+    def __init__(self, total: int, start: int, enabled: bool, plain: bool | None = None,
+                 every: float = PLAIN_EVERY_S, out=None):
+        import sys
+
         self.enabled = enabled
         self.total, self.start = total, start
         self.last_keff = None
+        self.out = out or sys.stdout
+        self.plain = (not self.out.isatty()) if plain is None else plain
+        self.every = every
+        self.t0 = self.last = time.monotonic()
 
     def __enter__(self):
-        if self.enabled:
+        if self.enabled and not self.plain:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
             self.progress = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
@@ -180,8 +233,15 @@ class _Display:
             self.last_keff = m["kappa_eff"]
         keff = f"{self.last_keff:.3g}" if self.last_keff is not None else "–"
         info = f"reward {m['reward/mean']:.3f}  entropy {m['entropy']:.3f}  κ_eff {keff}"
-        self.progress.update(self.task, completed=step, info=info)
+        if not self.plain:
+            self.progress.update(self.task, completed=step, info=info)
+            return
+        now = time.monotonic()
+        if now - self.last >= self.every or step == self.total:
+            self.last = now
+            print(f"[{time.strftime('%H:%M:%S')}] train step {step}/{self.total}  {info}  "
+                  f"({(now - self.t0) / 60:.1f} min)", file=self.out, flush=True)
 
     def __exit__(self, *exc):
-        if self.enabled:
+        if self.enabled and not self.plain:
             self.progress.__exit__(*exc)

@@ -51,7 +51,9 @@ from rbctl.train.step_metrics import batch_metrics
 class Trainer(Updater):
     """One run's model, optimizer and engine, and one training step (rollout → update → κ_eff)."""
 
-    def __init__(self, cfg: TrainConfig, run_dir: Path, log=print):
+    def __init__(self, cfg: TrainConfig, run_dir: Path, log=print, resume_at_most: int | None = None):
+        """`resume_at_most`: resume from no checkpoint past this step (the last step the run logs
+        hold whole, `rbctl.train.loop`); None: the newest usable one."""
         self.cfg = cfg
         self.run_dir = Path(run_dir)
         self.log = log
@@ -61,6 +63,8 @@ class Trainer(Updater):
         self.dist = init_from_env()
         warn = log if self.dist.is_main else None
         candidates = checkpoints_to_try(self.run_dir, log=warn)  # chosen once, no weight byte read
+        if resume_at_most is not None:
+            candidates = [c for c in candidates if c.step <= resume_at_most]
         base = self._load_base()
         self.parallel = parallel_for(cfg, self.dist, self.device, log)  # one process, DDP or FSDP
         torch.manual_seed(cfg.seed)

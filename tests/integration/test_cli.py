@@ -201,3 +201,18 @@ def test_config_reference_doc_is_current():
     assert doc == reference_markdown(), "regenerate it: python scripts/config_doc.py > docs/config.md"
     for key in ("`algo.budget`", "`algo.entropy.target`", "`model.lora.r`", "`rollout.group_size`", "`arms`"):
         assert key in doc
+
+
+@pytest.mark.parametrize("jobs", ["0", "-1"])
+def test_ablate_refuses_fewer_than_one_job_in_one_line_before_anything_starts(jobs, tmp_path, capsys):
+    out = tmp_path / "sweep"
+    assert run(["ablate", "configs/ablate_quickstart.yaml", "--jobs", jobs, "-o", str(out), "--no-report"]) == 2
+    assert _err_line(capsys) == f"error: --jobs must be at least 1 (runs in parallel), got {jobs}"
+    assert not out.exists()
+
+
+def test_version_prints_the_package_metadata_version(capsys):
+    from importlib import metadata
+
+    assert run(["--version"]) == 0
+    assert capsys.readouterr().out == f"rbctl {metadata.version('rbctl')}\n"

@@ -340,14 +340,17 @@ def test_cli_on_a_run_directory_uses_its_periodic_protocol_and_says_so(tmp_path:
     run_dir = _run_dir_with_checkpoint(tmp_path, {
         "rollout": {"max_new_tokens": 9},
         "eval": {"every": 5, "benchmarks": ["builtin"], "n": 3, "temperature": 0.7, "top_p": 0.9, "limit": 8}})
-    result = CliRunner().invoke(app, ["eval", str(run_dir), "--limit", "2", "--device", "cpu", "--threads", "1"])
+    result = CliRunner().invoke(app, ["eval", str(run_dir), "--device", "cpu", "--threads", "1"])
     assert result.exit_code == 0, result.output
-    assert f"the run's periodic evaluation ({run_dir / 'config.yaml'}, eval:)" in " ".join(result.output.split())
+    said = " ".join(result.output.split())
+    assert f"the run's periodic evaluation ({run_dir / 'config.yaml'}, eval:)" in said
+    assert "top_p, max_new_tokens, template, instruction, limit;" in said
     summary = json.loads((run_dir / "eval" / "step_000007" / "builtin" / "summary.json").read_text())
     proto = summary["protocol"]
-    # eval.max_new_tokens null = rollout.max_new_tokens 9; not the run's limit of 8 (a final evaluation scores all)
+    # eval.max_new_tokens null = rollout.max_new_tokens 9; the run's limit of 8 problems (its curve's subset),
+    # not the test split's 256
     assert (summary["n"], proto["temperature"], proto["top_p"], proto["max_new_tokens"]) == (3, 0.7, 0.9, 9)
-    assert summary["num_problems"] == 2 and proto["threads"] == 1
+    assert summary["num_problems"] == 8 and proto["threads"] == 1
     assert "protocol: n=3, temperature 0.7, top-p 0.9, at most 9 new tokens, engine hf" in result.output
 
     # told otherwise: --n 1 and -o; the rest still the run's (temperature 0.7, not the greedy default)
@@ -358,3 +361,25 @@ def test_cli_on_a_run_directory_uses_its_periodic_protocol_and_says_so(tmp_path:
     assert (proto["n"], proto["temperature"], proto["max_new_tokens"]) == (1, 0.7, 1)
     # one token leaves no room for an answer: said, not just a 0.0 in the table
     assert "warning: builtin:" in result.output and "cut off at max_new_tokens 1" in " ".join(result.output.split())
+
+
+@pytest.mark.parametrize("model, expected", [
+    ("./no_such_run", "model ./no_such_run: not a run directory, a model directory or a GGUF file (no_such_run does not exist)"),
+    ("{tmp}/gone", "model {tmp}/gone: not a run directory, a model directory or a GGUF file ({tmp}/gone does not exist)"),
+    ("{tmp}/plain", "{tmp}/plain is not a model directory (no config.json) nor an rbctl run directory"),
+    ("nobody/no-such-model", "model nobody/no-such-model: not a local path, a run directory or a model in the Hugging "
+                             "Face cache, and the Hub is unreachable"),
+])
+def test_cli_eval_of_something_that_is_no_model_says_so_not_that_amc23_has_no_data(model, expected, tmp_path, capsys,
+                                                                                    monkeypatch) -> None:
+    from rbctl.cli import run
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))  # nothing cached
+    (tmp_path / "plain").mkdir()  # a folder that is neither a run nor a model
+    monkeypatch.chdir(tmp_path)
+    model, expected = model.format(tmp=tmp_path), expected.format(tmp=tmp_path)
+    capsys.readouterr()
+    assert run(["eval", model]) == 2  # no -b: the default benchmarks amc23, aime24, aime25 have no data here
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: {expected}"] or (len(err) == 1 and expected in err[0]), err
+    assert "amc23" not in err[0]

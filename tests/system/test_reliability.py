@@ -180,3 +180,88 @@ def test_eval_and_report_on_a_live_run_read_only_sealed_checkpoints_and_complete
     assert cli(["report", str(run), "-o", str(out)]) == 0
     runs_csv = (out / "tables" / "runs.csv").read_text()
     assert ",4," in runs_csv  # steps logged: the 4 complete lines, the torn 5th dropped
+
+
+# --- run logs read as data ------------------------------------------------------------------------
+
+
+def _cli_cfg(tmp_path: Path, name: str, **over) -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump({**TINY_TRAIN, "save_every": 2, **over}))
+    return path
+
+
+_EVAL = {"every": 2, "benchmarks": ["builtin"], "n": 2, "limit": 4}
+
+
+@pytest.mark.parametrize("log_name", ["metrics.jsonl", "eval.jsonl"])
+def test_a_corrupt_middle_line_of_a_run_log_is_one_line_with_its_true_line_number_and_nothing_is_rewritten(
+        log_name, rbctl_cache, tmp_path, capsys):
+    from rbctl.cli import run as cli
+
+    run = tmp_path / "run"
+    assert cli(["train", str(_cli_cfg(tmp_path, "a.yaml", steps=4, eval=_EVAL)), "-o", str(run), "-q"]) == 0
+    path = run / log_name
+    lines = path.read_text().splitlines(keepends=True)
+    assert len(lines) >= 3
+    col = lines[1].index(",") + 2  # one byte of the 2nd line damaged: a doubled comma
+    lines[1] = lines[1].replace(",", ",,", 1)
+    path.write_text("".join(lines))
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    capsys.readouterr()
+    # 6 steps: a resume that got as far as the config would keep the old one as config.step_000004.yaml
+    assert cli(["train", str(_cli_cfg(tmp_path, "b.yaml", steps=6, eval=_EVAL)), "-o", str(run), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.count("\n") == 1, err
+    assert err.startswith(f"error: {path}: line 2 is not valid JSON (") and f"column {col})" in err, err
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before  # nothing rewritten
+    assert cli(["report", str(run), "-o", str(tmp_path / "report")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {path}: line 2 is not valid JSON (") and err.count("\n") == 1, err
+
+
+def test_a_torn_last_line_is_dropped_with_a_notice_and_its_step_recomputed_from_the_checkpoint_before(
+        rbctl_cache, tmp_path, capsys):
+    """A crash cut the last metrics line short (no newline): the run is not complete, step 4 is
+    recomputed from the step-2 checkpoint, and the logs and weights equal the uninterrupted run's."""
+    from rbctl.cli import run as cli
+
+    cfg = _cli_cfg(tmp_path, "a.yaml", steps=4, eval=_EVAL)
+    straight, run = tmp_path / "straight", tmp_path / "run"
+    assert cli(["train", str(cfg), "-o", str(straight), "-q"]) == 0
+    assert cli(["train", str(cfg), "-o", str(run), "-q"]) == 0
+    text = (run / "metrics.jsonl").read_text()
+    cut = text.rstrip("\n").rfind("\n") + 1 + 25  # 25 bytes into the step-4 line
+    (run / "metrics.jsonl").write_text(text[:cut])
+    capsys.readouterr()
+    assert cli(["train", str(cfg), "-o", str(run), "-q"]) == 0
+    out = capsys.readouterr().out
+    assert f"notice: {run / 'metrics.jsonl'}: dropping its torn last line 4" in out, out
+    assert "recomputing step 4" in out and f"resuming {run} from step 2" in out and "already complete" not in out, out
+
+    def lines(d, name, drop=("time/",)):
+        return [{k: v for k, v in json.loads(x).items() if not k.startswith(drop)}
+                for x in (d / name).read_text().splitlines()]
+
+    assert _steps(run) == [1, 2, 3, 4]
+    assert lines(run, "metrics.jsonl", ("time/", "throughput/")) == lines(straight, "metrics.jsonl", ("time/", "throughput/"))
+    assert lines(run, "eval.jsonl") == lines(straight, "eval.jsonl")
+    a, b = (load_file(str(d / "checkpoints" / "step_000004" / "model" / "model.safetensors")) for d in (straight, run))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_torn_eval_line_recomputes_the_step_its_fragment_names(rbctl_cache, tmp_path, capsys):
+    from rbctl.cli import run as cli
+
+    cfg = _cli_cfg(tmp_path, "a.yaml", steps=4, eval=_EVAL)
+    run = tmp_path / "run"
+    assert cli(["train", str(cfg), "-o", str(run), "-q"]) == 0
+    full = (run / "eval.jsonl").read_text()
+    text = full.rstrip("\n")
+    (run / "eval.jsonl").write_text(text[:text.rfind("\n") + 1] + '{"step": 4, "benchmark": "buil')
+    capsys.readouterr()
+    assert cli(["train", str(cfg), "-o", str(run), "-q"]) == 0
+    out = capsys.readouterr().out
+    assert f"notice: {run / 'eval.jsonl'}: dropping its torn last line 3" in out and "recomputing step 4" in out, out
+    assert [json.loads(x)["step"] for x in (run / "eval.jsonl").read_text().splitlines()] == [0, 2, 4]
+    assert _steps(run) == [1, 2, 3, 4]
