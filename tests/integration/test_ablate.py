@@ -86,6 +86,7 @@ def test_shared_warm_start_is_built_with_the_runs_threads(tmp_path, monkeypatch)
         torch.set_num_threads(before)
 
 
+@pytest.mark.slow
 def test_sweep_runs_isolates_failures_and_resumes_only_missing_work(tmp_path, rbctl_cache):
     path = _write_sweep(tmp_path, {"grpo": {}, "grpo_budget": {"algo.budget": 1.0},
                                    "broken": {"data.source": str(tmp_path / "missing.jsonl")}})
@@ -126,6 +127,7 @@ def test_a_second_ablate_on_a_locked_directory_is_refused(tmp_path):
             run_sweep(path, out, progress=False, log=lambda *a: None)
 
 
+@pytest.mark.slow
 def test_sweep_through_submitit_local_mode(tmp_path, rbctl_cache):
     pytest.importorskip("submitit")
     path = _write_sweep(tmp_path, {"grpo": {}, "broken": {"data.source": str(tmp_path / "missing.jsonl")}},
@@ -138,6 +140,7 @@ def test_sweep_through_submitit_local_mode(tmp_path, rbctl_cache):
     assert read_state(out)["runs"]["grpo/seed_0"]["status"] == "done"
 
 
+@pytest.mark.slow
 def test_a_stated_ceiling_is_written_where_the_report_reads_it_and_seeds_shift(tmp_path, rbctl_cache):
     from rbctl.store.read import read_ceiling_file
 

@@ -99,6 +99,7 @@ def test_debug_works_before_and_after_every_command(command, where, tmp_path, ca
     assert capsys.readouterr().err.strip().startswith("error: ")
 
 
+@pytest.mark.slow
 def test_debug_through_the_entry_point_exits_2(tmp_path):
     import subprocess
     import sys

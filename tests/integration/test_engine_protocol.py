@@ -48,6 +48,7 @@ def _metrics(run_dir):
 
 
 @pytest.mark.parametrize("engine", ["hf", "vllm"])
+@pytest.mark.slow
 def test_the_trainer_needs_nothing_of_an_engine_but_the_protocol(engine, tiny_config, tmp_path, monkeypatch):
     if engine == "vllm":
         use_vllm_standin(monkeypatch, logprob_shift=-0.05)

@@ -79,6 +79,7 @@ def _run_sweep_run(tmp_path, base: dict, eval_section: dict):
 
 
 @pytest.mark.parametrize("engine", ["hf", "vllm"])
+@pytest.mark.slow
 def test_a_sweep_runs_final_evaluation_goes_through_the_runs_engine(engine, tmp_path, monkeypatch, rbctl_cache):
     engines = use_vllm_standin(monkeypatch)
     base = {**TINY_TRAIN, "steps": 2, "rollout": {**TINY_TRAIN["rollout"], "engine": engine}}

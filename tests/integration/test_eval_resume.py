@@ -222,6 +222,7 @@ def _writable(path: Path) -> None:
         path.chmod(0o755)
 
 
+@pytest.mark.slow
 def test_a_read_only_output_folder_is_one_line_naming_it_before_the_first_sample(run_dir, rbctl_cache, tmp_path):
     out = tmp_path / "ro"
     out.mkdir()

@@ -249,6 +249,7 @@ def test_cli_on_run_dir_writes_under_the_checkpoint_step(tmp_path: Path) -> None
     assert "protocol: n=2, temperature 0.6, top-p 0.95, at most 4 new tokens, engine hf" in result.output
 
 
+@pytest.mark.slow
 def test_cli_unknown_benchmark_is_one_line_exit_2(tmp_path: Path) -> None:
     # "builtin" would train the warm start if the benchmark were checked after loading the model
     env = {**os.environ, "RBCTL_CACHE": str(tmp_path)}

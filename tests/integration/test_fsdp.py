@@ -59,6 +59,7 @@ def _update_worker(rank: int, world: int, port: int, cfg_json: str, batch_path: 
     _leave()
 
 
+@pytest.mark.slow
 def test_fsdp_update_equals_one_process_and_a_checkpoint_restores_the_shards(tiny_config, tmp_path, monkeypatch):
     import rbctl.train.batch as batch_mod
 

@@ -178,6 +178,7 @@ def test_kappa_eff_is_the_measured_sharpening_of_each_step(tmp_path) -> None:
     assert measured > 0  # at least one step had a mixed group
 
 
+@pytest.mark.slow
 def test_kappa_eff_is_null_without_mixed_groups_and_follows_its_period(tmp_path) -> None:
     trainer, logs = make_recording_trainer(tmp_path, reward=never, estimator="grpo", budget=1.0)
     trainer.train()

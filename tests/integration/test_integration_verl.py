@@ -187,6 +187,7 @@ def as_verl(adv_pg: torch.Tensor, rows: torch.Tensor, mask: torch.Tensor) -> tor
 # --- budget off: the estimators are their verl counterparts --------------------------------------
 
 
+@pytest.mark.slow
 def test_budget_off_grpo_equals_verls_grpo(verl_source) -> None:
     module, _ = verl_source
     verl_grpo = transcribed_verl_grpo if module is None else module.compute_grpo_outcome_advantage

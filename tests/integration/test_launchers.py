@@ -54,6 +54,7 @@ def test_debug_collects_results_and_a_failure_does_not_stop_the_others(tmp_path)
     assert sorted(seen) == sorted(res)  # every result reported as it arrived
 
 
+@pytest.mark.slow
 def test_local_subprocesses_collect_results_errors_and_dead_jobs(tmp_path, monkeypatch):
     from submitit.local.local import LocalJob
 

@@ -24,6 +24,7 @@ def _changed_fraction(start: dict, end: dict) -> float:
 
 
 @pytest.mark.parametrize("mode,at_least,at_most", [("bf16-mixed", 0.99, 1.0), ("bf16-pure", 0.0, 0.5)])
+@pytest.mark.slow
 def test_ten_steps_at_lr_1e6_move_the_weights_only_with_fp32_master_weights(tiny_config, tmp_path, mode, at_least, at_most):
     """The paper recipes' settings (weights loaded in bf16, AdamW at lr 1e-6, decay 0.01) on CPU, with
     bf16 autocast on CPU standing in for CUDA's."""

@@ -116,6 +116,7 @@ def md_rows(path: Path) -> list[list[str]]:
     return [rows[0]] + rows[2:]
 
 
+@pytest.mark.slow
 def test_final_scores_hand_computed(two_arm_report):
     out = two_arm_report.parent
     scores = pd.read_csv(out / "tables" / "final_scores.csv").set_index("arm")
@@ -266,6 +267,7 @@ def test_the_plateau_ceiling_is_the_best_arms_final_pass1_without_a_ceiling_file
     assert "the best arm's final pass@1 in this report: grpo_budget" in two_arm_report.read_text()
 
 
+@pytest.mark.slow
 def test_partial_sweep_reports_what_exists_and_names_failures(tmp_path, capsys):
     sweep = tmp_path / "sweep"
     runs = sweep / "runs"
@@ -312,6 +314,7 @@ def test_partial_sweep_reports_what_exists_and_names_failures(tmp_path, capsys):
     assert failed.loc[2, "seeds"] == 2 and failed.loc[3, "seeds"] == 1  # the failed run logged 2 steps
 
 
+@pytest.mark.slow
 def test_entropy_arm_comparisons_and_descriptives(two_arms, tmp_path):
     for seed in (0, 1):
         make_run(two_arms / f"ent_s{seed}", "grpo_entropy_static", seed, [4, 2, 1, 1], entropy_mode="static")
@@ -390,6 +393,7 @@ def test_unit_frame_drops_nulls(two_arms):
     assert list(frame.index) == [1, 3, 4] and list(frame.columns) == [("", 0), ("", 1)]
 
 
+@pytest.mark.slow
 def test_cli_table_and_output_folder(two_arms, two_arm_report, tmp_path):
     table = final_scores_table(two_arm_report.parent)
     assert [c.header for c in table.columns] == ["arm", "benchmark", "units", "avg@n", "pass@n", "maj@k", "interval"]
@@ -408,6 +412,7 @@ def test_cli_table_and_output_folder(two_arms, two_arm_report, tmp_path):
         make_report([empty, empty])
 
 
+@pytest.mark.slow
 def test_report_package_imports_no_torch():
     import subprocess
     import sys
@@ -419,6 +424,7 @@ def test_report_package_imports_no_torch():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+@pytest.mark.slow
 def test_kappa_eff_is_not_compared_between_arms_with_different_updates_per_step(two_arms, two_arm_report, tmp_path):
     # the same arms, but grpo_budget deals each batch into mini-batches of 2 of its 4 prompts: 2 optimizer
     # updates per step against grpo's 1, so its κ_eff (measured after all of them) is not grpo's scale

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import datetime as dt
 import json
 
@@ -26,6 +27,7 @@ def test_cpu_description_reads_model_and_instruction_sets(tmp_path):
     assert cpu_description(tmp_path / "absent").startswith("unknown")
 
 
+@pytest.mark.slow
 def test_results_document_from_the_report_tables(tmp_path, capsys):
     sweep = _sweep(tmp_path / "sweep")
     (sweep / "state.json").write_text(json.dumps({"runs": {f"{a}/seed_{s}": {"status": "done"} for a, s in SEEDS3}}))
@@ -81,6 +83,7 @@ def _sweep(root, seeds_offset=0, commit="0123abc"):
     return root
 
 
+@pytest.mark.slow
 def test_results_document_adds_the_replication_and_the_study(tmp_path, capsys):
     a, b = _sweep(tmp_path / "a"), _sweep(tmp_path / "b", seeds_offset=100, commit="4567def")
     assert main([str(a), "--replication", str(b), "--replication-command", "rbctl ablate --seed-offset 100",
@@ -95,6 +98,7 @@ def test_results_document_adds_the_replication_and_the_study(tmp_path, capsys):
     assert "rbctl ablate study.yaml" in study and "### Verdicts" in study and "+25.0" in study
 
 
+@pytest.mark.slow
 def test_replication_sharing_units_is_not_called_the_same(tmp_path):
     from scripts.readme_results import replication_markdown
 
@@ -103,6 +107,7 @@ def test_replication_sharing_units_is_not_called_the_same(tmp_path):
     assert "Not a replication: the two sweeps share units (0, 1, 2)" in text and "same call on both" not in text
 
 
+@pytest.mark.slow
 def test_headline_with_the_replication_quotes_both_seed_sets(tmp_path, capsys):
     a, b = _sweep(tmp_path / "a"), _sweep(tmp_path / "b", seeds_offset=100)
     assert main([str(a), "--headline", "--replication", str(b)]) == 0
@@ -113,6 +118,7 @@ def test_headline_with_the_replication_quotes_both_seed_sets(tmp_path, capsys):
     assert "| grpo_budget − grpo | +25.0 [+9.5, +40.5] | +25.0 [+9.5, +40.5] | yes |" in text
 
 
+@pytest.mark.slow
 def test_replication_of_untestable_comparisons_has_no_call_to_agree_on(tmp_path, capsys):
     from scripts.verdict_stability import conclusion, side_by_side
 
@@ -136,6 +142,7 @@ def test_replication_of_untestable_comparisons_has_no_call_to_agree_on(tmp_path,
     assert conclusion(*side_by_side(t, u)) == "the calls differ"
 
 
+@pytest.mark.slow
 def test_headline_with_the_study_gives_the_test_over_warm_starts(tmp_path, capsys):
     study = tmp_path / "study"
     for ws, shift in (("ws0", 0), ("ws1", 100), ("ws2", 200)):

@@ -42,6 +42,7 @@ def _delta(sweep, arm, ref) -> np.ndarray:
     return np.array([a[u] - b[u] for u in UNITS])
 
 
+@pytest.mark.slow
 def test_principal_family_holm_and_the_refused_same_config_pair(study):
     sweep, report = study
     v = pd.read_csv(report.parent / "tables" / "verdicts.csv")
@@ -172,6 +173,7 @@ def test_figures_of_the_study(study):
     assert not (figures / "traj_label_strategy_shortcut_builtin.png").exists()  # 1 − walk: not drawn twice
 
 
+@pytest.mark.slow
 def test_a_principal_comparison_without_runs_is_named(tmp_path):
     design = {**DESIGN, "principal": [["grpo_budget", "grpo"], ["grpo_entropy_static", "grpo"]]}
     sweep = make_sweep(tmp_path / "s", arms=("grpo", "grpo_budget"), seeds=(0, 1, 2), comparisons=design)
@@ -194,6 +196,7 @@ def test_warm_start_from_the_layout_and_a_broken_score_names_the_run(tmp_path):
         make_report([sweep], tmp_path / "out")
 
 
+@pytest.mark.slow
 def test_an_untestable_principal_comparison_is_outside_holm_and_the_power_m(tmp_path):
     design = {**DESIGN, "principal": [["grpo_budget", "grpo"], ["grpo_entropy_static", "grpo_budget"]]}
     sweep = make_sweep(tmp_path / "s", arms=("grpo", "grpo_budget", "grpo_entropy_static"), seeds=(0, 1, 2),

@@ -77,6 +77,7 @@ def _ddp_worker(rank: int, world: int, port: int, cfg_json: str, batch_path: str
     torch.distributed.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_two_gloo_ranks_update_like_one_process_on_the_global_batch(tiny_config, tmp_path, monkeypatch):
     import rbctl.train.batch as batch_mod
 

@@ -52,6 +52,7 @@ def test_a_planted_trainer_state_is_refused_on_resume_and_runs_nothing(tiny_conf
     assert not marker.exists()
 
 
+@pytest.mark.slow
 def test_a_second_train_on_a_live_run_directory_is_refused_and_a_stale_lock_is_taken_over(rbctl_cache, tmp_path, capsys):
     import signal
     import socket
@@ -136,6 +137,7 @@ def _one_error_line(err: str) -> str:
     ("eio:marker:2", "Input/output error (EIO)"),
     ("enospc:metrics:3", "No space left on device (ENOSPC)"),
 ])
+@pytest.mark.slow
 def test_a_disk_fault_in_training_is_one_line_exit_1_nothing_torn_and_a_rerun_equals_the_straight_run(
         spec, message, tiny_config, tmp_path, tmp_path_factory, capsys, fault):
     import torch
@@ -250,6 +252,7 @@ def _prewarm(tiny_config):
     load_policy("builtin", builtin_task=task_spec(cfg), builtin_warm_start=warm_start_spec(cfg), log=lambda *a: None)
 
 
+@pytest.mark.slow
 def test_sigint_to_train_prints_the_last_checkpoint_and_the_resume_command_exit_130(tiny_config, rbctl_cache, tmp_path):
     import signal
 
@@ -273,6 +276,7 @@ def test_sigint_to_train_prints_the_last_checkpoint_and_the_resume_command_exit_
     assert (rd / ".lock").read_text() == ""  # the lock was released
 
 
+@pytest.mark.slow
 def test_sigint_to_ablate_stops_launching_records_state_and_prints_what_to_rerun(tiny_config, rbctl_cache, tmp_path):
     import signal
 
@@ -373,6 +377,7 @@ def test_a_disk_fault_writing_the_sweep_state_is_one_line_exit_1_and_a_rerun_com
     assert {r["status"] for r in read_state(out)["runs"].values()} == {"done"}
 
 
+@pytest.mark.slow
 def test_a_disk_fault_writing_a_report_table_is_one_line_exit_1_and_a_rerun_completes(
         tiny_config, tmp_path, tmp_path_factory, capsys, fault):
     from rbctl.cli import run

@@ -3,6 +3,7 @@ here end to end, so it cannot rot."""
 
 from __future__ import annotations
 
+import pytest
 import json
 
 import torch
@@ -10,6 +11,7 @@ import torch
 from scripts import gpu_check
 
 
+@pytest.mark.slow
 def test_the_gpu_check_runs_on_cpu_at_toy_sizes(tmp_path, capsys, rbctl_cache):
     assert gpu_check.main(["--device", "cpu", "--tiny", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out

@@ -160,6 +160,7 @@ def test_sigkill_mid_sweep_then_rerun_does_only_the_missing_work(rbctl_cache, tm
         assert (out / "runs" / k / "metrics.jsonl").stat().st_mtime_ns == m
 
 
+@pytest.mark.slow
 def test_eval_and_report_on_a_live_run_read_only_sealed_checkpoints_and_complete_lines(tiny_config, tmp_path):
     """A run still being written: its newest checkpoint has no completion marker yet and its last
     metrics line is half written. `rbctl eval` takes the newest sealed checkpoint, `rbctl report`
@@ -220,6 +221,7 @@ def test_a_corrupt_middle_line_of_a_run_log_is_one_line_with_its_true_line_numbe
     assert err.startswith(f"error: {path}: line 2 is not valid JSON (") and err.count("\n") == 1, err
 
 
+@pytest.mark.slow
 def test_a_torn_last_line_is_dropped_with_a_notice_and_its_step_recomputed_from_the_checkpoint_before(
         rbctl_cache, tmp_path, capsys):
     """A crash cut the last metrics line short (no newline): the run is not complete, step 4 is

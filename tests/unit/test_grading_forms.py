@@ -187,6 +187,7 @@ def test_several_boxes_grade_the_last_one() -> None:
     assert grade_detailed(r"\boxed{1,-2}", "1,-2").correct  # one box with both parts is right
 
 
+@pytest.mark.slow
 def test_phrase_extraction_is_linear_on_long_inputs() -> None:
     """Extraction time grows linearly with the input: 8x the text takes about 8x the time (a
     quadratic scan would take 64x). The ratio of two measurements of this process's CPU time, each

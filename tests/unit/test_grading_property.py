@@ -54,6 +54,7 @@ def _check(completion: str, answer: str) -> None:
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 @given(body=latexish(), answer=latexish())
+@pytest.mark.slow
 def test_grader_never_raises_and_returns_in_time(body, answer):
     _check(f"so the answer is \\boxed{{{body}}}", answer)
 

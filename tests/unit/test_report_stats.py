@@ -204,6 +204,7 @@ def _delta(x: np.ndarray, arm: int):
     return paired_delta(dict(enumerate(x[arm])), dict(enumerate(x[0])))
 
 
+@pytest.mark.slow
 def test_false_positive_rate_at_most_6_percent():
     sims = simulate(0.0, 4000, arms=4, rng_seed=1)
     single = np.mean([verdicts([_delta(x, 1)])[0] != "no difference" for x in sims])
