@@ -123,6 +123,12 @@ def run_key(arm: str, seed: int, warm_start: str | None = None) -> str:
     return f"{arm}/seed_{seed}" if warm_start is None else f"{arm}/{warm_start}/seed_{seed}"
 
 
+def split_run_key(key: str) -> tuple[str, str | None]:
+    """(arm, warm start or None) of a `run_key`."""
+    parts = key.split("/")
+    return parts[0], (parts[1] if len(parts) == 3 else None)
+
+
 # --- state ----------------------------------------------------------------------------------------
 
 
@@ -347,10 +353,10 @@ def arm_final_lines(sweep_dir: Path, state: dict) -> list[str]:
             value = (summary.get("metrics", {}).get("avg@n") or {}).get("value")
             if value is None:
                 continue
-            k = (bench, key.split("/")[0], summary.get("n"))
+            k = (bench, split_run_key(key)[0], summary.get("n"))
             scores.setdefault(k, []).append(value)
             steps.setdefault(k, set()).add(step)
-    crossed = any(key.count("/") == 2 for key in state["runs"])
+    crossed = any(split_run_key(key)[1] is not None for key in state["runs"])
     out = []
     for (bench, arm, n), values in scores.items():
         at = steps[(bench, arm, n)]
