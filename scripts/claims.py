@@ -37,7 +37,7 @@ from rbctl.config.sweep import Escape
 from rbctl.errors import UserError
 from rbctl.report.compare import arm_scores, common_problems
 from rbctl.report.diagnostics import associations, run_points
-from rbctl.report.escape import escape_rows, survival_summary
+from rbctl.report.escape import escape_rows, logrank_rows, survival_summary
 from rbctl.report.load import Run, find_runs, sweep_settings
 from rbctl.report.series import final_metric, run_series
 from rbctl.report.stats import DELTA_BOUNDS, PairedDelta, holm, paired_delta, t_interval
@@ -105,6 +105,14 @@ class Testbed:
         t = table.iloc[0]
         return f"{t['rmst']:.0f} [{t['rmst_lo']:.0f}, {t['rmst_hi']:.0f}] of {tau:.0f} ({int(t['escaped'])}/{int(t['runs'])} escaped)"
 
+    def logrank(self, a: tuple[str, str], b: tuple[str, str]) -> float:
+        """The log-rank p of the two arms' escape times (unadjusted), NaN without an escape setting."""
+        if self.escape is None or a not in self.by_key or b not in self.by_key:
+            return math.nan
+        rows = escape_rows(self.by_key[a] + self.by_key[b], self.escape, self.benchmark)
+        lr = logrank_rows(rows, [(self.arm(*a), self.arm(*b))])
+        return float(lr["p"].iloc[0]) if len(lr) else math.nan
+
     def entropy(self, key: tuple[str, str]) -> tuple[float, float, float]:
         """Mean over units of the last-quarter token entropy, with its t-interval."""
         vals = [final_metric(r, "entropy") for r in self.by_key.get(key, [])]
@@ -125,6 +133,7 @@ class Row:
     d: PairedDelta | None
     rmst_without: str
     rmst_with: str
+    logrank_p: float = math.nan
     p_holm: float = math.nan
     call: str = NOT_TESTABLE
 
@@ -145,12 +154,34 @@ def family(testbeds: list[Testbed], variant_a: str, variant_b: str) -> list[Row]
             ka, kb = (b, variant_a), (b, variant_b)
             if ka not in tb.scores or kb not in tb.scores:  # a row needs both arms
                 continue
-            rows.append(Row(tb.name, b, label, tb.mean(kb), tb.mean(ka), tb.delta(ka, kb), tb.rmst(kb), tb.rmst(ka)))
+            rows.append(Row(tb.name, b, label, tb.mean(kb), tb.mean(ka), tb.delta(ka, kb), tb.rmst(kb), tb.rmst(ka),
+                            tb.logrank(ka, kb)))
     adj, _ = holm([r.d.p if r.d is not None else math.nan for r in rows], ALPHA)
     for r, p in zip(rows, adj):
         r.p_holm = float(p)
         r.call = call_of(r.d, r.p_holm)
     return rows
+
+
+def missing(testbeds: list[Testbed], variant_a: str, variant_b: str, stated: dict[str, set[str]]) -> str:
+    """A sentence naming the baselines × testbeds whose sweep file states both arms but that have no
+    finished runs of one of them (``stated``: testbed name -> the sweep file's arm names)."""
+    out = []
+    for tb in testbeds:
+        for b, label in BASELINES:
+            names = {v: (b if v == "base" else f"{b}_{v.split('_')[0]}") for v in (variant_a, variant_b)}
+            declared = all(n in stated.get(tb.name, set()) for n in names.values())
+            if declared and ((b, variant_a) not in tb.scores or (b, variant_b) not in tb.scores):
+                out.append(f"{label} on {tb.name}")
+    return ("**Stated in the sweep file but not run** (no finished runs of one arm; the sweep resumes with the same "
+            "command): " + ", ".join(out) + ".") if out else ""
+
+
+def stated_arms(tb: Testbed) -> set[str]:
+    from rbctl.store.read import read_sweep_file
+
+    sweep = read_sweep_file(tb.path) or {}
+    return set(sweep.get("arms") or {})
 
 
 def ci(m) -> str:
@@ -170,7 +201,8 @@ def family_table(rows: list[Row], without: str, with_: str) -> str:
         "baseline": r.label, "testbed": r.testbed, "units": r.d.n if r.d else 0,
         f"{without} pass@1 % [95% CI]": ci(r.without), f"{with_} pass@1 % [95% CI]": ci(r.with_),
         "Δ points [95% CI]": delta_cell(r.d), "Holm p": pval(r.p_holm, "–"), "call": r.call,
-        f"escape RMST {without}": r.rmst_without, f"escape RMST {with_}": r.rmst_with} for r in rows]))
+        f"escape RMST {without}": r.rmst_without, f"escape RMST {with_}": r.rmst_with,
+        "escape log-rank p": pval(r.logrank_p, "–")} for r in rows]))
 
 
 def baseline_lines(rows: list[Row]) -> list[str]:
@@ -267,9 +299,29 @@ def finite_g_check(g: int = 8, budget: float = 1.0, ps=(0.05, 0.2, 0.5, 0.8, 0.9
 # --- the document ---------------------------------------------------------------------------------------
 
 
+TRAINING_CODE = ("rbctl/algo", "rbctl/train", "rbctl/rollout", "rbctl/tasks", "rbctl/config", "rbctl/eval", "rbctl/grading")
+
+
+def same_training_code(commits: list[str]) -> str:
+    """Whether the packages a run's numbers depend on (`TRAINING_CODE`) are identical at these commits,
+    by `git diff --quiet`; "" for one commit, "unknown" outside a git checkout."""
+    import subprocess
+
+    if len(commits) < 2:
+        return ""
+    try:
+        same = all(subprocess.run(["git", "diff", "--quiet", commits[0], c, "--", *TRAINING_CODE],
+                                  capture_output=True).returncode == 0 for c in commits[1:])
+    except OSError:
+        return "unknown"
+    return "training code identical at these commits" if same else "the training code is not identical at these commits (git diff)"
+
+
 def provenance_line(tb: Testbed) -> str:
     p = provenance(tb.path, short=True, runs=tb.runs)
-    return f"- {tb.name}: `{tb.path}` — {len(tb.runs)} runs, code {p.commits}, last logged {p.last}"
+    commits = sorted({str(r.provenance.get("git_commit"))[:7] for r in tb.runs if r.provenance.get("git_commit")})
+    same = same_training_code(commits)
+    return f"- {tb.name}: `{tb.path}` — {len(tb.runs)} runs, code {p.commits}{' (' + same + ')' if same else ''}, last logged {p.last}"
 
 
 def claims_markdown(fix: Testbed, maze: Testbed | None, fix_long: Testbed | None, maze_long: Testbed | None,
@@ -295,7 +347,8 @@ def claims_markdown(fix: Testbed, maze: Testbed | None, fix_long: Testbed | None
     out += ["## 2. The entropy bonus against the budget (second stated family)", "",
             "X + entropy bonus − X + budget (α calibrated per baseline and testbed so that the bonus's last-quarter "
             "entropy is at least X + budget's: the sweep files give the values); Holm over this family's testable members.",
-            "", family_table(entropy_rows, "X + budget", "X + entropy"), ""]
+            "", family_table(entropy_rows, "X + budget", "X + entropy"), "",
+            missing(testbeds, ENTROPY, "budget", {t.name: stated_arms(t) for t in testbeds}), ""]
     out += ["Exploratory: X + entropy bonus − X (Holm over these alone).", "",
             family_table(bonus_rows, "X", "X + entropy"), ""]
 
@@ -324,7 +377,8 @@ def claims_markdown(fix: Testbed, maze: Testbed | None, fix_long: Testbed | None
         keys = [k for k in (f"pass@{n}" for n in (16, 8)) if any(k in e for r in tb.runs for e in r.evals)][:1]
         if keys:
             rows += horizon_rows(tb, pairs, shown, keys[0])
-        long_lines += [f"### {tb.name}", "", f"Periodic held-out evaluations at the main horizon ({main_step}) and later "
+        summary = long_line(tb, main_step)
+        long_lines += [f"### {tb.name}", "", *([summary, ""] if summary else []), f"Periodic held-out evaluations at the main horizon ({main_step}) and later "
                        f"(`{tb.path}`); p unadjusted (exploratory).", "",
                        markdown_table(pd.DataFrame(rows)) if rows else "No pair with evaluations on both sides.", ""]
         if tb.escape is not None:
@@ -423,10 +477,34 @@ def claim_rows(budget_rows, entropy_rows, bonus_rows, testbeds, fix_long, maze_l
     return [table, "", "κ per K (binary rewards, G = 8, B = 1):", "", kt]
 
 
-def readme_block(fix: Testbed, maze: Testbed | None, command: str | None) -> str:
+def long_line(tb: Testbed, main_step: int) -> str:
+    """One sentence: GRPO + budget − GRPO at the main horizon and at the last evaluation of a long sweep,
+    and what that says: "faster, same final level" when the gain at the main horizon is significant and
+    the final one's interval holds 0."""
+    a, b = ("grpo", "budget"), ("grpo", "base")
+    if a not in tb.by_key or b not in tb.by_key:
+        return ""
+    last = eval_steps(tb)[-1]
+    d0 = paired_delta(at_step(tb.by_key[a], main_step, tb.benchmark), at_step(tb.by_key[b], main_step, tb.benchmark),
+                      bounds=DELTA_BOUNDS)
+    d1 = tb.delta(a, b)
+    if d1 is None:
+        return ""
+    level = math.isfinite(d1.lo) and d1.lo <= 0 <= d1.hi
+    ahead = d0.testable and d0.p < ALPHA and d0.mean > 0
+    what = ("faster, same final level" if ahead and level else "higher at both horizons" if ahead and d1.lo > 0
+            else "level at the main horizon" if level else "lower at the long horizon" if d1.hi < 0 else "see docs/claims.md")
+    return (f"{tb.name}, GRPO + budget − GRPO: {delta_cell(d0)} at step {main_step}, {delta_cell(d1)} at step {last} "
+            f"({d1.n} units): **{what}**.")
+
+
+def readme_block(fix: Testbed, maze: Testbed | None, fix_long: Testbed | None = None,
+                 maze_long: Testbed | None = None) -> str:
     rows = family([t for t in (fix, maze) if t is not None], "budget", "base")
-    return "\n".join([f"From [docs/claims.md](docs/claims.md) (generated {dt.date.today().isoformat()} by `python -m scripts.claims`): "
-                      "each baseline with and without the budget, Holm over the 8 comparisons.", "", *baseline_lines(rows)])
+    longs = [x for x in (long_line(fix_long, 100) if fix_long else "", long_line(maze_long, 250) if maze_long else "") if x]
+    return "\n".join([f"From [docs/claims.md](docs/claims.md) (generated {dt.date.today().isoformat()} by `python -m "
+                      f"scripts.claims`): each baseline with and without the budget, Holm over the {len(rows)} comparisons.",
+                      "", *baseline_lines(rows), *([""] + [f"Long horizon: {x}" for x in longs] if longs else [])])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -442,11 +520,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         load = lambda name, p: Testbed.load(name, p) if p else None  # noqa: E731
         fix, maze = load("fixpoint", a.fixpoint), load("maze", a.maze)
+        fix_long, maze_long = load("fixpoint (long)", a.fixpoint_long), load("maze (long)", a.maze_long)
         if a.write_readme:
-            write_headline(a.write_readme, readme_block(fix, maze, a.command), README_BEGIN, README_END)
+            write_headline(a.write_readme, readme_block(fix, maze, fix_long, maze_long), README_BEGIN, README_END)
             return 0
-        print(claims_markdown(fix, maze, load("fixpoint (long)", a.fixpoint_long), load("maze (long)", a.maze_long),
-                              load("main job", a.main), a.command))
+        print(claims_markdown(fix, maze, fix_long, maze_long, load("main job", a.main), a.command))
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

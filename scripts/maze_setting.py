@@ -124,8 +124,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m scripts.maze_setting", description=__doc__.split("\n")[0])
     ap.add_argument("sweep", type=Path)
     ap.add_argument("--command")
+    ap.add_argument("--best", action="store_true", help="print only the name of the setting kept")
     a = ap.parse_args(argv)
     try:
+        if a.best:
+            runs, _ = find_runs([a.sweep])
+            bench = next(iter(runs[0].finals)) if runs and runs[0].finals else "builtin"
+            print(best_setting(final_rows(settings([r for r in runs if bench in r.finals]), bench))[0])
+            return 0
         print(markdown(a.sweep, a.command))
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -140,3 +140,18 @@ def test_maze_setting_keeps_the_largest_maxrl_gap(tmp_path: Path) -> None:
     # setting a: the same Δ (−6.25) in every seed: not testable, so Holm counts only b
     assert "| −" not in doc and "-6.2 [n/a]" in doc
     assert "| b | pass@1 | 4 | 3 | 10.0 | 15.0 | +5.0 [n/a] | – |" in doc
+
+
+def test_long_horizon_line_says_faster_same_final_level(tmp_path: Path) -> None:
+    arms = {k: FIX_ARMS[k] for k in ("grpo", "grpo_budget")}
+    # periodic avg@n at step 100: Δ .30, .27, .30 (t ≈ 29 on 2 df); final (step 400): Δ +1/16, −1/16, +1/16
+    at100 = {"grpo": (0.5, 0.55, 0.6), "grpo_budget": (0.8, 0.82, 0.9)}
+    periodic = {(a, s): [{"step": 0, "avg@n": 0.4}, {"step": 100, "avg@n": at100[a][s]}, {"step": 400, "avg@n": 0.95}]
+                for a in arms for s in range(3)}
+    correct = {"grpo": ([4, 4, 4, 3], [4, 4, 4, 4], [4, 4, 3, 4]), "grpo_budget": ([4, 4, 4, 4], [4, 4, 4, 3], [4, 4, 4, 4])}
+    tb = claims.Testbed.load("fixpoint (long)", make_sweep(tmp_path / "long", arms, correct, steps=400, periodic=periodic))
+    line = claims.long_line(tb, 100)
+    assert line.startswith("fixpoint (long), GRPO + budget − GRPO: +29.0 [")
+    assert "at step 100, +2.1 [" in line and "at step 400 (3 units): **faster, same final level**." in line
+    rows = claims.horizon_rows(tb, [(("grpo", "budget"), ("grpo", "base"))], [100, 400])
+    assert [(r["step"], r["grpo"], r["grpo_budget"]) for r in rows] == [(100, "55.0", "84.0"), (400, "95.0", "95.0")]
