@@ -502,9 +502,7 @@ def readme_block(fix: Testbed, maze: Testbed | None, fix_long: Testbed | None = 
                  maze_long: Testbed | None = None) -> str:
     rows = family([t for t in (fix, maze) if t is not None], "budget", "base")
     longs = [x for x in (long_line(fix_long, 100) if fix_long else "", long_line(maze_long, 250) if maze_long else "") if x]
-    return "\n".join([f"From [docs/claims.md](docs/claims.md) (generated {dt.date.today().isoformat()} by `python -m "
-                      f"scripts.claims`): each baseline with and without the budget, Holm over the {len(rows)} comparisons.",
-                      "", *baseline_lines(rows), *([""] + [f"Long horizon: {x}" for x in longs] if longs else [])])
+    return "\n".join([*baseline_lines(rows), *([f"- Long horizon: {' '.join(longs)}"] if longs else [])])
 
 
 def main(argv: list[str] | None = None) -> int:
