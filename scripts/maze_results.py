@@ -169,10 +169,16 @@ def header(sw: Sweep, command: str | None, cpuinfo: Path, today: dt.date | None,
             f"- Held-out set: {sw.bench}, {n_problems} problems × n = {sw.k} samples in each run's final evaluation.", ""]
 
 
-def arms_table(sw: Sweep) -> list[str]:
+README_ROLES = (*PAPER, ("grpo", "budget"))  # the README's short table: the paper's arms and GRPO + budget
+
+
+def arms_table(sw: Sweep, roles: tuple | None = None) -> list[str]:
+    """The arms beside the paper (only the arms whose (baseline, variant) is in ``roles``, if given)."""
     avg, pk, paper = sw.avg, sw.pass_k, sw.paper
     rows = []
     for a in sorted(sw.scores, key=lambda x: -_mean(avg)[x]):
+        if roles is not None and sw.info[a] not in roles:
+            continue
         rows.append([f"`{a}`", PAPER.get(sw.info[a], ("(not in the paper)",))[0], str(len(sw.scores[a].units)),
                      with_ci(*bounded_t_interval(list(avg[a].values()))), with_ci(*bounded_t_interval(list(pk[a].values())))]
                     + ([f"{x:.1f}" for x in paper[a]] if a in paper else ["–"] * 3))
@@ -296,9 +302,11 @@ def readme_table(sweep: Path) -> str:
     sw = load(sweep)
     prov = provenance(sweep, short=True, runs=sw.runs)
     commits, last = prov.commits, prov.last
-    table = arms_table(sw)[4:]  # without the heading and its paragraph
+    table = arms_table(sw, README_ROLES)[4:]  # without the heading and its paragraph
+    shown = sum(sw.info[a] in README_ROLES for a in sw.scores)
+    rest = f" (the paper's arms and GRPO + budget; the other {len(sw.scores) - shown} arms in the full results)" if shown < len(sw.scores) else ""
     return "\n".join(table).rstrip() + (
-        f"\n\n{len(sw.runs)} runs at commit {commits}, last logged {last}; pass@1 = avg@{sw.k} over "
+        f"\n\n{len(sw.runs)} runs at commit {commits}{rest}, last logged {last}; pass@1 = avg@{sw.k} over "
         f"{len(next(iter(sw.scores.values())).ids)} held-out mazes, 95% t-interval over seeds clipped to [0, 100]; "
         "the paper's columns: "
         "its 17×17 table. Full results: [docs/maze_results.md](docs/maze_results.md).")

@@ -103,7 +103,7 @@ def test_entropy_family_and_the_document(tmp_path: Path) -> None:
     doc = claims.claims_markdown(fix, None, None, None, None, command="rbctl ablate x")
     assert "| GRPO | fixpoint | 3 | 31.2 [" in doc
     assert "| (a) The budget improves several RL baselines |" in doc
-    assert "improves: GRPO; worse: none; 1 of 2 no difference | holds in part |" in doc
+    assert "improves: GRPO; worse: none; 1 of 2 no difference | fails: only GRPO improves |" in doc
 
 
 def test_kappa_falls_with_k_under_the_budget_and_the_finite_g_identity() -> None:
@@ -154,4 +154,4 @@ def test_long_horizon_line_says_faster_same_final_level(tmp_path: Path) -> None:
     assert line.startswith("fixpoint (long), GRPO + budget − GRPO: +29.0 [")
     assert "at step 100, +2.1 [" in line and "at step 400 (3 units): **faster, same final level**." in line
     rows = claims.horizon_rows(tb, [(("grpo", "budget"), ("grpo", "base"))], [100, 400])
-    assert [(r["step"], r["grpo"], r["grpo_budget"]) for r in rows] == [(100, "55.0", "84.0"), (400, "95.0", "95.0")]
+    assert [(r["step"], r["reference %"], r["arm %"]) for r in rows] == [(100, "55.0", "84.0"), (400, "95.0", "95.0")]
