@@ -41,7 +41,7 @@ from rbctl.report.escape import escape_rows, logrank_rows, survival_summary
 from rbctl.report.load import Run, find_runs, sweep_settings
 from rbctl.report.series import final_metric, run_series
 from rbctl.report.stats import DELTA_BOUNDS, PairedDelta, holm, paired_delta, t_interval
-from rbctl.report.tables import NOT_TESTABLE, delta, markdown_table, pct, pval
+from rbctl.report.tables import NOT_TESTABLE, delta, markdown_table, pct, pval, with_ci
 from scripts.readme_results import cpu_description, provenance, write_headline
 
 BASELINES = (("grpo", "GRPO"), ("dr_grpo", "Dr.GRPO"), ("rloo", "RLOO"), ("reinforce_pp", "REINFORCE++"))
@@ -64,7 +64,7 @@ class Testbed:
 
     @classmethod
     def load(cls, name: str, path: Path) -> "Testbed":
-        runs, issues = find_runs([path])
+        runs, _ = find_runs([path])
         if not runs:
             raise UserError(f"{path}: no finished runs")
         _, escape, benches = sweep_settings(runs)
@@ -118,9 +118,6 @@ class Testbed:
         vals = [final_metric(r, "entropy") for r in self.by_key.get(key, [])]
         vals = [v for v in vals if math.isfinite(v)]
         return t_interval(vals) if vals else (math.nan, math.nan, math.nan)
-
-    def units(self) -> int:
-        return max((len(v) for v in self.scores.values()), default=0)
 
 
 @dataclass
@@ -185,8 +182,6 @@ def stated_arms(tb: Testbed) -> set[str]:
 
 
 def ci(m) -> str:
-    from rbctl.report.tables import with_ci
-
     return with_ci(*m)
 
 

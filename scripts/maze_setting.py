@@ -89,13 +89,18 @@ def best_setting(rows: list[dict]) -> tuple[str, float]:
     return best["setting"], best["_mean"]
 
 
-def markdown(sweep: Path, command: str | None = None, cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+def load(sweep: Path) -> tuple[list[Run], str, dict[str, dict[str, list[Run]]], list[dict]]:
+    """The sweep's runs, its benchmark, its settings with finished runs and their final-evaluation rows."""
     runs, _ = find_runs([sweep])
     bench = next(iter(runs[0].finals)) if runs and runs[0].finals else "builtin"
     by = settings([r for r in runs if bench in r.finals])
     if not by:
         raise UserError(f"{sweep}: no setting with finished GRPO and MaxRL runs (arms grpo_<setting>, maxrl_<setting>)")
-    fin = final_rows(by, bench)
+    return runs, bench, by, final_rows(by, bench)
+
+
+def markdown(sweep: Path, command: str | None = None, cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    runs, bench, by, fin = load(sweep)
     adj, _ = holm([r["p"] for r in fin if r["metric"] == "final pass@1"])
     it = iter(adj)
     for r in fin:
@@ -128,9 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     try:
         if a.best:
-            runs, _ = find_runs([a.sweep])
-            bench = next(iter(runs[0].finals)) if runs and runs[0].finals else "builtin"
-            print(best_setting(final_rows(settings([r for r in runs if bench in r.finals]), bench))[0])
+            print(best_setting(load(a.sweep)[3])[0])
             return 0
         print(markdown(a.sweep, a.command))
     except UserError as e:
