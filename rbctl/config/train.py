@@ -63,7 +63,7 @@ class VllmCfg(Section):
 
 class RolloutCfg(Section):
     engine: Literal["hf", "vllm"] = Field("hf", description="Rollout engine: transformers generation, or vLLM (GPU, optional extra).")
-    prompts_per_step: int = Field(16, ge=1, description="P: prompts per optimizer step.")
+    prompts_per_step: int = Field(16, ge=1, description="P: prompts per rollout step (one rollout batch is P × G rollouts).")
     group_size: int = Field(8, ge=2, description="G: rollouts per prompt (>= 2 to centre rewards).")
     max_new_tokens: int = Field(20, ge=1, description="Token limit of a response (also Dr.GRPO's divisor).")
     temperature: float = Field(1.0, gt=0.0, description="Sampling temperature (> 0: RL needs on-policy samples); log-probs and entropy use it too.")
@@ -86,7 +86,7 @@ class EntropyCfg(Section):
     mode: Literal["none", "static", "adaptive"] = Field("none", description="Entropy bonus: none, static alpha, or adaptive toward a target.")
     alpha: float = Field(0.0, ge=0.0, description="Bonus coefficient α (loss −= α·H); the starting α when adaptive.")
     target: float = Field(0.3, ge=0.0, description="Adaptive: target entropy H* (nats per token).")
-    delta: float = Field(0.001, ge=0.0, description="Adaptive: step δ of α per optimizer step.")
+    delta: float = Field(0.001, ge=0.0, description="Adaptive: step δ of α per rollout step.")
     alpha_min: float = Field(0.0, ge=0.0, description="Adaptive: lower bound of α.")
     alpha_max: float = Field(0.1, ge=0.0, description="Adaptive: upper bound of α.")
 
@@ -107,10 +107,10 @@ class AlgoCfg(Section):
     clip_ratio_c: Optional[float] = Field(3.0, gt=1.0, description="Dual clip c (verl's clip_ratio_c, default 3): with A < 0 the per-token loss is at most −A·c, so a token whose ratio rose above c stops pushing; policy_loss clip only (verl's clip_cov, kl_cov and gspo have none); null = off (docs/method.md, \"Setting\"). Where it does not bind the loss is bit-identical to null's.")
     kl_coef: float = Field(0.0, ge=0.0, description="Coefficient of the k3 KL to the frozen initial policy (0 = no KL term).")
     log_kl: bool = Field(True, description="Keep a frozen reference to log the KL even when kl_coef is 0 (an extra forward pass).")
-    ppo_epochs: int = Field(1, ge=1, description="Passes over each rollout batch (each pass takes one optimizer step per mini-batch).")
-    ppo_mini_batch_size: Optional[int] = Field(None, ge=1, description="Prompts per mini-batch (verl's ppo_mini_batch_size; each prompt brings its G rollouts): every epoch deals the batch's groups into P / this many mini-batches, one optimizer step each, with ratios against the log-probs from before the first step (docs/method.md, \"Mini-batch updates\"); null = P: one optimizer step per epoch.")
+    ppo_epochs: int = Field(1, ge=1, description="Passes over each rollout batch (each pass takes one optimizer update per mini-batch).")
+    ppo_mini_batch_size: Optional[int] = Field(None, ge=1, description="Prompts per mini-batch (verl's ppo_mini_batch_size; each prompt brings its G rollouts): every epoch deals the batch's groups into P / this many mini-batches, one optimizer update each, with ratios against the log-probs from before the first update (docs/method.md, \"Mini-batch updates\"); null = P: one optimizer update per epoch.")
     tis_cap: Optional[float] = Field(None, gt=0.0, description="Truncated importance sampling cap C for the sampler/trainer log-prob mismatch (vLLM, or the hf engine's rollout.dtype bfloat16; any engine that records its log-probs): each token's policy-gradient loss × min(π_old/π_sampler, C); null = off.")
-    micro_batch_size: int = Field(0, ge=0, description="Sequences per forward/backward (gradient accumulation inside one optimizer step); 0 = the whole (mini-)batch.")
+    micro_batch_size: int = Field(0, ge=0, description="Sequences per forward/backward (gradient accumulation inside one optimizer update); 0 = the whole (mini-)batch.")
     entropy: EntropyCfg = Field(default_factory=EntropyCfg, description="Entropy bonus (the ablation arm).")
     policy_loss: PolicyLossName = Field("clip", description="Policy loss (rbctl.algo.POLICY_LOSSES): PPO clip, Clip-Cov, KL-Cov or GSPO (docs/method.md, \"Other arms\").")
     clip_cov: Optional[ClipCovCfg] = Field(None, description="Clip-Cov's settings (policy_loss clip_cov only; null there = the defaults below).")
@@ -207,9 +207,9 @@ class OptimCfg(Section):
     weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay.")
     beta1: float = Field(0.9, ge=0.0, lt=1.0, description="AdamW β1.")
     beta2: float = Field(0.999, ge=0.0, lt=1.0, description="AdamW β2.")
-    warmup_steps: int = Field(0, ge=0, description="Linear learning-rate warm-up steps.")
+    warmup_steps: int = Field(0, ge=0, description="Rollout steps of linear learning-rate warm-up (the lr changes once per rollout step).")
     schedule: Literal["constant", "cosine"] = Field("constant", description="Learning-rate schedule after warm-up.")
-    schedule_steps: Optional[int] = Field(None, ge=1, description="Steps the cosine schedule spans (null = steps); `rbctl train --extend` pins it to a run's first horizon, and steps past it keep the last step's lr.")
+    schedule_steps: Optional[int] = Field(None, ge=1, description="Rollout steps the cosine schedule spans (null = steps); `rbctl train --extend` pins it to a run's first horizon, and steps past it keep the last step's lr.")
     max_grad_norm: float = Field(1.0, gt=0.0, description="Gradient clipping by global norm.")
 
 
@@ -237,9 +237,9 @@ class TrainConfig(Section):
     renamed_keys: ClassVar[dict[str, str]] = RENAMED_KEYS
 
     seed: int = Field(0, description="Run seed: prompt order, sampling and initialisation of anything random.")
-    steps: int = Field(100, ge=1, description="Optimizer steps (one rollout batch each).")
+    steps: int = Field(100, ge=1, description="Rollout steps: each samples one rollout batch (P prompts × G rollouts) and takes algo.ppo_epochs × M optimizer updates on it (M = P / algo.ppo_mini_batch_size mini-batches, 1 when that is null).")
     threads: int = Field(0, ge=0, description="torch CPU threads; 0 = torch's default.")
-    max_nonfinite_steps: int = Field(3, ge=1, description="Stop the run after this many steps in a row with a non-finite loss or gradient (each is skipped).")
+    max_nonfinite_steps: int = Field(3, ge=1, description="Stop the run after this many rollout steps in a row with a non-finite loss or gradient (such optimizer updates are skipped).")
     kappa_eff_every: int = Field(1, ge=0, description="Measure κ_eff every k steps (one extra forward pass); 0 = never.")
     save_every: int = Field(50, ge=1, description="Checkpoint every k steps (and at the last step).")
     keep_checkpoints: int = Field(2, ge=1, description="Checkpoints kept on disk (oldest deleted).")
