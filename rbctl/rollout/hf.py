@@ -2,7 +2,7 @@
 
 An engine takes prompt token ids and `SamplingParams` and returns, for each prompt, n `Sample`s.
 `hf` runs `transformers` generation (KV cache, temperature, top_p, EOS) on CPU or one GPU;
-`vllm` (rbctl.rollout.vllm, the scale-out issue) implements the same `generate` signature.
+`vllm` (rbctl.rollout.vllm, for GPUs) implements the same `generate` signature.
 
 On CPU, for a plain decoder-only model (see `prefix_cache_supported`) and a generation config
 that adds no logits processor of its own, `hf` runs its own sampling loop instead of

@@ -1,5 +1,5 @@
 """Checkpoints are chosen without reading their contents and verified once, as they are read for
-loading (issue 24, item 2): counted with inotify (every open of a checkpoint file, by any code, C and
+loading: counted with inotify (every open of a checkpoint file, by any code, C and
 Rust libraries included) and by counting the bytes Python reads from each file."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A resume is honest about its config (issue 24, item 5): a cosine run's `steps` changes only with
+"""A resume is honest about its config: a cosine run's `steps` changes only with
 --extend, which keeps the schedule the first steps ran with; the learning-rate schedule never
 changes; a changed config leaves the previous one beside it (config.step_N.yaml)."""
 

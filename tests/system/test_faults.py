@@ -1,4 +1,4 @@
-"""Faults beyond SIGKILL (issue 14): planted pickles, two writers, a full disk, interrupts."""
+"""Faults beyond SIGKILL: planted pickles, two writers, a full disk, interrupts."""
 
 from __future__ import annotations
 
