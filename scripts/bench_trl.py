@@ -385,7 +385,7 @@ def report(args, results: dict[str, list[dict]], matmul: list[float]) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=12, help="optimizer steps per run")
+    ap.add_argument("--steps", type=int, default=12, help="rollout steps per run (one rollout batch and one optimizer step each, in both)")
     ap.add_argument("--rounds", type=int, default=3, help="rounds of (rbctl, TRL) runs, alternating")
     ap.add_argument("--warmup", type=int, default=2, help="first steps of each run left out of the medians")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: the quickstart's `threads`)")
