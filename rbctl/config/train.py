@@ -251,7 +251,7 @@ class TrainConfig(Section):
     algo: AlgoCfg = Field(default_factory=AlgoCfg, description="Estimator, budget, loss.")
     optim: OptimCfg = Field(default_factory=OptimCfg, description="Optimizer.")
     eval: EvalDuringTrainingCfg = Field(default_factory=EvalDuringTrainingCfg, description="Periodic held-out evaluation.")
-    log: LogCfg = Field(default_factory=LogCfg, description="Trackers besides metrics.jsonl.")
+    log: LogCfg = Field(default_factory=LogCfg, description="Experiment trackers (TensorBoard, W&B) besides metrics.jsonl.")
 
     @model_validator(mode="after")
     def _resolve(self):

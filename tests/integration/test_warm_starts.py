@@ -88,7 +88,7 @@ def test_the_main_config_resolves_to_the_shipped_files_and_a_run_starts_from_the
 
     cfg = load_train_config(REPO / "configs" / "fixpoint.yaml", ["steps=1", "eval.every=0"])
     name = cfg.data.builtin.warm_start
-    before = sorted(rbctl_cache.rglob("*"))  # the cache is shared by the session's tests
+    before = sorted(rbctl_cache.rglob("*"))  # the cache is shared by the pytest session's tests
     folder = builtin.warm_started(task_spec(cfg), warm_start_spec(cfg), shipped=name)
     assert folder == SHIPPED_DIR / name
     tr = Trainer(cfg, tmp_path / "run", log=lambda *a: None)

@@ -116,7 +116,7 @@ def _weights(run: Path, step: int = 4) -> dict:
 
 
 def _straight(tiny_config, tmp_path_factory) -> Path:
-    """The uninterrupted 4-step run, trained once per session."""
+    """The uninterrupted 4-step run, trained once per pytest session."""
     if "run" not in _STRAIGHT:
         from rbctl.train.loop import train
 
