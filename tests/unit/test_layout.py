@@ -326,3 +326,24 @@ def test_the_checker_sees_function_level_and_relative_imports(tmp_path, monkeypa
     finally:
         modules.cache_clear()
         imports_of.cache_clear()
+
+
+# --- one record per method ------------------------------------------------------------------------
+
+BASELINES = ("grpo", "dr_grpo", "rloo", "reinforce_pp", "maxrl", "clip")  # names too common to count
+
+
+def test_each_method_is_named_in_its_function_module_and_the_registry_only():
+    """A method's name (its registry key) appears in at most two package files: the module of its
+    function and rbctl/algo/registry.py; a sampling hook's in one more (the trainer's resampling)."""
+    from rbctl.algo.registry import METHODS
+
+    sources = {rel(p): p.read_text(encoding="utf-8") for p in modules().values()}
+    bad = []
+    for name, m in METHODS.items():
+        if name in BASELINES:
+            continue
+        files = sorted(f for f, text in sources.items() if name in text)
+        if len(files) > (3 if m.kind == "sampling_hook" else 2):
+            bad.append(f"{name}: {', '.join(files)}")
+    assert not bad, "method names outside their function's module and the registry:\n" + "\n".join(bad)
