@@ -17,7 +17,7 @@ from rbctl.algo.losses import LOSS_AGG
 from rbctl.config.base import Section, apply_overrides, read_yaml, validate
 from rbctl.config.builtin import TASK_DOC, BuiltinCfg, default_section, upgrade_legacy
 from rbctl.config.methods import at_most_problems, block_fields, check_selection, fill_selected, hook_fields
-from rbctl.config.eval import EvalSection, check_fits_run_engine, for_run, run_engine
+from rbctl.config.eval import EvalConfig, EvalSection
 from rbctl.tasks.prompting import MATH_INSTRUCTION
 
 
@@ -232,3 +232,36 @@ def load_train_config(path: Path | None, overrides: list[str] = ()) -> TrainConf
     data = read_yaml(path) if path is not None else {}
     data = apply_overrides(data, list(overrides))
     return validate(TrainConfig, data, str(path) if path else "config", list(overrides))
+
+
+# --- a run's evaluations: an eval section read against the run's training config ----------------
+
+
+def run_engine(section: EvalSection, cfg: TrainConfig) -> str:
+    """The engine of a run's evaluation: the section's, else the run's rollout engine. vLLM is built
+    once per process, so a vLLM evaluation must be of a vLLM run (it uses the run's engine)."""
+    engine = section.engine or cfg.rollout.engine
+    if engine == "vllm" and cfg.rollout.engine != "vllm":
+        raise ValueError("eval.engine 'vllm' evaluates through the run's own vLLM engine: it needs rollout.engine "
+                         "'vllm' (or set eval.engine to hf or null)")
+    return engine
+
+
+def for_run(section: EvalSection, cfg: TrainConfig) -> EvalConfig:
+    """The `EvalConfig` of a run's periodic or final evaluation: the section's keys, and from the
+    run's training config what the section leaves open: max_new_tokens (rollout.max_new_tokens),
+    the engine (`run_engine`), the seed, the prompt template and instruction, the device."""
+    values = section.model_dump(include=set(EvalSection.model_fields))
+    values.update(max_new_tokens=section.max_new_tokens or cfg.rollout.max_new_tokens, engine=run_engine(section, cfg),
+                  seed=cfg.seed, template=cfg.data.template, instruction=cfg.data.instruction, device=cfg.model.device)
+    return EvalConfig(**values)
+
+
+def check_fits_run_engine(ecfg: EvalConfig, cfg: TrainConfig) -> None:
+    """A vLLM evaluation runs on the run's own engine: its answers must fit that engine's context
+    (`rollout.vllm.max_model_len`, when set), or vLLM would refuse the requests after training."""
+    context = cfg.rollout.vllm.max_model_len
+    if ecfg.engine == "vllm" and context is not None and ecfg.max_new_tokens >= context:
+        raise ValueError(f"eval.max_new_tokens {ecfg.max_new_tokens} does not fit the run's vLLM context: "
+                         f"rollout.vllm.max_model_len {context} must hold the prompt and the answer "
+                         f"(raise it above {ecfg.max_new_tokens} + the longest prompt)")

@@ -19,11 +19,10 @@ import yaml
 
 from rbctl.algo import registry as methods
 from rbctl.config.base import apply_overrides, read_yaml, validate
-from rbctl.config.eval import check_fits_run_engine, for_run
 from rbctl.config.launcher import LauncherCfg
 from rbctl.config.methods import hooks_on
 from rbctl.config.sweep import SweepConfig, SweepEval
-from rbctl.config.train import TrainConfig, upgrade_run_config
+from rbctl.config.train import TrainConfig, check_fits_run_engine, for_run, upgrade_run_config
 from rbctl.config.presets import preset
 from rbctl.config.sweep import arm_variant
 from rbctl.errors import UserError
