@@ -5,7 +5,7 @@
     python -m scripts.warm_starts probe                                           # re-measure, targets
 
 `make` trains the SFT recipe of the config's `data.builtin` section once per SFT seed (in a
-temporary cache), measures each warm start on the task's held-out split (`rbctl.tasks.shipped.probe`)
+temporary cache), measures each warm start on the task's held-out split (`scripts.fixpoint_probe.probe`)
 and ships it as `<task>-ws<seed>` when it meets the index's targets for its task (a seed that misses
 them is reported and not shipped; no seed is silently dropped: the index records every seed tried).
 `check` retrains every shipped warm start from its recorded recipe and says, per file, whether the
@@ -57,7 +57,7 @@ def _train(spec, ws, cache: Path) -> Path:
 def _probe(folder: Path, spec) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rbctl.tasks.shipped import probe
+    from scripts.fixpoint_probe import probe
 
     return probe(AutoModelForCausalLM.from_pretrained(folder), AutoTokenizer.from_pretrained(folder), spec)
 

@@ -1,11 +1,12 @@
 """Advantage estimators and reward budgeting (pure functions, no I/O).
 
-This module is the plug-in: a user of another framework needs only `compute_advantages`
-(or `budget_rewards`) on a `[P, G]` tensor of rewards — P prompts, G rollouts each.
+This module holds the estimators' functions; a user of another framework needs only
+`compute_advantages` (which dispatches by name through rbctl.algo.registry) or `budget_rewards`
+on a `[P, G]` tensor of rewards — P prompts, G rollouts each.
 Every formula here is the one in docs/method.md; the docstrings restate it.
 
     >>> import torch
-    >>> from rbctl.algo.advantages import compute_advantages
+    >>> from rbctl.algo import compute_advantages
     >>> r = torch.tensor([[1., 0., 0., 0.]])
     >>> compute_advantages(r, "grpo", budget=1.0)      # K=1 correct of G=4: gap B/K = 1
     tensor([[ 0.7500, -0.2500, -0.2500, -0.2500]])
@@ -13,21 +14,18 @@ Every formula here is the one in docs/method.md; the docstrings restate it.
 
 from __future__ import annotations
 
-import functools
-import inspect
 import math
-from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
+from rbctl.algo.registry import get_estimator, param_problems
 from rbctl.errors import UserError
 
 # docs/method.md: GRPO divides by (std + 1e-6); the same epsilon guards batch whitening.
 STD_EPS = 1e-6
 
 
-def _check_rewards(rewards: torch.Tensor) -> None:
+def check_rewards(rewards: torch.Tensor) -> None:
     if rewards.dim() != 2:
         raise UserError(f"rewards must be a [P, G] tensor, got shape {tuple(rewards.shape)}")
     if rewards.shape[1] < 2:
@@ -145,67 +143,6 @@ def passk(r: torch.Tensor, budgeted: bool = False, *, k: int) -> torch.Tensor:
     return torch.where(correct, a_pos.unsqueeze(1), a_neg.unsqueeze(1))
 
 
-def keyword_params(fn: Callable) -> dict[str, object]:
-    """A method's own settings: the keyword-only parameters of its function -> default
-    (`inspect.Parameter.empty` where required). The config block of a method holds exactly these
-    (rbctl.config.train checks it). A fresh dict; the signature is read once per function."""
-    return dict(_keyword_params(fn))
-
-
-@functools.cache
-def _keyword_params(fn: Callable) -> tuple[tuple[str, object], ...]:
-    sig = inspect.signature(fn).parameters.values()
-    return tuple((p.name, p.default) for p in sig if p.kind is inspect.Parameter.KEYWORD_ONLY)
-
-
-def param_problems(known: dict[str, object], given) -> tuple[list[str], list[str]]:
-    """(unknown, missing): the names in `given` that `known` (a `keyword_params`) lacks, sorted, and
-    the required ones of `known` that `given` lacks."""
-    return (sorted(set(given) - set(known)),
-            [p for p, default in known.items() if default is inspect.Parameter.empty and p not in given])
-
-
-@dataclass(frozen=True)
-class Estimator:
-    """An advantage estimator, the loss aggregation docs/method.md pairs it with by default and, for
-    an estimator that does not compose with the budget, why (None: it composes). Its own
-    parameters are the function's keyword-only ones (`params`; passk: `compute_advantages(r, "passk", k=4)`)."""
-
-    fn: Callable[..., torch.Tensor]
-    default_loss_agg: str
-    no_budget: str | None = None
-
-    @property
-    def params(self) -> dict[str, object]:
-        """Keyword parameters -> default (`keyword_params`)."""
-        return keyword_params(self.fn)
-
-    @property
-    def composes_with_budget(self) -> bool:
-        return self.no_budget is None
-
-
-ESTIMATORS: dict[str, Estimator] = {
-    "grpo": Estimator(grpo, "seq-mean-token-mean"),
-    "dr_grpo": Estimator(dr_grpo, "seq-mean-token-sum-norm"),
-    "rloo": Estimator(rloo, "token-mean"),
-    "reinforce_pp": Estimator(reinforce_pp, "token-mean"),
-    # Sequence scores summed over tokens, as in MaxRL's estimator: a constant divisor (Dr.GRPO's mode).
-    "maxrl": Estimator(maxrl, "seq-mean-token-sum-norm",
-                       no_budget="maxrl already is the budget with B = G, and its division by mean(r) cancels any B"),
-    # verl's default aggregation, the framework the Pass@k Training authors' code plugs into.
-    "passk": Estimator(passk, "token-mean",
-                       no_budget="passk's advantages are derived for binary rewards and budgeted rewards are not binary"),
-}
-
-
-def get_estimator(name: str) -> Estimator:
-    try:
-        return ESTIMATORS[name]
-    except KeyError:
-        raise UserError(f"unknown estimator '{name}'; valid: {', '.join(ESTIMATORS)}") from None
-
-
 # --- reward budgeting ----------------------------------------------------------------------------
 
 
@@ -218,7 +155,7 @@ def budget_rewards(rewards: torch.Tensor, budget: float, shift: float = 0.0) -> 
     rewards: [P, G]; budget B > 0; shift c ≥ 0 with every r_i + c ≥ 0 (a reward below −c is an
     error, never a silent clamp). Each row of the result sums to B when it earned anything.
     """
-    _check_rewards(rewards)
+    check_rewards(rewards)
     if not budget > 0:
         raise UserError(f"budget must be > 0, got {budget}")
     if shift < 0:
@@ -246,12 +183,12 @@ def compute_advantages(
 
     budget=None: the base estimator as docs/method.md's table defines it.
     budget=B:   r̃ = budget_rewards(r, B, shift), then the base estimator's centring of r̃
-                without its per-group std scaling. An estimator with `composes_with_budget`
-                False (maxrl, passk) refuses a budget.
-    params:     the estimator's own keyword parameters, exactly those in `Estimator.params`
-                (passk: k), e.g. compute_advantages(r, "passk", k=4).
+                without its per-group std scaling. An estimator whose `composes_with_budget` is
+                False refuses a budget.
+    params:     the estimator's own keyword parameters, exactly those in `Method.params`,
+                e.g. compute_advantages(r, "passk", k=4).
     """
-    _check_rewards(rewards)
+    check_rewards(rewards)
     est = get_estimator(estimator)
     known = est.params
     unknown, missing = param_problems(known, params)

@@ -1,13 +1,13 @@
-"""Policy-loss variants as a registry of pure functions: the update loop picks one by name and never
-branches per method (verl's `register_policy_loss` is the model).
+"""Policy-loss variants as pure functions; the registry (rbctl.algo.registry, modelled on verl's
+`register_policy_loss`) names them, and the update loop picks one by name and never branches per method.
 
 Every variant takes (logp [N, T], old_logp [N, T], advantages [N] or [N, T], mask [N, T], **params)
 and returns a `PolicyLossResult`: the per-token loss matrix [N, T] (to be aggregated with
 `rbctl.algo.losses.aggregation_weights`, or with the variant's own `loss_agg` when it forces one),
 boolean per-token statistics [N, T] (the trainer sums them over valid tokens to log fractions) and
 token counts of the call (summed over calls, logged as fractions of the same tokens).
-Its settings are keyword-only parameters without defaults: the defaults are its config block's
-(rbctl.config.methods), and the docstrings name the sources' values.
+Its settings are keyword-only parameters without defaults: the defaults are its registry record's
+(rbctl.algo.registry), and the docstrings name the sources' values.
 Padding entries of the loss matrix are whatever falls out of the formula; the aggregation weights
 are 0 there. Formulas and sources: docs/method.md, "Other arms".
 
@@ -26,11 +26,10 @@ what its verl counterpart does.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 
-from rbctl.algo.advantages import keyword_params, param_problems
+from rbctl.algo.registry import get_policy_loss, param_problems
 from rbctl.errors import UserError
 
 # verl clamps the sequence log-ratio of GSPO at 10 before exp "for numerical stability".
@@ -208,47 +207,6 @@ def gspo_loss(logp, old_logp, advantages, mask, *, clip_low: float, clip_high: f
     unclipped = -adv * s
     clipped = -adv * torch.clamp(s, 1.0 - clip_low, 1.0 + clip_high)
     return PolicyLossResult(torch.maximum(unclipped, clipped), _clip_stats(s.detach(), adv, clip_low, clip_high))
-
-
-@dataclass(frozen=True)
-class PolicyLoss:
-    """A registered policy loss: the function, and the aggregation it forces (None: the run's)."""
-
-    fn: Callable[..., PolicyLossResult]
-    loss_agg: str | None = None
-
-    @property
-    def params(self) -> dict[str, object]:
-        """Keyword parameters -> default (`keyword_params`)."""
-        return keyword_params(self.fn)
-
-
-POLICY_LOSSES: dict[str, PolicyLoss] = {}
-
-
-def register_policy_loss(name: str, loss_agg: str | None = None) -> Callable[[Callable], Callable]:
-    """Decorator-style registration, as verl's `register_policy_loss`."""
-
-    def add(fn: Callable[..., PolicyLossResult]) -> Callable[..., PolicyLossResult]:
-        if name in POLICY_LOSSES and POLICY_LOSSES[name].fn is not fn:
-            raise ValueError(f"policy loss '{name}' is already registered")
-        POLICY_LOSSES[name] = PolicyLoss(fn, loss_agg)
-        return fn
-
-    return add
-
-
-register_policy_loss("clip")(clip_loss)
-register_policy_loss("clip_cov")(clip_cov_loss)
-register_policy_loss("kl_cov")(kl_cov_loss)
-register_policy_loss("gspo", loss_agg="seq-mean-token-mean")(gspo_loss)
-
-
-def get_policy_loss(name: str) -> PolicyLoss:
-    try:
-        return POLICY_LOSSES[name]
-    except KeyError:
-        raise UserError(f"unknown policy loss '{name}'; valid: {', '.join(POLICY_LOSSES)}") from None
 
 
 def compute_policy_loss(name: str, logp, old_logp, advantages, mask, **params) -> PolicyLossResult:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rbctl.algo.advantages import _check_rewards
+from rbctl.algo.advantages import check_rewards
 
 
 def sharpness_per_prompt(rewards: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
@@ -22,7 +22,7 @@ def sharpness_per_prompt(rewards: torch.Tensor, values: torch.Tensor) -> torch.T
     log π_old(y_i) (summed over response tokens) it is κ_eff (docs/method.md, "Sharpness").
     rewards, values: [P, G] -> [P]; NaN for prompts whose rewards are all equal (not mixed).
     """
-    _check_rewards(rewards)
+    check_rewards(rewards)
     rewards = rewards.double()
     values = values.double()
     mean = rewards.mean(dim=1, keepdim=True)

@@ -98,7 +98,7 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
         path, value = parse_override(item)
         node = data
         for part in path[:-1]:
-            if node.get(part) is None:  # absent, or an optional section written as null (algo.clip_cov: null)
+            if node.get(part) is None:  # absent, or an optional section written as null (an optional method block: null)
                 node[part] = {}
             nxt = node[part]
             if not isinstance(nxt, dict):

@@ -14,7 +14,7 @@ batches. A run's evaluations use the run's engine: with vLLM the run's own engin
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal, Optional
+from typing import Literal, Optional
 
 from pydantic import Field, ValidationError
 
@@ -22,8 +22,6 @@ from rbctl.config.base import Section
 from rbctl.errors import UserError
 from rbctl.tasks.prompting import MATH_INSTRUCTION
 
-if TYPE_CHECKING:
-    from rbctl.config.train import TrainConfig
 
 DEFAULT_BENCHMARKS = ("amc23", "aime24", "aime25")
 # The links and fixpoint tasks' longest answers are well under 32 tokens; 32 leaves room without
@@ -99,36 +97,6 @@ class EvalConfig(EvalSection):
         "auto", description="Weights dtype when loading; auto = bfloat16 on GPUs that support it, else float32.",
     )
     threads: int = Field(0, ge=0, description="torch CPU threads; 0 = torch's default.")
-
-
-def run_engine(section: EvalSection, cfg: TrainConfig) -> str:
-    """The engine of a run's evaluation: the section's, else the run's rollout engine. vLLM is built
-    once per process, so a vLLM evaluation must be of a vLLM run (it uses the run's engine)."""
-    engine = section.engine or cfg.rollout.engine
-    if engine == "vllm" and cfg.rollout.engine != "vllm":
-        raise ValueError("eval.engine 'vllm' evaluates through the run's own vLLM engine: it needs rollout.engine "
-                         "'vllm' (or set eval.engine to hf or null)")
-    return engine
-
-
-def for_run(section: EvalSection, cfg: TrainConfig) -> EvalConfig:
-    """The `EvalConfig` of a run's periodic or final evaluation: the section's keys, and from the
-    run's training config what the section leaves open: max_new_tokens (rollout.max_new_tokens),
-    the engine (`run_engine`), the seed, the prompt template and instruction, the device."""
-    values = section.model_dump(include=set(EvalSection.model_fields))
-    values.update(max_new_tokens=section.max_new_tokens or cfg.rollout.max_new_tokens, engine=run_engine(section, cfg),
-                  seed=cfg.seed, template=cfg.data.template, instruction=cfg.data.instruction, device=cfg.model.device)
-    return EvalConfig(**values)
-
-
-def check_fits_run_engine(ecfg: EvalConfig, cfg: TrainConfig) -> None:
-    """A vLLM evaluation runs on the run's own engine: its answers must fit that engine's context
-    (`rollout.vllm.max_model_len`, when set), or vLLM would refuse the requests after training."""
-    context = cfg.rollout.vllm.max_model_len
-    if ecfg.engine == "vllm" and context is not None and ecfg.max_new_tokens >= context:
-        raise ValueError(f"eval.max_new_tokens {ecfg.max_new_tokens} does not fit the run's vLLM context: "
-                         f"rollout.vllm.max_model_len {context} must hold the prompt and the answer "
-                         f"(raise it above {ecfg.max_new_tokens} + the longest prompt)")
 
 
 def build_config(**values) -> EvalConfig:

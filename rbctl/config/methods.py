@@ -1,124 +1,135 @@
-"""Each method's settings as its own config block, and the rules that tie a block to its function.
+"""Each method's config block, built from its registry record (rbctl.algo.registry), so a method's
+defaults, descriptions and bounds are written once, in its record.
 
-A method (an estimator, a policy loss, an optional method such as the entropy mask) has one block,
-the `algo` field named as the method (`algo.clip_cov`), whose keys are exactly its function's
-keyword-only parameters, with the defaults declared in the block only: the functions in
-rbctl.algo declare none (`check_method_blocks`, run when rbctl.config.train is imported). A block
-of a selected method (`algo.estimator`, `algo.policy_loss`) is null unless that method is
-selected; an optional method's block is null = off. Adding a method is its registry entry (or its
-entry in `ADDED_METHODS`), its block here, an `algo` field for it (rbctl.config.train) and its test.
+A method with settings has one block, the `algo` field of its name (`algo.<name>`), whose keys are
+exactly its settings. The block of a selected method (kinds estimator and policy loss, chosen by
+`algo.estimator` / `algo.policy_loss`) is null unless that method is selected, and then holds its
+defaults unless given; the block of an optional method (token masks, reward transforms) is
+null = off. A sampling hook has no settings: its key `rollout.<name>` is a bool.
 """
 
 from __future__ import annotations
 
-import inspect
-from typing import Callable, get_args
+import typing
+from typing import Any, Optional
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, create_model, model_validator
 
-from rbctl import algo
+from rbctl.algo import registry
+from rbctl.algo.registry import OPTIONAL, REQUIRED, SELECTED, Method
 from rbctl.config.base import Section
 
 
-class PasskCfg(Section):
-    """Pass@k Training (algo.estimator passk; rbctl.algo.passk)."""
-
-    k: int = Field(..., ge=1, description="k of pass@k (1 <= k <= rollout.group_size); required with algo.estimator passk.")
-
-
-class ClipCovCfg(Section):
-    """Clip-Cov (algo.policy_loss clip_cov; rbctl.algo.policy_losses.clip_cov_loss); its PPO clip is algo.clip_low/clip_high."""
-
-    ratio: float = Field(2e-4, gt=0.0, le=1.0, description="Fraction of valid tokens whose gradient is detached (verl's clip_cov_ratio).")
-    lb: float = Field(1.0, description="Lower bound of the covariance window of candidate tokens (verl's clip_cov_lb).")
-    ub: float = Field(5.0, description="Upper bound of the covariance window of candidate tokens (verl's clip_cov_ub).")
-
-    @model_validator(mode="after")
-    def _window(self):
-        if self.lb >= self.ub:
-            raise ValueError(f"algo.clip_cov.lb must be < algo.clip_cov.ub, got {self.lb} and {self.ub}")
-        return self
+def _setting_types(m: Method) -> dict[str, Any]:
+    hints = typing.get_type_hints(m.fn)
+    return {name: hints.get(name, Any) for name in m.settings}
 
 
-class KlCovCfg(Section):
-    """KL-Cov (algo.policy_loss kl_cov; rbctl.algo.policy_losses.kl_cov_loss)."""
-
-    ratio: float = Field(2e-4, gt=0.0, le=1.0, description="Fraction of valid tokens (largest covariance) that get the KL penalty (verl's kl_cov_ratio).")
-    coef: float = Field(1.0, ge=0.0, description="Coefficient β of |log π − log π_old| (verl's ppo_kl_coef).")
-
-
-class GspoCfg(Section):
-    """GSPO (algo.policy_loss gspo; rbctl.algo.policy_losses.gspo_loss): its own ε of the sequence
-    ratio, in place of algo.clip_low/clip_high."""
-
-    clip_low: float = Field(3e-4, ge=0.0, lt=1.0, description="ε_low of the sequence ratio (the paper's 3e-4).")
-    clip_high: float = Field(4e-4, ge=0.0, description="ε_high of the sequence ratio (the paper's 4e-4).")
-
-
-class EntropyMaskCfg(Section):
-    """The high-entropy token mask ("80/20"; rbctl.algo.high_entropy_mask)."""
-
-    rho: float = Field(0.2, gt=0.0, le=1.0, description="ρ: the policy-gradient loss is kept on the top ρ fraction of valid tokens by entropy, per micro-batch (the paper's 0.2).")
+def block_model(m: Method) -> type[Section]:
+    """The pydantic block of method `m`: one field per setting, and `m.check` as its validator."""
+    types = _setting_types(m)
+    fields = {name: (types[name], Field(... if s.default is REQUIRED else s.default, description=s.doc, **s.bounds))
+              for name, s in m.settings.items()}
+    validators = {}
+    if m.check is not None:
+        def _check(self, _m=m):
+            problem = _m.check(self.model_dump())
+            if problem:
+                raise ValueError(problem)
+            return self
+        validators["_check"] = model_validator(mode="after")(_check)
+    title = "".join(part.capitalize() for part in m.name.split("_"))
+    return create_model(f"{title}Cfg", __base__=Section, __doc__=f"{m.title} ({m.source}).",
+                        __validators__=validators, **fields)
 
 
-class UnlikelinessCfg(Section):
-    """The unlikeliness reward (rbctl.algo.unlikeliness_rewards)."""
-
-    beta: float = Field(0.25, gt=0.0, le=1.0, description="β: r ← r·(1 − β·rank/G), rank by the sampler's mean token log-prob (the authors' release: 0.25).")
+def has_block(m: Method) -> bool:
+    return m.kind in OPTIONAL or (m.kind in SELECTED and bool(m.settings))
 
 
-# The choices whose selected entry brings its settings block: key -> its registry.
-SELECTORS = {"estimator": algo.ESTIMATORS, "policy_loss": algo.POLICY_LOSSES}
-# Optional methods (null = off): block -> its function.
-ADDED_METHODS = {"entropy_mask": algo.high_entropy_mask, "unlikeliness": algo.unlikeliness_rewards}
-# Parameters a method's function takes that are not its own settings: the PPO clip range of the losses
-# that clip, from algo.clip_low/clip_high unless the block has its own (gspo), and the dual clip
-# algo.clip_ratio_c of the loss that has one (clip); and what the trainer passes per call (clip_cov's
-# seeded `generator`).
-SHARED_PARAMS = ("clip_low", "clip_high", "clip_ratio_c")
-RUNTIME_PARAMS = ("generator",)
+def _block_doc(m: Method) -> str:
+    if m.kind in OPTIONAL:
+        return f"{m.title}; null = off."
+    required = any(s.default is REQUIRED for s in m.settings.values())
+    then = "then required" if required else "null there = the defaults below"
+    return f"{m.title}: its settings (algo.{m.kind} {m.name} only; {then})."
 
 
-def method_functions() -> dict[str, Callable]:
-    """Every method that can have a settings block (the `algo` field of its name): estimators,
-    policy losses and the optional methods, each with its function."""
-    return {**{n: e.fn for n, e in algo.ESTIMATORS.items()}, **{n: p.fn for n, p in algo.POLICY_LOSSES.items()},
-            **ADDED_METHODS}
+def block_fields() -> dict[str, tuple]:
+    """The `algo` fields of the methods' blocks, in registry order (after checking that every
+    record's settings match its function: a mismatch fails here, when the schema is built)."""
+    registry.check_settings()
+    return {m.name: (Optional[block_model(m)], Field(None, description=_block_doc(m)))
+            for m in registry.METHODS.values() if has_block(m)}
 
 
-def _block(schema: type[BaseModel], name: str) -> type[BaseModel] | None:
-    field = schema.model_fields.get(name)
-    if field is None:
-        return None
-    return next((a for a in (field.annotation, *get_args(field.annotation))
-                 if isinstance(a, type) and issubclass(a, BaseModel)), None)
+def hook_fields() -> dict[str, tuple]:
+    """The `rollout` fields of the sampling hooks: a bool each, false = off."""
+    return {m.name: (bool, Field(False, description=m.title)) for m in registry.of_kind("sampling_hook")}
 
 
-def check_method_blocks(schema: type[BaseModel], functions: dict[str, Callable] | None = None) -> None:
-    """Raise TypeError unless every method's block holds exactly its function's own keyword-only
-    parameters (all but `SHARED_PARAMS` it does not override and `RUNTIME_PARAMS`), and the defaults
-    are declared once: in the block, not in the function."""
-    problems = []
-    for name, fn in (functions or method_functions()).items():
-        params = algo.keyword_params(fn)
-        block = _block(schema, name)
-        keys = set(block.model_fields) if block is not None else set()
-        where = f"algo.{name} ({block.__name__})" if block is not None else f"algo.{name} (no block)"
-        if extra := sorted(keys - set(params)):
-            problems.append(f"{where} has {', '.join(extra)}, which {fn.__name__} does not take")
-        if missing := [p for p in params if p not in keys and p not in SHARED_PARAMS + RUNTIME_PARAMS]:
-            problems.append(f"{where} lacks {', '.join(missing)}, parameters of {fn.__name__}")
-        if twice := sorted(k for k in keys & set(params) if params[k] is not inspect.Parameter.empty):
-            problems.append(f"{fn.__name__} declares a default for {', '.join(twice)}: the default belongs to {where} only")
-    if problems:
-        raise TypeError("method settings blocks do not match their functions: " + "; ".join(problems))
+def hooks_on(rollout: BaseModel) -> list[Method]:
+    """The sampling hooks a `rollout` section switches on."""
+    return [m for m in registry.of_kind("sampling_hook") if getattr(rollout, m.name, False)]
+
+
+def optional_on(a: BaseModel, kind: str) -> list[Method]:
+    """The optional methods of `kind` (token_mask, reward_transform) an `algo` section switches on."""
+    return [m for m in registry.of_kind(kind) if getattr(a, m.name, None) is not None]
+
+
+def fill_selected(schema: type[BaseModel], data):
+    """A raw `algo` dict with the selected estimator's and policy loss's blocks, when not given,
+    set to their defaults ({})."""
+    if isinstance(data, dict):
+        for kind in SELECTED:
+            name = data.get(kind, schema.model_fields[kind].default)
+            if isinstance(name, str) and name in schema.model_fields and data.get(name) is None:
+                data = {**data, name: {}}
+    return data
+
+
+def check_selection(a: BaseModel) -> None:
+    """ValueError unless only the selected methods' blocks are set, and the estimator composes with
+    the budget and with the reward transforms that are on."""
+    for kind in SELECTED:
+        chosen = getattr(a, kind)
+        for m in registry.of_kind(kind):
+            if m.name != chosen and has_block(m) and getattr(a, m.name) is not None:
+                raise ValueError(f"algo.{m.name} holds the settings of algo.{kind} {m.name}, but algo.{kind} is "
+                                 f"{chosen}: set algo.{m.name} to null (or algo.{kind} to {m.name})")
+    est = registry.get_estimator(a.estimator)
+    if a.budget is not None and not est.composes_with_budget:
+        raise ValueError(f"algo.estimator {a.estimator} does not compose with algo.budget ({est.no_budget}); set algo.budget to null")
+    if est.binary_rewards:
+        for m in optional_on(a, "reward_transform"):
+            raise ValueError(f"algo.{m.name} does not compose with algo.estimator {a.estimator} "
+                             "(its rewards must stay binary)")
+
+
+def at_most_problems(cfg: BaseModel) -> list[str]:
+    """Settings above the config key their `Setting.at_most` names (e.g. a k of at most rollout.group_size)."""
+    out = []
+    for m in registry.METHODS.values():
+        block = getattr(cfg.algo, m.name, None) if has_block(m) else None
+        if not isinstance(block, BaseModel):
+            continue
+        for name, s in m.settings.items():
+            if s.at_most is None:
+                continue
+            limit = cfg
+            for part in s.at_most.split("."):
+                limit = getattr(limit, part)
+            value = getattr(block, name)
+            if value > limit:
+                out.append(f"algo.{m.name}.{name}={value} must be <= {s.at_most}={limit}")
+    return out
 
 
 def method_params(a: BaseModel, name: str) -> dict[str, object]:
     """The keyword arguments of method `name`'s function from the config: its block's values, and
-    the PPO clip (algo.clip_low/clip_high, algo.clip_ratio_c) where the function takes one the block
-    does not hold."""
+    the shared `algo` keys (the PPO clip) where the function takes one its block does not hold."""
+    m = registry.METHODS[name]
     block = getattr(a, name, None)
     own = block.model_dump() if isinstance(block, BaseModel) else {}
-    params = algo.keyword_params(method_functions()[name])
-    return {p: own[p] if p in own else getattr(a, p) for p in params if p not in RUNTIME_PARAMS}
+    return {p: own[p] if p in own else getattr(a, p) for p in m.params if p not in m.runtime}

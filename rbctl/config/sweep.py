@@ -8,6 +8,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import Field, field_validator, model_validator
 
+from rbctl.algo import registry as methods
 from rbctl.config.base import Section
 from rbctl.config.eval import EvalSection
 from rbctl.config.launcher import LauncherCfg
@@ -86,6 +87,7 @@ class SweepConfig(Section):
     eval: SweepEval = Field(default_factory=SweepEval, description="Final evaluation of every run.")
     jobs: int = Field(2, ge=1, description="Runs in parallel (worker processes); threads are divided between them.")
     allow_unequal_compute: bool = Field(False, description="Allow arms to differ in steps, P, G, max_new_tokens, ppo_epochs or ppo_mini_batch_size.")
+    same_labels: bool = Field(False, description="Allow two arms the same (baseline, variant) label, for a sweep over settings (G, α, ...) rather than methods; the report's label-based pairs (each baseline + X against that baseline) then do not tell those arms apart. false = two arms with one label are an error.")
     launcher: Optional[LauncherCfg] = Field(None, description="submitit settings for `--launcher submitit` (Slurm, or its local mode).")
     comparisons: Optional[Comparisons] = Field(None, description="Principal comparisons, metric and power design, stated before running (null = every stated pair, one Holm family).")
     escape: Optional[Escape] = Field(None, description="Escape-time analysis of the report (null = off).")
@@ -127,29 +129,31 @@ class SweepConfig(Section):
         return self
 
 
-# What an arm can add to its estimator (the estimator itself is the arm's baseline), in the order its
-# variant names them: (label, dotted config key, the key's value when nothing is added: its schema
-# default, which tests/unit/test_config_blocks.py checks). A label "{}" is the key's value: the policy
-# loss's registry name (rbctl.algo.POLICY_LOSSES) or the entropy bonus's mode. Every optional method
-# block of `algo` (null = off) is listed here; that test fails for one that is not.
-VARIANT_PARTS: tuple[tuple[str, str, object], ...] = (
+# What an arm can add to its estimator (the estimator itself is the arm's baseline) that is not a
+# registered method, in the order its variant names them: (label, dotted config key, the key's value
+# when nothing is added). A label "{}" is the key's value: the entropy bonus's mode, or the policy
+# loss's name. The registered methods that label an arm follow (`variant_parts`).
+CORE_PARTS: tuple[tuple[str, str, object], ...] = (
     ("budget", "algo.budget", None),
     ("entropy_{}", "algo.entropy.mode", "none"),
-    ("{}", "algo.policy_loss", "clip"),
-    ("entropy_mask", "algo.entropy_mask", None),
-    ("unlikeliness", "algo.unlikeliness", None),
-    ("dynamic_sampling", "rollout.dynamic_sampling", False),
+    ("{}", "algo.policy_loss", methods.DEFAULT_POLICY_LOSS),
 )
+
+
+def variant_parts() -> tuple[tuple[str, str, object], ...]:
+    """`CORE_PARTS`, then each registered token mask, reward transform and sampling hook (rbctl.algo.registry)."""
+    return CORE_PARTS + tuple((m.variant, m.config_key, False if m.kind == "sampling_hook" else None)
+                              for m in methods.variant_methods() if m.kind != "policy_loss")
 
 
 def arm_variant(algo: dict, rollout: dict | None = None) -> str:
     """An arm's variant from its config's `algo` and `rollout` sections (what `rbctl report` groups
-    arms by, beside the baseline = the estimator): the labels of `VARIANT_PARTS` whose key differs
-    from its off value, joined by '+' (e.g. `budget+clip_cov`), or `base` when nothing is added.
+    arms by, beside the baseline = the estimator): the labels of `variant_parts` whose key differs
+    from its off value, joined by '+' (e.g. `budget+entropy_static`), or `base` when nothing is added.
     A key that is absent is off (the sections may be partial)."""
     sections = {"algo": algo or {}, "rollout": rollout or {}}
     parts = []
-    for label, key, off in VARIANT_PARTS:
+    for label, key, off in variant_parts():
         value = sections
         for part in key.split("."):
             value = value.get(part) if isinstance(value, dict) else None

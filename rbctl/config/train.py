@@ -8,18 +8,16 @@ config the trainer used (defaults filled in, estimator-dependent defaults made e
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar, Literal, Optional, Union
+from typing import Literal, Optional, Union
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, create_model, field_validator, model_validator
 
 from rbctl import algo
 from rbctl.algo.losses import LOSS_AGG
 from rbctl.config.base import Section, apply_overrides, read_yaml, validate
 from rbctl.config.builtin import TASK_DOC, BuiltinCfg, default_section, upgrade_legacy
-from rbctl.config.methods import (
-    SELECTORS, ClipCovCfg, EntropyMaskCfg, GspoCfg, KlCovCfg, PasskCfg, UnlikelinessCfg, check_method_blocks,
-)
-from rbctl.config.eval import EvalSection, check_fits_run_engine, for_run, run_engine
+from rbctl.config.methods import at_most_problems, block_fields, check_selection, fill_selected, hook_fields
+from rbctl.config.eval import EvalConfig, EvalSection
 from rbctl.tasks.prompting import MATH_INSTRUCTION
 
 
@@ -61,7 +59,7 @@ class VllmCfg(Section):
     max_model_len: Optional[int] = Field(None, ge=1, description="vLLM context length; null = the model's.")
 
 
-class RolloutCfg(Section):
+class RolloutBase(Section):
     engine: Literal["hf", "vllm"] = Field("hf", description="Rollout engine: transformers generation, or vLLM (GPU, optional extra).")
     prompts_per_step: int = Field(16, ge=1, description="P: prompts per rollout step (one rollout batch is P × G rollouts).")
     group_size: int = Field(8, ge=2, description="G: rollouts per prompt (>= 2 to centre rewards).")
@@ -70,8 +68,7 @@ class RolloutCfg(Section):
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus threshold; must be 1 for training: log-probs, PPO ratios, entropy and κ_eff use the full distribution, so nucleus-sampled rollouts would be off-policy and uncorrected (eval.top_p may be < 1).")
     max_batch: int = Field(512, ge=1, description="Most sequences per generate call.")
     dtype: Literal["auto", "bfloat16"] = Field("auto", description="Weights the hf engine samples with: auto = the policy itself, in the training precision; bfloat16 = a bfloat16 copy of the policy, refreshed before every generation (on a CPU with native bf16, SmolLM2-135M sampled 1.3-1.6x faster; the samples then come from the bf16 policy, whose log-probs differ from the trainer's: logged as rollout/logprob_diff, correctable with algo.tis_cap). vLLM samples in its own dtype.")
-    dynamic_sampling: bool = Field(False, description="DAPO dynamic sampling: keep only groups with 0 < K < G correct and sample more prompts to fill P (docs/method.md, \"Other arms\"); equal compute is then counted in generated rollouts (`rollout/generated`).")
-    max_resample_rounds: int = Field(4, ge=0, description="Dynamic sampling: most extra rounds of P prompts per step; if P mixed groups are still missing, the batch is topped up with filtered-out groups (zero advantage; `rollout/topped_up`).")
+    max_resample_rounds: int = Field(4, ge=0, description="Sampling hooks (rbctl.algo.registry): most extra rounds of P prompts per step; if P mixed groups are still missing, the batch is topped up with filtered-out groups (zero advantage; `rollout/topped_up`).")
     vllm: VllmCfg = Field(default_factory=VllmCfg, description="vLLM engine settings (engine: vllm).")
 
     @field_validator("top_p")
@@ -80,6 +77,10 @@ class RolloutCfg(Section):
         if v < 1.0:
             raise ValueError(TOP_P_REFUSED)
         return v
+
+
+RolloutCfg = create_model("RolloutCfg", __base__=RolloutBase, __doc__="Sampling, and the sampling hooks (rollout.<name>).",
+                          **hook_fields())
 
 
 class EntropyCfg(Section):
@@ -96,15 +97,14 @@ PolicyLossName = Literal[tuple(algo.POLICY_LOSSES)]
 LossAggName = Literal[tuple(LOSS_AGG)]
 
 
-class AlgoCfg(Section):
-    estimator: EstimatorName = Field("grpo", description="Advantage estimator (rbctl.algo.ESTIMATORS, docs/method.md); maxrl and passk do not compose with the budget.")
-    passk: Optional[PasskCfg] = Field(None, description="Pass@k Training's settings (estimator passk only; then required).")
+class AlgoBase(Section):
+    estimator: EstimatorName = Field("grpo", description="Advantage estimator (rbctl.algo.registry, kind estimator; docs/method.md); the ones whose record says so do not compose with the budget.")
     budget: Optional[float] = Field(None, gt=0.0, description="Reward budget B per prompt; null = no budgeting.")
     shift: float = Field(0.0, ge=0.0, description="Reward shift c for budgeting (every r + c must be >= 0).")
-    loss_agg: Optional[LossAggName] = Field(None, description="Loss aggregation; null = the one the policy loss forces (gspo), else the estimator's default (docs/method.md).")
+    loss_agg: Optional[LossAggName] = Field(None, description="Loss aggregation; null = the one the policy loss forces (its registry record's loss_agg), else the estimator's default (docs/method.md).")
     clip_low: float = Field(0.2, ge=0.0, lt=1.0, description="PPO ε_low: ratio floor 1 − ε_low.")
     clip_high: float = Field(0.28, ge=0.0, description="PPO ε_high: ratio ceiling 1 + ε_high (> ε_low is clip-higher).")
-    clip_ratio_c: Optional[float] = Field(3.0, gt=1.0, description="Dual clip c (verl's clip_ratio_c, default 3): with A < 0 the per-token loss is at most −A·c, so a token whose ratio rose above c stops pushing; policy_loss clip only (verl's clip_cov, kl_cov and gspo have none); null = off (docs/method.md, \"Setting\"). Where it does not bind the loss is bit-identical to null's.")
+    clip_ratio_c: Optional[float] = Field(3.0, gt=1.0, description="Dual clip c (verl's clip_ratio_c, default 3): with A < 0 the per-token loss is at most −A·c, so a token whose ratio rose above c stops pushing; policy_loss clip only (verl's other policy losses have none); null = off (docs/method.md, \"Setting\"). Where it does not bind the loss is bit-identical to null's.")
     kl_coef: float = Field(0.0, ge=0.0, description="Coefficient of the k3 KL to the frozen initial policy (0 = no KL term).")
     log_kl: bool = Field(True, description="Keep a frozen reference to log the KL even when kl_coef is 0 (an extra forward pass).")
     ppo_epochs: int = Field(1, ge=1, description="Passes over each rollout batch (each pass takes one optimizer update per mini-batch).")
@@ -112,73 +112,22 @@ class AlgoCfg(Section):
     tis_cap: Optional[float] = Field(None, gt=0.0, description="Truncated importance sampling cap C for the sampler/trainer log-prob mismatch (vLLM, or the hf engine's rollout.dtype bfloat16; any engine that records its log-probs): each token's policy-gradient loss × min(π_old/π_sampler, C); null = off.")
     micro_batch_size: int = Field(0, ge=0, description="Sequences per forward/backward (gradient accumulation inside one optimizer update); 0 = the whole (mini-)batch.")
     entropy: EntropyCfg = Field(default_factory=EntropyCfg, description="Entropy bonus (the ablation arm).")
-    policy_loss: PolicyLossName = Field("clip", description="Policy loss (rbctl.algo.POLICY_LOSSES): PPO clip, Clip-Cov, KL-Cov or GSPO (docs/method.md, \"Other arms\").")
-    clip_cov: Optional[ClipCovCfg] = Field(None, description="Clip-Cov's settings (policy_loss clip_cov only; null there = the defaults below).")
-    kl_cov: Optional[KlCovCfg] = Field(None, description="KL-Cov's settings (policy_loss kl_cov only; null there = the defaults below).")
-    gspo: Optional[GspoCfg] = Field(None, description="GSPO's settings (policy_loss gspo only; null there = the defaults below).")
-    entropy_mask: Optional[EntropyMaskCfg] = Field(None, description="High-entropy token mask (\"80/20\"): policy-gradient loss only on the top ρ fraction of tokens by entropy; null = off.")
-    unlikeliness: Optional[UnlikelinessCfg] = Field(None, description="Unlikeliness reward (reward transform before the estimator); null = off.")
+    policy_loss: PolicyLossName = Field("clip", description="Policy loss (rbctl.algo.registry, kind policy_loss; docs/method.md, \"Other arms\").")
 
     @model_validator(mode="before")
     @classmethod
     def _selected_blocks(cls, data):
         """The selected estimator's and policy loss's blocks, when not given, take their defaults."""
-        if isinstance(data, dict):
-            for kind in SELECTORS:
-                name = data.get(kind, cls.model_fields[kind].default)
-                if isinstance(name, str) and name in cls.model_fields and data.get(name) is None:
-                    data = {**data, name: {}}
-        return data
+        return fill_selected(cls, data)
 
     @model_validator(mode="after")
     def _arms(self):
-        for kind, registry in SELECTORS.items():
-            chosen = getattr(self, kind)
-            for name in registry:
-                if name != chosen and name in type(self).model_fields and getattr(self, name) is not None:
-                    raise ValueError(f"algo.{name} holds the settings of algo.{kind} {name}, but algo.{kind} is "
-                                     f"{chosen}: set algo.{name} to null (or algo.{kind} to {name})")
-        est = algo.ESTIMATORS[self.estimator]
-        if self.budget is not None and not est.composes_with_budget:
-            raise ValueError(f"algo.estimator {self.estimator} does not compose with algo.budget ({est.no_budget}); set algo.budget to null")
-        if self.estimator == "passk" and self.unlikeliness is not None:
-            raise ValueError("algo.unlikeliness does not compose with algo.estimator passk (its rewards must stay binary)")
+        check_selection(self)
         return self
 
 
-# Flat keys of earlier releases -> the key that replaced them (a config using one gets a one-line error).
-RENAMED_KEYS = {
-    "algo.passk_k": "algo.passk.k",
-    "algo.clip_cov_ratio": "algo.clip_cov.ratio", "algo.clip_cov_lb": "algo.clip_cov.lb", "algo.clip_cov_ub": "algo.clip_cov.ub",
-    "algo.kl_cov_ratio": "algo.kl_cov.ratio", "algo.kl_cov_coef": "algo.kl_cov.coef",
-    "algo.gspo_clip_low": "algo.gspo.clip_low", "algo.gspo_clip_high": "algo.gspo.clip_high",
-    "algo.entropy_token_quantile": "algo.entropy_mask.rho", "algo.unlikeliness_beta": "algo.unlikeliness.beta",
-}
-
-
-check_method_blocks(AlgoCfg)  # a block that does not match its function fails here, at import
-
-
-def upgrade_method_keys(data: dict) -> dict:
-    """A training config dict as an earlier release wrote it to RUN_DIR/config.yaml (every field
-    dumped, method settings as the flat `algo` keys of RENAMED_KEYS), readable now: each flat key moves
-    into its method's block when that method is selected (`algo.estimator`, `algo.policy_loss`) or,
-    for an optional block (the entropy mask, the unlikeliness reward), when its value was set; else it
-    is dropped, as that release ignored it. Other configs are returned unchanged."""
-    a = data.get("algo")
-    flat = {old.split(".", 1)[1]: new.split(".", 1)[1] for old, new in RENAMED_KEYS.items()}
-    if not isinstance(a, dict) or not flat.keys() & a.keys():
-        return data
-    a = dict(a)
-    chosen = {a.get(kind, AlgoCfg.model_fields[kind].default) for kind in SELECTORS}
-    selectable = {name for registry in SELECTORS.values() for name in registry}
-    for old, new in flat.items():
-        if old not in a:
-            continue
-        value, (block, key) = a.pop(old), new.split(".")
-        if block in chosen or (block not in selectable and value):
-            a[block] = {**(a.get(block) or {}), key: value}
-    return {**data, "algo": a}
+AlgoCfg = create_model("AlgoCfg", __base__=AlgoBase, __doc__="Estimator, budget, loss, and each method's block (algo.<name>).",
+                       **block_fields())
 
 
 def upgrade_dual_clip(data: dict) -> dict:
@@ -194,7 +143,7 @@ def upgrade_dual_clip(data: dict) -> dict:
 
 def upgrade_run_config(data: dict) -> dict:
     """A run's saved config dict, as this release or an earlier one wrote it, in today's schema."""
-    return upgrade_dual_clip(upgrade_method_keys(upgrade_legacy(data)))
+    return upgrade_dual_clip(upgrade_legacy(data))
 
 
 def read_run_config(path: Path) -> "TrainConfig":
@@ -234,8 +183,6 @@ class LogCfg(Section):
 
 
 class TrainConfig(Section):
-    renamed_keys: ClassVar[dict[str, str]] = RENAMED_KEYS
-
     seed: int = Field(0, description="Run seed: prompt order, sampling and initialisation of anything random.")
     steps: int = Field(100, ge=1, description="Rollout steps: each samples one rollout batch (P prompts × G rollouts) and takes algo.ppo_epochs × M optimizer updates on it (M = P / algo.ppo_mini_batch_size mini-batches, 1 when that is null).")
     threads: int = Field(0, ge=0, description="torch CPU threads; 0 = torch's default.")
@@ -257,13 +204,13 @@ class TrainConfig(Section):
     def _resolve(self):
         # One source of truth: the aggregation used (forced by the policy loss, else the estimator's
         # default) is written into the config.
-        forced = algo.POLICY_LOSSES[self.algo.policy_loss].loss_agg  # GSPO's sequence objective
+        forced = algo.POLICY_LOSSES[self.algo.policy_loss].loss_agg  # a sequence objective forces its own
         if forced is not None and self.algo.loss_agg not in (None, forced):
             raise ValueError(f"algo.policy_loss {self.algo.policy_loss} needs algo.loss_agg {forced} (or null), got {self.algo.loss_agg}")
         if self.algo.loss_agg is None:
-            self.algo.loss_agg = forced or algo.ESTIMATORS[self.algo.estimator].default_loss_agg
-        if self.algo.passk is not None and self.algo.passk.k > self.rollout.group_size:
-            raise ValueError(f"algo.passk.k={self.algo.passk.k} must be <= rollout.group_size={self.rollout.group_size}")
+            self.algo.loss_agg = forced or algo.ESTIMATORS[self.algo.estimator].loss_agg
+        if problems := at_most_problems(self):
+            raise ValueError(problems[0])
         mb = self.algo.ppo_mini_batch_size
         if mb is not None and (mb > self.rollout.prompts_per_step or self.rollout.prompts_per_step % mb):
             raise ValueError(f"algo.ppo_mini_batch_size={mb} must divide rollout.prompts_per_step={self.rollout.prompts_per_step}")
@@ -285,3 +232,36 @@ def load_train_config(path: Path | None, overrides: list[str] = ()) -> TrainConf
     data = read_yaml(path) if path is not None else {}
     data = apply_overrides(data, list(overrides))
     return validate(TrainConfig, data, str(path) if path else "config", list(overrides))
+
+
+# --- a run's evaluations: an eval section read against the run's training config ----------------
+
+
+def run_engine(section: EvalSection, cfg: TrainConfig) -> str:
+    """The engine of a run's evaluation: the section's, else the run's rollout engine. vLLM is built
+    once per process, so a vLLM evaluation must be of a vLLM run (it uses the run's engine)."""
+    engine = section.engine or cfg.rollout.engine
+    if engine == "vllm" and cfg.rollout.engine != "vllm":
+        raise ValueError("eval.engine 'vllm' evaluates through the run's own vLLM engine: it needs rollout.engine "
+                         "'vllm' (or set eval.engine to hf or null)")
+    return engine
+
+
+def for_run(section: EvalSection, cfg: TrainConfig) -> EvalConfig:
+    """The `EvalConfig` of a run's periodic or final evaluation: the section's keys, and from the
+    run's training config what the section leaves open: max_new_tokens (rollout.max_new_tokens),
+    the engine (`run_engine`), the seed, the prompt template and instruction, the device."""
+    values = section.model_dump(include=set(EvalSection.model_fields))
+    values.update(max_new_tokens=section.max_new_tokens or cfg.rollout.max_new_tokens, engine=run_engine(section, cfg),
+                  seed=cfg.seed, template=cfg.data.template, instruction=cfg.data.instruction, device=cfg.model.device)
+    return EvalConfig(**values)
+
+
+def check_fits_run_engine(ecfg: EvalConfig, cfg: TrainConfig) -> None:
+    """A vLLM evaluation runs on the run's own engine: its answers must fit that engine's context
+    (`rollout.vllm.max_model_len`, when set), or vLLM would refuse the requests after training."""
+    context = cfg.rollout.vllm.max_model_len
+    if ecfg.engine == "vllm" and context is not None and ecfg.max_new_tokens >= context:
+        raise ValueError(f"eval.max_new_tokens {ecfg.max_new_tokens} does not fit the run's vLLM context: "
+                         f"rollout.vllm.max_model_len {context} must hold the prompt and the answer "
+                         f"(raise it above {ecfg.max_new_tokens} + the longest prompt)")

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rbctl.console import PlainProgress
-from rbctl.config.eval import BUILTIN_MAX_NEW_TOKENS, DEFAULT_MAX_NEW_TOKENS, EvalConfig, build_config, for_run
+from rbctl.config.eval import BUILTIN_MAX_NEW_TOKENS, DEFAULT_MAX_NEW_TOKENS, EvalConfig, build_config
 from rbctl.errors import UserError
 from rbctl.eval.pipeline import evaluate_policy, load_problems, protocol_text, sanitize, summary_warnings
 from rbctl.rollout.factory import engine_class
@@ -32,7 +32,7 @@ def eval_config(model: str, options: dict) -> tuple[EvalConfig, str]:
     cfg_path = path / CONFIG
     if model == "builtin" or not is_run_dir(path) or not cfg_path.is_file():
         return build_config(**options), f"protocol: the published defaults where not given: {PUBLISHED_DEFAULTS}"
-    from rbctl.config.train import read_run_config
+    from rbctl.config.train import for_run, read_run_config
 
     try:
         run_cfg = read_run_config(cfg_path)

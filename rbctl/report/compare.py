@@ -174,7 +174,7 @@ def stated_pairs(info: dict[str, tuple[str, str]]) -> list[tuple[str, str, str, 
             out += [(f"{kind}_vs_budget", baseline, arm, y) for y in budgets]
             out += [(f"{kind}_vs_base", baseline, arm, x) for x in bases]
         if not budgets and baseline != "grpo":
-            # an estimator that is itself the arm (e.g. maxrl, passk): against plain GRPO and GRPO + budget
+            # an estimator that is itself the arm (an estimator arm such as MaxRL): against plain GRPO and GRPO + budget
             for arm in bases:
                 out += [("arm_vs_grpo", baseline, arm, x) for x in by_baseline("grpo", lambda x: x == "base")]
                 out += [("arm_vs_grpo_budget", baseline, arm, y) for y in by_baseline("grpo", lambda x: x == "budget")]

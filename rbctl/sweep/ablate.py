@@ -17,11 +17,12 @@ from pathlib import Path
 
 import yaml
 
+from rbctl.algo import registry as methods
 from rbctl.config.base import apply_overrides, read_yaml, validate
-from rbctl.config.eval import check_fits_run_engine, for_run
 from rbctl.config.launcher import LauncherCfg
+from rbctl.config.methods import hooks_on
 from rbctl.config.sweep import SweepConfig, SweepEval
-from rbctl.config.train import TrainConfig, upgrade_run_config
+from rbctl.config.train import TrainConfig, check_fits_run_engine, for_run, upgrade_run_config
 from rbctl.config.presets import preset
 from rbctl.config.sweep import arm_variant
 from rbctl.errors import UserError
@@ -32,9 +33,10 @@ from rbctl.store.rundir import CEILING, RUN_META, SUMMARY, SWEEP_FILE, SWEEP_RUN
 # Arms must get equal compute: these keys may differ between arms only when the sweep says so.
 COMPUTE_KEYS = ("steps", "rollout.prompts_per_step", "rollout.group_size", "rollout.max_new_tokens", "algo.ppo_epochs",
                 "algo.ppo_mini_batch_size")
-# Dynamic sampling generates more rollouts per step than it trains on (`rollout/generated`): at equal
-# steps an arm with it gets more compute than one without, or than one with other rounds.
-DYNAMIC_KEYS = ("rollout.dynamic_sampling", "rollout.max_resample_rounds")
+# A sampling hook (rollout.<name>, rbctl.algo.registry) generates more rollouts per step than it trains
+# on (`rollout/generated`): at equal steps an arm with one gets more compute than one without, or
+# than one with other rounds.
+RESAMPLE_KEY = "rollout.max_resample_rounds"
 DEFAULT_SWEEP = preset("ablate_fixpoint.yaml")  # the main job: the plateau task; ablate_quickstart.yaml is the quick sweep
 
 
@@ -67,6 +69,8 @@ def load_sweep(path: Path, seed_offset: int = 0) -> tuple[SweepConfig, dict[str,
             raise UserError(f"{path}: eval: arm '{arm}': {e}") from None
     if not sweep.allow_unequal_compute:
         _check_equal_compute(path, configs)
+    if not sweep.same_labels:
+        _check_labels(path, configs)
     if sweep.warm_starts:  # each warm start must fit every arm's task settings (one-line error otherwise)
         from rbctl.tasks.shipped import shipped_warm_start
         from rbctl.train.data import task_spec, warm_start_spec
@@ -95,7 +99,7 @@ def units(sweep: SweepConfig) -> list[tuple[str | None, int]]:
 
 
 def _check_equal_compute(path: Path, configs: dict[str, TrainConfig]) -> None:
-    """Refuse arms that differ in a compute key, or that mix dynamic sampling with fixed batches."""
+    """Refuse arms that differ in a compute key, or that mix a sampling hook with fixed batches."""
     first_arm, first = next(iter(configs.items()))
     for arm, cfg in configs.items():
         for key in COMPUTE_KEYS:
@@ -103,14 +107,28 @@ def _check_equal_compute(path: Path, configs: dict[str, TrainConfig]) -> None:
             if a != b:
                 raise UserError(f"{path}: arm '{arm}' sets {key}={b} but arm '{first_arm}' has {a}; arms must get "
                                 "equal compute (set allow_unequal_compute: true to override)")
-        both = first.rollout.dynamic_sampling and cfg.rollout.dynamic_sampling
-        for key in DYNAMIC_KEYS[: 2 if both else 1]:
+        hook_keys = [m.config_key for m in methods.of_kind("sampling_hook")]
+        both = hooks_on(first.rollout) and hooks_on(cfg.rollout)
+        for key in hook_keys + ([RESAMPLE_KEY] if both else []):
             a, b = _flat_get(first.model_dump(), key), _flat_get(cfg.model_dump(), key)
             if a != b:
-                raise UserError(f"{path}: arm '{arm}' sets {key}={b} but arm '{first_arm}' has {a}; dynamic sampling "
+                raise UserError(f"{path}: arm '{arm}' sets {key}={b} but arm '{first_arm}' has {a}; a sampling hook "
                                 "generates more rollouts per step than it trains on, so equal steps are not equal "
                                 "compute: compare such arms in generated rollouts (metric rollout/generated) and set "
                                 "allow_unequal_compute: true")
+
+
+def _check_labels(path: Path, configs: dict[str, TrainConfig]) -> None:
+    """Refuse two arms with one (baseline, variant) label: the report pairs arms by label."""
+    seen: dict[tuple[str, str], str] = {}
+    for arm, cfg in configs.items():
+        meta = arm_metadata(cfg)
+        label = (meta["baseline"], meta["variant"])
+        if label in seen:
+            raise UserError(f"{path}: arms '{seen[label]}' and '{arm}' get the same label (baseline {label[0]}, "
+                            f"variant {label[1]}), so the report cannot tell them apart: make them differ in a "
+                            "method, or set same_labels: true for a sweep over settings")
+        seen[label] = arm
 
 
 def arm_metadata(cfg: TrainConfig) -> dict:

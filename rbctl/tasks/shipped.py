@@ -11,7 +11,8 @@ job starts from files instead. Each shipped warm start is a Hugging Face model f
 - ``task``, ``warm_start``, ``kind``: the task and SFT settings it was trained with (a config that
   selects it must have the same ones, all but the SFT seed, which its name carries: its run
   directory then says truthfully what it ran);
-- ``properties``: what it does on the task's held-out split (`probe`), measured when it was made.
+- ``properties``: what it does on the task's held-out split (`scripts/fixpoint_probe.py`'s `probe`),
+  measured when it was made.
 
 The index also states the ``targets`` every warm start of a kind must meet (`check_targets`): the
 warm start's properties are a controlled part of the task, not an accident of the SFT trajectory
@@ -96,46 +97,3 @@ def check_targets(kind: str, properties: dict) -> list[str]:
         if v is None or not lo <= v <= hi:
             misses.append(f"{key} = {v} not in [{lo}, {hi}]")
     return misses
-
-
-def probe(model, tokenizer, spec, n: int = 8, seed: int = 0, max_new_tokens: int = 20) -> dict:
-    """What a fixpoint policy does on the task's test split: n samples per problem at temperature 1
-    from the hf engine with `seed`; pass@1 (avg@n), pass@n, the share of samples that walk, the
-    shortcut's accuracy on depth-1 problems, the walk's accuracy on depth-1 and deeper problems, and
-    the token entropy (nats/token over response tokens, EOS included, full vocabulary)."""
-    import torch
-
-    from rbctl.algo.losses import token_entropy
-    from rbctl.rollout.base import SamplingParams
-    from rbctl.rollout.hf import HFEngine
-    from rbctl.tasks import fixpoint as fp
-    from rbctl.train.batch import build_batch, response_logits
-
-    probs = fp.problems(spec, "test")
-    prompts = [tokenizer(fp.format_problem(p.problem))["input_ids"] for p in probs]
-    model.eval()
-    samples = HFEngine(model, tokenizer, max_batch=512).generate(
-        prompts, SamplingParams(n=n, temperature=1.0, max_new_tokens=max_new_tokens, seed=seed))
-    ent_sum = n_tok = 0.0
-    with torch.no_grad():
-        for i in range(0, len(prompts), 32):
-            ids, attn, _, rmask, lp = build_batch(prompts[i:i + 32], samples[i:i + 32], tokenizer.pad_token_id)
-            ent = token_entropy(response_logits(model, ids, attn, lp, group_size=n), 1.0)
-            ent_sum += (ent * rmask).sum().item()
-            n_tok += rmask.sum().item()
-    rows = [(fp.depth_of_problem(p.problem), fp.is_walk(s.text), fp.check(s.text, p.answer))
-            for p, group in zip(probs, samples) for s in group]
-
-    def mean(xs) -> float | None:
-        xs = list(xs)
-        return round(sum(xs) / len(xs), 4) if xs else None
-
-    return {
-        "pass@1": mean(c for _, _, c in rows),
-        f"pass@{n}": mean(any(fp.check(s.text, p.answer) for s in group) for p, group in zip(probs, samples)),
-        "walk_share": mean(w for _, w, _ in rows),
-        "shortcut_acc_depth1": mean(c for d, w, c in rows if d == 1 and not w),
-        "walk_acc_depth1": mean(c for d, w, c in rows if d == 1 and w),
-        "walk_acc_deep": mean(c for d, w, c in rows if d > 1 and w),
-        "entropy": round(ent_sum / max(n_tok, 1), 4),
-    }

@@ -15,9 +15,9 @@ import time
 from contextlib import nullcontext
 from pathlib import Path
 
-from rbctl.config.train import TrainConfig
+from rbctl.config.train import TrainConfig, for_run
 from rbctl.errors import UserError
-from rbctl.config.eval import EvalConfig, for_run
+from rbctl.config.eval import EvalConfig
 from rbctl.eval.pipeline import evaluate_policy, load_problems, periodic_eval_lines
 from rbctl.rollout.models import LoadedPolicy
 from rbctl.store.atomic import write_atomic

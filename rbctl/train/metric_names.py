@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from rbctl.algo import registry as methods
+
 
 @dataclass(frozen=True)
 class Metric:
@@ -28,6 +30,13 @@ class Metric:
         return re.fullmatch(pattern, key) is not None
 
 
+def _when(m: methods.Method) -> str:
+    return f"with `algo.{m.kind}: {m.name}`" if m.kind in methods.SELECTED else f"with `{m.config_key}`"
+
+
+# The metrics the registered methods add (rbctl.algo.registry), each computed by its method's function.
+METHOD_METRICS = tuple(Metric(d.key, d.meaning, m.source, _when(m)) for m in methods.METHODS.values() for d in m.metrics)
+
 STEP = "rbctl.train.trainer.Trainer.step"
 BATCH = "rbctl.train.step_metrics.batch_metrics"
 UPDATE = "rbctl.train.update.Updater.update"
@@ -38,8 +47,6 @@ STEP_METRICS: tuple[Metric, ...] = (
     Metric("step", "the training step (one rollout batch), from 1", "rbctl.train.loop.train"),
     Metric("reward/mean", "mean of the graded reward r over the P×G rollouts (before any reward transform)", BATCH),
     Metric("acc/mean", "fraction of rollouts whose answer is correct (equal to `reward/mean` for binary rewards)", BATCH),
-    Metric("reward/shaped_mean", "mean of the rewards the estimator sees after the unlikeliness transform "
-           "r·(1 − β·rank/G)", "rbctl.algo.arms.unlikeliness_rewards", "with `algo.unlikeliness`"),
     Metric("kappa", "mean over mixed prompts of (mean A of the rollouts with r above the group mean − mean A of "
            "those below) / (mean r above − mean r below); null if no prompt is mixed", "rbctl.algo.sharpness.kappa"),
     Metric("kappa_eff", "`kappa` with d_i = Σ_t (log π_new − log π_old)(y_i) in place of A_i, from a forward pass "
@@ -57,12 +64,8 @@ STEP_METRICS: tuple[Metric, ...] = (
            "rbctl.algo.sharpness.group_stats"),
     Metric("response/len_mean", "mean response length in tokens (EOS included)", BATCH),
     Metric("response/frac_truncated", "fraction of rollouts that reached `rollout.max_new_tokens` without EOS", BATCH),
-    Metric("rollout/generated", "rollouts sampled this step, every round included (P·G without dynamic sampling): "
-           "what equal compute is counted in when arms use dynamic sampling", "rbctl.train.sampling.collect_groups"),
-    Metric("rollout/rounds", "rounds of P prompts sampled this step (1 = no resampling), mean over ranks",
-           "rbctl.train.sampling.collect_groups", "with `rollout.dynamic_sampling`"),
-    Metric("rollout/topped_up", "filtered-out groups put back to fill P when the rounds ran out (zero advantage)",
-           "rbctl.train.sampling.collect_groups", "with `rollout.dynamic_sampling`"),
+    Metric("rollout/generated", "rollouts sampled this step, every round included (P·G without a sampling hook): "
+           "what equal compute is counted in when arms use a sampling hook", "rbctl.train.sampling.collect_groups"),
     Metric("rollout/logprob_diff", "Σ_t m_t·|log π_engine(y_t) − log π_trainer(y_t)| / Σ_t m_t: the sampler's "
            "log-probs against the trainer's behaviour log-probs (float noise for the hf engine in the training "
            "precision; larger with `rollout.dtype: bfloat16` or vLLM, which `algo.tis_cap` corrects)",
@@ -75,7 +78,7 @@ STEP_METRICS: tuple[Metric, ...] = (
            "`algo.kl_coef: 0`)", "rbctl.algo.losses.k3_kl"),
     Metric("clip/frac_low", "fraction of valid tokens with ρ < 1 − ε_low and A < 0 (the lower PPO clip binds; ρ = "
            "π_θ/π_old per token, GSPO's sequence ratio on each of its tokens), mean over the ppo_epochs passes "
-           "(each deals the whole batch into its mini-batches once); 0 for kl_cov (no clip). Not verl's "
+           "(each deals the whole batch into its mini-batches once); 0 for a policy loss without a PPO clip. Not verl's "
            "`pg_clipfrac_lower`, which is the dual clip's fraction (`clip/frac_dual`); verl's `pg_clipfrac` is "
            "`clip/frac_low` + `clip/frac_high`",
            "rbctl.algo.policy_losses.clip_loss"),
@@ -83,24 +86,9 @@ STEP_METRICS: tuple[Metric, ...] = (
            "`clip/frac_low`", "rbctl.algo.policy_losses.clip_loss"),
     Metric("clip/frac_dual", "fraction of valid tokens with A < 0 and ρ > c = `algo.clip_ratio_c` (the dual clip "
            "binds: the loss is −A·c there; verl's `pg_clipfrac_lower`), as `clip/frac_low`; 0 when "
-           "`algo.clip_ratio_c` is null and for clip_cov, kl_cov and gspo (no dual clip, as verl)",
+           "`algo.clip_ratio_c` is null and for the policy losses without one (as verl)",
            "rbctl.algo.policy_losses.clip_loss"),
-    Metric("policy_loss/frac_cov_clipped", "fraction of valid tokens Clip-Cov detached (loss 0, no gradient), "
-           "as `clip/frac_low`: the realised fraction, min(#candidates, max(⌊ratio·n⌋, 1)) of the n valid tokens "
-           "of each call (a micro-batch on one process: the mini-batch with `algo.micro_batch_size` 0), so 1/n, "
-           "not `ratio`, while ratio·n < 1",
-           "rbctl.algo.policy_losses.clip_cov_loss", "with `algo.policy_loss: clip_cov`"),
-    Metric("policy_loss/frac_cov_quota", "the fraction Clip-Cov's quota asked for: Σ over its calls of max(⌊ratio·n⌋, "
-           "1) / valid tokens, as `clip/frac_low`; above `algo.clip_cov.ratio` where the floor of one token binds "
-           "(M / the batch's tokens while ratio·n < 1 in each of M mini-batches); `policy_loss/frac_cov_clipped` "
-           "is below it when a call had fewer candidates", "rbctl.algo.policy_losses.clip_cov_loss",
-           "with `algo.policy_loss: clip_cov`"),
-    Metric("policy_loss/frac_kl_penalised", "fraction of valid tokens that got KL-Cov's penalty "
-           "coef·|log π − log π_old|, as `clip/frac_low`: the realised fraction, max(⌊ratio·n⌋, 1) of the n valid "
-           "tokens of each call (as `policy_loss/frac_cov_clipped`), so 1/n, not `ratio`, while ratio·n < 1",
-           "rbctl.algo.policy_losses.kl_cov_loss", "with `algo.policy_loss: kl_cov`"),
-    Metric("tokens/frac_entropy_mask", "fraction of valid tokens the high-entropy mask kept (H_t ≥ the 1 − ρ "
-           "quantile), as `clip/frac_low`", "rbctl.algo.arms.high_entropy_mask", "with `algo.entropy_mask`"),
+    *METHOD_METRICS,
     Metric("loss/total", f"the aggregated loss (policy loss + kl_coef·KL − α·H), mean over {PPO_STEPS} "
            "(a skipped one counts 0)", UPDATE),
     Metric("entropy/alpha", "the entropy-bonus coefficient α used this step (0 when `algo.entropy.mode` is none; "

@@ -1,7 +1,7 @@
-"""An arm's training objective, composed from the registries of `rbctl.algo`: the reward transform
-(unlikeliness), the advantage estimator (± budget), the policy loss (clip, clip_cov, kl_cov, gspo)
-and the token mask (high-entropy tokens). The trainer's update loop calls these and never branches
-per method; what each does and its source: docs/method.md, "Other arms".
+"""An arm's training objective, composed from the method registry (rbctl.algo.registry): the reward
+transforms, the advantage estimator (± budget), the policy loss and the token masks the config
+selects or switches on. The trainer's update loop calls these and never branches per method; what
+each does and its source: docs/method.md, "Other arms".
 """
 
 from __future__ import annotations
@@ -11,27 +11,33 @@ import torch
 
 from rbctl import algo
 from rbctl.algo.policy_losses import PolicyLossResult
-from rbctl.config.methods import method_params
+from rbctl.config.methods import method_params, optional_on
 from rbctl.config.train import TrainConfig
 
-# Token statistics of the policy losses -> metric names (fractions of the valid tokens).
-STAT_METRICS = {"clipped_low": "clip/frac_low", "clipped_high": "clip/frac_high", "clipped_dual": "clip/frac_dual",
-                "entropy_mask_kept": "tokens/frac_entropy_mask"}
+# Token statistics of the policy losses -> metric names (fractions of the valid tokens); another
+# statistic of a loss is logged as policy_loss/frac_<name>, and a token mask's kept tokens under
+# their metric name (a name with a '/').
+STAT_METRICS = {"clipped_low": "clip/frac_low", "clipped_high": "clip/frac_high", "clipped_dual": "clip/frac_dual"}
 
 
 def stat_metric(name: str) -> str:
-    return STAT_METRICS.get(name, f"policy_loss/frac_{name}")
+    return name if "/" in name else STAT_METRICS.get(name, f"policy_loss/frac_{name}")
+
+
+def mask_metric(name: str) -> str:
+    """The metric of token mask `name`: the fraction of valid tokens it kept."""
+    return f"tokens/frac_{name}"
 
 
 def sequence_logprobs(samples) -> torch.Tensor:
     """Mean sampled-token log-prob of each response, [P, G], from the engine's log-probs (the old
-    policy's, as the unlikeliness release ranks by); an empty response scores 0."""
+    policy's: what a reward transform receives); an empty response scores 0."""
     rows = []
     for group in samples:
         row = []
         for s in group:
             if s.logprobs is None:
-                raise ValueError("algo.unlikeliness needs the rollout engine's sampled-token log-probs")
+                raise ValueError("a reward transform needs the rollout engine's sampled-token log-probs")
             row.append(float(np.mean(s.logprobs)) if s.logprobs else 0.0)
         rows.append(row)
     return torch.tensor(rows, dtype=torch.float32)
@@ -46,44 +52,50 @@ class Objective:
         self.cfg = a
         self.loss_name = a.policy_loss
         self.loss_params = method_params(a, a.policy_loss)  # its block + the PPO clip
-        self.seeded = "generator" in algo.get_policy_loss(a.policy_loss).params  # clip_cov's random pick
-        self.estimator_params = method_params(a, a.estimator)  # passk: {k}
-        self.rho = a.entropy_mask.rho if a.entropy_mask is not None else None
-        self.beta = a.unlikeliness.beta if a.unlikeliness is not None else 0.0
+        self.seeded = "generator" in algo.get_policy_loss(a.policy_loss).params  # a loss's random pick
+        self.estimator_params = method_params(a, a.estimator)
+        self.transforms = [(m, method_params(a, m.name)) for m in optional_on(a, "reward_transform")]
+        self.masks = [(m, method_params(a, m.name)) for m in optional_on(a, "token_mask")]
+
+    @property
+    def shapes_rewards(self) -> bool:
+        """A reward transform is on (the estimator sees other rewards than the graded ones)."""
+        return bool(self.transforms)
 
     @property
     def needs_entropy(self) -> bool:
-        """The token mask needs every epoch's per-token entropy."""
-        return self.rho is not None
+        """A token mask needs every epoch's per-token entropy."""
+        return bool(self.masks)
 
     def shape_rewards(self, rewards: torch.Tensor, samples) -> torch.Tensor:
-        """Rewards [P, G] as the estimator sees them (unlikeliness reward, or unchanged)."""
-        if not self.beta:
+        """Rewards [P, G] as the estimator sees them (after the reward transforms, or unchanged)."""
+        if not self.transforms:
             return rewards
-        return algo.unlikeliness_rewards(rewards, sequence_logprobs(samples), beta=self.beta)
+        seq_logp = sequence_logprobs(samples)
+        for m, params in self.transforms:
+            rewards = m.fn(rewards, seq_logp, **params)
+        return rewards
 
     def advantages(self, rewards: torch.Tensor) -> torch.Tensor:
         a = self.cfg
         return algo.compute_advantages(rewards, a.estimator, a.budget, a.shift, **self.estimator_params)
 
-    def token_mask(self, entropy: torch.Tensor | None, mask: torch.Tensor) -> torch.Tensor | None:
-        """[N, T] bool: the tokens that keep their policy-gradient loss; None = all (mask off)."""
-        if self.rho is None:
-            return None
-        return algo.high_entropy_mask(entropy.detach(), mask, rho=self.rho)
+    def token_masks(self, entropy: torch.Tensor | None, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Each token mask's kept tokens, [N, T] bool, by its metric name; empty when none is on."""
+        return {mask_metric(m.name): m.fn(entropy.detach(), mask, **params) for m, params in self.masks}
 
     def policy_loss(self, logp, old_logp, adv, mask, entropy=None, draw: tuple[int, ...] = ()) -> PolicyLossResult:
-        """The configured policy loss per token [N, T], times the token mask when there is one
-        (its kept tokens are the statistic `entropy_mask_kept`). `draw` (step, epoch, micro-batch)
-        seeds a loss's random choice (clip_cov), so a resumed run makes the same choices and no
-        other RNG stream moves."""
+        """The configured policy loss per token [N, T], times each token mask that is on (its kept
+        tokens are a statistic under the mask's metric name). `draw` (step, epoch, micro-batch)
+        seeds a loss's random choice, so a resumed run makes the same choices and no other RNG
+        stream moves."""
         params = dict(self.loss_params)
         if self.seeded:
             seed = int(np.random.default_rng([self.seed, *draw, 17]).integers(2**62))
             params["generator"] = torch.Generator().manual_seed(seed)
         out = algo.compute_policy_loss(self.loss_name, logp, old_logp, adv, mask, **params)
-        keep = self.token_mask(entropy, mask)
-        if keep is not None:
+        kept = self.token_masks(entropy, mask)
+        for name, keep in kept.items():
             out.loss_mat = out.loss_mat * keep.to(out.loss_mat.dtype)
-            out.token_stats["entropy_mask_kept"] = keep
+            out.token_stats[name] = keep
         return out

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from rbctl.algo import dynamic_sampling_keep
+from rbctl.algo.arms import dynamic_sampling_keep
 from rbctl.train.data import prompt_order, step_seed
 
 

@@ -232,7 +232,7 @@ class Trainer(Updater):
             self.alpha = adaptive_alpha(self.alpha, upd["entropy"], ent_cfg.target, ent_cfg.delta,
                                         ent_cfg.alpha_min, ent_cfg.alpha_max)
         rollouts, gen_tokens = batch_metrics(self.dist, batch, samples, c.rollout.dynamic_sampling,
-                                             bool(self.objective.beta))
+                                             self.objective.shapes_rewards)
         step_s = t3 - t0
         metrics = {
             **rollouts,

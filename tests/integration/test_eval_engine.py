@@ -10,7 +10,8 @@ import pytest
 import torch
 import yaml
 
-from rbctl.config.eval import EvalConfig, for_run
+from rbctl.config.eval import EvalConfig
+from rbctl.config.train import for_run
 from rbctl.config.sweep import SweepEval
 from rbctl.errors import UserError
 from rbctl.store.rundir import checkpoint_dir, final_eval_dir, periodic_eval_dir

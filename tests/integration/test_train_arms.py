@@ -87,7 +87,7 @@ def test_with_every_arm_off_the_objective_is_grpo_and_ppos_clipped_surrogate():
     a = 0.5 / (math.sqrt(1 / 3) + 1e-6)
     torch.testing.assert_close(obj.advantages(rewards), torch.tensor([[a, -a, -a, a]]))
     mask = torch.ones(2, 3)
-    assert obj.token_mask(torch.rand(2, 3), mask) is None and not obj.needs_entropy
+    assert obj.token_masks(torch.rand(2, 3), mask) == {} and not obj.needs_entropy and not obj.shapes_rewards
     # PPO's surrogate (Schulman et al. 2017, eq. 7) with ε_low = 0.2, ε_high = 0.28: loss −min(ρA, clip(ρ)A)
     # row A = 2:    ρ 1.5 -> −min(3, 2.56) = −2.56;  ρ 1.1 -> −2.2;  ρ 0.5 -> −min(1, 1.6) = −1
     # row A = −0.5: ρ 0.5 -> −min(−0.25, −0.4) = 0.4;  ρ 0.9 -> 0.45;  ρ 1.5 -> −min(−0.75, −0.64) = 0.75
@@ -127,7 +127,7 @@ def test_entropy_mask_gives_gradient_only_to_the_high_entropy_tokens():
     assert has_grad.tolist() == [[False, True, False], [True, False, False]]
     # at ρ = exp(0) = 1 the clip surrogate's gradient is −A on the kept tokens
     assert logp.grad[0, 1].item() == pytest.approx(-1.0) and logp.grad[1, 0].item() == pytest.approx(1.0)
-    assert out.token_stats["entropy_mask_kept"].tolist() == has_grad.tolist()
+    assert out.token_stats["tokens/frac_entropy_mask"].tolist() == has_grad.tolist()
     # the same batch without the mask: every valid token gets gradient
     logp.grad = None
     plain = Objective(load_train_config(None, []))
@@ -242,7 +242,7 @@ def test_dynamic_sampling_run_keeps_only_mixed_groups(tiny_config, tmp_path):
     (["algo.entropy_mask.rho=0"], "algo.entropy_mask.rho"),
     (["algo.unlikeliness.beta=1.5"], "algo.unlikeliness.beta"),
     (["algo.unlikeliness.beta=0"], "algo.unlikeliness.beta"),  # off is null, not 0
-    (["algo.policy_loss=clip_cov", "algo.clip_cov.lb=5", "algo.clip_cov.ub=1"], "clip_cov.lb must be < algo.clip_cov.ub"),
+    (["algo.policy_loss=clip_cov", "algo.clip_cov.lb=5", "algo.clip_cov.ub=1"], r"config key 'algo.clip_cov': lb must be < ub, got 5.0 and 1.0"),
 ])
 def test_invalid_combinations_are_one_line_config_errors(overrides, message):
     with pytest.raises(UserError, match=message) as e:

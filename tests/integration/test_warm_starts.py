@@ -14,7 +14,8 @@ from safetensors.torch import load_file
 from rbctl.config.train import load_train_config
 from rbctl.errors import UserError
 from rbctl.tasks import builtin, shipped
-from rbctl.tasks.shipped import SHIPPED_DIR, check_targets, index, probe, shipped_warm_start
+from rbctl.tasks.shipped import SHIPPED_DIR, check_targets, index, shipped_warm_start
+from scripts.fixpoint_probe import probe
 from rbctl.train.data import task_spec, warm_start_spec
 from tests.conftest import REPO
 

@@ -48,7 +48,7 @@ def test_module_doctest_holds() -> None:
 
 def test_registry_pairs_each_estimator_with_methods_default_aggregation() -> None:
     # docs/method.md's table, column "default loss aggregation".
-    assert {n: e.default_loss_agg for n, e in ESTIMATORS.items()} == {
+    assert {n: e.loss_agg for n, e in ESTIMATORS.items()} == {
         "grpo": "seq-mean-token-mean",
         "dr_grpo": "seq-mean-token-sum-norm",
         "rloo": "token-mean",

@@ -11,16 +11,9 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from rbctl.algo import (
-    ESTIMATORS,
-    POLICY_LOSSES,
-    compute_advantages,
-    compute_policy_loss,
-    dynamic_sampling_keep,
-    high_entropy_mask,
-    passk_advantages,
-    unlikeliness_rewards,
-)
+from rbctl.algo import ESTIMATORS, POLICY_LOSSES, compute_advantages, compute_policy_loss
+from rbctl.algo.advantages import passk_advantages
+from rbctl.algo.arms import dynamic_sampling_keep, high_entropy_mask, unlikeliness_rewards
 from rbctl.algo.losses import BatchNorm, aggregation_weights
 from rbctl.errors import UserError
 

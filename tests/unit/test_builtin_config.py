@@ -108,30 +108,3 @@ def test_config_reference_lists_every_task_key():
     for kind in builtin.KINDS:
         for k in builtin.config_keys(kind):
             assert f"| `data.builtin.{k.key}` ({kind}) |" in out
-
-
-def test_a_run_config_with_the_flat_method_keys_of_the_last_release_still_reads(tmp_path):
-    """The last release dumped every field to RUN_DIR/config.yaml, method settings as flat algo keys."""
-    from rbctl.config.base import validate
-    from rbctl.config.train import read_run_config, upgrade_method_keys
-
-    flat = {"passk_k": 4, "clip_cov_ratio": 2e-4, "clip_cov_lb": 1.0, "clip_cov_ub": 5.0, "kl_cov_ratio": 2e-3,
-            "kl_cov_coef": 1.0, "gspo_clip_low": 3e-4, "gspo_clip_high": 4e-4, "entropy_token_quantile": None,
-            "unlikeliness_beta": 0.0}
-    old = load_train_config(CONFIGS / "quickstart.yaml").model_dump(mode="json")
-    for name in ("passk", "clip_cov", "kl_cov", "gspo", "entropy_mask", "unlikeliness"):
-        old["algo"].pop(name)
-    old["algo"].update(flat)
-    with pytest.raises(UserError, match="config key 'algo.passk_k' is now 'algo.passk.k'"):
-        validate(TrainConfig, old, "config.yaml")
-    # GRPO with the PPO clip: every flat key was an unselected method's default, so all are dropped
-    plain = validate(TrainConfig, upgrade_method_keys(old), "c")
-    assert plain.algo == load_train_config(CONFIGS / "quickstart.yaml").algo
-    # the selected methods and the options that were on keep their values, in their blocks
-    chosen = {**old, "algo": {**old["algo"], "estimator": "passk", "policy_loss": "clip_cov", "clip_cov_ratio": 1e-3,
-                              "entropy_token_quantile": 0.3, "unlikeliness_beta": 0.0}}
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump(chosen))
-    a = read_run_config(tmp_path / "config.yaml").algo
-    assert (a.passk.k, a.clip_cov.ratio, a.clip_cov.ub, a.entropy_mask.rho) == (4, 1e-3, 5.0, 0.3)
-    assert a.kl_cov is None and a.gspo is None and a.unlikeliness is None
-    assert upgrade_method_keys({"algo": {"estimator": "grpo"}}) == {"algo": {"estimator": "grpo"}}

@@ -1,66 +1,72 @@
-"""One definition of each method seam: a method's settings are its own `algo` block whose keys are
-exactly its function's keyword parameters (defaults in the block only), the choices are the
-registries' names, an arm's variant is labelled from one table tied to the schema, and the flat
-keys of earlier releases are one-line errors naming their new key."""
+"""One record per method (rbctl.algo.registry): a method's settings are its own `algo` block, built
+from its record, whose keys are exactly its function's keyword parameters (defaults in the record
+only); the choices are the registry's names; an arm's variant is labelled from the registry; two
+arms of a sweep with one label are refused."""
 
 from __future__ import annotations
 
 import inspect
-from typing import Optional, get_args
+from typing import get_args
 
 import pytest
 import yaml
-from pydantic import Field
 
 from rbctl import algo
+from rbctl.algo import registry
 from rbctl.algo.losses import LOSS_AGG
+from rbctl.algo.registry import Method, register, setting, settings_problems
 from rbctl.config.base import Section
-from rbctl.config.sweep import VARIANT_PARTS, arm_variant
-from rbctl.config.methods import ADDED_METHODS, SELECTORS, check_method_blocks, method_functions, method_params
-from rbctl.config.train import RENAMED_KEYS, AlgoCfg, TrainConfig, load_train_config
+from rbctl.config.methods import has_block, method_params
+from rbctl.config.sweep import arm_variant, variant_parts
+from rbctl.config.train import AlgoCfg, TrainConfig, load_train_config
 from rbctl.errors import UserError
 from rbctl.sweep.ablate import load_sweep
 from tests.conftest import TINY_TRAIN
 
 
-def test_the_choices_are_the_registries_names():
+def test_the_choices_are_the_registrys_names():
     fields = AlgoCfg.model_fields
-    assert get_args(fields["estimator"].annotation) == tuple(algo.ESTIMATORS)
-    assert get_args(fields["policy_loss"].annotation) == tuple(algo.POLICY_LOSSES)
+    assert get_args(fields["estimator"].annotation) == ("grpo", "dr_grpo", "rloo", "reinforce_pp", "maxrl", "passk")
+    assert get_args(fields["policy_loss"].annotation) == ("clip", "clip_cov", "kl_cov", "gspo")
     assert get_args(get_args(fields["loss_agg"].annotation)[0]) == tuple(LOSS_AGG)
 
 
 def test_every_shipped_block_holds_exactly_its_functions_parameters():
-    check_method_blocks(AlgoCfg)  # also runs at import; here it must not raise
-    blocks = {n for n in method_functions() if n in AlgoCfg.model_fields}
+    registry.check_settings()  # also runs when the schema is built; here it must not raise
+    blocks = {n for n, m in registry.METHODS.items() if has_block(m)}
     assert blocks == {"passk", "clip_cov", "kl_cov", "gspo", "entropy_mask", "unlikeliness"}
-    # the defaults live in the blocks: no function declares one for a setting
-    for name in blocks:
-        params = algo.keyword_params(method_functions()[name])
+    for name in blocks:  # the defaults live in the records: no function declares one for a setting
+        params = algo.keyword_params(registry.METHODS[name].fn)
         block = _section_in(AlgoCfg.model_fields[name].annotation)
+        assert set(block.model_fields) == set(registry.METHODS[name].settings), name
         assert all(params[k] is inspect.Parameter.empty for k in block.model_fields), name
+    assert _section_in(AlgoCfg.model_fields["clip_cov"].annotation).model_fields["ratio"].default == 2e-4
 
 
 def _loss(logp, old_logp, advantages, mask, *, clip_low: float, clip_high: float, width: float, depth: float = 1.0):
     raise AssertionError("never called")
 
 
-@pytest.mark.parametrize("fields, message", [
-    ({"width": (float, Field(1.0)), "depth": (float, Field(1.0)), "extra": (float, Field(0.0))}, "has extra, which _loss does not take"),
-    ({"depth": (float, Field(1.0))}, "lacks width, parameters of _loss"),
-    ({"width": (float, Field(1.0)), "depth": (float, Field(1.0))}, "_loss declares a default for depth"),
+@pytest.mark.parametrize("settings, message", [
+    ({"width": setting(1.0), "depth": setting(), "extra": setting(0.0)}, "settings extra are not keyword-only parameters of _loss"),
+    ({"depth": setting()}, "_loss takes width, which has no Setting"),
+    ({"width": setting(1.0), "depth": setting(1.0)}, "_loss declares a default for depth"),
 ])
-def test_a_block_that_does_not_match_its_function_is_refused(fields, message):
-    from pydantic import create_model
+def test_a_record_that_does_not_match_its_function_is_named(settings, message):
+    m = Method("wide", "policy_loss", _loss, "a test loss", settings=settings, shared=("clip_low", "clip_high"))
+    assert any(message in p for p in settings_problems(m))
 
-    block = create_model("WideCfg", __base__=Section, **fields)
-    schema = create_model("FakeAlgo", __base__=Section, clip_low=(float, 0.2), clip_high=(float, 0.28),
-                          wide=(Optional[block], None))
-    with pytest.raises(TypeError, match=message):
-        check_method_blocks(schema, {"wide": _loss})
-    # a method with settings but no block at all
-    with pytest.raises(TypeError, match=r"algo.narrow \(no block\) lacks width"):
-        check_method_blocks(schema, {"narrow": _loss})
+
+def test_register_refuses_a_taken_name_label_or_kind():
+    with pytest.raises(ValueError, match="method 'gspo' is already registered"):
+        register(Method("gspo", "policy_loss", _loss, "another gspo"))
+    with pytest.raises(ValueError, match="variant label 'entropy_mask' is taken"):
+        register(Method("mask2", "token_mask", _loss, "a mask", label="entropy_mask"))
+    with pytest.raises(ValueError, match="variant label 'budget' is taken"):
+        register(Method("budget2", "reward_transform", _loss, "a transform", label="budget"))
+    with pytest.raises(ValueError, match="kind 'optimizer' is not one of"):
+        register(Method("adam2", "optimizer", _loss, "not a kind"))
+    assert "mask2" not in registry.METHODS and "adam2" not in registry.METHODS
 
 
 def test_method_params_are_the_block_plus_the_ppo_clip_where_the_block_has_none():
@@ -95,6 +101,10 @@ def test_only_the_selected_methods_block_is_filled_in_and_others_are_refused():
     a = load_train_config(None, ["algo.policy_loss=kl_cov"]).algo
     assert (a.kl_cov.ratio, a.kl_cov.coef) == (2e-4, 1.0)
     assert a.clip_cov is None and a.gspo is None and a.passk is None
+    with pytest.raises(UserError, match="algo.gspo holds the settings of algo.policy_loss gspo, but algo.policy_loss is kl_cov"):
+        load_train_config(None, ["algo.policy_loss=kl_cov", "algo.gspo.clip_low=0.1"])
+    with pytest.raises(UserError, match=r"config key 'algo.clip_cov': lb must be < ub, got 6.0 and 5.0$"):
+        load_train_config(None, ["algo.policy_loss=clip_cov", "algo.clip_cov.lb=6"])
     # the resolved config reloads as itself (a run directory's config.yaml)
     cfg = load_train_config(None, ["algo.policy_loss=clip_cov", "algo.entropy_mask.rho=0.3"])
     again = TrainConfig.model_validate(yaml.safe_load(yaml.safe_dump(cfg.model_dump(mode="json"))))
@@ -105,26 +115,6 @@ def test_only_the_selected_methods_block_is_filled_in_and_others_are_refused():
 
     data = apply_overrides(path_cfg, ["algo.clip_cov.ratio=0.5"])
     assert TrainConfig.model_validate(data).algo.clip_cov.ratio == 0.5
-
-
-@pytest.mark.parametrize("old", sorted(RENAMED_KEYS))
-def test_an_old_flat_key_is_a_one_line_error_naming_its_new_key(old, tmp_path):
-    new = RENAMED_KEYS[old]
-    with pytest.raises(UserError) as e:
-        load_train_config(None, [f"{old}=1"])
-    assert str(e.value) == f"--set '{old}=1': config key '{old}' is now '{new}'"
-    path = tmp_path / "c.yaml"
-    path.write_text(yaml.safe_dump({"algo": {old.split(".", 1)[1]: 1}}))
-    with pytest.raises(UserError, match=f"^{path}: config key '{old}' is now '{new}'$"):
-        load_train_config(path)
-
-
-def test_an_old_flat_key_in_a_sweep_arm_names_the_arm_and_the_new_key(tmp_path):
-    (tmp_path / "base.yaml").write_text(yaml.safe_dump(TINY_TRAIN))
-    (tmp_path / "s.yaml").write_text(yaml.safe_dump({"base": "base.yaml", "arms": {"cov": {
-        "algo.policy_loss": "clip_cov", "algo.clip_cov_ratio": 0.1}}}))
-    with pytest.raises(UserError, match=r"arm 'cov': config key 'algo.clip_cov_ratio' is now 'algo.clip_cov.ratio'$"):
-        load_sweep(tmp_path / "s.yaml")
 
 
 def _section_in(annotation):
@@ -140,14 +130,11 @@ def _schema_default(dotted: str):
 
 
 def test_variant_parts_are_off_at_the_schema_defaults_and_cover_every_optional_method():
-    for label, key, off in VARIANT_PARTS:
+    parts = variant_parts()
+    for label, key, off in parts:
         assert _schema_default(key) == off, key
-    labelled = {key.split(".", 1)[1] for _, key, _ in VARIANT_PARTS if key.startswith("algo.")}
-    assert set(ADDED_METHODS) <= labelled  # every optional method (null = off) names itself in the variant
-    selection_blocks = {n for registry in SELECTORS.values() for n in registry if n in AlgoCfg.model_fields}
-    optional = {n for n, f in AlgoCfg.model_fields.items()
-                if f.default is None and _section_in(f.annotation) is not None and n not in selection_blocks}
-    assert optional == set(ADDED_METHODS)
+    assert [label for label, _, _ in parts] == ["budget", "entropy_{}", "{}", "entropy_mask", "unlikeliness",
+                                                "dynamic_sampling"]
     assert arm_variant(load_train_config(None, []).algo.model_dump()) == "base"
 
 
@@ -167,3 +154,20 @@ def test_each_arm_is_labelled_from_its_resolved_config():
     assert variant("rollout.dynamic_sampling=true", "algo.unlikeliness.beta=0.1", "algo.entropy_mask.rho=0.2",
                    "algo.policy_loss=kl_cov", "algo.entropy.mode=static", "algo.entropy.alpha=0.1",
                    "algo.budget=2") == "budget+entropy_static+kl_cov+entropy_mask+unlikeliness+dynamic_sampling"
+
+
+def _sweep(tmp_path, arms, **extra):
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(TINY_TRAIN))
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump({"base": "base.yaml", "arms": arms, **extra}))
+    return tmp_path / "s.yaml"
+
+
+def test_two_arms_with_one_label_are_refused_unless_the_sweep_is_over_settings(tmp_path):
+    arms = {"mask_02": {"algo.entropy_mask": {"rho": 0.2}}, "mask_05": {"algo.entropy_mask": {"rho": 0.5}}}
+    with pytest.raises(UserError, match=r"arms 'mask_02' and 'mask_05' get the same label \(baseline grpo, "
+                                        r"variant entropy_mask\)"):
+        load_sweep(_sweep(tmp_path, arms))
+    _, configs = load_sweep(_sweep(tmp_path, arms, same_labels=True))
+    assert [c.algo.entropy_mask.rho for c in configs.values()] == [0.2, 0.5]
+    _, configs = load_sweep(_sweep(tmp_path, {"grpo": {}, "budget": {"algo.budget": 1.0}}))
+    assert sorted(configs) == ["budget", "grpo"]

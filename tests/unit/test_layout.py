@@ -1,7 +1,9 @@
 """The package's layout rules, checked on the source with `ast` (nothing is imported):
 
 - no module imports the CLI (`rbctl.cli`) but `rbctl/__main__.py` (scripts/ included);
-- no import cycle between rbctl modules, counting imports at module level and inside functions;
+- no import cycle between rbctl modules, counting imports at module level, inside functions and
+  under `if TYPE_CHECKING:` (the drawn import graph);
+- no arrow back up: a package imports only packages of lower layers (`LAYERS`);
 - `rbctl.algo.*` imports nothing from rbctl but `rbctl.errors` and `rbctl.algo.*`;
 - `rbctl.grading.*` and `rbctl.report.*` import no torch or transformers, in their own files or
   through the rbctl modules they import at module level (transitively, package `__init__`s included);
@@ -65,9 +67,10 @@ def _resolve(name: str, node: ast.ImportFrom, is_package: bool) -> str:
 
 
 @lru_cache(maxsize=None)
-def imports_of(path: Path) -> tuple[Import, ...]:
+def imports_of(path: Path, type_checking: bool = False) -> tuple[Import, ...]:
     """Every import statement of a file (a `from M import x` where M.x is an rbctl module counts as
-    importing M.x), with whether it runs at import time. `if TYPE_CHECKING:` blocks never run."""
+    importing M.x), with whether it runs at import time. `if TYPE_CHECKING:` blocks never run; they
+    are left out unless `type_checking` (then they count as function-level imports)."""
     name = module_name(path) if path.is_relative_to(PACKAGE) else path.stem
     is_package = path.name == "__init__.py"
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
@@ -75,6 +78,8 @@ def imports_of(path: Path) -> tuple[Import, ...]:
 
     def visit(node: ast.AST, module_level: bool) -> None:
         if isinstance(node, ast.If) and _is_type_checking(node.test):
+            for child in node.body if type_checking else ():
+                visit(child, False)
             for child in node.orelse:
                 visit(child, module_level)
             return
@@ -120,10 +125,10 @@ def test_nothing_imports_the_cli_but_main():
 
 
 def _graph() -> dict[str, dict[str, int]]:
-    """rbctl module -> {rbctl module it imports (any level): line}."""
+    """rbctl module -> {rbctl module it imports (any level, `TYPE_CHECKING` included): line}."""
     graph: dict[str, dict[str, int]] = {m: {} for m in modules()}
     for m, path in modules().items():
-        for imp in imports_of(path):
+        for imp in imports_of(path, type_checking=True):
             t = rbctl_target(imp.target)
             if t is not None and t != m:
                 graph[m].setdefault(t, imp.line)
@@ -197,6 +202,27 @@ def test_no_import_cycles():
         hops = [f"{a} ({rel(modules()[a])}:{graph[a][b]})" for a, b in zip(cycle, cycle[1:])]
         shown.append(" -> ".join(hops + [cycle[-1]]))
     assert not cycles, "import cycles (module-level and function-level imports):\n" + "\n".join(shown)
+
+
+# The packages from the bottom up: a package may import its own modules and those of lower layers only.
+LAYERS = (("errors", "console"), ("algo",), ("grading",), ("store",), ("tasks",), ("config",), ("rollout",),
+          ("eval",), ("train",), ("sweep",), ("report",), ("integrations",), ("cli", "__main__"))
+
+
+def _layer(module: str) -> int | None:
+    parts = module.split(".")
+    if len(parts) < 2:
+        return None  # the package's own __init__
+    return next(i for i, names in enumerate(LAYERS) if parts[1] in names)
+
+
+def test_every_package_sits_in_a_layer_and_imports_no_higher_one():
+    graph = _graph()
+    assert {m.split(".")[1] for m in graph if "." in m} == {p for names in LAYERS for p in names}
+    bad = [f"{rel(modules()[m])}:{line} imports {t} ({LAYERS[_layer(t)][0]} is above {LAYERS[_layer(m)][0]})"
+           for m, targets in graph.items() for t, line in targets.items()
+           if _layer(m) is not None and _layer(t) is not None and _layer(t) > _layer(m)]
+    assert not bad, "imports from a lower layer to a higher one:\n" + "\n".join(sorted(bad))
 
 
 def test_algo_depends_on_nothing_in_rbctl_but_errors():
@@ -326,3 +352,24 @@ def test_the_checker_sees_function_level_and_relative_imports(tmp_path, monkeypa
     finally:
         modules.cache_clear()
         imports_of.cache_clear()
+
+
+# --- one record per method ------------------------------------------------------------------------
+
+BASELINES = ("grpo", "dr_grpo", "rloo", "reinforce_pp", "maxrl", "clip")  # names too common to count
+
+
+def test_each_method_is_named_in_its_function_module_and_the_registry_only():
+    """A method's name (its registry key) appears in at most two package files: the module of its
+    function and rbctl/algo/registry.py; a sampling hook's in one more (the trainer's resampling)."""
+    from rbctl.algo.registry import METHODS
+
+    sources = {rel(p): p.read_text(encoding="utf-8") for p in modules().values()}
+    bad = []
+    for name, m in METHODS.items():
+        if name in BASELINES:
+            continue
+        files = sorted(f for f, text in sources.items() if name in text)
+        if len(files) > (3 if m.kind == "sampling_hook" else 2):
+            bad.append(f"{name}: {', '.join(files)}")
+    assert not bad, "method names outside their function's module and the registry:\n" + "\n".join(bad)
