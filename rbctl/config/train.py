@@ -8,14 +8,14 @@ config the trainer used (defaults filled in, estimator-dependent defaults made e
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar, Literal, Optional, Union
+from typing import Literal, Optional, Union
 
 from pydantic import Field, field_validator, model_validator
 
 from rbctl import algo
 from rbctl.algo.losses import LOSS_AGG
 from rbctl.config.base import Section, apply_overrides, read_yaml, validate
-from rbctl.config.builtin import TASK_DOC, BuiltinCfg, default_section, upgrade_legacy
+from rbctl.config.builtin import TASK_DOC, BuiltinCfg, default_section
 from rbctl.config.methods import (
     SELECTORS, ClipCovCfg, EntropyMaskCfg, GspoCfg, KlCovCfg, PasskCfg, UnlikelinessCfg, check_method_blocks,
 )
@@ -146,60 +146,12 @@ class AlgoCfg(Section):
         return self
 
 
-# Flat keys of earlier releases -> the key that replaced them (a config using one gets a one-line error).
-RENAMED_KEYS = {
-    "algo.passk_k": "algo.passk.k",
-    "algo.clip_cov_ratio": "algo.clip_cov.ratio", "algo.clip_cov_lb": "algo.clip_cov.lb", "algo.clip_cov_ub": "algo.clip_cov.ub",
-    "algo.kl_cov_ratio": "algo.kl_cov.ratio", "algo.kl_cov_coef": "algo.kl_cov.coef",
-    "algo.gspo_clip_low": "algo.gspo.clip_low", "algo.gspo_clip_high": "algo.gspo.clip_high",
-    "algo.entropy_token_quantile": "algo.entropy_mask.rho", "algo.unlikeliness_beta": "algo.unlikeliness.beta",
-}
-
-
 check_method_blocks(AlgoCfg)  # a block that does not match its function fails here, at import
-
-
-def upgrade_method_keys(data: dict) -> dict:
-    """A training config dict as an earlier release wrote it to RUN_DIR/config.yaml (every field
-    dumped, method settings as the flat `algo` keys of RENAMED_KEYS), readable now: each flat key moves
-    into its method's block when that method is selected (`algo.estimator`, `algo.policy_loss`) or,
-    for an optional block (the entropy mask, the unlikeliness reward), when its value was set; else it
-    is dropped, as that release ignored it. Other configs are returned unchanged."""
-    a = data.get("algo")
-    flat = {old.split(".", 1)[1]: new.split(".", 1)[1] for old, new in RENAMED_KEYS.items()}
-    if not isinstance(a, dict) or not flat.keys() & a.keys():
-        return data
-    a = dict(a)
-    chosen = {a.get(kind, AlgoCfg.model_fields[kind].default) for kind in SELECTORS}
-    selectable = {name for registry in SELECTORS.values() for name in registry}
-    for old, new in flat.items():
-        if old not in a:
-            continue
-        value, (block, key) = a.pop(old), new.split(".")
-        if block in chosen or (block not in selectable and value):
-            a[block] = {**(a.get(block) or {}), key: value}
-    return {**data, "algo": a}
-
-
-def upgrade_dual_clip(data: dict) -> dict:
-    """A saved config dict whose `algo` lacks `clip_ratio_c` was written by a release without the
-    dual clip (every release dumps every field): it trained with none, so it reads as null, not as
-    today's default, and resuming it under a config with the dual clip on is refused as a config
-    change. Other configs are returned unchanged."""
-    a = data.get("algo")
-    if not isinstance(a, dict) or "clip_ratio_c" in a:
-        return data
-    return {**data, "algo": {**a, "clip_ratio_c": None}}
-
-
-def upgrade_run_config(data: dict) -> dict:
-    """A run's saved config dict, as this release or an earlier one wrote it, in today's schema."""
-    return upgrade_dual_clip(upgrade_method_keys(upgrade_legacy(data)))
 
 
 def read_run_config(path: Path) -> "TrainConfig":
     """RUN_DIR/config.yaml (or a checkpoint's copy), validated; a one-line UserError naming the file."""
-    return validate(TrainConfig, upgrade_run_config(read_yaml(path)), str(path))
+    return validate(TrainConfig, read_yaml(path), str(path))
 
 
 class OptimCfg(Section):
@@ -234,8 +186,6 @@ class LogCfg(Section):
 
 
 class TrainConfig(Section):
-    renamed_keys: ClassVar[dict[str, str]] = RENAMED_KEYS
-
     seed: int = Field(0, description="Run seed: prompt order, sampling and initialisation of anything random.")
     steps: int = Field(100, ge=1, description="Optimizer steps (one rollout batch each).")
     threads: int = Field(0, ge=0, description="torch CPU threads; 0 = torch's default.")

@@ -132,7 +132,7 @@ class Checkpoint:
 
     step: int
     path: Path
-    files: dict[str, tuple[str, int | None]]  # relative path -> (SHA-256, size; None in markers older than sizes)
+    files: dict[str, tuple[str, int]]  # relative path -> (SHA-256, size)
 
     @property
     def model_dir(self) -> Path:
@@ -191,7 +191,7 @@ class VerifiedReader:
                 pass
         finally:
             self._f.close()
-        if self.size is not None and self.pos != self.size:
+        if self.pos != self.size:
             raise CorruptCheckpoint(self.ck.path, f"fails its integrity check ({self.rel}: {self.pos} bytes, "
                                                   f"its manifest says {self.size})") from None
         if self._h.hexdigest() != self.expected:
@@ -206,13 +206,12 @@ def _sealed(ck: Path) -> Checkpoint | str:
         return "incomplete"
     try:
         listed = json.loads(marker.read_text())["files"]
-        # markers written before sizes were recorded map each file to its SHA-256 alone
-        files = {k: (v, None) if isinstance(v, str) else (v["sha256"], int(v["size"])) for k, v in listed.items()}
+        files = {k: (str(v["sha256"]), int(v["size"])) for k, v in listed.items()}
     except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError, OSError):
         return "unreadable completion marker"
     actual = {str(f.relative_to(ck)): f.stat().st_size for f in ck.rglob("*") if f.is_file() and f.name != CKPT_DONE}
     bad = sorted(k for k in files.keys() | actual.keys()
-                 if k not in files or k not in actual or files[k][1] not in (None, actual[k]))
+                 if k not in files or k not in actual or files[k][1] != actual[k])
     if bad:
         return f"fails its integrity check ({', '.join(bad[:3])})"
     return Checkpoint(step_of(ck.name), ck, files)

@@ -21,7 +21,7 @@ from rbctl.config.base import apply_overrides, read_yaml, validate
 from rbctl.config.eval import check_fits_run_engine, for_run
 from rbctl.config.launcher import LauncherCfg
 from rbctl.config.sweep import SweepConfig, SweepEval
-from rbctl.config.train import TrainConfig, upgrade_run_config
+from rbctl.config.train import TrainConfig
 from rbctl.config.presets import preset
 from rbctl.config.sweep import arm_variant
 from rbctl.errors import UserError
@@ -259,7 +259,7 @@ def _comparable(resolved: dict) -> dict | None:
     from pydantic import ValidationError
 
     try:
-        return {"configs": {a: TrainConfig.model_validate(upgrade_run_config(c)).model_dump(mode="json")
+        return {"configs": {a: TrainConfig.model_validate(c).model_dump(mode="json")
                             for a, c in (resolved.get("configs") or {}).items()},
                 "eval": SweepEval.model_validate((resolved.get("sweep") or {}).get("eval") or {}).model_dump(mode="json")}
     except ValidationError:

@@ -145,14 +145,14 @@ class Trainer(Updater):
 
     def _restore(self, state: dict) -> None:
         ck = checkpoint_dir(self.run_dir, self.resume_step)
-        ran, now = state.get("schedule"), schedule_record(self.cfg)  # None: written before schedules were recorded
-        if ran is not None and ran != now:
+        ran, now = state["schedule"], schedule_record(self.cfg)
+        if ran != now:
             raise UserError(f"checkpoint {ck} ran with the learning-rate schedule {ran}; this config gives {now}: "
                             "a run keeps its schedule (rbctl train --extend only lengthens it; docs/scaling.md)")
-        if state.get("world_size", 1) != self.dist.world:
-            raise UserError(f"checkpoint {ck} was written by {state.get('world_size', 1)} processes; "
+        if state["world_size"] != self.dist.world:
+            raise UserError(f"checkpoint {ck} was written by {state['world_size']} processes; "
                             f"resume with the same number (now {self.dist.world})")
-        if state.get("fsdp", False) != self.parallel.sharded:
+        if state["fsdp"] != self.parallel.sharded:
             raise UserError(f"checkpoint {ck} was written {'with' if state.get('fsdp') else 'without'} FSDP "
                             "sharding; resume with the same model.fsdp")
         self.parallel.load(self.model, self.opt, state)

@@ -184,16 +184,17 @@ def _run_copy(src: Path, dst: Path) -> Path:
     return dst
 
 
-def test_choosing_checks_marker_file_set_and_sizes_and_takes_markers_without_sizes(two_checkpoints, tmp_path):
+def test_choosing_checks_marker_file_set_and_sizes(two_checkpoints, tmp_path):
     from rbctl.store.rundir import checkpoint_problem, last_good_checkpoint
 
     run = _run_copy(two_checkpoints, tmp_path / "run")
     ck4 = run / "checkpoints" / "step_000004"
     marker = json.loads((ck4 / CKPT_DONE).read_text())
     assert marker["files"]["trainer_state.pt"]["size"] == (ck4 / "trainer_state.pt").stat().st_size
-    # a marker written before sizes were recorded (path -> SHA-256): chosen, verified when read
-    (ck4 / CKPT_DONE).write_text(json.dumps({"step": 4, "files": {k: v["sha256"] for k, v in marker["files"].items()}}))
     assert checkpoint_problem(ck4) is None and last_good_checkpoint(run)[0] == 4
+    # a marker that maps a file to its SHA-256 alone, without its size, is unreadable
+    (ck4 / CKPT_DONE).write_text(json.dumps({"step": 4, "files": {k: v["sha256"] for k, v in marker["files"].items()}}))
+    assert checkpoint_problem(ck4) == "unreadable completion marker" and last_good_checkpoint(run)[0] == 2
     (ck4 / CKPT_DONE).write_text(json.dumps(marker))
     with open(ck4 / "trainer_state.pt", "ab") as f:  # one byte more than the manifest says
         f.write(b"\0")

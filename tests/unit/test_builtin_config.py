@@ -83,24 +83,6 @@ def test_section_keys_come_from_the_task_dataclasses():
         "num_keys", "min_hops", "max_hops", "train_size", "test_size", "seed", "demo_error", "warm_start_steps"]
 
 
-def test_a_run_config_written_by_the_flat_section_still_resumes():
-    from rbctl.config.base import validate
-    from rbctl.config.builtin import upgrade_legacy
-    from rbctl.train.rundir import comparable
-
-    # what the flat section wrote to RUN_DIR/config.yaml for configs/fixpoint.yaml: every task's keys
-    old = load_train_config(CONFIGS / "fixpoint.yaml").model_dump(mode="json")
-    old["data"]["builtin"].update(min_hops=1)
-    with pytest.raises(UserError, match="unknown config key 'data.builtin.min_hops'"):
-        validate(TrainConfig, old, "config.yaml")
-    upgraded = validate(TrainConfig, upgrade_legacy(old), "config.yaml")
-    assert comparable(upgraded) == comparable(load_train_config(CONFIGS / "fixpoint.yaml"))
-    old = load_train_config(CONFIGS / "quickstart.yaml").model_dump(mode="json")
-    old["data"]["builtin"].update(num_roots=3, depth1_frac=0.7, walk_demo_frac=0.15, shortcut_demo_error=0.0)
-    assert comparable(validate(TrainConfig, upgrade_legacy(old), "c")) == comparable(load_train_config(CONFIGS / "quickstart.yaml"))
-    assert upgrade_legacy({"data": {"builtin": {"task": "maze", "size": 9}}}) == {"data": {"builtin": {"task": "maze", "size": 9}}}
-
-
 def test_config_reference_lists_every_task_key():
     from scripts.config_doc import reference_markdown
 
@@ -108,30 +90,3 @@ def test_config_reference_lists_every_task_key():
     for kind in builtin.KINDS:
         for k in builtin.config_keys(kind):
             assert f"| `data.builtin.{k.key}` ({kind}) |" in out
-
-
-def test_a_run_config_with_the_flat_method_keys_of_the_last_release_still_reads(tmp_path):
-    """The last release dumped every field to RUN_DIR/config.yaml, method settings as flat algo keys."""
-    from rbctl.config.base import validate
-    from rbctl.config.train import read_run_config, upgrade_method_keys
-
-    flat = {"passk_k": 4, "clip_cov_ratio": 2e-4, "clip_cov_lb": 1.0, "clip_cov_ub": 5.0, "kl_cov_ratio": 2e-3,
-            "kl_cov_coef": 1.0, "gspo_clip_low": 3e-4, "gspo_clip_high": 4e-4, "entropy_token_quantile": None,
-            "unlikeliness_beta": 0.0}
-    old = load_train_config(CONFIGS / "quickstart.yaml").model_dump(mode="json")
-    for name in ("passk", "clip_cov", "kl_cov", "gspo", "entropy_mask", "unlikeliness"):
-        old["algo"].pop(name)
-    old["algo"].update(flat)
-    with pytest.raises(UserError, match="config key 'algo.passk_k' is now 'algo.passk.k'"):
-        validate(TrainConfig, old, "config.yaml")
-    # GRPO with the PPO clip: every flat key was an unselected method's default, so all are dropped
-    plain = validate(TrainConfig, upgrade_method_keys(old), "c")
-    assert plain.algo == load_train_config(CONFIGS / "quickstart.yaml").algo
-    # the selected methods and the options that were on keep their values, in their blocks
-    chosen = {**old, "algo": {**old["algo"], "estimator": "passk", "policy_loss": "clip_cov", "clip_cov_ratio": 1e-3,
-                              "entropy_token_quantile": 0.3, "unlikeliness_beta": 0.0}}
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump(chosen))
-    a = read_run_config(tmp_path / "config.yaml").algo
-    assert (a.passk.k, a.clip_cov.ratio, a.clip_cov.ub, a.entropy_mask.rho) == (4, 1e-3, 5.0, 0.3)
-    assert a.kl_cov is None and a.gspo is None and a.unlikeliness is None
-    assert upgrade_method_keys({"algo": {"estimator": "grpo"}}) == {"algo": {"estimator": "grpo"}}

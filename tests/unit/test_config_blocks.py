@@ -17,9 +17,8 @@ from rbctl.algo.losses import LOSS_AGG
 from rbctl.config.base import Section
 from rbctl.config.sweep import VARIANT_PARTS, arm_variant
 from rbctl.config.methods import ADDED_METHODS, SELECTORS, check_method_blocks, method_functions, method_params
-from rbctl.config.train import RENAMED_KEYS, AlgoCfg, TrainConfig, load_train_config
+from rbctl.config.train import AlgoCfg, TrainConfig, load_train_config
 from rbctl.errors import UserError
-from rbctl.sweep.ablate import load_sweep
 from tests.conftest import TINY_TRAIN
 
 
@@ -105,26 +104,6 @@ def test_only_the_selected_methods_block_is_filled_in_and_others_are_refused():
 
     data = apply_overrides(path_cfg, ["algo.clip_cov.ratio=0.5"])
     assert TrainConfig.model_validate(data).algo.clip_cov.ratio == 0.5
-
-
-@pytest.mark.parametrize("old", sorted(RENAMED_KEYS))
-def test_an_old_flat_key_is_a_one_line_error_naming_its_new_key(old, tmp_path):
-    new = RENAMED_KEYS[old]
-    with pytest.raises(UserError) as e:
-        load_train_config(None, [f"{old}=1"])
-    assert str(e.value) == f"--set '{old}=1': config key '{old}' is now '{new}'"
-    path = tmp_path / "c.yaml"
-    path.write_text(yaml.safe_dump({"algo": {old.split(".", 1)[1]: 1}}))
-    with pytest.raises(UserError, match=f"^{path}: config key '{old}' is now '{new}'$"):
-        load_train_config(path)
-
-
-def test_an_old_flat_key_in_a_sweep_arm_names_the_arm_and_the_new_key(tmp_path):
-    (tmp_path / "base.yaml").write_text(yaml.safe_dump(TINY_TRAIN))
-    (tmp_path / "s.yaml").write_text(yaml.safe_dump({"base": "base.yaml", "arms": {"cov": {
-        "algo.policy_loss": "clip_cov", "algo.clip_cov_ratio": 0.1}}}))
-    with pytest.raises(UserError, match=r"arm 'cov': config key 'algo.clip_cov_ratio' is now 'algo.clip_cov.ratio'$"):
-        load_sweep(tmp_path / "s.yaml")
 
 
 def _section_in(annotation):
