@@ -33,10 +33,11 @@ from rbctl.errors import UserError
 from rbctl.rollout.base import SamplingParams
 from rbctl.rollout.factory import build_engine
 from rbctl.rollout.models import load_policy, lora_policy
-from rbctl.store.rundir import Checkpoint, checkpoint_dir, checkpoints_to_try, first_intact
+from rbctl.store.checkpoint import Checkpoint, checkpoints_to_try, first_intact, load_state
+from rbctl.store.rundir import checkpoint_dir
 from rbctl.tasks.prompting import encode_prompts, resolve_template
 from rbctl.train.batch import make_batch, sample_rows
-from rbctl.train.checkpoint import load_state, rng_state, set_rng_state
+from rbctl.train.checkpoint import rng_state, set_rng_state
 from rbctl.train.data import load_training_problems, reward_function, task_spec, warm_start_spec
 from rbctl.train.distributed import init_from_env
 from rbctl.train.objective import Objective

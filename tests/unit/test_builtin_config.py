@@ -9,7 +9,6 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
 
 from rbctl.config.train import TrainConfig, load_train_config
 from rbctl.errors import UserError

@@ -18,7 +18,6 @@ from rbctl.config.base import Section
 from rbctl.config.sweep import VARIANT_PARTS, arm_variant
 from rbctl.config.methods import ADDED_METHODS, SELECTORS, check_method_blocks, method_functions, method_params
 from rbctl.config.train import AlgoCfg, TrainConfig, load_train_config
-from rbctl.errors import UserError
 from tests.conftest import TINY_TRAIN
 
 
