@@ -135,7 +135,7 @@ def train(
     except KeyboardInterrupt:
         import shlex
 
-        from rbctl.store.rundir import last_good_checkpoint
+        from rbctl.store.checkpoint import last_good_checkpoint
 
         step, _ = last_good_checkpoint(out)
         again = ["rbctl", "train", str(config), "-o", str(out)] + [a for kv in (set_ or []) for a in ("--set", kv)]
@@ -248,10 +248,11 @@ def ablate(
     held-out score, the mean over its seeds."""
     import time
 
+    from rbctl.store.rundir import RUNS_ROOT
     from rbctl.sweep.ablate import DEFAULT_SWEEP, run_sweep, summarize_state
 
     path = sweep or DEFAULT_SWEEP
-    sweep_dir = out or Path("runs") / (Path(path).stem + (f"_seeds{seed_offset}" if seed_offset else ""))
+    sweep_dir = out or Path(RUNS_ROOT) / (Path(path).stem + (f"_seeds{seed_offset}" if seed_offset else ""))
     t0 = time.perf_counter()
     if launcher not in ("local", "submitit"):
         raise UserError(f"--launcher must be 'local' or 'submitit', got '{launcher}'")
@@ -265,10 +266,10 @@ def ablate(
     except (Interrupted, KeyboardInterrupt):
         import shlex
 
+        from rbctl.store.read import read_sweep_state
         from rbctl.store.rundir import SWEEP_STATE
-        from rbctl.sweep.ablate import read_state
 
-        done, total, _ = summarize_state(read_state(sweep_dir))
+        done, total, _ = summarize_state({"runs": read_sweep_state(sweep_dir)})
         again = ["rbctl", "ablate"] + ([str(sweep)] if sweep else []) + ["-o", str(sweep_dir)]
         again += (["--jobs", str(jobs)] if jobs else []) + (["--launcher", launcher] if launcher != "local" else [])
         again += ["--seed-offset", str(seed_offset)] if seed_offset else []
@@ -286,8 +287,9 @@ def ablate(
         typer.secho(f"  failed: {key}: {err}", fg=typer.colors.RED)
     if not no_report:
         from rbctl.report.build import make_report
+        from rbctl.store.rundir import REPORT_DIR
 
-        typer.echo(f"report: {make_report([sweep_dir], sweep_dir / 'report')}")
+        typer.echo(f"report: {make_report([sweep_dir], sweep_dir / REPORT_DIR)}")
     if failed:
         raise typer.Exit(1)
 

@@ -60,9 +60,10 @@ def run_main_job(tree: Path, sweep: str | None, out: Path, cache: Path) -> tuple
 def final_evals(sweep_dir: Path) -> dict[str, str]:
     """Every run's final evaluation summary, by run folder (for a same-results check)."""
     out = {}
-    from rbctl.store.rundir import SUMMARY
+    from rbctl.store.rundir import EVAL_DIR, SUMMARY, step_dirs, sweep_runs
 
-    for path in sorted(sweep_dir.glob(f"runs/*/seed_*/eval/step_*/*/{SUMMARY}")):
+    paths = [p for _, run in sweep_runs(sweep_dir) for _, d in step_dirs(run / EVAL_DIR) for p in d.glob(f"*/{SUMMARY}")]
+    for path in sorted(paths):
         d = json.loads(path.read_text())
         out[str(path.relative_to(sweep_dir))] = json.dumps([d["metrics"], d["per_problem"]], sort_keys=True)
     return out
@@ -126,7 +127,9 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(f"  | {line}" for line in tail))
         print(f"main job: exit {proc.returncode}, {wall / 60:.1f} min wall (warm start included)")
         if args.keep:
-            print(f"report: {out / 'report' / 'report.md'}")
+            from rbctl.store.rundir import REPORT_DIR, REPORT_MD
+
+            print(f"report: {out / REPORT_DIR / REPORT_MD}")
         return proc.returncode
 
 

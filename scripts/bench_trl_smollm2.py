@@ -67,9 +67,10 @@ def float32_model_dir(model: Path) -> Path:
     if (cache / "config.json").exists():
         return cache
     from rbctl.rollout.models import load_policy
+    from rbctl.store.rundir import TMP_SUFFIX
 
     policy = load_policy(str(model), device="cpu", dtype="float32")  # dequantized, saved as ordinary weights
-    tmp = cache.with_name(cache.name + ".tmp")
+    tmp = cache.with_name(cache.name + TMP_SUFFIX)
     policy.model.save_pretrained(tmp)
     policy.tokenizer.save_pretrained(tmp)
     tmp.rename(cache)

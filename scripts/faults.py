@@ -89,6 +89,8 @@ DISK_FAULTS = ("enospc:checkpoint:2", "eio:marker:2", "enospc:metrics:3", "eio:e
 def disk_fault(spec: str, cfg: Path, straight: Path, run: Path, steps: int) -> str:
     """One line: what `rbctl train` (or `rbctl eval` for eval_summary) did under RBCTL_FAULT=spec,
     and whether the rerun without it ended equal to the uninterrupted run."""
+    from rbctl.store.rundir import MODEL, TMP_SUFFIX, checkpoint_dir
+
     env = {**os.environ, "RBCTL_FAULT": spec}
     kind = spec.split(":")[1]
     if kind == "eval_summary":
@@ -97,14 +99,14 @@ def disk_fault(spec: str, cfg: Path, straight: Path, run: Path, steps: int) -> s
         cmd = train_cmd(cfg, run)
     first = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     errors = [x for x in first.stderr.splitlines() if x.startswith("error:")]
-    torn = [p for p in run.rglob("*") if p.name.startswith(".") and ".tmp" in p.name]
+    torn = [p for p in run.rglob("*") if p.name.startswith(".") and TMP_SUFFIX in p.name]
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if kind == "eval_summary":
         from rbctl.store.rundir import SUMMARY
 
         equal = again.returncode == 0 and any(run.rglob(SUMMARY))
     else:
-        final = f"checkpoints/step_{steps:06d}/model/model.safetensors"
+        final = checkpoint_dir(Path(), steps) / MODEL / "model.safetensors"
         equal = again.returncode == 0 and same_weights(straight / final, run / final) and \
             logged_steps(run) == list(range(1, steps + 1))
     ok = first.returncode == 1 and len(errors) == 1 and not torn and equal
@@ -117,6 +119,8 @@ def main() -> None:
     import tempfile
 
     import yaml
+
+    from rbctl.store.rundir import MODEL, checkpoint_dir
 
     ap = argparse.ArgumentParser(description="SIGKILL rbctl train repeatedly and check the resumed run.")
     ap.add_argument("--kills", type=int, default=20)
@@ -147,7 +151,7 @@ def main() -> None:
         run = d / "killed"
         kills, resumes_ok = kill_and_resume_training(d / "cfg.yaml", run, args.kills, args.seed)
         subprocess.run(train_cmd(d / "cfg.yaml", run), check=True, stdout=subprocess.DEVNULL)
-        final = f"checkpoints/step_{args.steps:06d}/model/model.safetensors"
+        final = checkpoint_dir(Path(), args.steps) / MODEL / "model.safetensors"
         steps_ok = logged_steps(run) == list(range(1, args.steps + 1))
         weights_ok = same_weights(d / "straight" / final, run / final)
         print(f"kills: {kills}; resumes that continued the run: {resumes_ok}/{kills}")

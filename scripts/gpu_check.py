@@ -270,14 +270,14 @@ def _check(args) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         out = args.out or Path(tmp)
         out.mkdir(parents=True, exist_ok=True)
-        n_params = build_model_dir(out / "model", arch, args.device)
-        train_file, eval_file = write_data(out / "data", size)
-        cfg = train_config(out / "model", train_file, eval_file, size, args.device)
+        n_params = build_model_dir(out / "policy", arch, args.device)
+        train_file, eval_file = write_data(out / "problems", size)
+        cfg = train_config(out / "policy", train_file, eval_file, size, args.device)
         from transformers import AutoTokenizer
 
         from rbctl.tasks.prompting import MATH_INSTRUCTION, encode_prompts
 
-        tok = AutoTokenizer.from_pretrained(out / "model")
+        tok = AutoTokenizer.from_pretrained(out / "policy")
         prompt_tokens = len(encode_prompts(tok, [json.loads(train_file.read_text().splitlines()[0])["problem"]],
                                            "plain", MATH_INSTRUCTION)[0])
         peak_tflops, peak_from, matmul = bf16_peak(args.device)
@@ -299,10 +299,10 @@ def _check(args) -> int:
             run_training(cfg, out / "run_c")
             diff_ac = differences(rec_a, run_record(out / "run_c", size["steps"]))
         perf = throughput(out / "run_a", size, prompt_tokens, n_params, peak_tflops)
-        from rbctl.store.rundir import EVAL_LINES, METRICS, SUMMARY
+        from rbctl.store.rundir import EVAL_DIR, EVAL_LINES, METRICS, PERIODIC_DIR, SUMMARY
 
         evals = _lines(out / "run_a" / EVAL_LINES)
-        summary = json.loads(next((out / "run_a" / "eval" / "periodic").rglob(SUMMARY)).read_text())
+        summary = json.loads(next((out / "run_a" / EVAL_DIR / PERIODIC_DIR).rglob(SUMMARY)).read_text())
         finite = all(r["nonfinite/skipped"] == 0 for r in _lines(out / "run_a" / METRICS))
         eval_steps = sorted({r["step"] for r in evals})
         want_steps = sorted({0, *range(2, size["steps"] + 1, 2), size["steps"]})

@@ -15,7 +15,7 @@ if __package__ in (None, ""):  # run as a script: make the checkout importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rbctl.train import metric_names  # noqa: E402
-from rbctl.store.rundir import EVAL_LINES, METRICS, SAMPLES, SUMMARY  # noqa: E402
+from rbctl.store.rundir import EVAL_DIR, EVAL_LINES, METRICS, SAMPLES, SUMMARY  # noqa: E402
 from rbctl.train.metric_names import EVAL_METRICS, STEP_METRICS, Metric  # noqa: E402
 
 HEAD = """# Metrics
@@ -26,7 +26,7 @@ is listed and that every function named exists. The formulas follow [method.md](
 
 """
 
-EVAL_RESULTS = f"""## Evaluation results (`rbctl eval`, `RUN_DIR/eval/`)
+EVAL_RESULTS = f"""## Evaluation results (`rbctl eval`, `RUN_DIR/{EVAL_DIR}/`)
 
 `OUT/BENCHMARK/{SUMMARY}` holds the `{EVAL_LINES}` metrics (`avg@n`, `pass@<k>`, `maj@<k>`), each
 with a 95% percentile-bootstrap interval over problems (2000 resamples; the report resamples seeds

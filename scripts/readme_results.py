@@ -34,6 +34,7 @@ from rbctl.report import make_report
 from rbctl.report.tables import NOT_TESTABLE, delta, markdown_table, pval
 from rbctl.report.load import find_runs
 from rbctl.store.read import newest_metrics_time
+from rbctl.store.rundir import REPORT_DIR, REPORT_TABLES
 
 ISA_FLAGS = ("avx2", "avx512f", "amx_bf16", "amx_int8", "amx_tile")
 # (table file, heading, what the document says about it)
@@ -89,7 +90,7 @@ def results_markdown(sweep: Path, report_dir: Path, command: str | None = None, 
            f"- Commit: {commits} (the runs' provenance).",
            f"- Command: `{command or f'rbctl ablate SWEEP.yaml -o {sweep}'}`.",
            f"- Machine (where this document was generated): {cpu_description(cpuinfo)}.", ""]
-    tables = Path(report_dir) / "tables"
+    tables = Path(report_dir) / REPORT_TABLES
     for name, heading, note in SECTIONS:
         f = tables / f"{name}.md"
         if not f.is_file():
@@ -177,7 +178,7 @@ def study_markdown(study: Path, report_dir: Path, command: str | None = None) ->
            "A unit is a (warm start, seed) pair; the warm-start table treats the warm start as the unit.", ""]
     notes = {name: note for name, _, note in SECTIONS}
     for name in STUDY_SECTIONS:
-        f = Path(report_dir) / "tables" / f"{name}.md"
+        f = Path(report_dir) / REPORT_TABLES / f"{name}.md"
         if f.is_file():
             out += [f"### {name.replace('_', ' ').capitalize()}", "", notes[name], "", f.read_text().rstrip(), ""]
     return "\n".join(out)
@@ -206,7 +207,7 @@ def study_line(study: Path) -> str:
 
     with tempfile.TemporaryDirectory() as tmp:
         make_report([study], Path(tmp) / "r")
-        f = Path(tmp) / "r" / "tables" / "warm_starts.csv"
+        f = Path(tmp) / "r" / REPORT_TABLES / "warm_starts.csv"
         if not f.is_file():
             raise SystemExit(f"{study}: its report has no warm-start table (is it a sweep over warm starts?)")
         t = pd.read_csv(f)
@@ -237,7 +238,7 @@ def headline_markdown(sweep: Path, report_dir: Path) -> str:
     """The principal verdict table of a report (its ``tables/verdicts.md``) and one line saying which
     runs, commit and date it comes from."""
     prov = provenance(sweep, short=True)
-    table = (Path(report_dir) / "tables" / "verdicts.md").read_text().rstrip()
+    table = (Path(report_dir) / REPORT_TABLES / "verdicts.md").read_text().rstrip()
     return (f"{table}\n\n{len(prov.runs)} runs ({', '.join(map(str, prov.per_arm))} units per arm) at commit "
             f"{prov.commits}, last logged {prov.last}; Δ in points of each row's held-out metric (avg@n: pass@1) "
             "with a 95% t-interval over units (clipped to [−100, +100]); Holm-adjusted over the rows' family (the "
@@ -295,8 +296,8 @@ def main(argv: list[str] | None = None) -> int:
         emit(args.report)
         return 0
     with tempfile.TemporaryDirectory() as tmp:
-        make_report([args.sweep], Path(tmp) / "report")
-        emit(Path(tmp) / "report")
+        make_report([args.sweep], Path(tmp) / REPORT_DIR)
+        emit(Path(tmp) / REPORT_DIR)
     return 0
 
 

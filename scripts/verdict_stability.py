@@ -22,6 +22,7 @@ import pandas as pd
 from rbctl.errors import UserError
 from rbctl.report import make_report
 from rbctl.report.tables import NOT_TESTABLE, delta, markdown_table, pval
+from rbctl.store.rundir import REPORT_TABLES
 
 
 def verdicts(sweep: Path, out: Path) -> pd.DataFrame:
@@ -31,7 +32,7 @@ def verdicts(sweep: Path, out: Path) -> pd.DataFrame:
 
 def read_verdicts(report_dir: Path, sweep: Path) -> pd.DataFrame:
     """The verdict table of `report_dir`, a report already built from `sweep`."""
-    f = Path(report_dir) / "tables" / "verdicts.csv"
+    f = Path(report_dir) / REPORT_TABLES / "verdicts.csv"
     table = pd.read_csv(f) if f.is_file() else pd.DataFrame()
     if not len(table):
         raise UserError(f"{sweep}: its report has no principal comparison with final evaluations on both sides")

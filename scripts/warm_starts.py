@@ -26,6 +26,7 @@ import tempfile
 from dataclasses import asdict, replace
 from pathlib import Path
 
+from rbctl.store.rundir import BUILTIN_MARKER
 from scripts.bench_main_job import cpu_model
 
 # What a fixpoint warm start of the main job's recipe (configs/fixpoint.yaml) must be like
@@ -37,7 +38,7 @@ from scripts.bench_main_job import cpu_model
 TARGETS = {"fixpoint": {"shortcut_acc_depth1": [0.97, 1.0], "walk_share": [0.11, 0.18], "walk_acc_depth1": [0.38, 0.62],
                         "pass@1": [0.69, 0.77], "pass@8": [0.76, 0.86], "entropy": [0.13, 0.20]}}
 FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
-         "rbctl_builtin.json")
+         BUILTIN_MARKER)
 
 
 def _commit() -> str | None:

@@ -60,9 +60,6 @@ def _format_error(err: ValidationError, model: type[BaseModel], source: str) -> 
     keys, tag, union = _key_path(model, e["loc"])
     loc = ".".join(keys)
     if e["type"] == "extra_forbidden":
-        renamed = getattr(model, "renamed_keys", {}).get(loc)
-        if renamed:
-            return f"{source}: config key '{loc}' is now '{renamed}'"
         if tag is not None:  # a key another member of the union has (another built-in task's)
             owners = [t for t, cls in union.items() if keys[-1] in cls.model_fields]
             close = difflib.get_close_matches(keys[-1], union[tag].model_fields, n=1, cutoff=0.6)

@@ -20,10 +20,6 @@ DEFAULT_TASK = "links"
 TASK_DOC = ("Tasks: 'links' (follow k hops, the hop count shown; the quick default), 'fixpoint' (follow the links to a "
             "fixed point, depth hidden: the plateau testbed, docs/plateau_task.md), 'maze' (MaxRL's maze navigation, a "
             "published testbed: docs/maze_task.md).")
-# Keys of the flat section of earlier releases (every task's keys in one section), for reading the
-# config.yaml of a run made then (`upgrade_legacy`).
-LEGACY_KEYS = ("num_keys", "min_hops", "max_hops", "num_roots", "depth1_frac", "train_size", "test_size", "seed",
-               "demo_error", "walk_demo_frac", "shortcut_demo_error", "warm_start_steps")
 
 
 class BuiltinTaskBase(Section):
@@ -62,15 +58,3 @@ BuiltinCfg = Annotated[
 
 def default_section() -> BuiltinTaskBase:
     return SECTIONS[DEFAULT_TASK]()
-
-
-def upgrade_legacy(data: dict) -> dict:
-    """A training config dict as an earlier release wrote it to RUN_DIR/config.yaml, readable now: the
-    flat `data.builtin` section held every task's keys, so the keys the selected task does not have
-    (which that release ignored) are dropped. Other configs are returned unchanged."""
-    section = (data.get("data") or {}).get("builtin")
-    if not isinstance(section, dict) or _task_of(section) not in SECTIONS:
-        return data
-    own = set(SECTIONS[_task_of(section)].model_fields)
-    section = {k: v for k, v in section.items() if k in own or k not in LEGACY_KEYS}
-    return {**data, "data": {**data["data"], "builtin": section}}

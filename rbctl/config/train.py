@@ -15,7 +15,7 @@ from pydantic import Field, create_model, field_validator, model_validator
 from rbctl import algo
 from rbctl.algo.losses import LOSS_AGG
 from rbctl.config.base import Section, apply_overrides, read_yaml, validate
-from rbctl.config.builtin import TASK_DOC, BuiltinCfg, default_section, upgrade_legacy
+from rbctl.config.builtin import TASK_DOC, BuiltinCfg, default_section
 from rbctl.config.methods import at_most_problems, block_fields, check_selection, fill_selected, hook_fields
 from rbctl.config.eval import EvalConfig, EvalSection
 from rbctl.tasks.prompting import MATH_INSTRUCTION
@@ -130,25 +130,9 @@ AlgoCfg = create_model("AlgoCfg", __base__=AlgoBase, __doc__="Estimator, budget,
                        **block_fields())
 
 
-def upgrade_dual_clip(data: dict) -> dict:
-    """A saved config dict whose `algo` lacks `clip_ratio_c` was written by a release without the
-    dual clip (every release dumps every field): it trained with none, so it reads as null, not as
-    today's default, and resuming it under a config with the dual clip on is refused as a config
-    change. Other configs are returned unchanged."""
-    a = data.get("algo")
-    if not isinstance(a, dict) or "clip_ratio_c" in a:
-        return data
-    return {**data, "algo": {**a, "clip_ratio_c": None}}
-
-
-def upgrade_run_config(data: dict) -> dict:
-    """A run's saved config dict, as this release or an earlier one wrote it, in today's schema."""
-    return upgrade_dual_clip(upgrade_legacy(data))
-
-
 def read_run_config(path: Path) -> "TrainConfig":
     """RUN_DIR/config.yaml (or a checkpoint's copy), validated; a one-line UserError naming the file."""
-    return validate(TrainConfig, upgrade_run_config(read_yaml(path)), str(path))
+    return validate(TrainConfig, read_yaml(path), str(path))
 
 
 class OptimCfg(Section):

@@ -13,7 +13,7 @@ from rbctl.errors import UserError
 from rbctl.eval.pipeline import evaluate_policy, load_problems, protocol_text, sanitize, summary_warnings
 from rbctl.rollout.factory import engine_class
 from rbctl.store.atomic import check_writable
-from rbctl.store.rundir import CONFIG, final_eval_dir, is_run_dir
+from rbctl.store.rundir import CONFIG, EVAL_DIR, RUNS_ROOT, final_eval_dir, is_run_dir
 
 # What `rbctl eval` takes from a run directory's training config (its periodic evaluation, `for_run`)
 # when the command line does not say otherwise: so that the score and the run's curve are measured
@@ -117,7 +117,7 @@ def default_out_dir(model: str, step: int | None) -> Path:
             raise UserError(f"cannot tell the checkpoint step of {model}; pass --out")
         return final_eval_dir(path, step)
     name = path.name.removesuffix(".gguf") if path.exists() else model
-    return Path("runs") / "eval" / sanitize(name.replace("/", "_"))
+    return Path(RUNS_ROOT) / EVAL_DIR / sanitize(name.replace("/", "_"))
 
 
 def results_table(results: dict[str, dict]):
@@ -157,7 +157,8 @@ def run_eval(
     from rich.markup import escape
     from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-    from rbctl.rollout.models import load_first_intact, load_policy, run_checkpoints
+    from rbctl.rollout.models import load_first_intact, load_policy
+    from rbctl.store.checkpoint import run_checkpoints
     from rbctl.tasks.builtin import task_spec_of
 
     console = console or Console()

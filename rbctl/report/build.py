@@ -23,6 +23,8 @@ from rbctl.report.figures import arm_styles, panel_groups, save_figure
 from rbctl.report.load import Issue, Run, default_out, find_runs, sweep_settings
 from rbctl.report.tables import finite, with_ci, write_table
 from rbctl.store.atomic import write_atomic
+from rbctl.store.rundir import (EVAL_DIR, REPORT_DATA, REPORT_FIGURES, REPORT_HTML, REPORT_MD, REPORT_TABLES,
+                                STEP_PREFIX)
 
 
 class Report:
@@ -35,7 +37,7 @@ class Report:
         self.by_arm = {a: [r for r in runs if r.arm == a] for a in self.arms}
         self.info = {a: (rs[0].baseline, rs[0].variant) for a, rs in self.by_arm.items()}
         self.styles, self.groups = arm_styles(self.info), panel_groups(self.info)
-        self.tables, self.figures, self.data = out / "tables", out / "figures", out / "data"
+        self.tables, self.figures, self.data = out / REPORT_TABLES, out / REPORT_FIGURES, out / REPORT_DATA
         for d in (self.tables, self.figures, self.data):
             d.mkdir(parents=True, exist_ok=True)
         self.doc = Doc(out)
@@ -45,7 +47,7 @@ class Report:
         # the sections do not compare κ_eff between arms
         self.kappa_eff_note = diag.kappa_eff_refusal(self.by_arm)
         self.notes: list[str] = []  # remarks on the data, shown with the final scores
-        self.issues += [Issue(r.name, "no final evaluation", f"nothing under {r.path}/eval/step_*")
+        self.issues += [Issue(r.name, "no final evaluation", f"nothing under {r.path}/{EVAL_DIR}/{STEP_PREFIX}*")
                         for r in runs if not r.finals and r.status in ("", "done")]
         self.scores: dict[tuple[str, str], ArmScores] = self._scores()
         self.benchmarks = sorted({b for _, b in self.scores})
@@ -94,9 +96,9 @@ class Report:
                         sections.final_scores, sections.exploratory, sections.associations, sections.descriptives,
                         sections.trajectories, sections.runs):
             section(self)
-        path = self.out / "report.md"
+        path = self.out / REPORT_MD
         write_atomic(path, self.doc.markdown(), kind="report")
-        write_atomic(self.out / "report.html", self.doc.html("rbctl report"), kind="report")
+        write_atomic(self.out / REPORT_HTML, self.doc.html("rbctl report"), kind="report")
         return path
 
 
@@ -117,7 +119,7 @@ def final_scores_table(report_dir: Path):
     """A Rich table of a written report's final scores (None when there are none)."""
     from rich.table import Table
 
-    path = Path(report_dir) / "tables" / "final_scores.csv"
+    path = Path(report_dir) / REPORT_TABLES / "final_scores.csv"
     if not path.exists():
         return None
     df = pd.read_csv(path)

@@ -9,7 +9,6 @@ state file, its resolved sweep file, and optionally a ceiling file.
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +17,7 @@ from rbctl.config.base import validate
 from rbctl.config.sweep import Comparisons, Escape, arm_variant
 from rbctl.errors import UserError
 from rbctl.store import read
-from rbctl.store.rundir import SWEEP_FILE, SWEEP_RUNS
+from rbctl.store.rundir import REPORT_DIR, SWEEP_FILE, SWEEP_RUNS, run_key, seed_of
 
 SEARCH_DEPTH = 3  # levels below an input directory searched for runs and sweeps
 IGNORED_CONFIG_KEYS = ("seed", "threads", "log")  # what may differ between two runs of one training config
@@ -53,7 +52,7 @@ class Run:
 
     @property
     def name(self) -> str:
-        return f"{self.arm}/{self.warm_start}/seed_{self.seed}" if self.warm_start else f"{self.arm}/seed_{self.seed}"
+        return run_key(self.arm, self.seed, self.warm_start)
 
     def training_config(self) -> dict:
         """The config without what may differ between runs of one arm (`IGNORED_CONFIG_KEYS`)."""
@@ -86,13 +85,13 @@ def load_run(path: Path, sweep: str | None = None, status: str = "", sweep_dir: 
     data = read.read_run(path)
     info, cfg = data["meta"], data["config"]
     algo = cfg.get("algo") or {}
-    seed_dir = re.fullmatch(r"seed_(\d+)", path.name)
+    seed_dir = seed_of(path.name)
     below = path.relative_to(sweep_dir / SWEEP_RUNS).parts if sweep_dir is not None else ()
     deep = seed_dir is not None and len(below) == 3  # <arm>/<warm start>/seed_<s>
-    default_arm = (path.parent.parent.name if deep else path.parent.name) if seed_dir else path.name
+    default_arm = (path.parent.parent.name if deep else path.parent.name) if seed_dir is not None else path.name
     seed = info.get("seed", cfg.get("seed"))
     if seed is None:
-        seed = int(seed_dir.group(1)) if seed_dir else 0
+        seed = seed_dir if seed_dir is not None else 0
     g = (cfg.get("rollout") or {}).get("group_size")
     ws = info.get("warm_start") or (path.parent.name if deep else None)
     return Run(
@@ -132,7 +131,7 @@ def load_sweep(sweep: Path) -> tuple[list[Run], list[Issue]]:
             kept = " (its logged steps are included)" if key in on_disk else ""
             issues.append(Issue(f"{sweep.name}/{key}", status, (entry.get("error") or "") + kept))
         elif key not in on_disk:
-            issues.append(Issue(f"{sweep.name}/{key}", "missing", f"the sweep's state says done, but runs/{key} "
+            issues.append(Issue(f"{sweep.name}/{key}", "missing", f"the sweep's state says done, but {SWEEP_RUNS}/{key} "
                                 "has no metrics"))
     return runs, issues
 
@@ -165,7 +164,7 @@ def find_runs(dirs: list[Path]) -> tuple[list[Run], list[Issue]]:
         r, i, found = _collect(d, 0)
         if not found:
             raise UserError(f"no run or sweep directory under {d} (a run holds a metrics log; a sweep holds "
-                            "runs/ or a state file)")
+                            f"{SWEEP_RUNS}/ or a state file)")
         runs.update({x.path.resolve(): x for x in r})
         issues += [x for x in i if x not in issues]
     out = sorted(runs.values(), key=lambda x: (x.arm, x.unit))
@@ -184,8 +183,8 @@ def find_runs(dirs: list[Path]) -> tuple[list[Run], list[Issue]]:
 def default_out(dirs: list[Path]) -> Path:
     """``DIR/report`` for a single input directory (a run or a sweep); several need an explicit one."""
     if len(dirs) == 1:
-        return Path(dirs[0]) / "report"
-    raise UserError("pass -o OUT: the output folder defaults to DIR/report only for a single input directory")
+        return Path(dirs[0]) / REPORT_DIR
+    raise UserError(f"pass -o OUT: the output folder defaults to DIR/{REPORT_DIR} only for a single input directory")
 
 
 def sweep_settings(runs: list[Run]) -> tuple[Comparisons | None, Escape | None, list[str]]:

@@ -22,6 +22,7 @@ from rbctl.report.robust import iqm, score_distribution, stratified_bootstrap
 from rbctl.report.series import KAPPA_EFF_WINDOW, band, unit_frame
 from rbctl.report.stats import bounded_t_interval
 from rbctl.report.tables import NOT_TESTABLE, delta, finite, num, pct, plural, points_list, pval, slug, with_ci, write_csv
+from rbctl.store.rundir import EVAL_DIR, REPORT_TABLES, STEP_PREFIX
 
 # (metrics key, file slug, title, y label, rolling window, range of the metric). No response-length
 # panel: the built-in tasks' length follows the prompt mix, identical across arms.
@@ -100,7 +101,7 @@ def _robust(rep) -> pd.DataFrame:
 def final_scores(rep) -> None:
     rep.doc.heading(2, "Final scores")
     if not rep.scores:
-        rep.doc.para("No final evaluations found (`rbctl eval RUN` writes its evaluation under RUN/eval/step_N/).")
+        rep.doc.para(f"No final evaluations found (`rbctl eval RUN` writes its evaluation under RUN/{EVAL_DIR}/{STEP_PREFIX}N/).")
         return
     for note in rep.notes:
         rep.doc.para(f"Note: {note}")
@@ -270,7 +271,7 @@ def descriptives(rep) -> None:
     rep.doc.para("Each run's mean over the last quarter of its logged values; mean over units with a 95% t-interval "
                  f"over units (descriptive). {KAPPA_EFF_WHAT}.")
     if rep.kappa_eff_note:
-        rep.doc.para(rep.kappa_eff_note + " The final κ_eff column is left out of this table (tables/final_entropy_kappa.csv "
+        rep.doc.para(rep.kappa_eff_note + f" The final κ_eff column is left out of this table ({REPORT_TABLES}/final_entropy_kappa.csv "
                      "keeps each arm's numbers).")
     rep.table(numbers, shown, "final_entropy_kappa")
 

@@ -2,8 +2,9 @@
 an rbctl run directory (its latest checkpoint), a checkpoint already chosen (`Checkpoint`), or
 `builtin` (the embedded default's warm start).
 
-A checkpoint's weights are read once, hashed as they are read (`read_safetensors`), and the model is
-built from those tensors; its small files (config, tokenizer) are hashed, then read by transformers.
+A checkpoint's files are read through `rbctl.store.checkpoint`: its weights once, hashed as they are
+read, and the model is built from those tensors; its small files (config, tokenizer) are hashed,
+then read by transformers.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from pathlib import Path
 import torch
 
 from rbctl.errors import UserError
-from rbctl.store.rundir import MODEL, Checkpoint, builtin_task_record, checkpoints_to_try, first_intact, is_run_dir
+from rbctl.store.checkpoint import (ADAPTER_CONFIG, Checkpoint, adapter_weights, checkpoint_weights, first_intact,
+                                    run_checkpoints, verify_model_files)
+from rbctl.store.rundir import builtin_task_record, is_run_dir
 
 
 @dataclass
@@ -43,7 +46,7 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
 
 def is_model_dir(p: Path) -> bool:
     """A saved model: full weights (config.json) or LoRA adapters (adapter_config.json)."""
-    return (p / "config.json").exists() or (p / "adapter_config.json").exists()
+    return (p / "config.json").exists() or (p / ADAPTER_CONFIG).exists()
 
 
 def resolve_source(name_or_path: str, step: int | None = None) -> tuple[str, str | None]:
@@ -63,55 +66,6 @@ def resolve_source(name_or_path: str, step: int | None = None) -> tuple[str, str
     if name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") > 1:
         raise UserError(f"model path {name_or_path} does not exist")
     return name_or_path, None  # a hub id
-
-
-def run_checkpoints(run_dir: Path, step: int | None = None, log=None) -> list[Checkpoint]:
-    """`checkpoints_to_try`, refusing a run directory that has none."""
-    found = checkpoints_to_try(run_dir, step, log)
-    if not found:
-        raise UserError(f"run directory {run_dir} has no complete checkpoint yet")
-    return found
-
-
-# safetensors' dtype names (https://github.com/huggingface/safetensors, "Format")
-_ST_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
-              "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
-              "BOOL": torch.bool, "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2}
-
-
-def read_safetensors(ck: Checkpoint, rel: str) -> dict[str, torch.Tensor]:
-    """The tensors of the checkpoint's safetensors file `rel`, each read straight into its own CPU
-    tensor while the file is hashed (`Checkpoint.open`): one pass over the bytes, one copy in memory.
-    (`safetensors.torch.load` would take the whole file as bytes and copy it again; `safe_open`
-    maps the file, so the hash would be a second read.) The format: an 8-byte little-endian header
-    length, a JSON header {name: {dtype, shape, data_offsets}}, then the tensors' bytes."""
-    out = {}
-    with ck.open(rel) as f:
-        n = int.from_bytes(f.read(8), "little")
-        if n > 100_000_000:  # safetensors' own limit on the header
-            raise UserError(f"{ck.path / rel}: a {n}-byte header: not a safetensors file")
-        header = json.loads(f.read(n))
-        header.pop("__metadata__", None)
-        at = 0
-        for name, info in sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0]):
-            (begin, end), dtype = info["data_offsets"], _ST_DTYPES.get(info["dtype"])
-            t = torch.empty(info["shape"], dtype=dtype) if dtype is not None else None
-            if t is None or begin < at or t.nbytes != end - begin:
-                raise UserError(f"{ck.path / rel}: tensor {name} ({info['dtype']}) is not one this reader takes")
-            f.read(begin - at)  # no gap in files safetensors writes; hashed all the same if there is one
-            if f.readinto(t.reshape(-1).view(torch.uint8).numpy()) != t.nbytes:
-                raise UserError(f"{ck.path / rel}: the file ends inside tensor {name}")
-            out[name], at = t, end
-    return out
-
-
-def checkpoint_weights(ck: Checkpoint) -> dict[str, torch.Tensor]:
-    """Every tensor of the checkpoint's model/*.safetensors (each shard of a sharded save), read once
-    and verified as read."""
-    weights = {}
-    for rel in sorted(r for r in ck.files if r.startswith(f"{MODEL}/") and r.endswith(".safetensors")):
-        weights.update(read_safetensors(ck, rel))
-    return weights
 
 
 def with_adapter(model, adapter_dir: Path, weights: dict, trainable: bool):
@@ -136,21 +90,16 @@ def lora_policy(model, lora, resume: Checkpoint | None = None):
     except ImportError:
         raise UserError("model.lora needs peft, a dependency of rbctl that is not installed: pip install 'peft>=0.13'") from None
     if resume is not None:
-        resume.verify(f"{MODEL}/adapter_config.json")
-        weights = read_safetensors(resume, f"{MODEL}/adapter_model.safetensors")
-        return with_adapter(model, resume.model_dir, weights, trainable=True)
+        return with_adapter(model, resume.model_dir, adapter_weights(resume, check_config=True), trainable=True)
     return get_peft_model(model, LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
                                             target_modules=lora.target_modules, task_type="CAUSAL_LM"))
 
 
 def _model_from_checkpoint(ck: Checkpoint, torch_dtype, auto_model):
     """A checkpoint's model: its small files hashed whole, its weights read once and verified as read."""
-    for rel in ck.files:
-        if rel.startswith(f"{MODEL}/") and not rel.endswith(".safetensors"):
-            ck.verify(rel)
-    if (ck.model_dir / "adapter_config.json").exists():  # a LoRA run's checkpoint: base + adapter, merged
-        weights = read_safetensors(ck, f"{MODEL}/adapter_model.safetensors")
-        return _load_lora_merged(str(ck.model_dir), torch_dtype, auto_model, weights)
+    verify_model_files(ck)
+    if ck.is_adapter:  # a LoRA run's checkpoint: base + adapter, merged
+        return _load_lora_merged(str(ck.model_dir), torch_dtype, auto_model, adapter_weights(ck, check_config=False))
     from transformers import AutoConfig, GenerationConfig
 
     config = AutoConfig.from_pretrained(ck.model_dir)
@@ -171,7 +120,7 @@ def _load_lora_merged(adapter_dir: str, torch_dtype, auto_model, weights: dict |
         from peft import PeftModel
     except ImportError:
         raise UserError(f"{adapter_dir} holds LoRA adapters; loading them needs peft, a dependency of rbctl that is not installed: pip install 'peft>=0.13'") from None
-    base = json.loads((Path(adapter_dir) / "adapter_config.json").read_text()).get("base_model_name_or_path") or ""
+    base = json.loads((Path(adapter_dir) / ADAPTER_CONFIG).read_text()).get("base_model_name_or_path") or ""
     p = Path(base).expanduser()
     ggufs = sorted(p.glob("*.gguf")) if p.is_dir() and not is_model_dir(p) else []
     if p.is_file() and p.suffix == ".gguf":
@@ -224,7 +173,7 @@ def load_policy(
     try:
         if ck is not None:
             model = _model_from_checkpoint(ck, torch_dtype, AutoModelForCausalLM)
-        elif (Path(src) / "adapter_config.json").exists():  # LoRA adapters: base + adapter, merged
+        elif (Path(src) / ADAPTER_CONFIG).exists():  # LoRA adapters: base + adapter, merged
             model = _load_lora_merged(src, torch_dtype, AutoModelForCausalLM)
         else:
             model = AutoModelForCausalLM.from_pretrained(src, dtype=torch_dtype, **kwargs)

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from rbctl.errors import UserError
+from rbctl.store.rundir import LOCK
 
 NO_FLOCK = (errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOLCK, errno.EINVAL)
 POLL_S = 0.5  # how often a waiting holder re-checks a lock on a filesystem without flock
@@ -43,7 +44,7 @@ class DirLock:
     refused with a UserError naming the first one's pid and host, or, with `wait=True`, blocks until
     the first one releases it (or dies)."""
 
-    def __init__(self, directory: Path, what: str, log=print, name: str = ".lock", wait: bool = False):
+    def __init__(self, directory: Path, what: str, log=print, name: str = LOCK, wait: bool = False):
         self.path = Path(directory) / name
         self.what, self.log, self.wait = what, log, wait
         self.f = None

@@ -1,6 +1,8 @@
 """Reading run and sweep directories (the layout of `rbctl.store.rundir`) into plain dicts and lists,
-for `rbctl report` and scripts: no statistics, no torch. Invalid files are a `UserError` naming them;
-a torn last JSON line (a crash mid-write) is dropped.
+for `rbctl report`, resumes and scripts: no statistics, no torch. Invalid files are a `UserError`
+naming them; a torn last JSON line (a crash mid-write) is dropped. A header (provenance.json,
+run.json, sweep.yaml) of another `format_version` than `FORMAT_VERSION` is refused; one without a
+format_version is version 1.
 """
 
 from __future__ import annotations
@@ -14,21 +16,31 @@ from rbctl.errors import UserError
 from rbctl.store import jsonl
 from rbctl.store.rundir import (
     CEILING,
+    CHECKPOINTS,
     CONFIG,
     EVAL_DIR,
     EVAL_LINES,
+    FORMAT_VERSION,
     METRICS,
     PROVENANCE,
+    REPORT_DATA,
+    REPORT_DIR,
+    REPORT_FIGURES,
+    REPORT_TABLES,
     RUN_META,
+    SUBMITIT,
     SUMMARY,
     SWEEP_FILE,
     SWEEP_RUNS,
     SWEEP_STATE,
-    step_of,
+    TENSORBOARD,
+    WANDB,
+    step_dirs,
+    sweep_runs,
 )
 
 # Folders of a run or sweep directory that hold no run (skipped when searching for runs).
-NOT_RUNS = {EVAL_DIR, "checkpoints", "report", "tb", "wandb", "figures", "tables", "data", "submitit"}
+NOT_RUNS = {EVAL_DIR, CHECKPOINTS, REPORT_DIR, TENSORBOARD, WANDB, REPORT_FIGURES, REPORT_TABLES, REPORT_DATA, SUBMITIT}
 
 
 def read_json(path: Path) -> dict:
@@ -37,6 +49,29 @@ def read_json(path: Path) -> dict:
         return json.loads(Path(path).read_text())
     except json.JSONDecodeError as e:
         raise UserError(f"{path}: invalid JSON ({e})") from None
+
+
+def check_format(data: dict, path: Path) -> dict:
+    """`data`, the content of header `path`, when its format_version is `FORMAT_VERSION` or absent
+    (every directory written before the field was recorded is version 1); else a one-line
+    `UserError` naming the file and the version."""
+    version = data.get("format_version", 1)
+    if version != FORMAT_VERSION or isinstance(version, bool):
+        raise UserError(f"{path}: format_version {version!r} is not one this rbctl reads (it reads {FORMAT_VERSION})")
+    return data
+
+
+def read_header(path: Path) -> dict:
+    """A JSON header of a run directory (provenance.json, run.json), its format version checked
+    (`check_format`); {} when absent."""
+    path = Path(path)
+    return check_format(read_json(path), path) if path.is_file() else {}
+
+
+def check_run_format(run_dir: Path) -> None:
+    """Refuse a run directory whose headers record another format version (`check_format`)."""
+    for name in (PROVENANCE, RUN_META):
+        read_header(Path(run_dir) / name)
 
 
 def read_lines(path: Path) -> list[dict]:
@@ -69,12 +104,10 @@ def final_summaries(run_dir: Path) -> tuple[int | None, dict[str, dict]]:
     """The highest ``RUN/eval/step_N`` holding a summary, and its summaries by benchmark
     (``eval/periodic/`` is never a final evaluation)."""
     found = []
-    for d in (Path(run_dir) / EVAL_DIR).glob("step_*"):
-        step = step_of(d.name)
-        if step is not None and d.is_dir():
-            files = sorted(d.glob(f"*/{SUMMARY}"))
-            if files:
-                found.append((step, files))
+    for step, d in step_dirs(Path(run_dir) / EVAL_DIR):
+        files = sorted(d.glob(f"*/{SUMMARY}"))
+        if files:
+            found.append((step, files))
     if not found:
         return None, {}
     step, files = max(found, key=lambda t: t[0])
@@ -89,13 +122,13 @@ def read_run(path: Path) -> dict:
     """Everything the report reads from one run directory, as plain data:
     ``{"meta": run.json, "config": config.yaml, "provenance": provenance.json, "metrics": [lines],
     "evals": [eval.jsonl lines], "final_step": int | None, "finals": {benchmark: summary}}``
-    (absent files give {} or [])."""
+    (absent files give {} or []; a header of another format version is refused, `check_format`)."""
     path = Path(path)
     final_step, finals = final_summaries(path)
     return {
-        "meta": read_json(path / RUN_META) if (path / RUN_META).is_file() else {},
+        "meta": read_header(path / RUN_META),
         "config": read_yaml_file(path / CONFIG),
-        "provenance": read_json(path / PROVENANCE) if (path / PROVENANCE).is_file() else {},
+        "provenance": read_header(path / PROVENANCE),
         "metrics": read_lines(path / METRICS),
         "evals": read_lines(path / EVAL_LINES),
         "final_step": final_step,
@@ -107,21 +140,35 @@ def sweep_run_dirs(sweep: Path) -> list[tuple[str, Path]]:
     """(key, run directory) of every run with metrics under ``SWEEP/runs``, sorted: keys are the
     paths below ``runs/``, ``ARM/seed_S`` or, for a sweep crossing warm starts, ``ARM/WS/seed_S``
     (the keys of state.json)."""
-    root = Path(sweep) / SWEEP_RUNS
-    found = {d for pattern in ("*/*", "*/*/*") for d in root.glob(pattern) if d.is_dir() and has_metrics(d)}
-    return sorted((d.relative_to(root).as_posix(), d) for d in found)
+    return [(key, d) for key, d in sweep_runs(sweep) if has_metrics(d)]
 
 
 def read_sweep_state(sweep: Path) -> dict[str, dict]:
-    """state.json's runs: ``{key: {"status", "error"}}`` ({} when there is no state file)."""
+    """state.json's runs, ``{key: {"status", "error"}}``: the one reader of a sweep's state (`rbctl
+    ablate` resuming, `rbctl report`, scripts). No state file means a fresh sweep: {}. A state file
+    that does not parse as ``{"runs": {...}}`` (torn or edited by hand: `rbctl ablate` writes it
+    atomically) is a one-line `UserError` naming the file; delete it to start the state afresh."""
     p = Path(sweep) / SWEEP_STATE
-    return (read_json(p).get("runs") or {}) if p.is_file() else {}
+    if not p.is_file():
+        return {}
+    data = read_json(p)
+    runs = data.get("runs") if isinstance(data, dict) else None
+    if not isinstance(runs, dict) or not all(isinstance(r, dict) for r in runs.values()):
+        raise UserError(f"{p}: not a sweep state (expected {{\"runs\": {{key: {{\"status\", \"error\"}}}}}})")
+    return runs
+
+
+def read_sweep_resolved(sweep: Path) -> dict:
+    """A sweep directory's resolved sweep.yaml (``{"format_version", "sweep", "configs"}``), its
+    format version checked (`check_format`); {} when there is none."""
+    path = Path(sweep) / SWEEP_FILE
+    return check_format(read_yaml_file(path), path)
 
 
 def read_sweep_file(sweep: Path) -> dict:
     """The sweep file a sweep directory was run from (the ``sweep`` section of its resolved
     sweep.yaml), or {} when there is none."""
-    return read_yaml_file(Path(sweep) / SWEEP_FILE).get("sweep") or {}
+    return read_sweep_resolved(sweep).get("sweep") or {}
 
 
 def read_ceiling_file(directory: Path) -> tuple[dict, Path] | None:

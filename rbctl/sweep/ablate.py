@@ -2,7 +2,7 @@
 
 A sweep file names a base training config, arms (each a set of dotted-key overrides of it),
 seeds and an evaluation spec. Every (arm, seed) runs in its own run directory
-`SWEEP/runs/<arm>/seed_<s>/` in a worker process; a failed run is recorded with its error and
+`SWEEP/runs/<arm>/seed_<s>/` (`rbctl.store.rundir.run_key`) in a worker process; a failed run is recorded with its error and
 does not stop the others; `state.json` records each run's status; a second `rbctl ablate` on the
 same directory is refused while the first holds its lock; re-running skips finished runs and
 resumes partial ones from their last checkpoint.
@@ -15,20 +15,19 @@ import os
 import traceback
 from pathlib import Path
 
-import yaml
-
 from rbctl.algo import registry as methods
 from rbctl.config.base import apply_overrides, read_yaml, validate
 from rbctl.config.launcher import LauncherCfg
 from rbctl.config.methods import hooks_on
 from rbctl.config.sweep import SweepConfig, SweepEval
-from rbctl.config.train import TrainConfig, check_fits_run_engine, for_run, upgrade_run_config
+from rbctl.config.train import TrainConfig, check_fits_run_engine, for_run
 from rbctl.config.presets import preset
 from rbctl.config.sweep import arm_variant
 from rbctl.errors import UserError
-from rbctl.store.atomic import write_atomic
 from rbctl.store.lock import DirLock
-from rbctl.store.rundir import CEILING, RUN_META, SUMMARY, SWEEP_FILE, SWEEP_RUNS, SWEEP_STATE, final_eval_dir
+from rbctl.store.read import read_sweep_resolved, read_sweep_state
+from rbctl.store.rundir import SUBMITIT, SUMMARY, SWEEP_LOCK, final_eval_dir, parse_run_key, run_key, sweep_run_dir
+from rbctl.store.write import write_ceiling, write_error, write_run_meta, write_sweep_file, write_sweep_state
 
 # Arms must get equal compute: these keys may differ between arms only when the sweep says so.
 COMPUTE_KEYS = ("steps", "rollout.prompts_per_step", "rollout.group_size", "rollout.max_new_tokens", "algo.ppo_epochs",
@@ -136,34 +135,6 @@ def arm_metadata(cfg: TrainConfig) -> dict:
     return {"baseline": cfg.algo.estimator, "variant": arm_variant(cfg.algo.model_dump(), cfg.rollout.model_dump())}
 
 
-def run_key(arm: str, seed: int, warm_start: str | None = None) -> str:
-    """A run's key in state.json, and its directory under SWEEP/runs/."""
-    return f"{arm}/seed_{seed}" if warm_start is None else f"{arm}/{warm_start}/seed_{seed}"
-
-
-def split_run_key(key: str) -> tuple[str, str | None]:
-    """(arm, warm start or None) of a `run_key`."""
-    parts = key.split("/")
-    return parts[0], (parts[1] if len(parts) == 3 else None)
-
-
-# --- state ----------------------------------------------------------------------------------------
-
-
-def read_state(sweep_dir: Path) -> dict:
-    p = sweep_dir / SWEEP_STATE
-    if not p.exists():
-        return {"runs": {}}
-    try:
-        return json.loads(p.read_text())
-    except json.JSONDecodeError:
-        return {"runs": {}}  # a torn state file is rebuilt from the run directories
-
-
-def write_state(sweep_dir: Path, state: dict) -> None:
-    write_atomic(sweep_dir / SWEEP_STATE, json.dumps(state, indent=2), kind="sweep_state")
-
-
 def final_eval_done(run_dir: Path, steps: int, benchmarks: list[str]) -> bool:
     from rbctl.eval.pipeline import bench_dir_name
 
@@ -173,7 +144,7 @@ def final_eval_done(run_dir: Path, steps: int, benchmarks: list[str]) -> bool:
 
 def sweep_lock(sweep_dir: Path, log=print) -> DirLock:
     """The sweep directory's lock: one `rbctl ablate` at a time (its workers lock their run directories)."""
-    return DirLock(sweep_dir, "rbctl ablate", log=log, name=".ablate.lock")
+    return DirLock(sweep_dir, "rbctl ablate", log=log, name=SWEEP_LOCK)
 
 
 # --- worker ---------------------------------------------------------------------------------------
@@ -194,7 +165,7 @@ def _run_one(run_dir: str, cfg_dict: dict, meta: dict, eval_dict: dict, threads:
         cfg = TrainConfig.model_validate(cfg_dict)
         rd = Path(run_dir)
         rd.mkdir(parents=True, exist_ok=True)
-        write_atomic(rd / RUN_META, json.dumps(meta, indent=2))
+        write_run_meta(rd, meta)
 
         def on_step(step, m):
             queue.put((key, "step", step, {"reward": m["reward/mean"], "entropy": m["entropy"]}))
@@ -211,7 +182,7 @@ def _run_one(run_dir: str, cfg_dict: dict, meta: dict, eval_dict: dict, threads:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         tb = traceback.format_exc()
         try:
-            write_atomic(Path(run_dir) / "error.txt", tb)
+            write_error(Path(run_dir), tb)
         except OSError:
             pass
         return {"key": key, "status": "failed", "error": f"{type(e).__name__}: {msg}"}
@@ -234,19 +205,19 @@ def run_sweep(sweep_path: Path, sweep_dir: Path, jobs: int | None = None, force:
     sweep_dir.mkdir(parents=True, exist_ok=True)
     resolved = {"sweep": sweep.model_dump(mode="json"), "configs": {a: c.model_dump(mode="json") for a, c in configs.items()}}
     with sweep_lock(sweep_dir, log):
-        saved = sweep_dir / SWEEP_FILE
-        if saved.exists() and not force:
-            if _comparable(yaml.safe_load(saved.read_text()) or {}) != _comparable(resolved):
+        saved = read_sweep_resolved(sweep_dir)
+        if saved and not force:
+            if _comparable(saved) != _comparable(resolved):
                 raise UserError(f"sweep directory {sweep_dir} holds a different sweep; use another -o or --force")
-        write_atomic(saved, yaml.safe_dump(resolved, sort_keys=False))
+        write_sweep_file(sweep_dir, resolved)
         if sweep.ceiling is not None:  # what the report's plateau test reads (rbctl.store.read.read_ceiling_file)
-            write_atomic(sweep_dir / CEILING, json.dumps(sweep.ceiling.model_dump(), indent=2))
-        state = read_state(sweep_dir)
+            write_ceiling(sweep_dir, sweep.ceiling.model_dump())
+        state = {"runs": read_sweep_state(sweep_dir)}
         todo = []
         for arm, cfg in configs.items():
             for ws, seed in units(sweep):
                 key = run_key(arm, seed, ws)
-                rd = sweep_dir / SWEEP_RUNS / key
+                rd = sweep_run_dir(sweep_dir, key)
                 rcfg = _with_warm_start(cfg, ws).model_copy(update={"seed": seed})
                 if final_eval_done(rd, rcfg.steps, sweep.eval.benchmarks) and state["runs"].get(key, {}).get("status") == "done":
                     continue
@@ -255,7 +226,7 @@ def run_sweep(sweep_path: Path, sweep_dir: Path, jobs: int | None = None, force:
                     meta["warm_start"] = ws
                 todo.append((key, rd, rcfg, meta))
                 state["runs"][key] = {"status": "pending", "error": None}
-        write_state(sweep_dir, state)
+        write_sweep_state(sweep_dir, state)
         total_runs = len(configs) * len(units(sweep))
         unit = f"{len(sweep.warm_starts)} warm starts × {len(sweep.seeds)} seeds" if sweep.warm_starts else f"{len(sweep.seeds)} seeds"
         log(f"sweep '{sweep.name}': {total_runs} runs ({len(configs)} arms × {unit}), "
@@ -277,7 +248,7 @@ def _comparable(resolved: dict) -> dict | None:
     from pydantic import ValidationError
 
     try:
-        return {"configs": {a: TrainConfig.model_validate(upgrade_run_config(c)).model_dump(mode="json")
+        return {"configs": {a: TrainConfig.model_validate(c).model_dump(mode="json")
                             for a, c in (resolved.get("configs") or {}).items()},
                 "eval": SweepEval.model_validate((resolved.get("sweep") or {}).get("eval") or {}).model_dump(mode="json")}
     except ValidationError:
@@ -321,7 +292,7 @@ def _execute(todo, sweep: SweepConfig, sweep_dir: Path, state: dict, jobs: int, 
 
     def record(key, res):
         state["runs"][key] = {"status": res["status"], "error": res["error"]}
-        write_state(sweep_dir, state)
+        write_sweep_state(sweep_dir, state)
 
     if progress and sys.stdout.isatty():
         display = local.RichDisplay()
@@ -342,10 +313,10 @@ def _execute_submitit(todo, sweep: SweepConfig, sweep_dir: Path, state: dict, lo
 
     def record(key, res):
         state["runs"][key] = {"status": res["status"], "error": res["error"]}
-        write_state(sweep_dir, state)
+        write_sweep_state(sweep_dir, state)
         log(f"{key}: {res['status']}" + (f" ({res['error']})" if res["error"] else ""))
 
-    submit_runs(jobs, lcfg, folder=Path(lcfg.folder) if lcfg.folder else sweep_dir / "submitit", on_result=record, log=log)
+    submit_runs(jobs, lcfg, folder=Path(lcfg.folder) if lcfg.folder else sweep_dir / SUBMITIT, on_result=record, log=log)
 
 
 def summarize_state(state: dict) -> tuple[int, int, list[tuple[str, str]]]:
@@ -366,15 +337,15 @@ def arm_final_lines(sweep_dir: Path, state: dict) -> list[str]:
     for key, run in state["runs"].items():
         if run.get("status") != "done":
             continue
-        step, finals = final_summaries(Path(sweep_dir) / SWEEP_RUNS / key)
+        step, finals = final_summaries(sweep_run_dir(sweep_dir, key))
         for bench, summary in finals.items():
             value = (summary.get("metrics", {}).get("avg@n") or {}).get("value")
             if value is None:
                 continue
-            k = (bench, split_run_key(key)[0], summary.get("n"))
+            k = (bench, parse_run_key(key).arm, summary.get("n"))
             scores.setdefault(k, []).append(value)
             steps.setdefault(k, set()).add(step)
-    crossed = any(split_run_key(key)[1] is not None for key in state["runs"])
+    crossed = any(parse_run_key(key).warm_start is not None for key in state["runs"])
     out = []
     for (bench, arm, n), values in scores.items():
         at = steps[(bench, arm, n)]

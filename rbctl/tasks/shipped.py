@@ -27,7 +27,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from rbctl.errors import UserError
-from rbctl.store.rundir import sha256
+from rbctl.store.checkpoint import sha256
 
 SHIPPED_DIR = Path(__file__).resolve().parent / "warm_starts"
 INDEX = "index.json"

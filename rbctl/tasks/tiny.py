@@ -19,7 +19,7 @@ from typing import Callable
 import torch
 
 from rbctl.store.lock import DirLock
-from rbctl.store.rundir import BUILTIN_MARKER
+from rbctl.store.rundir import BUILTIN_MARKER, LOCK, TMP_SUFFIX
 
 SPECIALS = ("<pad>", "<s>", "</s>")
 WARMUP_STEPS = 50  # linear learning-rate warm-up of the SFT, then cosine to zero
@@ -120,10 +120,10 @@ def warm_started(kind: str, spec, ws, train: Callable[[], tuple], log=print) -> 
     path = warm_start_path(kind, spec, ws)
     if (path / "config.json").exists():
         return path
-    with DirLock(path.parent, "warm start", log=log, name=path.name + ".lock", wait=True):
+    with DirLock(path.parent, "warm start", log=log, name=path.name + LOCK, wait=True):
         if not (path / "config.json").exists():
             log(f"warm-starting the built-in {kind} policy ({ws.steps} SFT steps, cached at {path}) ...")
-            tmp = Path(str(path) + ".tmp")
+            tmp = Path(str(path) + TMP_SUFFIX)
             shutil.rmtree(tmp, ignore_errors=True)  # a build killed before its rename
             _REPORT[0] = log
             try:

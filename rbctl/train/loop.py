@@ -9,7 +9,6 @@ under the training precision."""
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from contextlib import nullcontext
@@ -20,11 +19,11 @@ from rbctl.errors import UserError
 from rbctl.config.eval import EvalConfig
 from rbctl.eval.pipeline import evaluate_policy, load_problems, periodic_eval_lines
 from rbctl.rollout.models import LoadedPolicy
-from rbctl.store.atomic import write_atomic
+from rbctl.store.checkpoint import save_checkpoint
 from rbctl.store.lock import DirLock
 from rbctl.store.rundir import (BUILTIN_MARKER, EVAL_LINES, METRICS, MODEL, PROVENANCE, SAMPLES, checkpoint_dir,
                                 final_eval_dir, periodic_eval_dir)
-from rbctl.train.checkpoint import save_checkpoint
+from rbctl.store.write import write_provenance
 from rbctl.train.data import task_spec
 from rbctl.train.rundir import check_run_dir, provenance, write_config
 from rbctl.store.jsonl import append_jsonl, read_log, truncate_jsonl
@@ -66,7 +65,7 @@ def _train(cfg: TrainConfig, run_dir: Path, force: bool, extend: bool, progress:
             truncate_jsonl(run_dir / name, lambda r: start > 0 and r.get("step", 0) <= start)
         if start == 0 or not (run_dir / PROVENANCE).exists():
             prov = {**provenance(cfg, tr.device), "world_size": tr.dist.world}
-            write_atomic(run_dir / PROVENANCE, json.dumps(prov, indent=2))
+            write_provenance(run_dir, prov)
     if start >= cfg.steps:
         log(f"run {run_dir} is already complete ({start} steps)")
         return tr, []

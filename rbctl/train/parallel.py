@@ -111,9 +111,7 @@ class Sharded(Replicated):
         """(step, trainer state) of the newest checkpoint that verifies as it is read, read by rank 0
         alone: its full weights and optimizer state stay there (the other ranks get empty ones, which
         `load` fills from rank 0); the rest of the state reaches every rank by broadcast."""
-        from rbctl.rollout.models import checkpoint_weights
-        from rbctl.store.rundir import first_intact
-        from rbctl.train.checkpoint import load_state
+        from rbctl.store.checkpoint import checkpoint_weights, first_intact, load_state
 
         ck, state = first_intact(candidates, lambda c: {**load_state(c), "weights": checkpoint_weights(c)}, warn) \
             if self.dist.is_main else (None, None)

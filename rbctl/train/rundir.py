@@ -15,7 +15,8 @@ from rbctl.config.base import dump_config
 from rbctl.config.train import TrainConfig, read_run_config
 from rbctl.errors import UserError
 from rbctl.store.atomic import write_atomic
-from rbctl.store.rundir import CHECKPOINTS, CONFIG, METRICS, step_dir_name
+from rbctl.store.read import check_run_format
+from rbctl.store.rundir import CHECKPOINTS, CONFIG, METRICS, kept_config_path
 
 
 def provenance(cfg: TrainConfig, device: torch.device) -> dict:
@@ -59,6 +60,7 @@ def check_run_dir(cfg: TrainConfig, run_dir: Path, force: bool, extend: bool = F
     `cfg` checked against the config it was made with. Reads only; every rank calls it before rank 0
     rewrites config.yaml (`write_config`).
 
+    - A run directory of another format version is refused (`rbctl.store.read.check_format`).
     - Keys other than steps, log and threads may differ only with `force`.
     - The learning-rate schedule of the steps already run never changes: another optim.lr,
       optim.schedule or optim.warmup_steps is refused, with or without `force`.
@@ -72,6 +74,7 @@ def check_run_dir(cfg: TrainConfig, run_dir: Path, force: bool, extend: bool = F
     cfg_path = run_dir / CONFIG
     if not (cfg_path.exists() and _started(run_dir)):
         return cfg
+    check_run_format(run_dir)
     old = read_run_config(cfg_path)
     cfg = _keep_schedule(old, cfg, run_dir, extend)
     if comparable(old) != comparable(cfg) and not force:
@@ -114,7 +117,7 @@ def write_config(cfg: TrainConfig, run_dir: Path, start: int) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     cfg_path, text = run_dir / CONFIG, dump_config(cfg)
     previous = cfg_path.read_text() if cfg_path.exists() else None
-    kept = run_dir / f"config.{step_dir_name(start)}.yaml"
+    kept = kept_config_path(run_dir, start)
     if start > 0 and previous is not None and previous != text and not kept.exists():
         write_atomic(kept, previous)
     write_atomic(cfg_path, text)

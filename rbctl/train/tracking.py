@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rbctl.store.jsonl import append_jsonl
-from rbctl.store.rundir import METRICS
+from rbctl.store.rundir import METRICS, TENSORBOARD
 
 
 class Tracker:
@@ -23,7 +23,7 @@ class Tracker:
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            self._tb = SummaryWriter(str(Path(run_dir) / "tb"))
+            self._tb = SummaryWriter(str(Path(run_dir) / TENSORBOARD))
         if wandb:
             import wandb as wb
 

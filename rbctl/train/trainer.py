@@ -33,10 +33,11 @@ from rbctl.errors import UserError
 from rbctl.rollout.base import SamplingParams
 from rbctl.rollout.factory import build_engine
 from rbctl.rollout.models import load_policy, lora_policy
-from rbctl.store.rundir import Checkpoint, checkpoint_dir, checkpoints_to_try, first_intact
+from rbctl.store.checkpoint import Checkpoint, checkpoints_to_try, first_intact, load_state
+from rbctl.store.rundir import checkpoint_dir
 from rbctl.tasks.prompting import encode_prompts, resolve_template
 from rbctl.train.batch import make_batch, sample_rows
-from rbctl.train.checkpoint import load_state, rng_state, set_rng_state
+from rbctl.train.checkpoint import rng_state, set_rng_state
 from rbctl.train.data import load_training_problems, reward_function, task_spec, warm_start_spec
 from rbctl.train.distributed import init_from_env
 from rbctl.train.objective import Objective
@@ -145,14 +146,14 @@ class Trainer(Updater):
 
     def _restore(self, state: dict) -> None:
         ck = checkpoint_dir(self.run_dir, self.resume_step)
-        ran, now = state.get("schedule"), schedule_record(self.cfg)  # None: written before schedules were recorded
-        if ran is not None and ran != now:
+        ran, now = state["schedule"], schedule_record(self.cfg)
+        if ran != now:
             raise UserError(f"checkpoint {ck} ran with the learning-rate schedule {ran}; this config gives {now}: "
                             "a run keeps its schedule (rbctl train --extend only lengthens it; docs/scaling.md)")
-        if state.get("world_size", 1) != self.dist.world:
-            raise UserError(f"checkpoint {ck} was written by {state.get('world_size', 1)} processes; "
+        if state["world_size"] != self.dist.world:
+            raise UserError(f"checkpoint {ck} was written by {state['world_size']} processes; "
                             f"resume with the same number (now {self.dist.world})")
-        if state.get("fsdp", False) != self.parallel.sharded:
+        if state["fsdp"] != self.parallel.sharded:
             raise UserError(f"checkpoint {ck} was written {'with' if state.get('fsdp') else 'without'} FSDP "
                             "sharding; resume with the same model.fsdp")
         self.parallel.load(self.model, self.opt, state)

@@ -7,7 +7,8 @@ import json
 import pytest
 import yaml
 
-from rbctl.sweep.ablate import load_sweep, read_state, run_sweep, sweep_lock
+from rbctl.store.read import read_sweep_state
+from rbctl.sweep.ablate import load_sweep, run_sweep, sweep_lock
 from rbctl.errors import UserError
 from tests.conftest import TINY_TRAIN
 
@@ -115,7 +116,7 @@ def test_sweep_runs_isolates_failures_and_resumes_only_missing_work(tmp_path, rb
     state = run_sweep(path, out, progress=False, log=lambda *a: None)
     assert state["runs"]["grpo_budget/seed_0"]["status"] == "done"
     assert (done_run / "metrics.jsonl").stat().st_mtime_ns == before
-    assert read_state(out)["runs"]["broken/seed_0"]["status"] == "failed"
+    assert read_sweep_state(out)["broken/seed_0"]["status"] == "failed"
 
 
 def test_a_second_ablate_on_a_locked_directory_is_refused(tmp_path):
@@ -137,7 +138,7 @@ def test_sweep_through_submitit_local_mode(tmp_path, rbctl_cache):
     assert state["runs"]["grpo/seed_0"]["status"] == "done"
     assert state["runs"]["broken/seed_0"]["status"] == "failed"
     assert (out / "runs" / "grpo" / "seed_0" / "eval" / "step_000002" / "builtin" / "summary.json").exists()
-    assert read_state(out)["runs"]["grpo/seed_0"]["status"] == "done"
+    assert read_sweep_state(out)["grpo/seed_0"]["status"] == "done"
 
 
 @pytest.mark.slow

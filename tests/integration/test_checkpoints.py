@@ -19,7 +19,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from rbctl.store.rundir import CKPT_DONE, checkpoints_to_try
+from rbctl.store.checkpoint import checkpoints_to_try
+from rbctl.store.rundir import CKPT_DONE
 
 IN_OPEN, IN_ISDIR = 0x20, 0x40000000
 
@@ -98,17 +99,17 @@ def bytes_read(root: Path, monkeypatch):
 @contextmanager
 def hashed(monkeypatch):
     """Counter {relative path: times verified} of checkpoint files (`VerifiedReader`s made)."""
-    from rbctl.store import rundir
+    from rbctl.store import checkpoint
 
     tally: Counter = Counter()
-    real = rundir.VerifiedReader.__init__
+    real = checkpoint.VerifiedReader.__init__
 
     def counting(self, ck, rel):
         tally[rel] += 1
         real(self, ck, rel)
 
     with monkeypatch.context() as m:
-        m.setattr(rundir.VerifiedReader, "__init__", counting)
+        m.setattr(checkpoint.VerifiedReader, "__init__", counting)
         yield tally
 
 
@@ -184,16 +185,17 @@ def _run_copy(src: Path, dst: Path) -> Path:
     return dst
 
 
-def test_choosing_checks_marker_file_set_and_sizes_and_takes_markers_without_sizes(two_checkpoints, tmp_path):
-    from rbctl.store.rundir import checkpoint_problem, last_good_checkpoint
+def test_choosing_checks_marker_file_set_and_sizes(two_checkpoints, tmp_path):
+    from rbctl.store.checkpoint import checkpoint_problem, last_good_checkpoint
 
     run = _run_copy(two_checkpoints, tmp_path / "run")
     ck4 = run / "checkpoints" / "step_000004"
     marker = json.loads((ck4 / CKPT_DONE).read_text())
     assert marker["files"]["trainer_state.pt"]["size"] == (ck4 / "trainer_state.pt").stat().st_size
-    # a marker written before sizes were recorded (path -> SHA-256): chosen, verified when read
-    (ck4 / CKPT_DONE).write_text(json.dumps({"step": 4, "files": {k: v["sha256"] for k, v in marker["files"].items()}}))
     assert checkpoint_problem(ck4) is None and last_good_checkpoint(run)[0] == 4
+    # a marker that maps a file to its SHA-256 alone, without its size, is unreadable
+    (ck4 / CKPT_DONE).write_text(json.dumps({"step": 4, "files": {k: v["sha256"] for k, v in marker["files"].items()}}))
+    assert checkpoint_problem(ck4) == "unreadable completion marker" and last_good_checkpoint(run)[0] == 2
     (ck4 / CKPT_DONE).write_text(json.dumps(marker))
     with open(ck4 / "trainer_state.pt", "ab") as f:  # one byte more than the manifest says
         f.write(b"\0")
@@ -207,9 +209,7 @@ def test_choosing_checks_marker_file_set_and_sizes_and_takes_markers_without_siz
 
 
 def test_a_flipped_byte_is_found_as_the_file_is_read(two_checkpoints, tmp_path):
-    from rbctl.rollout.models import read_safetensors
-    from rbctl.store.rundir import CorruptCheckpoint
-    from rbctl.train.checkpoint import load_state
+    from rbctl.store.checkpoint import CorruptCheckpoint, load_state, read_safetensors
 
     run = _run_copy(two_checkpoints, tmp_path / "run")
     for rel, read in (("model/model.safetensors", lambda ck: read_safetensors(ck, "model/model.safetensors")),
@@ -226,8 +226,7 @@ def test_a_flipped_byte_is_found_as_the_file_is_read(two_checkpoints, tmp_path):
 
 def test_read_safetensors_equals_safetensors_own_loader(tmp_path):
     """Every dtype the reader maps, 0-d and empty tensors, and a file that safetensors wrote."""
-    from rbctl.rollout.models import read_safetensors
-    from rbctl.store.rundir import checkpoint_manifest
+    from rbctl.store.checkpoint import checkpoint_manifest, read_safetensors
 
     g = torch.Generator().manual_seed(0)
     tensors = {

@@ -150,7 +150,9 @@ def test_a_sweep_directory_made_before_the_eval_engine_keys_still_resumes(tmp_pa
     import copy
 
     from rbctl.store.rundir import final_eval_dir
-    from rbctl.sweep.ablate import run_key, run_sweep, write_state
+    from rbctl.store.rundir import run_key
+    from rbctl.store.write import write_sweep_state
+    from rbctl.sweep.ablate import run_sweep
 
     (tmp_path / "base.yaml").write_text(yaml.safe_dump({**TINY_TRAIN, "steps": 2}))
     sweep_file = tmp_path / "s.yaml"
@@ -165,7 +167,7 @@ def test_a_sweep_directory_made_before_the_eval_engine_keys_still_resumes(tmp_pa
     out = tmp_path / "out"
     out.mkdir()
     (out / "sweep.yaml").write_text(yaml.safe_dump(old, sort_keys=False))
-    write_state(out, {"runs": {run_key("a", 0): {"status": "done", "error": None}}})
+    write_sweep_state(out, {"runs": {run_key("a", 0): {"status": "done", "error": None}}})
     summary = final_eval_dir(out / "runs" / "a" / "seed_0", 2) / "builtin" / "summary.json"
     summary.parent.mkdir(parents=True)
     summary.write_text("{}")  # the run and its evaluation are done: nothing is run again

@@ -307,7 +307,8 @@ def test_summary_warnings_name_the_share_of_cut_off_and_answerless_samples() -> 
 
 
 def _run_dir_with_checkpoint(tmp_path: Path, config: dict | None) -> Path:
-    from rbctl.store.rundir import CKPT_DONE, checkpoint_manifest
+    from rbctl.store.checkpoint import checkpoint_manifest
+    from rbctl.store.rundir import CKPT_DONE
 
     run_dir = tmp_path / "run"
     ckpt = run_dir / "checkpoints" / "step_000007" / "model"

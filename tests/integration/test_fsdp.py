@@ -34,7 +34,7 @@ def _leave() -> None:
 def _update_worker(rank: int, world: int, port: int, cfg_json: str, batch_path: str, out_dir: str) -> None:
     _join(rank, world, port)
     from rbctl.config.train import TrainConfig
-    from rbctl.train.checkpoint import save_checkpoint
+    from rbctl.store.checkpoint import save_checkpoint
 
     cfg = TrainConfig.model_validate(json.loads(cfg_json))
     run = os.path.join(out_dir, "run")

@@ -33,7 +33,8 @@ class _Planted:
 
 def test_a_planted_trainer_state_is_refused_on_resume_and_runs_nothing(tiny_config, tmp_path, capsys):
     from rbctl.cli import run
-    from rbctl.store.rundir import CKPT_DONE, checkpoint_manifest
+    from rbctl.store.checkpoint import checkpoint_manifest
+    from rbctl.store.rundir import CKPT_DONE
     from rbctl.train.loop import train
 
     cfg = tiny_config(steps=2, save_every=2)
@@ -144,7 +145,7 @@ def test_a_disk_fault_in_training_is_one_line_exit_1_nothing_torn_and_a_rerun_eq
 
     from rbctl.cli import run
     from rbctl.store.jsonl import read_jsonl
-    from rbctl.store.rundir import checkpoint_problem
+    from rbctl.store.checkpoint import checkpoint_problem
 
     straight = _straight(tiny_config, tmp_path_factory)
     cfg, rd = _cfg_file(tmp_path, steps=4, save_every=2), tmp_path / "run"
@@ -257,7 +258,7 @@ def test_sigint_to_train_prints_the_last_checkpoint_and_the_resume_command_exit_
     import signal
 
     from rbctl.store.jsonl import read_jsonl
-    from rbctl.store.rundir import last_good_checkpoint
+    from rbctl.store.checkpoint import last_good_checkpoint
 
     _prewarm(tiny_config)
     cfg, rd = _cfg_file(tmp_path, steps=500, save_every=2), tmp_path / "run"
@@ -281,7 +282,7 @@ def test_sigint_to_ablate_stops_launching_records_state_and_prints_what_to_rerun
     import signal
 
     from rbctl.store.jsonl import read_jsonl
-    from rbctl.sweep.ablate import read_state
+    from rbctl.store.read import read_sweep_state
 
     _prewarm(tiny_config)
     sweep = _sweep_file(tmp_path, {"grpo": {}, "grpo_budget": {"algo.budget": 1.0}}, steps=200, jobs=1, seeds=(0, 1))
@@ -297,7 +298,7 @@ def test_sigint_to_ablate_stops_launching_records_state_and_prints_what_to_rerun
     assert proc.returncode == 130, err
     lines = [x for x in err.splitlines() if x.startswith("interrupted")]
     assert len(lines) == 1 and "0/4 runs done" in lines[0] and f"finish with: rbctl ablate {sweep} -o {out}" in lines[0], err
-    state = read_state(out)["runs"]
+    state = read_sweep_state(out)
     assert state["grpo/seed_0"]["status"] == "interrupted"
     assert {state[k]["status"] for k in state if k != "grpo/seed_0"} == {"pending"}
     assert not (out / "runs" / "grpo" / "seed_1").exists() and not (out / "runs" / "grpo_budget").exists()
@@ -331,7 +332,7 @@ def test_a_sweep_survives_a_sigkilled_worker_and_a_rerun_completes_it(tiny_confi
     import signal
 
     from rbctl.store.jsonl import read_jsonl
-    from rbctl.sweep.ablate import read_state
+    from rbctl.store.read import read_sweep_state
 
     _prewarm(tiny_config)
     sweep = _sweep_file(tmp_path, {"grpo": {}, "grpo_budget": {"algo.budget": 1.0}}, steps=16, jobs=2)
@@ -345,21 +346,21 @@ def test_a_sweep_survives_a_sigkilled_worker_and_a_rerun_completes_it(tiny_confi
     os.kill(pid, signal.SIGKILL)  # as the kernel's OOM killer would
     stdout, err = proc.communicate(timeout=600)
     assert proc.returncode == 1, err
-    state = read_state(out)["runs"]
+    state = read_sweep_state(out)
     assert state["grpo/seed_0"] == {"status": "failed", "error": "worker process killed by SIGKILL"}
     assert state["grpo_budget/seed_0"]["status"] == "done"
     assert "failed: grpo/seed_0: worker process killed by SIGKILL" in stdout
     killed_at = len(read_jsonl(victim / "metrics.jsonl"))
     done = subprocess.run(cmd, env=_env(rbctl_cache), capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
-    assert all(r["status"] == "done" for r in read_state(out)["runs"].values())
+    assert all(r["status"] == "done" for r in read_sweep_state(out).values())
     assert [r["step"] for r in read_jsonl(victim / "metrics.jsonl")] == list(range(1, 17))
     assert killed_at < 16
 
 
 @pytest.mark.slow
 def test_a_disk_fault_writing_the_sweep_state_is_one_line_exit_1_and_a_rerun_completes(tiny_config, rbctl_cache, tmp_path):
-    from rbctl.sweep.ablate import read_state
+    from rbctl.store.read import read_sweep_state
 
     _prewarm(tiny_config)
     sweep = _sweep_file(tmp_path, {"grpo": {}, "grpo_budget": {"algo.budget": 1.0}}, steps=2, jobs=1)
@@ -370,11 +371,11 @@ def test_a_disk_fault_writing_the_sweep_state_is_one_line_exit_1_and_a_rerun_com
     assert res.returncode == 1, res.stderr
     err = _one_error_line(res.stderr)
     assert f"{out / 'state.json'}: No space left on device (ENOSPC)" in err, err
-    assert {r["status"] for r in read_state(out)["runs"].values()} == {"pending"}  # the last complete state
+    assert {r["status"] for r in read_sweep_state(out).values()} == {"pending"}  # the last complete state
     assert not list(out.glob(".state.json.tmp*"))
     res = subprocess.run(cmd, env=_env(rbctl_cache), capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr
-    assert {r["status"] for r in read_state(out)["runs"].values()} == {"done"}
+    assert {r["status"] for r in read_sweep_state(out).values()} == {"done"}
 
 
 @pytest.mark.slow

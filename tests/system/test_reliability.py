@@ -136,7 +136,7 @@ def _steps(run):
 
 @pytest.mark.slow
 def test_sigkill_mid_sweep_then_rerun_does_only_the_missing_work(rbctl_cache, tmp_path):
-    from rbctl.sweep.ablate import read_state
+    from rbctl.store.read import read_sweep_state
 
     _warm(rbctl_cache, tmp_path)
     (tmp_path / "base.yaml").write_text(yaml.safe_dump({**TINY_TRAIN, "steps": 4}))
@@ -148,14 +148,14 @@ def test_sigkill_mid_sweep_then_rerun_does_only_the_missing_work(rbctl_cache, tm
     env = {**os.environ, "RBCTL_CACHE": str(rbctl_cache)}
 
     def one_done():
-        return any(r["status"] == "done" for r in read_state(out)["runs"].values()) if (out / "state.json").exists() else False
+        return any(r["status"] == "done" for r in read_sweep_state(out).values()) if (out / "state.json").exists() else False
 
     assert kill_when(cmd, one_done, random.Random(1), env) == "killed"
-    finished = [k for k, r in read_state(out)["runs"].items() if r["status"] == "done"]
+    finished = [k for k, r in read_sweep_state(out).items() if r["status"] == "done"]
     mtimes = {k: (out / "runs" / k / "metrics.jsonl").stat().st_mtime_ns for k in finished}
     subprocess.run(cmd, check=True, env=env, timeout=600, stdout=subprocess.DEVNULL)
-    state = read_state(out)
-    assert all(r["status"] == "done" for r in state["runs"].values()) and len(state["runs"]) == 4
+    state = read_sweep_state(out)
+    assert all(r["status"] == "done" for r in state.values()) and len(state) == 4
     for k, m in mtimes.items():  # finished runs were not redone
         assert (out / "runs" / k / "metrics.jsonl").stat().st_mtime_ns == m
 

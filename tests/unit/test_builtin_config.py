@@ -9,7 +9,6 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
 
 from rbctl.config.train import TrainConfig, load_train_config
 from rbctl.errors import UserError
@@ -81,24 +80,6 @@ def test_section_keys_come_from_the_task_dataclasses():
             assert (f.default, f.description) == (k.default, k.doc)
     assert [k.key for k in builtin.config_keys("links")] == [
         "num_keys", "min_hops", "max_hops", "train_size", "test_size", "seed", "demo_error", "warm_start_steps"]
-
-
-def test_a_run_config_written_by_the_flat_section_still_resumes():
-    from rbctl.config.base import validate
-    from rbctl.config.builtin import upgrade_legacy
-    from rbctl.train.rundir import comparable
-
-    # what the flat section wrote to RUN_DIR/config.yaml for configs/fixpoint.yaml: every task's keys
-    old = load_train_config(CONFIGS / "fixpoint.yaml").model_dump(mode="json")
-    old["data"]["builtin"].update(min_hops=1)
-    with pytest.raises(UserError, match="unknown config key 'data.builtin.min_hops'"):
-        validate(TrainConfig, old, "config.yaml")
-    upgraded = validate(TrainConfig, upgrade_legacy(old), "config.yaml")
-    assert comparable(upgraded) == comparable(load_train_config(CONFIGS / "fixpoint.yaml"))
-    old = load_train_config(CONFIGS / "quickstart.yaml").model_dump(mode="json")
-    old["data"]["builtin"].update(num_roots=3, depth1_frac=0.7, walk_demo_frac=0.15, shortcut_demo_error=0.0)
-    assert comparable(validate(TrainConfig, upgrade_legacy(old), "c")) == comparable(load_train_config(CONFIGS / "quickstart.yaml"))
-    assert upgrade_legacy({"data": {"builtin": {"task": "maze", "size": 9}}}) == {"data": {"builtin": {"task": "maze", "size": 9}}}
 
 
 def test_config_reference_lists_every_task_key():

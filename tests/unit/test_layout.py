@@ -1,16 +1,18 @@
-"""The package's layout rules, checked on the source with `ast` (nothing is imported):
+"""The package's layout rules, checked on the source with `ast`:
 
 - no module imports the CLI (`rbctl.cli`) but `rbctl/__main__.py` (scripts/ included);
 - no import cycle between rbctl modules, counting imports at module level, inside functions and
   under `if TYPE_CHECKING:` (the drawn import graph);
 - no arrow back up: a package imports only packages of lower layers (`LAYERS`);
-- `rbctl.algo.*` imports nothing from rbctl but `rbctl.errors` and `rbctl.algo.*`;
+- `rbctl.algo.*` imports nothing from rbctl but `rbctl.errors` and `rbctl.algo.*`; `rbctl.store.*`
+  nothing but `rbctl.errors` and `rbctl.store.*`;
 - `rbctl.grading.*` and `rbctl.report.*` import no torch or transformers, in their own files or
   through the rbctl modules they import at module level (transitively, package `__init__`s included);
 - a module file over 600 lines is flagged with a warning (a prompt to regroup it by role, not a rule
   that splits code by length);
-- no module outside `rbctl/store/` (scripts/ included) names a run-directory file in a string
-  literal: the layout is defined once, in `rbctl.store.rundir` (docstrings, comments and the
+- no module outside `rbctl/store/` (scripts/ included) names a file or folder of a run, sweep or
+  report directory in a string literal (one of `rbctl.store.rundir.NAMES`, imported: the one module
+  this test imports): the layout is defined once, in the store (docstrings, comments and the
   `description=` / `help=` texts of options and config fields may name them).
 
 Each test lists every violation it finds.
@@ -24,6 +26,8 @@ import warnings
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+
+from rbctl.store.rundir import NAMES
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "rbctl"
@@ -240,6 +244,21 @@ def test_algo_depends_on_nothing_in_rbctl_but_errors():
     assert not bad, "rbctl.algo may import only rbctl.errors and rbctl.algo.*:\n" + "\n".join(bad)
 
 
+def test_store_depends_on_nothing_in_rbctl_but_errors():
+    bad = []
+    for m, path in modules().items():
+        if m != "rbctl.store" and not m.startswith("rbctl.store."):
+            continue
+        for imp in imports_of(path):
+            t = rbctl_target(imp.target)
+            if t is None and imp.target.split(".")[0] != "rbctl":
+                continue  # third-party
+            if t == "rbctl.errors" or (t or "").startswith("rbctl.store"):
+                continue
+            bad.append(f"{rel(path)}:{imp.line} imports {imp.target}")
+    assert not bad, "rbctl.store may import only rbctl.errors and rbctl.store.*:\n" + "\n".join(bad)
+
+
 def _executed_with(module: str) -> list[str]:
     """The rbctl modules that run when `module` runs: its package __init__s and, transitively, what
     they import at module level (with their own package __init__s)."""
@@ -283,16 +302,43 @@ def test_long_modules_are_flagged():
                       + ", ".join(f"{p} ({n})" for p, n in sorted(long.items())), stacklevel=1)
 
 
-RUN_DIR_FILES = ("metrics.jsonl", "eval.jsonl", "run.json", "summary.json", "config.yaml", "state.json", "ceiling.json")
-_RUN_DIR_FILE = re.compile(r"(?<![\w.])(" + "|".join(map(re.escape, RUN_DIR_FILES)) + r")(?!\w)")
 DOC_KEYWORDS = ("description", "help")
 
 
+def name_pattern(names) -> re.Pattern:
+    """Where a string names one of `names`: a file name (one with a dot) anywhere in it, bounded by
+    no word character; a folder name as a path segment (``runs/ARM``, ``RUN/eval``); a step or seed
+    prefix (``step_``, ``seed_``) before a number, a placeholder or the string's end."""
+    def alternatives(group):
+        return "|".join(map(re.escape, sorted(group, key=len, reverse=True)))
+
+    files = [n for n in names if "." in n]
+    folders = [n for n in names if "." not in n and not n.endswith("_")]
+    prefixes = [n for n in names if n.endswith("_")]
+    return re.compile(rf"(?<![\w.])(?:{alternatives(files)})(?!\w)"
+                      rf"|(?<![\w.-])(?:{alternatives(folders)})/|/(?:{alternatives(folders)})(?![\w.-])"
+                      rf"|(?<!\w)(?:{alternatives(prefixes)})(?=[\d{{*NSX]|$)")
+
+
+NAMED = name_pattern(NAMES)
+
+
+def names_a_run_dir_entry(text: str, path_part: bool) -> bool:
+    """Whether a string (an f-string's text with `{}` for each value) names an entry of a run, sweep
+    or report directory (`NAMED`). A bare folder name (``"runs"``) counts only as an operand of the
+    path operator `/` (`path_part`): elsewhere it is a config key, a command or a word."""
+    if text.startswith("rbctl/"):  # a path of the package's own source (rbctl/eval, ...)
+        return False
+    return (path_part and text in NAMES) or bool(NAMED.search(text))
+
+
 def run_dir_file_literals(path: Path) -> list[tuple[int, str]]:
-    """(line, text) of every string literal of a file that names a run-directory file, but for
-    docstrings and the documentation keywords `DOC_KEYWORDS` (f-strings count by their literal parts)."""
+    """(line, text) of every string literal of a file that names a run-directory entry
+    (`names_a_run_dir_entry`), but for docstrings and the documentation keywords `DOC_KEYWORDS`; an
+    f-string is judged as a whole, its text with `{}` for each value."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     allowed: set[int] = set()
+    path_parts: set[int] = set()
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
             first = node.body[0]
@@ -300,17 +346,30 @@ def run_dir_file_literals(path: Path) -> list[tuple[int, str]]:
                 allowed.add(id(first.value))
         if isinstance(node, ast.keyword) and node.arg in DOC_KEYWORDS:
             allowed.update(id(n) for n in ast.walk(node.value))
-    return [(n.lineno, n.value) for n in ast.walk(tree)
-            if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in allowed
-            and _RUN_DIR_FILE.search(n.value)]
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            path_parts.update((id(node.left), id(node.right)))
+    found = []
+    for node in ast.walk(tree):
+        if id(node) in allowed:
+            continue
+        if isinstance(node, ast.JoinedStr):
+            allowed.update(id(v) for v in node.values)
+            text = "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            text = node.value
+        else:
+            continue
+        if names_a_run_dir_entry(text, id(node) in path_parts):
+            found.append((node.lineno, text))
+    return sorted(found)
 
 
 def test_only_the_store_names_run_directory_files():
     store = PACKAGE / "store"
     files = [p for p in modules().values() if not p.is_relative_to(store)] + sorted((ROOT / "scripts").glob("*.py"))
     bad = [f"{rel(p)}:{line}: {text[:80]!r}" for p in files for line, text in run_dir_file_literals(p)]
-    assert not bad, ("run-directory file names outside rbctl/store/ (use the constants of rbctl.store.rundir):\n"
-                     + "\n".join(bad))
+    assert not bad, ("run-directory file and folder names outside rbctl/store/ (use the constants of "
+                     "rbctl.store.rundir):\n" + "\n".join(bad))
 
 
 # --- the checker itself ---------------------------------------------------------------------------
@@ -320,14 +379,31 @@ def test_the_file_name_checker_allows_docs_only(tmp_path):
     f = tmp_path / "m.py"
     f.write_text('''"""Reads metrics.jsonl."""  # a docstring
 import typer
-def f(run, opt=typer.Option(None, help="writes summary.json")):
+def f(run, key, opt=typer.Option(None, help="writes summary.json under runs/ARM/seed_S")):
     """Also run.json."""
     a = run / "metrics.jsonl"  # named: a violation
-    b = f"{run}/eval/step_1/x/summary.json"  # in an f-string: a violation
-    c = "my_config.yaml", "configs/quickstart.yaml"  # other files
-    return a, b, c
+    b = f"{run}/eval/step_1/x/summary.json"  # in an f-string: one violation
+    c = "my_config.yaml", "configs/quickstart.yaml", "rbctl/eval"  # other files; the package's source
+    d = cfg["model"], cfg.get("data"), "eval", ("runs", "seeds")  # config keys, a command, words
+    e = run / "checkpoints" / f"{key}/seed_{key}"  # a folder as a path part; the seed prefix
+    g = f"nothing under {run}/eval/ yet", "step_", "step_time", "per_seed_delta"  # a folder segment; a prefix
+    h = ".lock", "x.tmp", "trainer_state.pt"
+    return a, b, c, d, e, g, h
 ''')
-    assert [line for line, _ in run_dir_file_literals(f)] == [5, 6]
+    found = run_dir_file_literals(f)
+    assert [line for line, _ in found] == [5, 6, 9, 9, 10, 10, 11, 11]
+    assert [text for _, text in found if _ == 6] == ["{}/eval/step_1/x/summary.json"]
+
+
+def test_the_checked_names_are_every_name_the_store_defines():
+    """NAMES lists every string constant of rbctl.store.rundir but the format version."""
+    import rbctl.store.rundir as rundir
+
+    defined = {v for k, v in vars(rundir).items() if k.isupper() and isinstance(v, str)}
+    assert defined == set(NAMES)
+    assert {"metrics.jsonl", "state.json", "trainer_state.pt", "tables", "runs", "seed_", "COMPLETE"} <= set(NAMES)
+    for name in NAMES:  # each is caught as a path part
+        assert names_a_run_dir_entry(name, path_part=True), name
 
 
 def test_the_checker_sees_function_level_and_relative_imports(tmp_path, monkeypatch):
