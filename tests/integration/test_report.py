@@ -406,6 +406,22 @@ def test_cli_table_and_output_folder(two_arms, two_arm_report, tmp_path):
         make_report([empty, empty])
 
 
+def test_the_report_renders_its_data_and_scripts_read_the_same_tables(two_arms, two_arm_report):
+    from rbctl.report import report_data
+    from rbctl.report.analyses.plateau import Plateau
+    from rbctl.report.render.report import shown_tables
+    from rbctl.report.render.tables import markdown_table
+
+    data = report_data([two_arms])
+    assert isinstance(data.plateau, Plateau) and data.plateau.arm == "grpo"
+    assert data.plateau.verdict.below_ceiling.value == pytest.approx(10.0)  # 50.5 − 40.5, as tables/plateau.csv
+    assert [c.label for c in data.verdict.comparisons] == ["grpo_budget − grpo"] * 2  # avg@n and pass@4
+    tables = shown_tables(data)  # rendered without writing: what scripts print
+    written = {f.stem: f.read_text() for f in (two_arm_report.parent / "tables").glob("*.md")}
+    assert set(tables) == set(written) and "plateau" in tables
+    assert {name: markdown_table(t) for name, t in tables.items()} == written
+
+
 @pytest.mark.slow
 def test_report_package_imports_no_torch():
     import subprocess
