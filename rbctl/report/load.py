@@ -4,7 +4,7 @@ A run directory (`rbctl.store.rundir`) gives the metrics log, run.json (arm, see
 variant, warm start), the resolved config, the periodic held-out evaluation (one line per (step,
 benchmark); step 0 is the warm start) and its final evaluations. A sweep directory holds
 ``runs/<arm>/seed_<s>/`` or, crossing warm starts, ``runs/<arm>/<warm start>/seed_<s>/``, its
-state file and its resolved sweep file.
+state file, its resolved sweep file, and optionally a ceiling file (read by `rbctl.report.analyses.plateau`).
 """
 
 from __future__ import annotations
