@@ -286,7 +286,7 @@ def ablate(
     for key, err in failed:
         typer.secho(f"  failed: {key}: {err}", fg=typer.colors.RED)
     if not no_report:
-        from rbctl.report.build import make_report
+        from rbctl.report import make_report
         from rbctl.store.rundir import REPORT_DIR
 
         typer.echo(f"report: {make_report([sweep_dir], sweep_dir / REPORT_DIR)}")
@@ -308,7 +308,7 @@ def report(
     `OUT/figures/*.{png,svg}` and `OUT/data/*.csv`; prints a table of final scores and the report's path."""
     from rich.console import Console
 
-    from rbctl.report.build import final_scores_table, make_report
+    from rbctl.report import final_scores_table, make_report
 
     path = make_report(dirs, out)
     table = final_scores_table(path.parent)

@@ -35,13 +35,13 @@ from rbctl.algo.advantages import compute_advantages
 from rbctl.algo.sharpness import kappa
 from rbctl.config.sweep import Escape
 from rbctl.errors import UserError
-from rbctl.report.compare import arm_scores, common_problems
-from rbctl.report.diagnostics import associations, run_points
-from rbctl.report.escape import escape_rows, logrank_rows, survival_summary
+from rbctl.report.analyses.entropy import associations, run_points
+from rbctl.report.analyses.escape_time import escape_rows, logrank_rows, survival_summary
+from rbctl.report.analyses.scores import arm_scores, common_problems
 from rbctl.report.load import Run, find_runs, sweep_settings
 from rbctl.report.series import final_metric, run_series
-from rbctl.report.stats import DELTA_BOUNDS, PairedDelta, holm, paired_delta, t_interval
-from rbctl.report.tables import NOT_TESTABLE, delta, markdown_table, pct, pval, with_ci
+from rbctl.report.render.tables import delta, markdown_table, pct, pval, with_ci
+from rbctl.report.stats import DELTA_BOUNDS, NOT_TESTABLE, PairedDelta, holm, paired_delta, t_interval
 from scripts.readme_results import cpu_description, provenance, write_headline
 
 BASELINES = (("grpo", "GRPO"), ("dr_grpo", "Dr.GRPO"), ("rloo", "RLOO"), ("reinforce_pp", "REINFORCE++"))

@@ -6,7 +6,7 @@
 `--write-readme` puts only the arms-beside-the-paper table, with the line saying where it comes
 from, between the README's `<!-- maze: begin -->` and `<!-- maze: end -->`.
 
-Everything is computed from the run directories with the report's own functions (`rbctl.report`),
+Everything is read from the report's data of the run directories (`rbctl.report.report_data`),
 so the document is regenerated, never edited: the date, the commit the runs ran, the command, the
 machine; per arm its held-out pass@1 (avg@n of the final evaluation) and pass@k at the largest k
 (k = n), with 95% t-intervals over units clipped to [0, 100], beside the paper's pass@1 / pass@128 / pass@256 (Tajwar
@@ -34,15 +34,14 @@ import numpy as np
 
 from rbctl.errors import UserError
 from rbctl.config.sweep import Comparisons
-from rbctl.report.compare import (PRINCIPAL, ArmScores, all_comparisons, arm_scores, common_problems, untestable_note,
-                                  verdict)
-from rbctl.report.convergence import PLATEAU_ARM, reachable_ceiling
-from rbctl.report.diagnostics import plateau_of_arm
-from rbctl.report.load import Run, find_runs, sweep_settings, unit_label
-from rbctl.report.plateau import per_unit_criteria
+from rbctl.report import ReportData, report_data
+from rbctl.report.analyses.comparisons import call, untestable_note
+from rbctl.report.analyses.plateau import PLATEAU_ARM
+from rbctl.report.analyses.scores import ArmScores
+from rbctl.report.load import Run, find_runs, sweep_settings
+from rbctl.report.render.tables import delta, num, pct, points_list, pval, with_ci, yes_no
 from rbctl.report.series import run_series
-from rbctl.report.stats import DELTA_BOUNDS, bounded_t_interval, paired_delta
-from rbctl.report.tables import NOT_TESTABLE, delta, num, pct, points_list, pval, with_ci, yes_no
+from rbctl.report.stats import DELTA_BOUNDS, NOT_TESTABLE, bounded_t_interval, paired_delta
 from rbctl.store.atomic import write_atomic
 from rbctl.store.read import read_yaml_file
 from rbctl.store.rundir import CEILING, CONFIG, EVAL_LINES
@@ -100,9 +99,11 @@ def _pairs_disagreeing(ours: dict[str, float], paper: dict[str, float]) -> list[
 
 @dataclass
 class Sweep:
-    """One sweep's final scores on its benchmark, per arm, and the paper's rows of its arms."""
+    """One sweep's final scores on its benchmark, per arm, and the paper's rows of its arms, from its
+    report's data (`data`)."""
 
     path: Path
+    data: ReportData
     runs: list[Run]
     by_arm: dict[str, list[Run]]
     info: dict[str, tuple[str, str]]  # arm -> (baseline, variant)
@@ -132,20 +133,17 @@ class Sweep:
 
 
 def load(sweep: Path) -> Sweep:
-    runs, _ = find_runs([sweep])
-    if not runs:
-        raise UserError(f"no runs under {sweep}")
-    spec, _, benches = sweep_settings(runs)
-    by_arm = {a: [r for r in runs if r.arm == a] for a in sorted({r.arm for r in runs})}
-    bench = benches[0] if benches else "builtin"
-    having = [r for r in runs if bench in r.finals and r.finals[bench].get("per_problem")]
-    if not having:
+    """The sweep's report data (200 bootstrap resamples: this document shows no bootstrap interval)
+    and its final scores on the sweep file's first evaluation benchmark."""
+    data = report_data([sweep], n_boot=200)
+    sw = data.sweep
+    runs = list(sw.runs)
+    bench = (sweep_settings(runs)[2] or ["builtin"])[0]
+    scores = {a: sw.scores[a, bench] for a in sw.arms if (a, bench) in sw.scores}
+    if not scores:
         raise UserError(f"no final evaluation on {bench} under {sweep}")
-    ids = common_problems(having, bench)
-    scores = {a: arm_scores([r for r in having if r.arm == a], bench, ids) for a in by_arm
-              if any(r.arm == a for r in having)}
-    return Sweep(Path(sweep), runs, by_arm, {a: (rs[0].baseline, rs[0].variant) for a, rs in by_arm.items()}, bench,
-                 scores, min(sc.kmax for sc in scores.values()), spec)
+    return Sweep(Path(sweep), data, runs, sw.by_arm, sw.info, bench, scores, min(sc.kmax for sc in scores.values()),
+                 sw.spec)
 
 
 def _mean(per_unit: dict[str, dict]) -> dict[str, float]:
@@ -248,8 +246,7 @@ def principal(sw: Sweep) -> list[str]:
     """The sweep file's principal comparisons, Holm-adjusted as the report adjusts them."""
     if sw.spec is None:
         return []
-    comps = [c for c in all_comparisons(sw.info, {(a, sw.bench): sc for a, sc in sw.scores.items()}, [sw.bench],
-                                        sw.spec, n_boot=200) if c.family == PRINCIPAL]
+    comps = list(sw.data.verdict.comparisons)
     m = sum(c.delta.testable for c in comps)
     note = untestable_note(comps)
     return ["## Principal comparisons", "",
@@ -260,7 +257,7 @@ def principal(sw: Sweep) -> list[str]:
             "units or the same Δ in every unit is not testable. Δ's 95% t-interval is clipped to [−100, +100].", ""] + _table(
         ["comparison", "units", f"Δ {sw.spec.metric} [95% t-interval]", "Holm p", "verdict", "per unit Δ"],
         [[c.label, str(c.delta.n), delta(c.delta.mean, c.delta.lo, c.delta.hi),
-          pval(c.p_holm, NOT_TESTABLE if not c.delta.testable else "–"), verdict(c), points_list(c.delta.deltas)]
+          pval(c.p_holm, NOT_TESTABLE if not c.delta.testable else "–"), call(c), points_list(c.delta.deltas)]
          for c in comps]) + ([note, ""] if note else [])
 
 
@@ -269,17 +266,16 @@ def plateau(sw: Sweep, grpo: str | None) -> list[str]:
     out = ["## Plateau test of plain GRPO", ""]
     if grpo is None:
         return out + ["No plain GRPO arm (baseline grpo, variant base).", ""]
-    bench = next((e.get("benchmark") for r in sw.by_arm[grpo] for e in r.evals if e.get("benchmark")), sw.bench)
-    ceiling = reachable_ceiling(sw.by_arm, [sw.path], bench)
-    v = plateau_of_arm(sw.by_arm[grpo], bench, ceiling.value)
+    p = sw.data.plateau
+    bench, ceiling, v = p.benchmark, p.ceiling, p.verdict
     out += [f"`{grpo}` over {v.seeds} units, periodic held-out evaluation on {bench}: the plateau "
             f"**{'held' if v.held else 'did not hold'}**. Ceiling: "
             f"{'unknown' if ceiling.value is None else pct(ceiling.value) + '%'} ({ceiling.source}).", ""]
     out += _table(["criterion", "held", "detail"], [[c.name, yes_no(c.held), c.detail] for c in v.criteria])
     return out + _table(
         ["unit", "steps ¾T, T", "|Δ pass@1| (points)", "final pass@1", "below ceiling (points)", "entropy final / warm"],
-        [[unit_label(u["unit"]), f"{num(u['t_ref'], 0)}, {num(u['t'], 0)}", num(u["change"], 2), num(u["final"], 1),
-          num(u["gap"], 1), num(u["entropy_ratio"], 2)] for u in per_unit_criteria(v, ceiling.value)])
+        [[u["unit"], f"{num(u['t_ref'], 0)}, {num(u['t'], 0)}", num(u["change"], 2), num(u["final"], 1),
+          num(u["gap"], 1), num(u["entropy_ratio"], 2)] for u in p.units.to_dict("records")])
 
 
 def results_markdown(sweep: Path, command: str | None = None, cpuinfo: Path = Path("/proc/cpuinfo"),

@@ -1,6 +1,6 @@
 """Print docs/results.md: a dated, self-describing Markdown document of a sweep's results.
 
-    python -m scripts.readme_results SWEEP_DIR [--report REPORT_DIR] [--command "rbctl ablate ..."] \
+    python -m scripts.readme_results SWEEP_DIR [--command "rbctl ablate ..."] \
         [--replication SWEEP_B --replication-command "..."] [--study STUDY_DIR --study-command "..."] > docs/results.md
     python -m scripts.readme_results SWEEP_DIR --headline [--replication SWEEP_B] [--study STUDY_DIR] [--write-readme README.md]
 
@@ -9,8 +9,8 @@ with `--replication`, the Δ on the disjoint seeds beside them; with `--study`, 
 starts and the share of Δ's variance between them);
 `--write-readme` puts that between the README's `<!-- headline: begin -->` and `<!-- headline: end -->`.
 
-Builds the report (`rbctl.report.make_report`, into a temporary folder unless ``--report`` names an
-existing one) and prints only what its tables hold, so the document is regenerated, never edited:
+Builds the report's data (`rbctl.report.report_data`) and prints only its tables, as the report shows
+them (`rbctl.report.render.report.shown_tables`), so the document is regenerated, never edited:
 the date, the commit the runs ran (their provenance's ``git_commit``), the command, the machine
 (CPU model and instruction sets from /proc/cpuinfo), then the principal verdicts, the power of the
 design, the warm starts, the plateau test, escape times, final scores and the exploratory tables.
@@ -25,16 +25,16 @@ import argparse
 import datetime as dt
 import os
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-
-from rbctl.report import make_report
-from rbctl.report.tables import NOT_TESTABLE, delta, markdown_table, pval
+from rbctl.report import ReportData, report_data
 from rbctl.report.load import find_runs
+from rbctl.report.render.answer import verdict_table, warm_start_rows
+from rbctl.report.render.report import shown_tables
+from rbctl.report.render.tables import delta, markdown_table, pval
+from rbctl.report.stats import NOT_TESTABLE
 from rbctl.store.read import newest_metrics_time
-from rbctl.store.rundir import REPORT_DIR, REPORT_TABLES
 
 ISA_FLAGS = ("avx2", "avx512f", "amx_bf16", "amx_int8", "amx_tile")
 # (table file, heading, what the document says about it)
@@ -48,8 +48,7 @@ SECTIONS = (
     ("warm_starts", "Warm starts", "Per warm start (unadjusted), over warm starts (the warm start as the unit; Holm over "
      "the comparisons tested at that level) and pooled (Holm p of the principal family); the share of Δ's variance "
      "between warm starts."),
-    ("plateau", "Plateau test (plain GRPO)", "Criterion by criterion over units; the last row is the old warm-start "
-     "pass@G ceiling."),
+    ("plateau", "Plateau test (plain GRPO)", "Criterion by criterion over units."),
     ("plateau_units", None, "Per unit."),
     ("escape", "Escape time", "Kaplan–Meier median and restricted mean escape step per arm."),
     ("escape_logrank", None, "Log-rank tests (unadjusted)."),
@@ -76,10 +75,10 @@ def cpu_description(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     return f"{model} ({cpus} logical CPUs, {os.cpu_count()} usable); {isa}"
 
 
-def results_markdown(sweep: Path, report_dir: Path, command: str | None = None, cpuinfo: Path = Path("/proc/cpuinfo"),
+def results_markdown(sweep: Path, data: ReportData, command: str | None = None, cpuinfo: Path = Path("/proc/cpuinfo"),
                      today: dt.date | None = None) -> str:
-    """The document, from ``report_dir/tables/*.md`` (a report of ``sweep``)."""
-    prov = provenance(sweep)
+    """The document, from the tables of ``data`` (the report's data of ``sweep``)."""
+    prov = provenance(sweep, runs=list(data.sweep.runs))
     runs, commits, last, per_arm = prov.runs, prov.commits, prov.last, prov.per_arm
     name = next((r.sweep for r in runs if r.sweep), Path(sweep).name)
     out = ["# Results", "",
@@ -90,14 +89,13 @@ def results_markdown(sweep: Path, report_dir: Path, command: str | None = None, 
            f"- Commit: {commits} (the runs' provenance).",
            f"- Command: `{command or f'rbctl ablate SWEEP.yaml -o {sweep}'}`.",
            f"- Machine (where this document was generated): {cpu_description(cpuinfo)}.", ""]
-    tables = Path(report_dir) / REPORT_TABLES
+    tables = shown_tables(data)
     for name, heading, note in SECTIONS:
-        f = tables / f"{name}.md"
-        if not f.is_file():
+        if name not in tables:
             continue
         if heading:
             out += [f"## {heading}", ""]
-        out += [note, "", f.read_text().rstrip(), ""]
+        out += [note, "", markdown_table(tables[name]).rstrip(), ""]
     return "\n".join(out)
 
 
@@ -129,21 +127,21 @@ def provenance(sweep: Path, short: bool = False, runs: list | None = None) -> Pr
     return Provenance(runs, ", ".join(f"`{c}`" for c in commits) or "unknown (no provenance)", last)
 
 
-def _replication(sweep_a: Path, sweep_b: Path, report_a: Path | None = None):
+def _replication(sweep_a: Path, sweep_b: Path, data_a: ReportData | None = None):
     """(units of A, units of B, the side-by-side verdict table, its conclusion (`conclusion`), shared units);
-    ``report_a``: a report already built from ``sweep_a`` (else one is built)."""
-    from scripts.verdict_stability import _units, conclusion, read_verdicts, side_by_side, verdicts
+    ``data_a``: the report's data of ``sweep_a``, when the caller has it."""
+    from scripts.verdict_stability import _units, conclusion, side_by_side, verdict_rows, verdicts
 
-    with tempfile.TemporaryDirectory() as tmp:
-        a = read_verdicts(report_a, sweep_a) if report_a is not None else verdicts(sweep_a, Path(tmp) / "a")
-        b = verdicts(sweep_b, Path(tmp) / "b")
+    a = verdict_rows(data_a, sweep_a) if data_a is not None else verdicts(sweep_a)
+    b = verdicts(sweep_b)
     table, same = side_by_side(a, b)
     return _units(a), _units(b), table, conclusion(table, same), sorted(_units(a) & _units(b), key=_unit_key)
 
 
-def replication_markdown(sweep_a: Path, sweep_b: Path, command: str | None = None, report_a: Path | None = None) -> str:
+def replication_markdown(sweep_a: Path, sweep_b: Path, command: str | None = None,
+                         data_a: ReportData | None = None) -> str:
     """The section saying whether the same sweep on disjoint seeds gets the same calls."""
-    ua, ub, table, said, shared = _replication(sweep_a, sweep_b, report_a)
+    ua, ub, table, said, shared = _replication(sweep_a, sweep_b, data_a)
     prov = provenance(sweep_b)
     n, commits, last = len(prov.runs), prov.commits, prov.last
     return "\n".join([
@@ -169,27 +167,28 @@ def span(units) -> str:
     return ", ".join(us)
 
 
-def study_markdown(study: Path, report_dir: Path, command: str | None = None) -> str:
-    """The full study's verdicts, power, warm-start and escape tables."""
-    prov = provenance(study)
+def study_markdown(study: Path, data: ReportData, command: str | None = None) -> str:
+    """The full study's verdicts, power, warm-start and escape tables (``data``: its report's data)."""
+    prov = provenance(study, runs=list(data.sweep.runs))
     n, commits, last = len(prov.runs), prov.commits, prov.last
     out = ["## The full study over the warm starts", "",
            f"`{study}`: {n} runs at commit {commits}, last logged {last}; command `{command or 'rbctl ablate STUDY.yaml'}`. "
            "A unit is a (warm start, seed) pair; the warm-start table treats the warm start as the unit.", ""]
     notes = {name: note for name, _, note in SECTIONS}
+    tables = shown_tables(data)
     for name in STUDY_SECTIONS:
-        f = Path(report_dir) / REPORT_TABLES / f"{name}.md"
-        if f.is_file():
-            out += [f"### {name.replace('_', ' ').capitalize()}", "", notes[name], "", f.read_text().rstrip(), ""]
+        if name in tables:
+            out += [f"### {name.replace('_', ' ').capitalize()}", "", notes[name], "",
+                    markdown_table(tables[name]).rstrip(), ""]
     return "\n".join(out)
 
 
 HEADLINE_BEGIN, HEADLINE_END = "<!-- headline: begin -->", "<!-- headline: end -->"
 
 
-def replication_line(sweep_a: Path, sweep_b: Path, report_a: Path | None = None) -> str:
+def replication_line(sweep_a: Path, sweep_b: Path, data_a: ReportData | None = None) -> str:
     """The README's short form of the replication: Δ on each seed set and whether the calls agree."""
-    ua, ub, table, said, shared = _replication(sweep_a, sweep_b, report_a)
+    ua, ub, table, said, shared = _replication(sweep_a, sweep_b, data_a)
     if shared:
         raise SystemExit(f"{sweep_a} and {sweep_b} share units ({', '.join(shared)}): not a replication")
     short = table[["comparison", "A: Δ [95% t-CI]", "B: Δ [95% t-CI]", "same call"]].rename(
@@ -205,13 +204,11 @@ def study_line(study: Path) -> str:
     pooled one (Holm p of the principal family), and the share of Δ's variance between warm starts."""
     import pandas as pd
 
-    with tempfile.TemporaryDirectory() as tmp:
-        make_report([study], Path(tmp) / "r")
-        f = Path(tmp) / "r" / REPORT_TABLES / "warm_starts.csv"
-        if not f.is_file():
-            raise SystemExit(f"{study}: its report has no warm-start table (is it a sweep over warm starts?)")
-        t = pd.read_csv(f)
-    prov = provenance(study, short=True)
+    data = report_data([study])
+    if data.warm_starts is None or not data.warm_starts.comparisons:
+        raise SystemExit(f"{study}: its report has no warm-start table (is it a sweep over warm starts?)")
+    t = warm_start_rows(data.warm_starts)
+    prov = provenance(study, short=True, runs=list(data.sweep.runs))
     n, commits, last = len(prov.runs), prov.commits, prov.last
     rows, untested = [], []
     for comp, g in t.groupby("comparison", sort=False):
@@ -234,11 +231,11 @@ def study_line(study: Path) -> str:
             "\n\n" + markdown_table(pd.DataFrame(rows)) + "\n" + note)
 
 
-def headline_markdown(sweep: Path, report_dir: Path) -> str:
-    """The principal verdict table of a report (its ``tables/verdicts.md``) and one line saying which
-    runs, commit and date it comes from."""
-    prov = provenance(sweep, short=True)
-    table = (Path(report_dir) / REPORT_TABLES / "verdicts.md").read_text().rstrip()
+def headline_markdown(sweep: Path, data: ReportData) -> str:
+    """The principal verdict table of a report (what its ``tables/verdicts.md`` holds; ``data``: the
+    report's data of ``sweep``) and one line saying which runs, commit and date it comes from."""
+    prov = provenance(sweep, short=True, runs=list(data.sweep.runs))
+    table = markdown_table(verdict_table(data.verdict.rows)).rstrip()
     return (f"{table}\n\n{len(prov.runs)} runs ({', '.join(map(str, prov.per_arm))} units per arm) at commit "
             f"{prov.commits}, last logged {prov.last}; Δ in points of each row's held-out metric (avg@n: pass@1) "
             "with a 95% t-interval over units (clipped to [−100, +100]); Holm-adjusted over the rows' family (the "
@@ -261,7 +258,6 @@ def write_headline(readme: Path, text: str, begin: str = HEADLINE_BEGIN, end: st
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("sweep", type=Path)
-    p.add_argument("--report", type=Path, default=None, help="an existing report folder of SWEEP (else one is built)")
     p.add_argument("--command", default=None, help="the command that ran the sweep (printed in the document)")
     p.add_argument("--replication", type=Path, default=None, help="the same sweep on disjoint seeds (a section beside it)")
     p.add_argument("--replication-command", default=None, help="the command that ran the replication")
@@ -271,33 +267,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--write-readme", type=Path, default=None, help="with --headline: write it into this README's block")
     args = p.parse_args(argv)
 
-    def emit(report: Path) -> None:
-        if not args.headline:
-            parts = [results_markdown(args.sweep, report, args.command)]
-            if args.replication is not None:
-                parts.append(replication_markdown(args.sweep, args.replication, args.replication_command, report))
-            if args.study is not None:
-                with tempfile.TemporaryDirectory() as tmp:
-                    make_report([args.study], Path(tmp) / "study")
-                    parts.append(study_markdown(args.study, Path(tmp) / "study", args.study_command))
-            print("\n".join(parts))
+    data = report_data([args.sweep])
+    if not args.headline:
+        parts = [results_markdown(args.sweep, data, args.command)]
+        if args.replication is not None:
+            parts.append(replication_markdown(args.sweep, args.replication, args.replication_command, data))
+        if args.study is not None:
+            parts.append(study_markdown(args.study, report_data([args.study]), args.study_command))
+        print("\n".join(parts))
+    else:
+        text = headline_markdown(args.sweep, data)
+        if args.replication is not None:
+            text += "\n\n" + replication_line(args.sweep, args.replication, data)
+        if args.study is not None:
+            text += "\n\n" + study_line(args.study)
+        if args.write_readme is not None:
+            write_headline(args.write_readme, text)
         else:
-            text = headline_markdown(args.sweep, report)
-            if args.replication is not None:
-                text += "\n\n" + replication_line(args.sweep, args.replication, report)
-            if args.study is not None:
-                text += "\n\n" + study_line(args.study)
-            if args.write_readme is not None:
-                write_headline(args.write_readme, text)
-            else:
-                print(text)
-
-    if args.report is not None:
-        emit(args.report)
-        return 0
-    with tempfile.TemporaryDirectory() as tmp:
-        make_report([args.sweep], Path(tmp) / REPORT_DIR)
-        emit(Path(tmp) / REPORT_DIR)
+            print(text)
     return 0
 
 

@@ -2,7 +2,7 @@
 
     python -m scripts.verdict_stability SWEEP_A SWEEP_B
 
-Builds the report of each sweep (`rbctl.report.make_report`, into a temporary folder) and prints
+Builds the report's data of each sweep (`rbctl.report.report_data`) and prints
 both verdict tables side by side (per principal comparison: Δ in points with its 95% t-interval, the
 Holm-adjusted p, significant yes/no, the verdict), then whether every comparison got the same call
 (the same verdict: higher, lower, or no difference; a comparison that is not testable in either
@@ -14,26 +14,24 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 from pathlib import Path
 
 import pandas as pd
 
 from rbctl.errors import UserError
-from rbctl.report import make_report
-from rbctl.report.tables import NOT_TESTABLE, delta, markdown_table, pval
-from rbctl.store.rundir import REPORT_TABLES
+from rbctl.report import ReportData, report_data
+from rbctl.report.render.tables import delta, markdown_table, pval
+from rbctl.report.stats import NOT_TESTABLE
 
 
-def verdicts(sweep: Path, out: Path) -> pd.DataFrame:
-    """The verdict table of a sweep's report (built into `out`), indexed by (arm, ref, benchmark, metric)."""
-    return read_verdicts(make_report([sweep], out).parent, sweep)
+def verdicts(sweep: Path) -> pd.DataFrame:
+    """The verdict rows of a sweep's report, indexed by (arm, ref, benchmark, metric)."""
+    return verdict_rows(report_data([sweep]), sweep)
 
 
-def read_verdicts(report_dir: Path, sweep: Path) -> pd.DataFrame:
-    """The verdict table of `report_dir`, a report already built from `sweep`."""
-    f = Path(report_dir) / REPORT_TABLES / "verdicts.csv"
-    table = pd.read_csv(f) if f.is_file() else pd.DataFrame()
+def verdict_rows(data: ReportData, sweep: Path) -> pd.DataFrame:
+    """The verdict rows (tables/verdicts.csv) of ``data``, the report's data of ``sweep``."""
+    table = data.verdict.rows
     if not len(table):
         raise UserError(f"{sweep}: its report has no principal comparison with final evaluations on both sides")
     return table.set_index(["arm", "ref", "benchmark", "metric"])
@@ -85,9 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("sweep_b", type=Path)
     args = p.parse_args(argv)
     try:
-        with tempfile.TemporaryDirectory() as tmp:
-            a = verdicts(args.sweep_a, Path(tmp) / "a")
-            b = verdicts(args.sweep_b, Path(tmp) / "b")
+        a = verdicts(args.sweep_a)
+        b = verdicts(args.sweep_b)
         shared = sorted(_units(a) & _units(b))
         if shared:
             raise UserError(f"the two sweeps share units ({', '.join(shared)}): their seed sets must be disjoint")

@@ -1,16 +1,15 @@
-"""`rbctl report`: comparison tables and figures rebuilt from run directories.
+"""`rbctl report`: comparison tables and figures rebuilt from run directories, in three layers.
 
-Modules, one job each: `load` (finding runs and sweeps, read through `rbctl.store.read`), `series`
-(per-step curves and final values), `stats`, `power`, `robust` (rliable's aggregates), `survival`
-(Kaplan–Meier, log-rank, RMST), `warmstart` (pure statistics), `compare` (scores, the principal and
-exploratory families), `plateau` and `escape` (the premature-convergence test, escape times),
-`diagnostics` (per-arm entropy/κ numbers, entropy vs pass@1 between and within arms), `figures`
-(matplotlib), `tables` (CSV/Markdown/LaTeX), `document` (report.md and report.html from one list of
-blocks), and the sections in reading order: `verdict` (the answer, power, warm starts),
-`convergence` (plateau, escape), `sections` (the rest); `build` assembles them.
+- Input and statistics: `load` (finding runs and sweeps, read through `rbctl.store.read`), `series`
+  (per-step curves and final values), and pure functions: `stats`, `power` (power of the paired
+  t-test), `robust` (rliable's aggregates), `survival` (Kaplan–Meier, log-rank, RMST).
+- Analyses (`rbctl.report.analyses`), one per question, each returning a typed dataclass; `data`
+  runs them once into a `ReportData` (`report_data`), which scripts read too.
+- Rendering (`rbctl.report.render`): report.md, report.html, tables and figures from the `ReportData`.
 No module imports torch or transformers.
 """
 
-from rbctl.report.build import final_scores_table, make_report
+from rbctl.report.data import ReportData, report_data
+from rbctl.report.render.report import final_scores_table, make_report
 
-__all__ = ["final_scores_table", "make_report"]
+__all__ = ["ReportData", "final_scores_table", "make_report", "report_data"]

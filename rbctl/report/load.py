@@ -4,7 +4,7 @@ A run directory (`rbctl.store.rundir`) gives the metrics log, run.json (arm, see
 variant, warm start), the resolved config, the periodic held-out evaluation (one line per (step,
 benchmark); step 0 is the warm start) and its final evaluations. A sweep directory holds
 ``runs/<arm>/seed_<s>/`` or, crossing warm starts, ``runs/<arm>/<warm start>/seed_<s>/``, its
-state file, its resolved sweep file, and optionally a ceiling file.
+state file, its resolved sweep file, and optionally a ceiling file (read by `rbctl.report.analyses.plateau`).
 """
 
 from __future__ import annotations
@@ -205,47 +205,3 @@ def sweep_settings(runs: list[Run]) -> tuple[Comparisons | None, Escape | None, 
         raise UserError("the runs come from sweeps with different comparisons or escape settings ("
                         + ", ".join(found) + "); report them separately")
     return next(iter(found.values()), (None, None, []))
-
-
-@dataclass(frozen=True)
-class Ceiling:
-    """A pass@1 level for the plateau test (docs/method.md, "Premature convergence")."""
-
-    value: float | None  # fraction; None: unknown
-    source: str
-
-
-def ceiling_file(runs: list[Run], dirs: list[Path]) -> Ceiling | None:
-    """The ceiling file (``{"value": float, "source": "text"}``) of the runs' sweep directory or of
-    an input directory, or None."""
-    places = list(dict.fromkeys([*(r.sweep_dir for r in runs if r.sweep_dir), *map(Path, dirs)]))
-    for d in places:
-        found = read.read_ceiling_file(d)
-        if found is not None:
-            c, f = found
-            v = c.get("value")
-            if not isinstance(v, (int, float)) or isinstance(v, bool):
-                raise UserError(f"{f}: 'value' must be a number (a fraction of problems solved)")
-            return Ceiling(float(v), str(c.get("source") or f"{f}"))
-    return None
-
-
-def warm_start_pass_at_g(runs: list[Run], benchmark: str | None = None) -> Ceiling:
-    """The old ceiling: the warm start's pass@G, the mean over runs of pass@G on their step-0
-    eval.jsonl line (``benchmark``, or the first logged), G the runs' rollout.group_size.
-    Ceiling(None, ...) when no run logged it."""
-    values, keys = [], set()
-    for r in runs:
-        g = r.group_size
-        for e in r.evals:
-            if e.get("step") != 0 or (benchmark is not None and e.get("benchmark") != benchmark):
-                continue
-            key = f"pass@{g}" if g else None
-            if key and isinstance(e.get(key), (int, float)):
-                values.append(float(e[key]))
-                keys.add(f"{key} on {e.get('benchmark')}")
-            break
-    if values:
-        return Ceiling(sum(values) / len(values), f"warm start's {', '.join(sorted(keys))} (step-0 held-out eval, "
-                                                  f"mean over {len(values)} runs)")
-    return Ceiling(None, "no step-0 pass@G logged")

@@ -10,7 +10,7 @@ import pandas as pd
 
 from rbctl.report.load import Run
 from rbctl.report.stats import t_interval_rows, tail_mean
-from rbctl.report.tables import finite
+from rbctl.report.stats import finite
 
 KAPPA_EFF_WINDOW = 5  # logged κ_eff values per centred rolling mean: one batch's κ_eff is noisy
 FINAL_FRACTION = 0.25  # "final" entropy / κ_eff = mean over the last quarter of a run's logged values

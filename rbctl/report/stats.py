@@ -15,6 +15,14 @@ import numpy as np
 from scipy import stats as sps
 
 
+def finite(v) -> bool:
+    """A real, finite number (not None, not bool, not NaN)."""
+    try:
+        return not isinstance(v, bool) and v is not None and math.isfinite(float(v))
+    except (TypeError, ValueError):
+        return False
+
+
 def t_interval(values, level: float = 0.95) -> tuple[float, float, float]:
     """(mean, low, high): mean ± t_{(1+level)/2, n−1} · sd / sqrt(n), sd unbiased; NaN bounds for n < 2."""
     v = np.asarray(values, dtype=float)
@@ -43,6 +51,7 @@ def t_interval_rows(matrix, level: float = 0.95) -> tuple[np.ndarray, np.ndarray
     return mean, mean - half, mean + half
 
 
+NOT_TESTABLE = "not testable"  # the call, and the p-value cell, of a comparison without a test (`PairedDelta`)
 MIN_UNITS = 3  # a paired t-test needs at least this many units (docs/method.md, "Comparing arms")
 SCORE_BOUNDS = (0.0, 1.0)  # a score (pass@k, avg@n, maj@k) is a fraction
 DELTA_BOUNDS = (-1.0, 1.0)  # a difference of two scores

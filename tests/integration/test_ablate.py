@@ -77,7 +77,7 @@ def test_shared_warm_start_is_built_with_the_runs_threads(tmp_path, monkeypatch)
 
     seen = []
     monkeypatch.setattr(builtin, "warm_started", lambda *a, **k: seen.append(torch.get_num_threads()))
-    _, configs = load_sweep(_write_sweep(tmp_path, {"a": {"threads": 1}, "b": {"threads": 0, "data.builtin.max_hops": 5}}))
+    _, configs = load_sweep(_write_sweep(tmp_path, {"a": {"threads": 1}, "b": {"threads": 0, "data.builtin.max_hops": 5}}, same_labels=True))
     before = torch.get_num_threads()
     torch.set_num_threads(2)  # so that threads 1 differs from the process's setting on any machine
     try:

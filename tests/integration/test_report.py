@@ -1,4 +1,4 @@
-"""Tests of rbctl.report.build on hand-made run and sweep directories (no training, no model)."""
+"""Tests of rbctl.report (its data and its rendering) on hand-made run and sweep directories (no training, no model)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ import yaml
 
 from rbctl.errors import UserError
 from rbctl.report import final_scores_table, make_report
-from rbctl.report.figures import arm_styles, panel_groups, plot_pass_at_k, plot_trajectory
-from rbctl.report.load import ceiling_file, find_runs, warm_start_pass_at_g
+from rbctl.report.analyses.plateau import ceiling_file
+from rbctl.report.load import find_runs
+from rbctl.report.render.figures import arm_styles, panel_groups, plot_pass_at_k, plot_trajectory
 from rbctl.report.series import band, unit_frame
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -239,17 +240,12 @@ def test_trajectories_t_band_step0_and_torn_line(two_arms, two_arm_report):
     assert held.loc[4, "mean"] == pytest.approx((0.5 + 0.51) / 2)
 
 
-def test_ceiling_file_and_the_old_warm_start_pass_at_g(two_arms, tmp_path):
+def test_ceiling_file(two_arms, tmp_path):
     runs, _ = find_runs([two_arms])
-    c = warm_start_pass_at_g(runs)
-    # step-0 pass@4 (G = 4) is 0.80 for seed 0 and 0.81 for seed 1, two runs of each: mean 0.805
-    assert c.value == pytest.approx(0.805) and "pass@4" in c.source
     assert ceiling_file(runs, [two_arms]) is None
     (two_arms / "ceiling.json").write_text(json.dumps({"value": 0.9, "source": "SFT on correct solutions"}))
-    assert ceiling_file(runs, [two_arms]).value == 0.9
-    for r in runs:
-        r.evals = [e for e in r.evals if e["step"] != 0]
-    assert warm_start_pass_at_g(runs).value is None
+    c = ceiling_file(runs, [two_arms])
+    assert (c.value, c.source) == (0.9, "SFT on correct solutions")
 
 
 def test_the_plateau_ceiling_is_the_best_arms_final_pass1_without_a_ceiling_file(two_arm_report):
@@ -258,9 +254,7 @@ def test_the_plateau_ceiling_is_the_best_arms_final_pass1_without_a_ceiling_file
     # (.50 + .51)/2 = 50.5 points is the best arm's; grpo's (.40 + .41)/2 = 40.5: 10.0 points below
     assert plateau.loc["below_ceiling", "value"] == pytest.approx(10.0)
     assert "ceiling 50.5 − final pass@1 40.5" in plateau.loc["below_ceiling", "detail"]
-    # the old ceiling, the warm start's pass@4 (80.5), beside it
-    old = plateau.loc["below_ceiling (old: warm start's pass@G)"]
-    assert old["value"] == pytest.approx(80.5 - 40.5) and "warm start's pass@4" in old["detail"]
+    assert list(plateau.index) == ["stalled", "below_ceiling", "entropy_collapsed", "plateau"]
     units = pd.read_csv(two_arm_report.parent / "tables" / "plateau_units.csv")
     assert list(units["gap"]) == pytest.approx([50.5 - 40.0, 50.5 - 41.0])  # per seed
     assert list(units["stalled"]) == [False, False]  # |0.40 − 0.20| = 20 points each
@@ -347,7 +341,7 @@ def test_entropy_arm_comparisons_and_descriptives(two_arms, tmp_path):
 
 
 def test_one_colour_per_arm_small_multiples_and_legends_outside():
-    from rbctl.report.figures import PALETTE
+    from rbctl.report.render.figures import PALETTE
 
     info = {"grpo": ("grpo", "base"), "grpo_budget": ("grpo", "budget"), "rloo": ("rloo", "base"),
             "rloo_budget": ("rloo", "budget"), "grpo_ent": ("grpo", "entropy_static")}
@@ -412,14 +406,31 @@ def test_cli_table_and_output_folder(two_arms, two_arm_report, tmp_path):
         make_report([empty, empty])
 
 
+def test_the_report_renders_its_data_and_scripts_read_the_same_tables(two_arms, two_arm_report):
+    from rbctl.report import report_data
+    from rbctl.report.analyses.plateau import Plateau
+    from rbctl.report.render.report import shown_tables
+    from rbctl.report.render.tables import markdown_table
+
+    data = report_data([two_arms])
+    assert isinstance(data.plateau, Plateau) and data.plateau.arm == "grpo"
+    assert data.plateau.verdict.below_ceiling.value == pytest.approx(10.0)  # 50.5 − 40.5, as tables/plateau.csv
+    assert [c.label for c in data.verdict.comparisons] == ["grpo_budget − grpo"] * 2  # avg@n and pass@4
+    tables = shown_tables(data)  # rendered without writing: what scripts print
+    written = {f.stem: f.read_text() for f in (two_arm_report.parent / "tables").glob("*.md")}
+    assert set(tables) == set(written) and "plateau" in tables
+    assert {name: markdown_table(t) for name, t in tables.items()} == written
+
+
 @pytest.mark.slow
 def test_report_package_imports_no_torch():
     import subprocess
     import sys
 
-    code = ("import sys, rbctl.report, rbctl.report.build, rbctl.report.compare, rbctl.report.plateau, "
-            "rbctl.report.diagnostics, rbctl.report.figures, rbctl.report.survival, rbctl.report.escape, "
-            "rbctl.report.robust, rbctl.report.power, rbctl.report.warmstart, rbctl.store.read; "
+    code = ("import sys, rbctl.report, rbctl.report.data, rbctl.report.render.report, rbctl.report.analyses.plateau, "
+            "rbctl.report.analyses.entropy, rbctl.report.render.figures, rbctl.report.survival, "
+            "rbctl.report.analyses.escape_time, rbctl.report.robust, rbctl.report.power, "
+            "rbctl.report.analyses.warm_starts, rbctl.store.read; "
             "bad = [m for m in ('torch', 'transformers') if m in sys.modules]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -1,4 +1,4 @@
-"""scripts/readme_results.py: docs/results.md printed from a sweep's report tables."""
+"""scripts/readme_results.py: docs/results.md printed from a sweep's report data."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import pytest
 import datetime as dt
 import json
 
+from rbctl.report import report_data
 from scripts.readme_results import cpu_description, main, results_markdown
 from tests.integration.test_report import CORRECT, make_run
 
@@ -49,26 +50,24 @@ def test_results_document_from_the_report_tables(tmp_path, capsys):
     assert "0.000" not in text
 
 
-def test_results_document_reuses_an_existing_report(tmp_path):
-    (tmp_path / "rep" / "tables").mkdir(parents=True)
-    (tmp_path / "rep" / "tables" / "verdicts.md").write_text("| a |\n| --- |\n| 1 |\n")
+def test_results_document_of_a_sweep_without_comparisons(tmp_path):
     run = make_run(tmp_path / "sweep" / "runs" / "grpo" / "seed_0", "grpo", 0, CORRECT["grpo", 0])
     assert run.is_dir()
-    text = results_markdown(tmp_path / "sweep", tmp_path / "rep", today=dt.date(2026, 12, 1))
-    assert "Generated on 2026-12-01" in text and "## Principal comparisons" in text and "| 1 |" in text
-    assert "## Power" not in text and "Commit: unknown (no provenance)" in text
+    text = results_markdown(tmp_path / "sweep", report_data([tmp_path / "sweep"], n_boot=50), today=dt.date(2026, 12, 1))
+    assert "Generated on 2026-12-01" in text and "Commit: unknown (no provenance)" in text
+    # one arm: nothing to compare, so no verdict table; its final score is there
+    assert "## Principal comparisons" not in text and "## Power" not in text
+    assert "| grpo | builtin | 1 | 4 × 4 | 43.8 [" in text  # (4 + 2 + 0 + 1) / 16 correct
 
 
 def test_headline_is_the_principal_verdicts_and_goes_into_the_readme_block(tmp_path):
     from scripts.readme_results import HEADLINE_BEGIN, HEADLINE_END, headline_markdown, write_headline
 
-    (tmp_path / "rep" / "tables").mkdir(parents=True)
-    (tmp_path / "rep" / "tables" / "verdicts.md").write_text("| comparison | verdict |\n| --- | --- |\n| b − a | higher |\n")
-    run = make_run(tmp_path / "sweep" / "runs" / "grpo" / "seed_0", "grpo", 0, CORRECT["grpo", 0])
-    (run / "provenance.json").write_text(json.dumps({"git_commit": "0123abcdef"}))
-    text = headline_markdown(tmp_path / "sweep", tmp_path / "rep")
-    assert text.startswith("| comparison | verdict |\n| --- | --- |\n| b − a | higher |")
-    assert "1 runs (1 units per arm) at commit `0123abc`" in text
+    sweep = _sweep(tmp_path / "sweep")
+    text = headline_markdown(sweep, report_data([sweep], n_boot=50))
+    assert text.startswith("| comparison | benchmark | metric | units | Δ points [95% t-CI] | Holm p |")
+    assert "| grpo_budget − grpo | builtin | avg@n | 3 | +25.0 [+9.5, +40.5] | 0.040 |" in text
+    assert "6 runs (3 units per arm) at commit `0123abc`" in text
     readme = tmp_path / "README.md"
     readme.write_text(f"# x\n\nbefore\n{HEADLINE_BEGIN}\nold\n{HEADLINE_END}\nafter\n")
     write_headline(readme, text)

@@ -12,12 +12,12 @@ from scipy import stats as sps
 from rbctl.config.base import validate
 from rbctl.config.sweep import SweepConfig
 from rbctl.errors import UserError
-from rbctl.report.escape import escape_time
+from rbctl.report.analyses.escape_time import escape_time
 from rbctl.report.power import mde_paired, power_paired, units_for_power
 from rbctl.report.robust import iqm, prob_improvement, score_distribution, stratified_bootstrap
 from rbctl.report.stats import paired_delta
 from rbctl.report.survival import kaplan_meier, logrank, rmst
-from rbctl.report.warmstart import warm_start_level
+from rbctl.report.analyses.warm_starts import warm_start_level
 
 # --- power ----------------------------------------------------------------------------------------
 

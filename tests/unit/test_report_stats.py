@@ -1,4 +1,4 @@
-"""Tests of the report's pure statistics (rbctl.report.stats, .compare verdicts, .plateau) on
+"""Tests of the report's pure statistics (rbctl.report.stats, and the verdicts and plateau check of rbctl.report.analyses) on
 hand-computed values and simulated reports (no files, no figures)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from rbctl.report.compare import verdicts
-from rbctl.report.plateau import plateau_check
+from rbctl.report.analyses.comparisons import verdicts
+from rbctl.report.analyses.plateau import plateau_check
 from rbctl.report.stats import (
     hierarchical_bootstrap_delta,
     holm,
@@ -288,7 +288,7 @@ def test_arm_variants_name_what_is_added_to_the_estimator():
 
 
 def test_every_arm_is_compared_with_its_baseline_and_standalone_estimators_with_grpo():
-    from rbctl.report.compare import stated_pairs
+    from rbctl.report.analyses.comparisons import stated_pairs
 
     info = {"grpo": ("grpo", "base"), "grpo_budget": ("grpo", "budget"), "ent": ("grpo", "entropy_static"),
             "cov": ("grpo", "clip_cov"), "maxrl": ("maxrl", "base"), "dr": ("dr_grpo", "base")}
@@ -303,9 +303,9 @@ def test_every_arm_is_compared_with_its_baseline_and_standalone_estimators_with_
 
 
 def test_p_values_are_never_printed_as_zero():
-    from rbctl.report.compare import Comparison
-    from rbctl.report.tables import latex_table, pval
-    from rbctl.report.verdict import _delta_label
+    from rbctl.report.analyses.comparisons import Comparison
+    from rbctl.report.render.answer import _delta_label
+    from rbctl.report.render.tables import latex_table, pval
 
     assert pval(0.0) == "< 0.001" and pval(4e-7) == "< 0.001" and pval(0.00099) == "< 0.001"
     assert pval(0.001) == "0.001" and pval(0.0449) == "0.045" and pval(1.0) == "1.000"

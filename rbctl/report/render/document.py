@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from rbctl.report.tables import markdown_table
+from rbctl.report.render.tables import markdown_table
 
 _CODE = re.compile(r"`([^`]+)`")
 _BOLD = re.compile(r"\*\*(.+?)\*\*")

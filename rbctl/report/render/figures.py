@@ -27,7 +27,7 @@ MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 WIDTH_IN, DPI = 10.0, 160  # 1600 px wide
 RC = {"font.size": 11, "axes.titlesize": 12, "axes.labelsize": 11, "xtick.labelsize": 11, "ytick.labelsize": 11,
       "legend.fontsize": 11, "figure.titlesize": 13, "lines.linewidth": 1.8}
-X_LABEL = "step (optimizer updates)"
+X_LABEL = "step (rollout batches)"  # a step is one rollout batch, which may take several optimizer updates
 BAND = "mean over units; band: 95% t-interval over units"
 
 

@@ -5,12 +5,12 @@ Nothing here computes a statistic; the formatting helpers only turn fractions in
 
 from __future__ import annotations
 
-import math
 import re
 from pathlib import Path
 
 import pandas as pd
 
+from rbctl.report.stats import finite
 from rbctl.store.atomic import write_atomic
 
 
@@ -27,14 +27,6 @@ def plural(count: int, word: str) -> str:
 def yes_no(held) -> str:
     """A criterion's outcome: yes, no, or not evaluated (None)."""
     return "not evaluated" if held is None else ("yes" if held else "no")
-
-
-def finite(v) -> bool:
-    """A real, finite number (not None, not bool, not NaN)."""
-    try:
-        return not isinstance(v, bool) and v is not None and math.isfinite(float(v))
-    except (TypeError, ValueError):
-        return False
 
 
 def pct(v) -> str:
@@ -66,13 +58,12 @@ def num(v, digits: int = 3) -> str:
 
 
 P_FLOOR = 0.001
-NOT_TESTABLE = "not testable"
 
 
 def pval(p, missing: str = "–") -> str:
     """A p-value as every table, figure and headline prints it: three decimals, ``< 0.001`` below
     0.001 (never ``0.000``: no test gives certainty), ``missing`` when there is none (NaN: no test,
-    e.g. `NOT_TESTABLE`)."""
+    e.g. `rbctl.report.stats.NOT_TESTABLE`)."""
     if not finite(p):
         return missing
     return f"< {P_FLOOR:g}" if float(p) < P_FLOOR else f"{float(p):.3f}"

@@ -1,18 +1,18 @@
-"""Per-arm diagnostics of a report: final entropy and κ_eff, the plateau test of the GRPO arm, and
-entropy / κ_eff against held-out pass@1, between arms and within arms.
+"""Is entropy the cause? Final entropy, κ and κ_eff per arm, and entropy / κ_eff against held-out
+pass@1, between arms and within arms; and whether κ_eff may be compared between arms at all.
 
-Each function returns numbers (DataFrames, verdicts); the build modules write and show them.
+Each function returns numbers (DataFrames); `entropy_kappa` gathers them into the report's analysis.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import pandas as pd
 
 from rbctl.report.load import Run, unit_label
-from rbctl.report.plateau import PlateauVerdict, per_unit_criteria, plateau_check
-from rbctl.report.series import final_heldout, final_metric, run_series
+from rbctl.report.series import final_heldout, final_metric
 from rbctl.report.stats import pearson_ci, t_interval
 
 DESCRIPTIVE = (("entropy", "entropy"), ("kappa", "κ"), ("kappa_eff", "κ_eff"))
@@ -32,43 +32,6 @@ def final_descriptives(by_arm: dict[str, list[Run]]) -> pd.DataFrame:
                         f"{key}_per_seed": ",".join(f"{v:.4g}" for v in vals)})
         rows.append(row)
     return pd.DataFrame(rows)
-
-
-def plateau_of_arm(runs: list[Run], benchmark: str, ceiling: float | None) -> PlateauVerdict:
-    """`plateau_check` on one arm's runs: held-out avg@n on ``benchmark`` from the periodic
-    evaluation (the final evaluation appended when it is later than the last periodic one) and the
-    training metric ``entropy``."""
-    heldout, entropy = {}, {}
-    for r in runs:
-        s = run_series(r, "avg@n", benchmark)
-        if r.final_step is not None and benchmark in r.finals and (not len(s) or r.final_step > s.index.max()):
-            s.loc[r.final_step] = final_heldout(r, benchmark)
-        if len(s):
-            heldout[r.unit] = (list(s.index), list(s.values))
-        e = run_series(r, "entropy")
-        if len(e):
-            entropy[r.unit] = (list(e.index), list(e.values))
-    return plateau_check(heldout, entropy, ceiling)
-
-
-def plateau_table(arm: str, v: PlateauVerdict, old: PlateauVerdict, old_source: str) -> pd.DataFrame:
-    """One row per criterion, the overall verdict, and the below-ceiling criterion against the old
-    ceiling (the warm start's pass@G, ``old_source``) for comparison."""
-    rows = [{"arm": arm, "criterion": c.name, "held": c.held, "value": c.value, "threshold": c.threshold,
-             "detail": c.detail} for c in v.criteria]
-    rows.append({"arm": arm, "criterion": "plateau", "held": v.held, "value": None, "threshold": None,
-                 "detail": f"all three criteria held over {v.seeds} units" if v.held else
-                 "at least one criterion did not hold or was not evaluated"})
-    c = old.below_ceiling
-    rows.append({"arm": arm, "criterion": "below_ceiling (old: warm start's pass@G)", "held": c.held,
-                 "value": c.value, "threshold": c.threshold, "detail": f"{c.detail}; ceiling: {old_source}"})
-    return pd.DataFrame(rows)
-
-
-def plateau_units(v: PlateauVerdict, ceiling: float | None) -> pd.DataFrame:
-    """Per unit: the numbers behind each criterion and whether it holds for that unit alone."""
-    rows = per_unit_criteria(v, ceiling)
-    return pd.DataFrame([{**r, "unit": unit_label(r["unit"])} for r in rows])
 
 
 def run_points(runs: list[Run], benchmark: str) -> pd.DataFrame:
@@ -141,3 +104,34 @@ def kappa_eff_refusal(by_arm: dict[str, list[Run]]) -> str:
     return ("κ_eff is not compared between arms: it is cumulative over a step's optimizer updates, so it is "
             "comparable only at equal mini-batch size, epochs and learning rate, and the arms differ in "
             + "; ".join(parts) + ".")
+
+
+@dataclass(frozen=True)
+class EntropyKappa:
+    """The entropy / κ_eff analysis: per-arm final entropy, κ and κ_eff (`descriptives`:
+    tables/final_entropy_kappa.csv); with final scores, on the first benchmark, one row per run
+    (`points`: data/run_finals.csv) and the correlations with held-out pass@1 (`correlations`:
+    tables/entropy_cause.csv); `kappa_eff_note` is "" when κ_eff may be compared between arms, else why
+    not (`kappa_eff_refusal`)."""
+
+    descriptives: pd.DataFrame
+    kappa_eff_note: str
+    benchmark: str | None
+    points: pd.DataFrame
+    correlations: pd.DataFrame
+
+    @property
+    def refused(self) -> tuple[str, ...]:
+        """The keys not compared between arms."""
+        return ("kappa_eff_final",) if self.kappa_eff_note else ()
+
+
+def entropy_kappa(by_arm: dict[str, list[Run]], runs: list[Run], benchmarks: list[str]) -> EntropyKappa:
+    """The report's entropy / κ_eff analysis (the correlations on the first of ``benchmarks``, the
+    benchmarks with final scores; none without one)."""
+    note = kappa_eff_refusal(by_arm)
+    bench = benchmarks[0] if benchmarks else None
+    points = run_points(runs, bench) if bench else pd.DataFrame()
+    corr = associations(points, ("kappa_eff_final",) if note else ()) if bench else pd.DataFrame()
+    return EntropyKappa(final_descriptives(by_arm), note, bench, points, corr)
+

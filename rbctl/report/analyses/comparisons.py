@@ -1,5 +1,5 @@
-"""Scoring arms on their final evaluations and comparing them, unit by unit (a unit is a seed, or
-a (warm start, seed) pair: what two arms' runs share).
+"""Comparing arms on their final scores (`rbctl.report.analyses.scores`), unit by unit (a unit is a
+seed, or a (warm start, seed) pair: what two arms' runs share).
 
 Which comparisons a report makes (docs/method.md, "Comparing arms"):
 - **principal**: the pairs the sweep file states before running (``comparisons.principal``), on its
@@ -17,97 +17,20 @@ testable (fewer than 3 common units, or every unit's Δ the same: `rbctl.report.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
+import pandas as pd
+
 from rbctl.errors import UserError
-from rbctl.report.load import Run
-from rbctl.grading.metrics import pass_at_k
-from rbctl.report.stats import DELTA_BOUNDS, PairedDelta, hierarchical_bootstrap_delta, holm, paired_delta
-from rbctl.report.tables import NOT_TESTABLE
+from rbctl.report.analyses.scores import ArmScores
+from rbctl.report.load import unit_label
+from rbctl.report.robust import prob_improvement, stratified_bootstrap
+from rbctl.report.stats import (DELTA_BOUNDS, NOT_TESTABLE, PairedDelta, hierarchical_bootstrap_delta, holm,
+                                paired_delta)
 
 ALPHA = 0.05
-
-
-@dataclass
-class ArmScores:
-    """One arm's final evaluation on one benchmark: ``correct[s, p]`` of ``n[s, p]`` samples."""
-
-    arm: str
-    benchmark: str
-    units: list[tuple]  # [S] each run's unit: (warm start or "", seed)
-    ids: list[str]  # [P]
-    correct: np.ndarray  # [S, P] int
-    n: np.ndarray  # [S, P] int
-    steps: list[int]  # [S] step of each run's final evaluation
-    maj: dict[tuple, float] = field(default_factory=dict)  # unit -> maj@k of its summary (all its problems)
-    maj_k: int | None = None
-
-    @property
-    def accuracy(self) -> np.ndarray:
-        """c/n per (seed, problem), ``[S, P]``; its mean is avg@n."""
-        return self.correct / self.n
-
-    @property
-    def kmax(self) -> int:
-        return int(self.n.min())
-
-    def pass_at(self, k: int) -> np.ndarray:
-        """Unbiased pass@k per (seed, problem), ``[S, P]``."""
-        return pass_at_k(self.n, self.correct, k)
-
-    def values(self, metric: str, k: int | None = None) -> np.ndarray:
-        """``[S, P]`` of avg@n (``metric == "avg"``) or pass@k (default k = n)."""
-        return self.accuracy if metric == "avg" else self.pass_at(k or self.kmax)
-
-    def per_unit(self, metric: str, k: int | None = None) -> dict[tuple, float]:
-        """``{unit: score}``: each run's mean over the problems."""
-        return dict(zip(self.units, map(float, self.values(metric, k).mean(axis=1))))
-
-
-def common_problems(runs: list[Run], benchmark: str) -> list[str]:
-    """Ids present in every run's final ``benchmark`` evaluation, in the first run's order."""
-    id_lists = [[str(p["id"]) for p in r.finals[benchmark].get("per_problem", [])] for r in runs]
-    shared = set(id_lists[0]).intersection(*id_lists[1:])
-    return [i for i in id_lists[0] if i in shared]
-
-
-def _maj(summary: dict, n: int) -> tuple[int, float] | None:
-    """(k, maj@k) of a summary at the largest logged k ≤ n."""
-    found = []
-    for key, v in (summary.get("metrics") or {}).items():
-        if key.startswith("maj@") and key[4:].isdigit() and int(key[4:]) <= n:
-            found.append((int(key[4:]), v.get("value") if isinstance(v, dict) else v))
-    found = [(k, float(v)) for k, v in found if isinstance(v, (int, float))]
-    return max(found) if found else None
-
-
-def arm_scores(runs: list[Run], benchmark: str, ids: list[str]) -> ArmScores:
-    """Stack one arm's seeds (``runs`` all of one arm, each with ``benchmark`` evaluated)."""
-    correct, n = [], []
-    for r in runs:
-        by_id = {str(p["id"]): p for p in r.finals[benchmark]["per_problem"]}
-        try:
-            c = [int(by_id[i]["correct"]) for i in ids]
-            m = [int(by_id[i].get("n", r.finals[benchmark].get("n"))) for i in ids]
-        except (KeyError, TypeError, ValueError) as e:
-            raise UserError(f"run {r.name} ({r.path}): final evaluation on {benchmark} has a per_problem entry "
-                            f"without integer 'correct' and 'n' ({e})") from None
-        bad = [i for i, ci, ni in zip(ids, c, m) if not 0 <= ci <= ni or ni < 1]
-        if bad:
-            raise UserError(f"run {r.name} ({r.path}): final evaluation on {benchmark}, problem {bad[0]}: need "
-                            "0 <= correct <= n and n >= 1, so its score is not a number")
-        correct.append(c)
-        n.append(m)
-    sc = ArmScores(runs[0].arm, benchmark, [r.unit for r in runs], ids, np.array(correct), np.array(n),
-                   [r.final_step for r in runs])
-    majs = {r.unit: _maj(r.finals[benchmark], sc.kmax) for r in runs}
-    ks = {m[0] for m in majs.values() if m}
-    if len(ks) == 1 and all(majs.values()):  # only when every run logged the same maj@k
-        sc.maj_k = ks.pop()
-        sc.maj = {s: m[1] for s, m in majs.items()}
-    return sc
 
 
 PRINCIPAL, EXPLORATORY, STATED = "principal", "exploratory", "stated"
@@ -181,7 +104,7 @@ def stated_pairs(info: dict[str, tuple[str, str]]) -> list[tuple[str, str, str, 
     return out
 
 
-def all_comparisons(info: dict[str, tuple[str, str]], scores: dict[tuple[str, str], ArmScores],
+def compare_all(info: dict[str, tuple[str, str]], scores: dict[tuple[str, str], ArmScores],
                     benchmarks: list[str], spec=None, same_config=lambda arm, ref: False,
                     n_boot: int = 2000) -> list[Comparison]:
     """The principal comparisons of ``spec`` (a `rbctl.config.sweep.Comparisons`, or None) and every
@@ -237,7 +160,7 @@ def _call(d: PairedDelta, significant: bool) -> str:
     return "no difference"
 
 
-def verdict(c: Comparison) -> str:
+def call(c: Comparison) -> str:
     """`verdicts` for one comparison whose family was already adjusted (`apply_holm`); "same config"
     for a flagged one."""
     return "same config" if c.same_config else _call(c.delta, c.significant)
@@ -252,3 +175,64 @@ def untestable_note(comps: list[Comparison]) -> str:
     """A sentence naming the comparisons that are not testable and why, or ""."""
     out = [f"{c.label} ({c.metric}: {c.delta.untestable})" for c in comps if not c.same_config and not c.delta.testable]
     return ("**Not testable** (no p-value and no verdict; kept out of the Holm family): " + "; ".join(out) + ".") if out else ""
+
+
+def p_improvement(scores: dict[tuple[str, str], ArmScores], c: Comparison, n_boot: int) -> dict[str, float]:
+    """P(arm > ref) over the comparison's common units, with its paired bootstrap interval (units
+    resampled, each unit's two runs together) and rliable's independent stratified bootstrap one."""
+    a, b = scores[c.arm, c.benchmark], scores[c.ref, c.benchmark]
+    kind = "avg" if c.metric == "avg@n" else "pass"
+    pa, pb = a.per_unit(kind, c.k), b.per_unit(kind, c.k)
+    x = np.array([[pa[u]] for u in c.delta.units])
+    y = np.array([[pb[u]] for u in c.delta.units])
+    out = dict.fromkeys(("p_improve", "p_improve_paired_lo", "p_improve_paired_hi", "p_improve_indep_lo",
+                         "p_improve_indep_hi"), math.nan)
+    if len(x):
+        out["p_improve"] = prob_improvement(x, y)
+        out["p_improve_paired_lo"], out["p_improve_paired_hi"] = stratified_bootstrap(
+            prob_improvement, [x, y], paired=True, n_boot=n_boot)
+        out["p_improve_indep_lo"], out["p_improve_indep_hi"] = stratified_bootstrap(
+            prob_improvement, [x, y], paired=False, n_boot=n_boot)
+    return out
+
+
+def comparison_rows(scores: dict[tuple[str, str], ArmScores], comps: list[Comparison], n_boot: int) -> pd.DataFrame:
+    """The numbers of each comparison (one row each; fractions): what comparisons.csv holds."""
+    rows = []
+    for c in comps:
+        d = c.delta
+        rows.append({"family": c.family, "kind": c.kind, "baseline": c.baseline, "arm": c.arm, "ref": c.ref,
+                     "benchmark": c.benchmark, "metric": c.metric, "k": c.k, "arm_score": c.arm_score,
+                     "ref_score": c.ref_score, "delta": d.mean, "delta_lo": d.lo, "delta_hi": d.hi, "sd": d.sd,
+                     "p": d.p, "p_holm": c.p_holm, "significant": c.significant, "same_config": c.same_config,
+                     "not_testable": d.untestable, "verdict": call(c), "seeds": d.n,
+                     "seed_list": ",".join(unit_label(u) for u in d.units),
+                     "per_seed_delta": ",".join(f"{x:.4f}" for x in d.deltas), "hb_lo": c.hb_lo, "hb_hi": c.hb_hi,
+                     **p_improvement(scores, c, n_boot)})
+    return pd.DataFrame(rows)
+
+
+@dataclass(frozen=True)
+class ComparisonSet:
+    """Every comparison of a report (principal, exploratory or stated; `compare_all`) and their
+    numbers, one row each (`comparison_rows`)."""
+
+    comparisons: tuple[Comparison, ...]
+    rows: pd.DataFrame
+    principal_declared: bool  # the sweep file states principal comparisons
+
+    def family(self, name: str) -> list[Comparison]:
+        return [c for c in self.comparisons if c.family == name]
+
+    @property
+    def headline(self) -> list[Comparison]:
+        """The comparisons whose verdicts the report calls: the principal family, or, without one, the
+        stated pairs (the one family)."""
+        return self.family(PRINCIPAL if self.principal_declared else STATED)
+
+
+def comparisons(info: dict[str, tuple[str, str]], scores: dict[tuple[str, str], ArmScores], benchmarks: list[str],
+                spec=None, same_config=lambda arm, ref: False, n_boot: int = 2000) -> ComparisonSet:
+    """`compare_all` and the numbers of every comparison (with P(improvement) and its intervals)."""
+    comps = compare_all(info, scores, benchmarks, spec, same_config, n_boot)
+    return ComparisonSet(tuple(comps), comparison_rows(scores, comps, n_boot), spec is not None)

@@ -1,12 +1,14 @@
 """Escape time: per run, the first periodic evaluation at which it leaves the plateau's shortcut (the
 sweep file's ``escape`` setting, e.g. the share of samples that walk reaching 0.5), censored at its
 last evaluation when it never does; Kaplan–Meier curves per arm, the median, the restricted mean
-survival time, and log-rank tests (docs/method.md, "Premature convergence", escape time).
+survival time, and log-rank tests (docs/method.md, "Premature convergence", escape time); and the
+report's escape-time analysis (`escape_times`).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import pandas as pd
 
@@ -72,6 +74,46 @@ def logrank_rows(rows: pd.DataFrame, pairs: list[tuple[str, str]]) -> pd.DataFra
     return pd.DataFrame(out, columns=["arm", "ref", "runs_arm", "runs_ref", "chi2", "p"])
 
 
-def fmt_step(v: float) -> str:
-    """A step, or "not reached" for an infinite median."""
-    return "not reached" if not math.isfinite(v) else f"{v:g}"
+def escape_setting(setting: Escape | None, runs: list[Run]) -> tuple[Escape | None, str]:
+    """The sweep file's ``escape`` (``setting``); else the default setting when runs log its metric;
+    else off. With where it comes from."""
+    if setting is not None:
+        return setting, "the sweep file's `escape` setting"
+    default = Escape()
+    if any(default.metric in e for r in runs for e in r.evals):
+        return default, "the default setting (the sweep file sets no `escape`)"
+    return None, ""
+
+
+@dataclass(frozen=True)
+class EscapeTimes:
+    """The escape-time analysis: the setting and where it comes from, the benchmark, one row per run
+    (`rows`: data/escape_times.csv), and, when any run logged the metric, the per-arm survival table
+    (tables/escape.csv), the Kaplan–Meier curves, τ of the RMST, and the log-rank tests of ``pairs``."""
+
+    setting: Escape
+    source: str
+    benchmark: str | None
+    rows: pd.DataFrame
+    table: pd.DataFrame
+    curves: dict[str, pd.DataFrame]
+    tau: float
+    pairs_are_principal: bool  # the log-rank pairs are the principal comparisons (else the stated pairs)
+    logrank: pd.DataFrame
+
+
+def escape_times(setting: Escape | None, runs: list[Run], benchmark: str | None,
+                 pairs: list[tuple[str, str]], pairs_are_principal: bool) -> EscapeTimes | None:
+    """The report's escape-time analysis (None when it is off: `escape_setting`); ``benchmark`` is the
+    periodic evaluation's, used when the setting names none; ``pairs`` are (arm, reference) pairs for
+    the log-rank tests."""
+    spec, source = escape_setting(setting, runs)
+    if spec is None:
+        return None
+    bench = spec.benchmark or benchmark
+    rows = escape_rows(runs, spec, bench) if bench else pd.DataFrame()
+    if not len(rows):
+        return EscapeTimes(spec, source, bench, rows, pd.DataFrame(), {}, math.nan, pairs_are_principal, pd.DataFrame())
+    table, curves, tau = survival_summary(rows)
+    return EscapeTimes(spec, source, bench, rows, table, curves, tau, pairs_are_principal, logrank_rows(rows, pairs))
+

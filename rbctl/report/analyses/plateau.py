@@ -1,11 +1,24 @@
-"""The premature-convergence (plateau) test of one arm (docs/method.md, "Premature convergence")."""
+"""The premature-convergence (plateau) test (docs/method.md, "Premature convergence"): its ceiling
+(a ceiling file, else the best arm's final held-out pass@1), the test of one arm criterion by
+criterion (`plateau_check`, on plain numbers), read from runs (`plateau_of_arm`), and the report's
+plateau analysis of the GRPO base arm (`plateau`).
+"""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
+import pandas as pd
+
+from rbctl.errors import UserError
+from rbctl.report.load import Run, unit_label
+from rbctl.report.series import final_heldout, run_series
+from rbctl.store import read
+
+PLATEAU_ARM = ("grpo", "base")  # (baseline, variant) of the arm the report tests
 
 STALL_POINTS = 2.0  # held-out pass@1 change over the last quarter, in points
 BELOW_CEILING_POINTS = 15.0
@@ -134,3 +147,121 @@ def per_unit_criteria(v: PlateauVerdict, ceiling: float | None, *, stall_points:
                      "below_ceiling": None if gap is None else gap >= below_points,
                      "entropy_collapsed": None if ratio is None else ratio < entropy_ratio})
     return rows
+
+
+def plateau_of_arm(runs: list[Run], benchmark: str, ceiling: float | None) -> PlateauVerdict:
+    """`plateau_check` on one arm's runs: held-out avg@n on ``benchmark`` from the periodic
+    evaluation (the final evaluation appended when it is later than the last periodic one) and the
+    training metric ``entropy``."""
+    heldout, entropy = {}, {}
+    for r in runs:
+        s = run_series(r, "avg@n", benchmark)
+        if r.final_step is not None and benchmark in r.finals and (not len(s) or r.final_step > s.index.max()):
+            s.loc[r.final_step] = final_heldout(r, benchmark)
+        if len(s):
+            heldout[r.unit] = (list(s.index), list(s.values))
+        e = run_series(r, "entropy")
+        if len(e):
+            entropy[r.unit] = (list(e.index), list(e.values))
+    return plateau_check(heldout, entropy, ceiling)
+
+
+# --- the ceiling --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    """A pass@1 level for the plateau test (docs/method.md, "Premature convergence")."""
+
+    value: float | None  # fraction; None: unknown
+    source: str
+
+
+def ceiling_file(runs: list[Run], dirs: list[Path]) -> Ceiling | None:
+    """The ceiling file (``{"value": float, "source": "text"}``) of the runs' sweep directory or of
+    an input directory, or None."""
+    places = list(dict.fromkeys([*(r.sweep_dir for r in runs if r.sweep_dir), *map(Path, dirs)]))
+    for d in places:
+        found = read.read_ceiling_file(d)
+        if found is not None:
+            c, f = found
+            v = c.get("value")
+            if not isinstance(v, (int, float)) or isinstance(v, bool):
+                raise UserError(f"{f}: 'value' must be a number (a fraction of problems solved)")
+            return Ceiling(float(v), str(c.get("source") or f"{f}"))
+    return None
+
+
+def reachable_ceiling(by_arm: dict[str, list[Run]], dirs: list[Path], bench: str | None) -> Ceiling:
+    """The plateau test's ceiling, in order: the ceiling file (of the runs' sweep directory or of one
+    of ``dirs``); the best arm's final held-out pass@1 among ``by_arm`` (the mean over its units of
+    pass@1 at their last evaluation on ``bench``: the number the stalled and below-ceiling criteria
+    read for the tested arm); unknown."""
+    found = ceiling_file([r for runs in by_arm.values() for r in runs], dirs)
+    if found is not None:
+        return found
+    finals = {}
+    for arm in sorted(by_arm):
+        v = plateau_of_arm(by_arm[arm], bench, None) if bench else None
+        if v is not None and v.per_seed and any("final" in d for d in v.per_seed.values()):
+            finals[arm] = (float(np.mean([d["final"] for d in v.per_seed.values() if "final" in d])) / 100,
+                           sum("final" in d for d in v.per_seed.values()))
+    if finals:
+        best = max(finals, key=lambda a: finals[a][0])
+        n = finals[best][1]
+        return Ceiling(finals[best][0], f"the best arm's final pass@1 in this report: {best}, mean over "
+                                        f"{n} unit{'s' * (n != 1)}")
+    return Ceiling(None, "unknown")
+
+
+# --- the report's analysis ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Plateau:
+    """The plateau test of the report's GRPO base arm (`PLATEAU_ARM`) on the periodic evaluation's
+    benchmark: its verdict, one row per criterion and the verdict (`criteria`: tables/plateau.csv), and
+    per unit (`units`: tables/plateau_units.csv). ``arm`` is None when there is no such arm or no
+    benchmark (then the frames are empty and ``verdict`` is None)."""
+
+    arm: str | None
+    benchmark: str | None
+    ceiling: Ceiling  # also drawn on the held-out trajectories
+    verdict: PlateauVerdict | None
+    criteria: pd.DataFrame
+    units: pd.DataFrame
+
+
+def criteria_table(arm: str, v: PlateauVerdict) -> pd.DataFrame:
+    """One row per criterion, and the overall verdict."""
+    rows = [{"arm": arm, "criterion": c.name, "held": c.held, "value": c.value, "threshold": c.threshold,
+             "detail": c.detail} for c in v.criteria]
+    rows.append({"arm": arm, "criterion": "plateau", "held": v.held, "value": None, "threshold": None,
+                 "detail": f"all three criteria held over {v.seeds} units" if v.held else
+                 "at least one criterion did not hold or was not evaluated"})
+    return pd.DataFrame(rows)
+
+
+def units_table(v: PlateauVerdict, ceiling: float | None) -> pd.DataFrame:
+    """Per unit: the numbers behind each criterion and whether it holds for that unit alone."""
+    rows = per_unit_criteria(v, ceiling)
+    return pd.DataFrame([{**r, "unit": unit_label(r["unit"])} for r in rows])
+
+
+def eval_benchmark(runs: list[Run], benchmarks: list[str]) -> str | None:
+    """The benchmark of the periodic evaluation (the first logged), else the first of ``benchmarks``
+    (those with final scores)."""
+    return next((b for b in dict.fromkeys(e.get("benchmark") for r in runs for e in r.evals) if b),
+                benchmarks[0] if benchmarks else None)
+
+
+def plateau(by_arm: dict[str, list[Run]], info: dict[str, tuple[str, str]], dirs: list[Path],
+            benchmark: str | None) -> Plateau:
+    """The plateau analysis of a report: the ceiling (`reachable_ceiling`) and the test of the arm
+    whose (baseline, variant) is `PLATEAU_ARM` on ``benchmark`` (`eval_benchmark`)."""
+    ceiling = reachable_ceiling(by_arm, dirs, benchmark)
+    arm = next((a for a in sorted(by_arm) if info[a] == PLATEAU_ARM), None)
+    if arm is None or benchmark is None:
+        return Plateau(arm, benchmark, ceiling, None, pd.DataFrame(), pd.DataFrame())
+    v = plateau_of_arm(by_arm[arm], benchmark, ceiling.value)
+    return Plateau(arm, benchmark, ceiling, v, criteria_table(arm, v), units_table(v, ceiling.value))

@@ -1,7 +1,7 @@
 """The warm start as a level of the study (docs/method.md, "Comparing arms", warm starts): when runs
 carry a warm start, a comparison's units are (warm start, seed) pairs, and its per-unit Δ is also
 read per warm start, tested with the warm start as the unit, and split into variance between and
-within warm starts.
+within warm starts; `warm_starts` is the report's analysis of its answer's comparisons.
 """
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rbctl.report.stats import DELTA_BOUNDS, PairedDelta, VarianceComponents, paired_delta, variance_components
+from rbctl.report.analyses.comparisons import Comparison
+from rbctl.report.stats import DELTA_BOUNDS, PairedDelta, VarianceComponents, holm, paired_delta, variance_components
 
 
 @dataclass(frozen=True)
@@ -40,3 +41,31 @@ def warm_start_level(delta: PairedDelta) -> WarmStartLevel:
     means = {ws: float(np.mean(list(ds.values()))) for ws, ds in groups.items()}
     over = paired_delta(means, dict.fromkeys(means, 0.0), bounds=DELTA_BOUNDS)
     return WarmStartLevel(per, over, variance_components({ws: list(ds.values()) for ws, ds in groups.items()}))
+
+
+@dataclass(frozen=True)
+class WarmStarts:
+    """The answer's comparisons read at the warm-start level: per comparison its `WarmStartLevel`, and
+    the Holm-adjusted p of its test over warm starts; those tests form one family of their own (at
+    ``alpha``, ``tested`` of them testable)."""
+
+    warm_starts: tuple[str, ...]
+    comparisons: tuple[Comparison, ...]
+    levels: tuple[WarmStartLevel, ...]
+    over_holm: tuple[float, ...]
+    tested: int
+    alpha: float
+
+
+def warm_starts(names: list[str], headline: list[Comparison], principal_declared: bool,
+                alpha: float) -> WarmStarts | None:
+    """The warm-start analysis of the answer's comparisons ``headline`` (without principal
+    comparisons, only the avg@n ones), None when the runs carry no warm start (``names``)."""
+    if not names:
+        return None
+    comps = [c for c in headline if not c.same_config and (principal_declared or c.metric == "avg@n")]
+    levels = [warm_start_level(c.delta) for c in comps]
+    over_holm, _ = holm([lvl.over_warm_starts.p for lvl in levels], alpha)
+    return WarmStarts(tuple(names), tuple(comps), tuple(levels), tuple(float(p) for p in over_holm),
+                      sum(lvl.over_warm_starts.testable for lvl in levels), alpha)
+

@@ -1,0 +1,6 @@
+"""The report's analyses, one per question, each a function of the loaded runs returning a frozen
+dataclass: final scores (`scores`), the comparisons (`comparisons`), the answer (`verdict`), the
+design's power (`design`), warm starts (`warm_starts`), the plateau test (`plateau`), escape times
+(`escape_time`), entropy and κ_eff (`entropy`) and training trajectories (`trajectories`).
+`rbctl.report.data` runs them all once.
+"""

@@ -1,0 +1,121 @@
+"""The report's data: the runs as loaded (`SweepData`) and every analysis' result (`ReportData`),
+built once (`report_data`) and read by the renderers (`rbctl.report.render`) and by the result
+scripts (scripts/readme_results.py, scripts/maze_results.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from rbctl.config.sweep import Comparisons, Escape
+from rbctl.errors import UserError
+from rbctl.report.analyses.comparisons import ComparisonSet, comparisons, stated_pairs
+from rbctl.report.analyses.design import DesignPower, design_power
+from rbctl.report.analyses.entropy import EntropyKappa, entropy_kappa
+from rbctl.report.analyses.escape_time import EscapeTimes, escape_times
+from rbctl.report.analyses.plateau import Plateau, eval_benchmark, plateau
+from rbctl.report.analyses.scores import ArmScores, FinalScores, final_scores, score_arms
+from rbctl.report.analyses.trajectories import Trajectories, trajectories
+from rbctl.report.analyses.verdict import Verdict, verdict
+from rbctl.report.analyses.warm_starts import WarmStarts, warm_starts
+from rbctl.report.load import Issue, Run, find_runs, sweep_settings
+from rbctl.store.rundir import EVAL_DIR, STEP_PREFIX
+
+
+@dataclass(frozen=True)
+class SweepData:
+    """The runs of a report's input directories, grouped by arm, with the sweep file's settings and
+    each arm's final scores per benchmark."""
+
+    dirs: tuple[Path, ...]
+    runs: tuple[Run, ...]
+    issues: tuple[Issue, ...]  # runs (and benchmarks) the report cannot fully use
+    notes: tuple[str, ...]  # remarks on the data, shown with the final scores
+    by_arm: dict[str, list[Run]]  # sorted by arm
+    info: dict[str, tuple[str, str]]  # arm -> (baseline, variant)
+    spec: Comparisons | None  # the sweep file's principal comparisons and design
+    escape: Escape | None  # the sweep file's escape-time setting
+    warm_starts: tuple[str, ...]
+    scores: dict[tuple[str, str], ArmScores]  # (arm, benchmark) -> its final scores
+    n_boot: int
+
+    @property
+    def arms(self) -> list[str]:
+        return list(self.by_arm)
+
+    @property
+    def benchmarks(self) -> list[str]:
+        """The benchmarks with final scores, sorted."""
+        return sorted({b for _, b in self.scores})
+
+    def same_config(self, arm: str, ref: str) -> bool:
+        """Whether two arms ran the same training config: every pair of runs of one unit has equal
+        configs but for the seed (`Run.training_config`). False when a run has no saved config."""
+        a = {r.unit: r for r in self.by_arm[arm]}
+        b = {r.unit: r for r in self.by_arm[ref]}
+        common = sorted(set(a) & set(b))
+        if not common or any(not a[u].config or not b[u].config for u in common):
+            return False
+        return all(a[u].training_config() == b[u].training_config() for u in common)
+
+
+def sweep_data(dirs: list[Path], n_boot: int = 2000) -> SweepData:
+    """Read every run under ``dirs`` and score each arm on its final evaluations; no runs is an error."""
+    dirs = [Path(d) for d in dirs]
+    runs, issues = find_runs(dirs)
+    if not runs:
+        raise UserError("no run with metrics under " + ", ".join(map(str, dirs)))
+    arms = sorted({r.arm for r in runs})
+    by_arm = {a: [r for r in runs if r.arm == a] for a in arms}
+    spec, escape, _ = sweep_settings(runs)
+    issues = issues + [Issue(r.name, "no final evaluation", f"nothing under {r.path}/{EVAL_DIR}/{STEP_PREFIX}*")
+                       for r in runs if not r.finals and r.status in ("", "done")]
+    scores, notes, unscored = score_arms(runs, arms)
+    return SweepData(tuple(dirs), tuple(runs), tuple(issues + unscored), tuple(notes), by_arm,
+                     {a: (rs[0].baseline, rs[0].variant) for a, rs in by_arm.items()}, spec, escape,
+                     tuple(sorted({r.warm_start for r in runs if r.warm_start})), scores, n_boot)
+
+
+@dataclass(frozen=True)
+class ReportData:
+    """Everything a report shows, by question: the answer (`verdict`), the design's power, the warm
+    starts, the plateau test, escape times, final scores, every comparison, entropy and κ_eff, and the
+    training trajectories. An analysis that does not apply to the runs is None."""
+
+    sweep: SweepData
+    comparisons: ComparisonSet
+    verdict: Verdict
+    power: DesignPower | None  # without principal comparisons
+    warm_starts: WarmStarts | None  # without warm starts
+    plateau: Plateau
+    escape: EscapeTimes | None  # off: no setting and no run logs the default metric
+    final_scores: FinalScores | None  # without final evaluations
+    entropy: EntropyKappa
+    trajectories: Trajectories
+
+
+def analyse(sw: SweepData) -> ReportData:
+    """Every analysis of ``sw``."""
+    compared = comparisons(sw.info, sw.scores, sw.benchmarks, sw.spec, sw.same_config, sw.n_boot)
+    answer = verdict(compared, sw.spec)
+    bench = eval_benchmark(list(sw.runs), sw.benchmarks)
+    pairs = list(sw.spec.principal) if sw.spec is not None else [(a, r) for _, _, a, r in stated_pairs(sw.info)]
+    esc = escape_times(sw.escape, list(sw.runs), bench, pairs, sw.spec is not None)
+    ent = entropy_kappa(sw.by_arm, list(sw.runs), sw.benchmarks)
+    return ReportData(
+        sweep=sw, comparisons=compared, verdict=answer,
+        power=design_power(sw.spec, compared.headline),
+        warm_starts=warm_starts(list(sw.warm_starts), compared.headline, sw.spec is not None, answer.alpha),
+        plateau=plateau(sw.by_arm, sw.info, list(sw.dirs), bench),
+        escape=esc,
+        final_scores=final_scores(sw.scores, sw.info, sw.arms, sw.benchmarks, sw.spec, sw.n_boot),
+        entropy=ent,
+        trajectories=trajectories(list(sw.runs), sw.by_arm, esc.setting if esc is not None else None,
+                                  bool(ent.kappa_eff_note)))
+
+
+def report_data(dirs: list[Path], n_boot: int = 2000) -> ReportData:
+    """The report's data of the runs under ``dirs`` (run or sweep directories): what `rbctl report`
+    renders, for scripts that print parts of it."""
+    return analyse(sweep_data(dirs, n_boot))

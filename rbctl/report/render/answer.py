@@ -1,0 +1,221 @@
+"""The report's opening sections: the answer (the principal comparisons' verdicts and the figure of
+their per-unit Δ), the power of the design, and the warm start as a level (docs/method.md,
+"Comparing arms"). Each renders its analysis of the `rbctl.report.data.ReportData` onto the page.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from rbctl.report.analyses.comparisons import Comparison, call, untestable_note
+from rbctl.report.data import ReportData
+from rbctl.report.render.figures import plot_deltas
+from rbctl.report.render.page import Page
+from rbctl.report.stats import MIN_UNITS, NOT_TESTABLE
+from rbctl.report.render.tables import delta, num, plural, points_list, pval
+
+PI_PAIRED = "P(improvement) [95% paired-bootstrap CI]"  # rbctl's interval: units resampled, pairs kept together
+PI_INDEP = "rliable 95% CI (independent bootstrap)"  # rliable's: each arm's runs resampled on their own
+DELTA_T = "Δ points [95% t-CI]"
+INTERVALS = ("95% t-interval over units (n − 1 df), unadjusted, clipped to Δ's range [−100, +100]; no interval "
+             "where every unit gave the same Δ")
+P_IMPROVEMENT = ("P(improvement) = P(a run of the arm beats a run of the reference; rliable's unpaired form) with two "
+                 "95% intervals: a **paired** bootstrap (units resampled, each unit's two runs kept together; rbctl's) "
+                 "and rliable's independent stratified bootstrap (each arm's runs resampled on their own)")
+UNTESTABLE = (f"A comparison with fewer than {MIN_UNITS} units, or with the same Δ in every unit (sd(Δ) = 0), is not "
+              "testable: no p-value, no verdict, and it is not counted in the Holm family.")
+
+
+def pi_cell(v, lo, hi) -> str:
+    """``0.83 [0.61, 0.97]``; "–" without a value."""
+    return "–" if not math.isfinite(v) else f"{v:.2f} [{num(lo, 2)}, {num(hi, 2)}]"
+
+
+def interval_cell(lo, hi) -> str:
+    return "–" if not (math.isfinite(lo) and math.isfinite(hi)) else f"[{lo:.2f}, {hi:.2f}]"
+
+
+def holm_p_cell(p, untestable: str) -> str:
+    """A Holm-adjusted p, or "not testable" for a comparison outside the family for that reason."""
+    return pval(p, NOT_TESTABLE if untestable else "–")
+
+
+def verdict_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """The answer's table (tables/verdicts.md, the README's headline) from comparison rows."""
+    untestable = rows["not_testable"].fillna("").astype(str)
+    return pd.DataFrame({
+        "comparison": rows["arm"] + " − " + rows["ref"], "benchmark": rows["benchmark"], "metric": rows["metric"],
+        "units": rows["seeds"], DELTA_T: [delta(*x) for x in zip(rows["delta"], rows["delta_lo"], rows["delta_hi"])],
+        "Holm p": [holm_p_cell(p, u) for p, u in zip(rows["p_holm"], untestable)],
+        PI_PAIRED: [pi_cell(*x) for x in zip(rows["p_improve"], rows["p_improve_paired_lo"], rows["p_improve_paired_hi"])],
+        PI_INDEP: [interval_cell(*x) for x in zip(rows["p_improve_indep_lo"], rows["p_improve_indep_hi"])],
+        "verdict": rows["verdict"]})
+
+
+def _delta_label(c: Comparison) -> str:
+    said = call(c)
+    if said == NOT_TESTABLE:
+        return f"{c.label} ({c.metric})\nnot testable: {c.delta.untestable}"
+    return f"{c.label} ({c.metric})\nHolm p {pval(c.p_holm)}: {said}"
+
+
+def answer(data: ReportData, page: Page) -> None:
+    """The principal comparisons as a verdict table, and the figure of their per-unit Δ."""
+    v, sw = data.verdict, data.sweep
+    comps = list(v.comparisons)
+    doc = page.doc
+    doc.heading(2, "Answer: the principal comparisons")
+    units = "(warm start, seed) pairs" if sw.warm_starts else "seeds"
+    m = v.tested
+    family = ("no comparison is testable, so no Holm–Bonferroni family is formed and no verdict is called" if not m else
+              f"Holm–Bonferroni over {'this comparison' if m == 1 else f'these {m} comparisons'} at α = {v.alpha:g}")
+    if sw.spec is not None:
+        s = sw.spec
+        doc.para(f"The {plural(len(s.principal), 'comparison')} the sweep file states before running, on "
+                 f"{s.metric} ({comps[0].benchmark if comps else s.benchmark or 'the first benchmark'}). Δ = arm − "
+                 f"reference in points, paired by unit ({units}); {INTERVALS}; {family}; {P_IMPROVEMENT}. "
+                 f"{UNTESTABLE} Every other comparison in this report is exploratory.")
+    elif comps:
+        doc.para(f"The sweep file states no principal comparisons (`comparisons:`), so the report's verdicts "
+                 f"are over every stated pair (each baseline + budget vs the baseline; each other arm vs its "
+                 f"baseline + budget and vs its baseline), avg@n and pass@n, as one family: {family}. Δ in points, "
+                 f"paired by unit ({units}); {INTERVALS}; {P_IMPROVEMENT}. {UNTESTABLE}")
+    else:
+        doc.para("No principal comparisons are stated (no sweep file's `comparisons:`) and the runs hold no stated "
+                 "pair of arms to compare: no verdict is called, and everything below is exploratory.")
+    if v.missing:
+        doc.para("**Not computed** (no final evaluations of both arms on the principal benchmark): "
+                 + ", ".join(v.missing) + ".")
+    if not comps:
+        if sw.spec is not None:
+            doc.para("No principal comparison has final evaluations on both sides.")
+    else:
+        page.table(v.rows, verdict_table(v.rows), "verdicts")
+        note = untestable_note(comps)
+        if note:
+            doc.para(note)
+        if v.refused:
+            doc.para("**Refused** (both arms ran the same training config; kept out of the Holm family): "
+                     + ", ".join(v.refused) + ".")
+        drawn = [c for c in comps if sw.spec is not None or c.metric == "avg@n"]
+        page.figure(plot_deltas([{"label": _delta_label(c), "deltas": [100 * x for x in c.delta.deltas],
+                                  "mean": 100 * c.delta.mean, "lo": 100 * c.delta.lo, "hi": 100 * c.delta.hi}
+                                 for c in drawn], f"Per-unit Δ of the {'principal' if sw.spec else 'stated'} "
+                                                  f"comparisons ({units})"),
+                    "per_unit_delta", "per-unit Δ of each comparison")
+    if sw.issues:
+        doc.para("Incomplete: " + "; ".join(f"{i.name} ({i.status})" for i in sw.issues) + " (see Runs).")
+
+
+def power(data: ReportData, page: Page) -> None:
+    """The design's power: per principal comparison, the units, the planning and measured SD of Δ,
+    the MDE at the stated power and the power at the stated MDE (paired two-sided t at α/m, m the
+    principal comparisons that are tested: Holm's family)."""
+    p = data.power
+    if p is None:
+        return
+    s, tested, m, level, numbers = p.spec, p.tested, p.m, p.level, p.rows
+    doc = page.doc
+    doc.heading(2, "Power of the design")
+    unit = "(warm start, seed) pair" if data.sweep.warm_starts else "seed"
+    counted = (f"Holm's first step over the m = {len(tested)} principal "
+               f"{'comparison that is' if len(tested) == 1 else 'comparisons that are'} tested" if tested else
+               "no principal comparison is tested, so m = 1")
+    doc.para(f"Paired two-sided t-test over units (a unit is a {unit}) at the conservative level α/m = "
+             f"{s.alpha}/{m} = {level:.4g} ({counted}), noncentral "
+             f"t. Stated design: MDE {s.mde:g} points at power {s.power:g}, planning SD of Δ {s.planning_sd:g} "
+             "points. Measured SD: sd(Δ) over this report's units. Units needed: the smallest n reaching the "
+             "stated power at the stated MDE.")
+    untested = [f"{c.label} ({c.delta.untestable})" for c in p.comparisons if not c.delta.testable]
+    if untested:
+        doc.para("Not tested, so not counted in m (as in the Holm family): " + "; ".join(untested) + ".")
+    if not len(numbers):
+        doc.para("No principal comparison to measure.")
+        return
+    shown = pd.DataFrame({
+        "comparison": numbers["comparison"], "units": numbers["units"],
+        "SD planning / measured (points)": [f"{a:.2f} / {num(b, 2)}" for a, b in
+                                            zip(numbers["planning_sd"], numbers["measured_sd"])],
+        f"MDE at power {s.power:g}: planning / measured": [f"{num(a, 2)} / {num(b, 2)}" for a, b in
+                                                          zip(numbers["mde_planning"], numbers["mde_measured"])],
+        f"power at MDE {s.mde:g}: planning / measured": [f"{num(a, 2)} / {num(b, 2)}" for a, b in
+                                                        zip(numbers["power_planning"], numbers["power_measured"])],
+        "units needed: planning / measured": [f"{a} / {'–' if not math.isfinite(b) else int(b)}" for a, b in
+                                              zip(numbers["units_needed_planning"], numbers["units_needed_measured"])]})
+    page.table(numbers, shown, "power")
+
+
+OVER, POOLED, VARIANCE = "over warm starts (unit = warm start)", "pooled (unit = warm start × seed), Holm", "variance of Δ"
+
+
+def variance_text(v) -> str:
+    """The variance row's cell: σ² between and within (points²), the share between, F."""
+    if not math.isfinite(v.within):
+        return "not testable: needs 2 warm starts and more units than warm starts"
+    head = f"σ² between {num(1e4 * v.between, 2)}, within {num(1e4 * v.within, 2)}"
+    if not math.isfinite(v.f):
+        return f"{head} (every Δ equal): share between warm starts not defined; F not testable"
+    f = "∞" if math.isinf(v.f) else num(v.f, 2)
+    return f"{head}: {num(100 * v.share_between, 0)}% between warm starts (F = {f})"
+
+
+def warm_start_rows(w) -> pd.DataFrame:
+    """The numbers of the warm-start table (tables/warm_starts.csv) of a `WarmStarts` analysis: per
+    comparison a row per warm start, over warm starts, pooled, and the variance of Δ."""
+    rows = []
+    for c, lvl, over_p in zip(w.comparisons, w.levels, w.over_holm):
+        for ws, d in sorted(lvl.per_warm_start.items()):
+            rows.append({"comparison": c.label, "metric": c.metric, "level": f"warm start {ws}", "units": d.n,
+                         "delta": d.mean, "lo": d.lo, "hi": d.hi, "p": d.p, "p_holm": math.nan,
+                         "not_testable": d.untestable, "per_unit": points_list(d.deltas)})
+        o = lvl.over_warm_starts
+        rows.append({"comparison": c.label, "metric": c.metric, "level": OVER, "units": o.n, "delta": o.mean,
+                     "lo": o.lo, "hi": o.hi, "p": o.p, "p_holm": float(over_p), "not_testable": o.untestable,
+                     "per_unit": points_list(o.deltas)})
+        rows.append({"comparison": c.label, "metric": c.metric, "level": POOLED, "units": c.delta.n,
+                     "delta": c.delta.mean, "lo": c.delta.lo, "hi": c.delta.hi, "p": c.delta.p, "p_holm": c.p_holm,
+                     "not_testable": c.delta.untestable, "per_unit": ""})
+        v = lvl.components
+        rows.append({"comparison": c.label, "metric": c.metric, "level": VARIANCE, "units": v.n,
+                     "delta": math.nan, "lo": math.nan, "hi": math.nan, "p": v.p, "p_holm": math.nan,
+                     "not_testable": "" if v.testable else "F not defined", "per_unit": variance_text(v)})
+    return pd.DataFrame(rows)
+
+
+def warm_starts(data: ReportData, page: Page) -> None:
+    """Per principal comparison: the verdict per warm start, the test over warm starts beside the
+    pooled one, and how much of Δ's variance lies between warm starts. The tests over warm starts
+    of the section's comparisons are one Holm family (at the principal α)."""
+    w = data.warm_starts
+    if w is None:
+        return
+    doc = page.doc
+    doc.heading(2, "Warm starts")
+    m = w.tested
+    family = (f"Holm-adjusted over the {plural(m, 'comparison')} of this table tested at that level (their own "
+              f"family, α = {w.alpha:g})" if m else "not testable for any comparison here, so no Holm family")
+    doc.para(f"{plural(len(w.warm_starts), 'warm start')}: {', '.join(w.warm_starts)}. Per warm start: Δ over "
+             "its seeds, t-interval and p unadjusted (exploratory). **Over warm starts**: each warm start's mean "
+             "Δ is one unit, t over the W warm starts (W − 1 df): the test that generalises to another warm start; "
+             f"{family}. **Pooled**: the (warm start, seed) units of the answer, Holm p of the answer's family: "
+             "inference for these warm starts. Intervals clipped to [−100, +100]. Variance of Δ split by a one-way "
+             "random-effects ANOVA (σ² in points²). " + UNTESTABLE)
+    untested = [f"{c.label} ({lvl.over_warm_starts.untestable})" for c, lvl in zip(w.comparisons, w.levels)
+                if not lvl.over_warm_starts.testable]
+    if untested:
+        doc.para("Not testable over warm starts (kept out of that family): " + "; ".join(untested) + ".")
+    numbers = warm_start_rows(w)
+    if not len(numbers):
+        doc.para("No comparison to split by warm start.")
+        return
+    untestable = numbers["not_testable"].astype(str)
+    shown = pd.DataFrame({"comparison": numbers["comparison"], "metric": numbers["metric"], "level": numbers["level"],
+                          "units": numbers["units"],
+                          DELTA_T: [delta(*x) for x in zip(numbers["delta"], numbers["lo"], numbers["hi"])],
+                          "p (unadj.)": [pval(p, NOT_TESTABLE if u else "–") for p, u in zip(numbers["p"], untestable)],
+                          "Holm p": [holm_p_cell(p, u) if lvl in (OVER, POOLED) else "–"
+                                     for p, u, lvl in zip(numbers["p_holm"], untestable, numbers["level"])],
+                          "per-unit Δ / variance": numbers["per_unit"]})
+    page.table(numbers, shown, "warm_starts")
