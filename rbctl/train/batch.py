@@ -16,6 +16,7 @@ from rbctl.errors import UserError
 
 from rbctl.rollout.kvcache import forward_with_cache, new_cache, position_ids, prefix_cache_supported
 from rbctl.rollout.vllm import engine_logprobs_tensor
+from rbctl.train import seeds
 
 
 @dataclass
@@ -82,7 +83,7 @@ def mini_batch_rows(n_prompts: int, group_size: int, m: int, micro_batch_size: i
     if n_prompts % m:
         raise UserError(f"algo.ppo_mini_batch_size: this process holds {n_prompts} prompts, which do not "
                         f"split into {m} mini-batches of whole groups")
-    order = np.random.default_rng([*seed, 29]).permutation(n_prompts)
+    order = seeds.mini_batch_rng(seed).permutation(n_prompts)
     size = n_prompts // m
     out = []
     for j in range(m):

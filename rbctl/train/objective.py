@@ -13,6 +13,7 @@ from rbctl import algo
 from rbctl.algo.policy_losses import PolicyLossResult
 from rbctl.config.methods import method_params
 from rbctl.config.train import TrainConfig
+from rbctl.train import seeds
 
 # Token statistics of the policy losses -> metric names (fractions of the valid tokens).
 STAT_METRICS = {"clipped_low": "clip/frac_low", "clipped_high": "clip/frac_high", "clipped_dual": "clip/frac_dual",
@@ -79,7 +80,7 @@ class Objective:
         other RNG stream moves."""
         params = dict(self.loss_params)
         if self.seeded:
-            seed = int(np.random.default_rng([self.seed, *draw, 17]).integers(2**62))
+            seed = seeds.policy_loss_seed(self.seed, draw)
             params["generator"] = torch.Generator().manual_seed(seed)
         out = algo.compute_policy_loss(self.loss_name, logp, old_logp, adv, mask, **params)
         keep = self.token_mask(entropy, mask)

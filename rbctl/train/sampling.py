@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from rbctl.algo import dynamic_sampling_keep
-from rbctl.train.data import prompt_order, step_seed
+from rbctl.train import seeds
 
 
 @dataclass
@@ -35,19 +35,29 @@ class Groups:
     topped_up: int = 0  # filtered-out groups put back to fill P
 
 
+def prompt_order(seed: int, step: int, per_step: int, pool: int) -> list[int]:
+    """Indices of step `step`'s prompts: a seeded permutation of the pool per epoch, read in order."""
+    perms: dict[int, np.ndarray] = {}
+    out = []
+    for i in range((step - 1) * per_step, step * per_step):
+        epoch, pos = divmod(i, pool)
+        if epoch not in perms:
+            perms[epoch] = seeds.epoch_permutation(seed, epoch, pool)
+        out.append(int(perms[epoch][pos]))
+    return out
+
+
 def round_prompts(seed: int, step: int, rnd: int, per_step: int, pool: int) -> list[int]:
     """The prompts of round `rnd` of step `step`: round 0 is `prompt_order`'s, later rounds a seeded draw."""
     if rnd == 0:
         return prompt_order(seed, step, per_step, pool)
-    rng = np.random.default_rng([seed, step, rnd, 11])
+    rng = seeds.round_prompt_rng(seed, step, rnd)
     return [int(i) for i in rng.choice(pool, size=per_step, replace=pool < per_step)]
 
 
 def round_seed(seed: int, step: int, rnd: int) -> int:
     """The sampling seed of a round: round 0's is the step's seed (as without dynamic sampling)."""
-    if rnd == 0:
-        return step_seed(seed, step)
-    return int(np.random.default_rng([seed, step, rnd, 13]).integers(2**31 - 1))
+    return seeds.step_seed(seed, step) if rnd == 0 else seeds.round_seed(seed, step, rnd)
 
 
 def collect_groups(sample_round, share: int, dynamic: bool, max_rounds: int) -> Groups:

@@ -43,6 +43,7 @@ from rbctl.train.objective import Objective
 from rbctl.train.optim import make_optimizer, schedule_record
 from rbctl.train.parallel import parallel_for
 from rbctl.train.precision import prepare_trainable, resolve_precision
+from rbctl.train import seeds
 from rbctl.train.sampling import Groups, collect_groups, round_prompts, round_seed
 from rbctl.train.update import Updater
 from rbctl.train.step_metrics import batch_metrics
@@ -201,7 +202,7 @@ class Trainer(Updater):
         # ranks sample different prompts from different streams; one process reproduces the same seeds
         params = SamplingParams(n=c.rollout.group_size, temperature=c.rollout.temperature, top_p=c.rollout.top_p,
                                 max_new_tokens=c.rollout.max_new_tokens,
-                                seed=round_seed(c.seed, step, rnd) + 1_000_003 * self.dist.rank)
+                                seed=seeds.rank_seed(round_seed(c.seed, step, rnd), self.dist.rank))
         # hf samples in the training precision (same autocast); vLLM in its own dtype (logprob_diff, TIS)
         with self.engine.sampling_context(self.precision):
             samples = self.engine.generate(prompts, params)
