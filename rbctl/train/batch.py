@@ -15,7 +15,7 @@ import torch
 from rbctl.errors import UserError
 
 from rbctl.rollout.kvcache import forward_with_cache, new_cache, position_ids, prefix_cache_supported
-from rbctl.rollout.vllm import engine_logprobs_tensor
+from rbctl.rollout.logprobs import engine_logprobs_tensor
 from rbctl.train import seeds
 
 

@@ -66,7 +66,7 @@ STEP_METRICS: tuple[Metric, ...] = (
     Metric("rollout/logprob_diff", "Σ_t m_t·|log π_engine(y_t) − log π_trainer(y_t)| / Σ_t m_t: the sampler's "
            "log-probs against the trainer's behaviour log-probs (float noise for the hf engine in the training "
            "precision; larger with `rollout.dtype: bfloat16` or vLLM, which `algo.tis_cap` corrects)",
-           "rbctl.rollout.vllm.logprob_mismatch", "when the engine returns log-probs (the hf engine in training, vLLM)"),
+           "rbctl.rollout.logprobs.logprob_mismatch", "when the engine returns log-probs (the hf engine in training, vLLM)"),
     Metric("entropy", "token mean of H_t = −Σ_v π(v|ctx) log π(v|ctx) over the full vocabulary, logits ÷ the "
            "sampling temperature, of the policy before the step's first optimizer step (not the sampled-token NLL)",
            "rbctl.algo.losses.entropy_of_logprobs"),

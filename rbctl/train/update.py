@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from rbctl.algo.losses import BatchNorm, aggregation_weights, at_tokens, entropy_of_logprobs, k3_kl, token_entropy, vocab_logprobs
-from rbctl.rollout.vllm import logprob_mismatch, tis_weights
+from rbctl.rollout.logprobs import logprob_mismatch, tis_weights
 from rbctl.train.batch import RolloutBatch, dropout_active, micro_slices, mini_batch_rows, response_logits
 from rbctl.train.objective import stat_metric
 
