@@ -28,9 +28,9 @@ class Metric:
         return re.fullmatch(pattern, key) is not None
 
 
-STEP = "rbctl.train.trainer.Trainer.step"
+STEP = "rbctl.train.step.train_step"
 BATCH = "rbctl.train.step_metrics.batch_metrics"
-UPDATE = "rbctl.train.update.Updater.update"
+UPDATE = "rbctl.train.update.update"
 PPO_STEPS = "the ppo_epochs × M optimizer steps of the step (M = P / algo.ppo_mini_batch_size)"
 
 # RUN_DIR/metrics.jsonl: one line per optimizer step (rollout batch).
@@ -43,7 +43,7 @@ STEP_METRICS: tuple[Metric, ...] = (
     Metric("kappa", "mean over mixed prompts of (mean A of the rollouts with r above the group mean − mean A of "
            "those below) / (mean r above − mean r below); null if no prompt is mixed", "rbctl.algo.sharpness.kappa"),
     Metric("kappa_eff", "`kappa` with d_i = Σ_t (log π_new − log π_old)(y_i) in place of A_i, from a forward pass "
-           "after the step's last optimizer step (`rbctl.train.update.Updater.logratio_sums`); null where not "
+           "after the step's last optimizer step (`rbctl.train.update.logratio_sums`); null where not "
            "measured or no prompt is mixed, or every optimizer step was skipped",
            "rbctl.algo.sharpness.kappa_eff", "every `kappa_eff_every` steps (else null)"),
     Metric("adv/gap", "mean over mixed prompts of (mean A of correct rollouts − mean A of wrong ones); equal to "

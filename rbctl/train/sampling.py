@@ -8,31 +8,27 @@ what equal compute is measured in when arms use dynamic sampling (docs/method.md
 
 Round 0 samples exactly what a run without dynamic sampling samples (the same prompts and seed).
 Round r > 0 draws its P prompts without replacement from a stream seeded by (run seed, step, r),
-so a step's rollouts depend on (seed, step) only and a resumed run samples them again.
+so a step's rollouts depend on (seed, step) only and a resumed run samples them again
+(`rbctl.train.seeds`). `Sampler` samples and grades the rounds of one process.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
+from typing import Callable
 
 import numpy as np
 import torch
 
 from rbctl.algo import dynamic_sampling_keep
+from rbctl.config.train import TrainConfig
+from rbctl.rollout.base import Engine, SamplingParams
+from rbctl.tasks.prompting import encode_prompts
 from rbctl.train import seeds
-
-
-@dataclass
-class Groups:
-    """A step's rollout groups: P prompts' ids, samples and correctness, and what it cost."""
-
-    idx: list[int]
-    samples: list = field(default_factory=list)  # [P][G] Sample
-    correct: torch.Tensor | None = None  # [P, G] bool
-    grader_failures: int = 0
-    generated: int = 0  # rollouts sampled this step (all rounds)
-    rounds: int = 1  # rounds sampled (1 = no resampling)
-    topped_up: int = 0  # filtered-out groups put back to fill P
+from rbctl.train.batch import Groups
+from rbctl.train.distributed import DistContext
+from rbctl.train.precision import Precision
 
 
 def prompt_order(seed: int, step: int, per_step: int, pool: int) -> list[int]:
@@ -60,7 +56,7 @@ def round_seed(seed: int, step: int, rnd: int) -> int:
     return seeds.step_seed(seed, step) if rnd == 0 else seeds.round_seed(seed, step, rnd)
 
 
-def collect_groups(sample_round, share: int, dynamic: bool, max_rounds: int) -> Groups:
+def collect_groups(sample_round: Callable[[int], Groups], share: int, dynamic: bool, max_rounds: int) -> Groups:
     """`sample_round(rnd) -> Groups` of one round (`share` prompts); with `dynamic`, keep mixed groups
     over up to 1 + max_rounds rounds and return `share` of them (topped up as the module says)."""
     first = sample_round(0)
@@ -84,3 +80,52 @@ def collect_groups(sample_round, share: int, dynamic: bool, max_rounds: int) -> 
     out.samples = [c[1] for c in chosen]
     out.correct = torch.stack([c[2] for c in chosen])
     return out
+
+
+@dataclass
+class Sampler:
+    """Samples and grades this process's rollout groups of a step: the prompt pool (each prompt
+    encoded once, with the run's template), the engine and the sampling precision, the grader
+    (`rbctl.train.data.reward_function`) and the run's rollout settings."""
+
+    cfg: TrainConfig
+    engine: Engine
+    precision: Precision
+    dist: DistContext
+    problems: list  # the training problems (rbctl.tasks Problem)
+    reward_fn: Callable[[list[str], list], tuple[list[bool], int]]
+    tokenizer: object
+    template: str
+    prompt_task: str  # the task whose format the `builtin` template uses
+    _encoded: dict[int, list[int]] = field(default_factory=dict)
+
+    def prompt_ids(self, idx: int) -> list[int]:
+        """Problem `idx`'s prompt as token ids (encoded once and cached: no re-tokenisation per step)."""
+        if idx not in self._encoded:
+            self._encoded[idx] = encode_prompts(self.tokenizer, [self.problems[idx].problem], self.template,
+                                                self.cfg.data.instruction, self.prompt_task)[0]
+        return self._encoded[idx]
+
+    def groups(self, step: int) -> Groups:
+        """This process's groups of step `step`: one round, or dynamic sampling's (module docstring)."""
+        r = self.cfg.rollout
+        share = self.dist.shard(r.prompts_per_step)
+        return collect_groups(partial(self.round, step, share), share.stop - share.start, r.dynamic_sampling,
+                              r.max_resample_rounds)
+
+    def round(self, step: int, share: slice, rnd: int) -> Groups:
+        """Round `rnd` of step `step`: this process's `share` of its prompts, G samples each, graded."""
+        c, r = self.cfg, self.cfg.rollout
+        idx = round_prompts(c.seed, step, rnd, r.prompts_per_step, len(self.problems))[share]
+        prompts = [self.prompt_ids(i) for i in idx]
+        # ranks sample different prompts from different streams; one process reproduces the same seeds
+        params = SamplingParams(n=r.group_size, temperature=r.temperature, top_p=r.top_p,
+                                max_new_tokens=r.max_new_tokens,
+                                seed=seeds.rank_seed(round_seed(c.seed, step, rnd), self.dist.rank))
+        # hf samples in the training precision (same autocast); vLLM in its own dtype (logprob_diff, TIS)
+        with self.engine.sampling_context(self.precision):
+            samples = self.engine.generate(prompts, params)
+        flags, failures = self.reward_fn([s.text for group in samples for s in group],
+                                         [self.problems[i] for i in idx for _ in range(r.group_size)])
+        correct = torch.tensor(flags, dtype=torch.bool).reshape(len(idx), r.group_size)
+        return Groups(idx, samples, correct, failures, generated=len(flags))

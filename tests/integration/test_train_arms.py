@@ -21,7 +21,8 @@ from rbctl.sweep.ablate import COMPUTE_KEYS, load_sweep
 from rbctl.train.loop import train
 from rbctl.train.metric_names import STEP_METRICS
 from rbctl.train.objective import Objective
-from rbctl.train.sampling import Groups, collect_groups
+from rbctl.train.batch import Groups
+from rbctl.train.sampling import collect_groups
 from tests.conftest import TINY_TRAIN
 
 TIMING = ("time/", "throughput/")
