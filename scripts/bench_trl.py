@@ -97,7 +97,8 @@ def run_rbctl(steps: int, threads: int, log_kl: bool) -> dict:
     from rbctl.tasks.builtin import warm_started
     from rbctl.tasks.prompting import encode_prompts
     from rbctl.rollout.kvcache import prefix_cache_supported
-    from rbctl.train.data import load_training_problems, prompt_order, task_spec, warm_start_spec
+    from rbctl.train.data import load_training_problems, task_spec, warm_start_spec
+    from rbctl.train.sampling import prompt_order
     from rbctl.train.loop import train
 
     _set_threads(threads)

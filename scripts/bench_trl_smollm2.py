@@ -91,7 +91,8 @@ def rbctl_config(args, model_dir: Path, bf16_sampling: bool = False):
 def prompt_plan(cfg, tok) -> list[dict]:
     """rbctl's prompts for steps 1 … steps, in its order, as rows for TRL's dataset."""
     from rbctl.tasks.prompting import render_prompt
-    from rbctl.train.data import load_training_problems, prompt_order
+    from rbctl.train.data import load_training_problems
+    from rbctl.train.sampling import prompt_order
 
     problems = load_training_problems(cfg)
     rows = []

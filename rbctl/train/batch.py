@@ -1,4 +1,5 @@
-"""A batch of rollouts as training tensors, and the forward pass that scores its responses.
+"""A step's rollout groups (`Groups`), the same as training tensors (`RolloutBatch`), and the forward
+pass that scores their responses.
 
 On CPU every forward pass over the batch (policy, reference, κ_eff) runs each prompt once for its
 G rollouts and continues the G responses from its KV cache (`response_logits`): the same log-probs,
@@ -7,15 +8,30 @@ up to float rounding, for about half the work on short-answer tasks.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
 from rbctl.errors import UserError
 
+from rbctl.rollout.base import Sample
 from rbctl.rollout.kvcache import forward_with_cache, new_cache, position_ids, prefix_cache_supported
-from rbctl.rollout.vllm import engine_logprobs_tensor
+from rbctl.rollout.logprobs import engine_logprobs_tensor
+from rbctl.train import seeds
+
+
+@dataclass
+class Groups:
+    """A step's rollout groups: P prompts' ids, samples and correctness, and what it cost."""
+
+    idx: list[int]
+    samples: list[list[Sample]] = field(default_factory=list)  # [P][G]
+    correct: torch.Tensor | None = None  # [P, G] bool
+    grader_failures: int = 0
+    generated: int = 0  # rollouts sampled this step (all rounds)
+    rounds: int = 1  # rounds sampled (1 = no resampling)
+    topped_up: int = 0  # filtered-out groups put back to fill P
 
 
 @dataclass
@@ -32,15 +48,15 @@ class RolloutBatch:
     advantages: torch.Tensor  # [P, G]
     engine_logp: torch.Tensor | None = None  # [N, Lr] the rollout engine's log-probs (vLLM), if any
     step: int = 0  # the training step the rollouts were sampled for (seeds a policy loss's random choice)
-    shaped_rewards: torch.Tensor | None = None  # [P, G] the rewards the estimator saw (unlikeliness), if shaped
-    groups: object = None  # rbctl.train.sampling.Groups: what the rollouts cost (rounds, generated)
+    shaped_rewards: torch.Tensor | None = None  # [P, G] the rewards the estimator saw (a reward transform), if shaped
+    groups: Groups | None = None  # the prompts and samples the rows hold, and what they cost (rounds, generated)
 
     @property
     def n(self) -> int:
         return self.input_ids.shape[0]
 
 
-def build_batch(prompts: list[list[int]], samples, pad_id: int) -> tuple[torch.Tensor, ...]:
+def build_batch(prompts: list[list[int]], samples: list[list[Sample]], pad_id: int) -> tuple[torch.Tensor, ...]:
     """Token tensors for the training forward pass from prompts and their samples."""
     rows = [(prompts[p], s.token_ids) for p, group in enumerate(samples) for s in group]
     lp = max(len(p) for p, _ in rows)
@@ -54,7 +70,7 @@ def build_batch(prompts: list[list[int]], samples, pad_id: int) -> tuple[torch.T
     return ids, attn, resp, rmask, lp
 
 
-def make_batch(prompts: list[list[int]], samples, pad_id: int, **fields) -> RolloutBatch:
+def make_batch(prompts: list[list[int]], samples: list[list[Sample]], pad_id: int, **fields) -> RolloutBatch:
     """The training batch of prompts and their samples; `fields` are RolloutBatch's other fields.
     The engine's sampled-token log-probs come along where the engine recorded them."""
     ids, attn, resp, rmask, lp = build_batch(prompts, samples, pad_id)
@@ -82,7 +98,7 @@ def mini_batch_rows(n_prompts: int, group_size: int, m: int, micro_batch_size: i
     if n_prompts % m:
         raise UserError(f"algo.ppo_mini_batch_size: this process holds {n_prompts} prompts, which do not "
                         f"split into {m} mini-batches of whole groups")
-    order = np.random.default_rng([*seed, 29]).permutation(n_prompts)
+    order = seeds.mini_batch_rng(seed).permutation(n_prompts)
     size = n_prompts // m
     out = []
     for j in range(m):
@@ -92,11 +108,11 @@ def mini_batch_rows(n_prompts: int, group_size: int, m: int, micro_batch_size: i
     return out
 
 
-def sample_rows(step: int, problems, idx: list[int], samples, batch: RolloutBatch) -> list[dict]:
+def sample_rows(step: int, problems: list, batch: RolloutBatch) -> list[dict]:
     """The rows of samples.jsonl for this step's rollouts (reward as graded, advantage as trained on)."""
     rows = []
-    for p, group in enumerate(samples):
-        prob = problems[idx[p]]
+    for p, group in enumerate(batch.groups.samples):
+        prob = problems[batch.groups.idx[p]]
         for g, s in enumerate(group):
             rows.append({"step": step, "prompt_id": prob.id, "problem": prob.problem, "answer": prob.answer,
                          "completion": s.text, "reward": batch.rewards[p, g].item(),

@@ -1,10 +1,8 @@
-"""Training data and rewards: the prompt pool, the seeded prompt order, the reward function."""
+"""Training data and rewards: the prompt pool and the reward function."""
 
 from __future__ import annotations
 
 from pathlib import Path
-
-import numpy as np
 
 from rbctl.config.train import TrainConfig
 from rbctl.tasks import builtin
@@ -51,21 +49,3 @@ def reward_function(cfg: TrainConfig):
         return [r.correct for r in results], sum(r.status in ("timeout", "error") for r in results)
 
     return fn
-
-
-def prompt_order(seed: int, step: int, per_step: int, pool: int) -> list[int]:
-    """Indices of step `step`'s prompts: a seeded permutation of the pool per epoch, read in order."""
-    perms: dict[int, np.ndarray] = {}
-    out = []
-    for i in range((step - 1) * per_step, step * per_step):
-        epoch, pos = divmod(i, pool)
-        if epoch not in perms:
-            perms[epoch] = np.random.default_rng([seed, epoch]).permutation(pool)
-        out.append(int(perms[epoch][pos]))
-    return out
-
-
-def step_seed(seed: int, step: int) -> int:
-    return int(np.random.default_rng([seed, step, 7]).integers(2**31 - 1))
-
-

@@ -75,8 +75,9 @@ def _train(cfg: TrainConfig, run_dir: Path, force: bool, extend: bool, progress:
     if main_rank:
         tracker = Tracker(run_dir, cfg.log.tensorboard, cfg.log.wandb, cfg.log.wandb_project, cfg.log.wandb_mode,
                           config=cfg.model_dump(mode="json"))
+    held_out = None  # the held-out problems, loaded at the first periodic evaluation
     if start == 0 and cfg.eval.every:
-        _periodic_eval(tr, cfg, run_dir, 0, {}, main_rank)  # the held-out curve starts at the warm start
+        held_out = _periodic_eval(tr, cfg, run_dir, 0, {}, main_rank, held_out)  # the curve starts at the warm start
     marker = Path(tr.base_source) / BUILTIN_MARKER if tr.builtin is not None else None
     done: list[dict] = []
     display = _Display(cfg.steps, start, enabled=progress and main_rank)
@@ -91,7 +92,7 @@ def _train(cfg: TrainConfig, run_dir: Path, force: bool, extend: bool, progress:
                                     f"(max_nonfinite_steps={cfg.max_nonfinite_steps}); lower optim.lr or check the "
                                     "rewards (those steps were skipped: no checkpoint holds NaN)")
                 if cfg.eval.every and (step % cfg.eval.every == 0 or step == cfg.steps):
-                    _periodic_eval(tr, cfg, run_dir, step, metrics, main_rank)
+                    held_out = _periodic_eval(tr, cfg, run_dir, step, metrics, main_rank, held_out)
                 if main_rank:
                     tracker.log(step, metrics)
                     if step % cfg.sample_every == 0 or step == 1:
@@ -141,21 +142,24 @@ def logged_bound(run_dir: Path, log) -> int | None:
     return bound
 
 
-def _periodic_eval(tr: Trainer, cfg: TrainConfig, run_dir: Path, step: int, metrics: dict, main_rank: bool) -> None:
+def _periodic_eval(tr: Trainer, cfg: TrainConfig, run_dir: Path, step: int, metrics: dict, main_rank: bool,
+                   problems: dict | None) -> dict | None:
     """Held-out evaluation during training, on rank 0; one line per benchmark in RUN_DIR/eval.jsonl.
+    `problems`: the held-out problems an earlier evaluation loaded (None: load them); returns them.
     Every rank enters `tr.full_weights()` (under FSDP the gather is collective); the others leave
     it at once and wait at the next collective."""
     with tr.full_weights():
         if not main_rank:
-            return
+            return problems
         ecfg = for_run(cfg.eval, cfg)
-        if tr.eval_problems is None:
-            tr.eval_problems = load_problems(ecfg, task_spec(cfg))  # `builtin` = this run's own task
+        if problems is None:
+            problems = load_problems(ecfg, task_spec(cfg))  # `builtin` = this run's own task
         t = time.perf_counter()
-        results = _evaluate(tr, ecfg, periodic_eval_dir(run_dir, step), step, tr.eval_problems, tr.base_source)
+        results = _evaluate(tr, ecfg, periodic_eval_dir(run_dir, step), step, problems, tr.base_source)
         metrics["time/eval_s"] = time.perf_counter() - t
         for line in periodic_eval_lines(results, step):
             append_jsonl(run_dir / EVAL_LINES, line)
+    return problems
 
 
 def _evaluate(tr: Trainer, ecfg: EvalConfig, out_dir: Path, step: int, problems, source: str) -> dict:

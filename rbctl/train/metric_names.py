@@ -37,9 +37,9 @@ def _when(m: methods.Method) -> str:
 # The metrics the registered methods add (rbctl.algo.registry), each computed by its method's function.
 METHOD_METRICS = tuple(Metric(d.key, d.meaning, m.source, _when(m)) for m in methods.METHODS.values() for d in m.metrics)
 
-STEP = "rbctl.train.trainer.Trainer.step"
+STEP = "rbctl.train.step.train_step"
 BATCH = "rbctl.train.step_metrics.batch_metrics"
-UPDATE = "rbctl.train.update.Updater.update"
+UPDATE = "rbctl.train.update.update"
 PPO_STEPS = "the ppo_epochs × M optimizer steps of the step (M = P / algo.ppo_mini_batch_size)"
 
 # RUN_DIR/metrics.jsonl: one line per optimizer step (rollout batch).
@@ -50,7 +50,7 @@ STEP_METRICS: tuple[Metric, ...] = (
     Metric("kappa", "mean over mixed prompts of (mean A of the rollouts with r above the group mean − mean A of "
            "those below) / (mean r above − mean r below); null if no prompt is mixed", "rbctl.algo.sharpness.kappa"),
     Metric("kappa_eff", "`kappa` with d_i = Σ_t (log π_new − log π_old)(y_i) in place of A_i, from a forward pass "
-           "after the step's last optimizer step (`rbctl.train.update.Updater.logratio_sums`); null where not "
+           "after the step's last optimizer step (`rbctl.train.update.logratio_sums`); null where not "
            "measured or no prompt is mixed, or every optimizer step was skipped",
            "rbctl.algo.sharpness.kappa_eff", "every `kappa_eff_every` steps (else null)"),
     Metric("adv/gap", "mean over mixed prompts of (mean A of correct rollouts − mean A of wrong ones); equal to "
@@ -69,7 +69,7 @@ STEP_METRICS: tuple[Metric, ...] = (
     Metric("rollout/logprob_diff", "Σ_t m_t·|log π_engine(y_t) − log π_trainer(y_t)| / Σ_t m_t: the sampler's "
            "log-probs against the trainer's behaviour log-probs (float noise for the hf engine in the training "
            "precision; larger with `rollout.dtype: bfloat16` or vLLM, which `algo.tis_cap` corrects)",
-           "rbctl.rollout.vllm.logprob_mismatch", "when the engine returns log-probs (the hf engine in training, vLLM)"),
+           "rbctl.rollout.logprobs.logprob_mismatch", "when the engine returns log-probs (the hf engine in training, vLLM)"),
     Metric("entropy", "token mean of H_t = −Σ_v π(v|ctx) log π(v|ctx) over the full vocabulary, logits ÷ the "
            "sampling temperature, of the policy before the step's first optimizer step (not the sampled-token NLL)",
            "rbctl.algo.losses.entropy_of_logprobs"),

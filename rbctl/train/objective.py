@@ -13,6 +13,7 @@ from rbctl import algo
 from rbctl.algo.policy_losses import PolicyLossResult
 from rbctl.config.methods import method_params, optional_on
 from rbctl.config.train import TrainConfig
+from rbctl.train import seeds
 
 # Token statistics of the policy losses -> metric names (fractions of the valid tokens); another
 # statistic of a loss is logged as policy_loss/frac_<name>, and a token mask's kept tokens under
@@ -91,7 +92,7 @@ class Objective:
         stream moves."""
         params = dict(self.loss_params)
         if self.seeded:
-            seed = int(np.random.default_rng([self.seed, *draw, 17]).integers(2**62))
+            seed = seeds.policy_loss_seed(self.seed, draw)
             params["generator"] = torch.Generator().manual_seed(seed)
         out = algo.compute_policy_loss(self.loss_name, logp, old_logp, adv, mask, **params)
         kept = self.token_masks(entropy, mask)

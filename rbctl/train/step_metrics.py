@@ -1,6 +1,8 @@
-"""The per-step metrics that describe a rollout batch (rewards, groups, κ, advantages, responses,
-what sampling cost), gathered over ranks. The update's own metrics (entropy, clip fractions, loss,
-gradient norm, KL) come from `Updater.update`; every key is defined in
+"""The per-step metrics, in three namespaces built once each: the rollout batch's (`batch_metrics`:
+rewards, groups, κ, advantages, responses, what sampling and grading cost, gathered over ranks),
+the update's (`rbctl.train.update.update`: entropy, KL, clip fractions, loss, gradient norm, the
+sampler's log-prob mismatch) and the step's own (`rbctl.train.step.train_step`: κ_eff, α, lr,
+timings). `merge` lays them out as one line of metrics.jsonl. Every key is defined in
 rbctl/train/metric_names.py (docs/metrics.md)."""
 
 from __future__ import annotations
@@ -9,15 +11,42 @@ import torch
 
 from rbctl import algo
 from rbctl.train.batch import RolloutBatch
+from rbctl.train.distributed import DistContext
+
+# The order of a metrics.jsonl line; the policy losses' own statistics (policy_loss/*, tokens/*) follow.
+LINE_ORDER = (
+    "reward/mean", "acc/mean", "kappa", "adv/gap", "adv/abs_mean", "groups/frac_all_correct",
+    "groups/frac_all_wrong", "groups/frac_mixed", "response/len_mean", "response/frac_truncated",
+    "rollout/generated", "rollout/rounds", "rollout/topped_up", "reward/shaped_mean",
+    "entropy", "kappa_eff", "clip/frac_low", "clip/frac_high", "clip/frac_dual", "kl", "loss/total",
+    "entropy/alpha", "grad_norm", "nonfinite/skipped", "grader/failures", "lr",
+    "time/step_s", "time/rollout_s", "time/train_s", "time/kappa_eff_s", "throughput/tokens_per_s",
+    "rollout/logprob_diff",
+)
+_POSITION = {k: i for i, k in enumerate(LINE_ORDER)}
 
 
-def batch_metrics(dist, batch: RolloutBatch, samples, dynamic_sampling: bool, shaped: bool) -> dict:
-    """Metrics of this step's rollouts over the global batch (`dist` gathers every rank's rows)."""
+def merge(*namespaces: dict) -> dict:
+    """One metrics line from the namespaces' dicts (no key in two of them), in `LINE_ORDER`."""
+    merged: dict = {}
+    for ns in namespaces:
+        if twice := merged.keys() & ns.keys():
+            raise ValueError(f"metrics logged by two namespaces: {sorted(twice)}")
+        merged.update(ns)
+    return dict(sorted(merged.items(), key=lambda kv: _POSITION.get(kv[0], len(LINE_ORDER))))
+
+
+def batch_metrics(dist: DistContext, batch: RolloutBatch, resampled: bool,
+                  shaped: bool) -> tuple[dict[str, float | int | None], int]:
+    """(metrics of this step's rollouts over the global batch, response tokens generated over all
+    ranks); `dist` gathers every rank's rows. `resampled`: a sampling hook is on (its rounds are
+    logged); `shaped`: a reward transform is on."""
     rewards = dist.gather_rows(batch.rewards)  # [P, G] over all ranks
     correct = dist.gather_rows(batch.correct)
     advantages = dist.gather_rows(batch.advantages)
     resp_len = dist.gather_rows(batch.response_mask.sum(-1))
-    finished = dist.gather_rows(torch.tensor([s.finished for g in samples for s in g], dtype=torch.float32))
+    g = batch.groups
+    finished = dist.gather_rows(torch.tensor([s.finished for group in g.samples for s in group], dtype=torch.float32))
     gs = algo.group_stats(correct)
     metrics = {
         "reward/mean": rewards.mean().item(),
@@ -31,11 +60,11 @@ def batch_metrics(dist, batch: RolloutBatch, samples, dynamic_sampling: bool, sh
         "response/len_mean": resp_len.float().mean().item(),
         "response/frac_truncated": 1.0 - finished.mean().item(),
     }
-    g = batch.groups
     generated, topped_up, rounds = dist.sum(g.generated, g.topped_up, g.rounds)
-    metrics["rollout/generated"] = int(generated)  # what equal compute counts under dynamic sampling
-    if dynamic_sampling:
+    metrics["rollout/generated"] = int(generated)  # what equal compute counts under a sampling hook
+    if resampled:
         metrics.update({"rollout/rounds": rounds / dist.world, "rollout/topped_up": int(topped_up)})
     if shaped:
         metrics["reward/shaped_mean"] = dist.gather_rows(batch.shaped_rewards).mean().item()
+    metrics["grader/failures"] = int(dist.sum(g.grader_failures)[0])
     return metrics, int(resp_len.sum().item())

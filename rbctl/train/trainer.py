@@ -1,42 +1,23 @@
-"""The trainer: one run's set-up and one training step: rollouts → rewards → advantages (± budget)
-→ policy-loss update → κ_eff. The loop around it (checkpoints, logging, evaluation) is `loop.py`.
-
-How one step runs (and where it departs from a textbook GRPO loop):
-1. P prompts are taken in a seeded order (a fresh permutation of the pool each epoch), and G
-   rollouts each are sampled with a seed derived from (run seed, step): a resumed run samples
-   exactly what an uninterrupted one would. Dynamic sampling refills P with mixed groups (`sampling.py`).
-2. Rewards: the built-in task's exact checker, or the shared math grader (`rbctl.grading`).
-3. Advantages ([P, G] → [P, G], broadcast over tokens) and the loss are the arm's `Objective`
-   (`objective.py`: reward transform, estimator ± budget, policy loss, token mask; no branch here).
-4. The update (`update.py`): `ppo_epochs` passes over the batch, each dealing its groups into M
-   mini-batches (`algo.ppo_mini_batch_size`), one optimizer step each, ratios against the
-   behaviour policy's log-probs from before the first step (docs/method.md, "Mini-batch
-   updates"). Entropy and the KL to the reference are logged for the pre-update policy. Forwards and hf sampling run in `model.precision` (rbctl.train.precision), unless
-   `rollout.dtype: bfloat16` samples from a bf16 replica; the sampler's own log-probs against the
-   old ones are logged as `rollout/logprob_diff` (TIS, `algo.tis_cap`, corrects them).
-5. κ_eff (every `kappa_eff_every` steps): one more forward pass after the last step gives
-   d_i = Σ_t log π_new − log π_old per rollout (docs/method.md, "Sharpness").
+"""The trainer: one run's set-up (policy, reference, optimizer, engine, data, resume) and its
+step. What a step does, top to bottom, is `rbctl.train.step.train_step`, from the parts set up
+here (`Trainer.policy`, `Trainer.sampler`); the loop around it (checkpoints, logging, evaluation)
+is `loop.py`.
 """
 
 from __future__ import annotations
 
 import copy
-import time
 from pathlib import Path
 
 import torch
 
-from rbctl import algo
-from rbctl.algo.losses import adaptive_alpha
 from rbctl.config.train import TrainConfig
 from rbctl.errors import UserError
-from rbctl.rollout.base import SamplingParams
 from rbctl.rollout.factory import build_engine
 from rbctl.rollout.models import load_policy, lora_policy
 from rbctl.store.checkpoint import Checkpoint, checkpoints_to_try, first_intact, load_state
 from rbctl.store.rundir import checkpoint_dir
-from rbctl.tasks.prompting import encode_prompts, resolve_template
-from rbctl.train.batch import make_batch, sample_rows
+from rbctl.tasks.prompting import resolve_template
 from rbctl.train.checkpoint import rng_state, set_rng_state
 from rbctl.train.data import load_training_problems, reward_function, task_spec, warm_start_spec
 from rbctl.train.distributed import init_from_env
@@ -44,13 +25,14 @@ from rbctl.train.objective import Objective
 from rbctl.train.optim import make_optimizer, schedule_record
 from rbctl.train.parallel import parallel_for
 from rbctl.train.precision import prepare_trainable, resolve_precision
-from rbctl.train.sampling import Groups, collect_groups, round_prompts, round_seed
-from rbctl.train.update import Updater
-from rbctl.train.step_metrics import batch_metrics
+from rbctl.train.sampling import Sampler
+from rbctl.train.step import train_step
+from rbctl.train.update import Policy
 
 
-class Trainer(Updater):
-    """One run's model, optimizer and engine, and one training step (rollout → update → κ_eff)."""
+class Trainer:
+    """One run's model, optimizer and engine, the parts a step reads (`policy`, `sampler`) and the
+    state it carries from step to step (α)."""
 
     def __init__(self, cfg: TrainConfig, run_dir: Path, log=print, resume_at_most: int | None = None):
         """`resume_at_most`: resume from no checkpoint past this step (the last step the run logs
@@ -89,8 +71,10 @@ class Trainer(Updater):
         # the sampler's own log-probs: rollout/logprob_diff, and what TIS corrects
         if not self.engine.record_logprobs() and cfg.algo.tis_cap is not None:
             raise UserError(f"algo.tis_cap needs the sampler's log-probs; the {cfg.rollout.engine} engine gives none")
-        self.pad_id = self.engine.pad_id
-        self.eval_problems = None  # loaded at the first periodic evaluation
+        self.policy = Policy(cfg, self.model, self.train_model, self.ref, self.opt, self.sched, self.objective,
+                             self.dist, self.engine, self.device, self.precision, self.lora, self.use_ref)
+        self.sampler = Sampler(cfg, self.engine, self.precision, self.dist, self.problems, self.reward_fn,
+                               self.tokenizer, self.template, self.prompt_task)
 
     # -- set-up --
 
@@ -168,97 +152,15 @@ class Trainer(Updater):
         self.template = resolve_template(self.tokenizer, self.cfg.data.template, builtin_model=self.builtin is not None)
         # the `builtin` template formats the problems as their task does (the policy's own for other data)
         self.prompt_task = self.cfg.data.builtin.task if self.cfg.data.source == "builtin" else (self.builtin or "links")
-        self._prompt_cache: dict[int, list[int]] = {}
         self.reward_fn = reward_function(self.cfg)
-
-    def prompt_ids(self, idx: int) -> list[int]:
-        """Prompts are encoded once and cached: no re-tokenisation per step."""
-        if idx not in self._prompt_cache:
-            self._prompt_cache[idx] = encode_prompts(self.tokenizer, [self.problems[idx].problem], self.template,
-                                                     self.cfg.data.instruction, self.prompt_task)[0]
-        return self._prompt_cache[idx]
 
     # -- one step --
 
-    def rollout(self, step: int):
-        """This rank's prompts and rollouts; rewards are gathered so advantages use the global batch."""
-        c = self.cfg
-        share = self.dist.shard(c.rollout.prompts_per_step)
-        groups = collect_groups(lambda rnd: self._sample_round(step, rnd, share), share.stop - share.start,
-                                c.rollout.dynamic_sampling, c.rollout.max_resample_rounds)
-        idx, samples, correct, self.grader_failures = groups.idx, groups.samples, groups.correct, groups.grader_failures
-        prompts, rewards = [self.prompt_ids(i) for i in idx], correct.float()
-        shaped = self.objective.shape_rewards(rewards, samples)  # what the estimator sees (unlikeliness)
-        adv = self.objective.advantages(self.dist.gather_rows(shaped))
-        mine = slice(self.dist.rank * len(idx), (self.dist.rank + 1) * len(idx))
-        batch = make_batch(prompts, samples, self.pad_id, rewards=rewards, correct=correct, advantages=adv[mine],
-                           step=step, shaped_rewards=shaped, groups=groups)
-        return batch, idx, samples
-
-    def _sample_round(self, step: int, rnd: int, share: slice) -> Groups:
-        c = self.cfg
-        idx = round_prompts(c.seed, step, rnd, c.rollout.prompts_per_step, len(self.problems))[share]
-        prompts = [self.prompt_ids(i) for i in idx]
-        # ranks sample different prompts from different streams; one process reproduces the same seeds
-        params = SamplingParams(n=c.rollout.group_size, temperature=c.rollout.temperature, top_p=c.rollout.top_p,
-                                max_new_tokens=c.rollout.max_new_tokens,
-                                seed=round_seed(c.seed, step, rnd) + 1_000_003 * self.dist.rank)
-        # hf samples in the training precision (same autocast); vLLM in its own dtype (logprob_diff, TIS)
-        with self.engine.sampling_context(self.precision):
-            samples = self.engine.generate(prompts, params)
-        flags, failures = self.reward_fn([s.text for group in samples for s in group],
-                                         [self.problems[i] for i in idx for _ in range(c.rollout.group_size)])
-        correct = torch.tensor(flags, dtype=torch.bool).reshape(len(idx), c.rollout.group_size)
-        return Groups(idx, samples, correct, failures, generated=len(flags))
-
-    def step(self, step: int) -> tuple[dict, list]:
-        c = self.cfg
-        t0 = time.perf_counter()
-        batch, idx, samples = self.rollout(step)
-        t1 = time.perf_counter()
-        lr_used = self.opt.param_groups[0]["lr"]  # read before the update, which steps the schedule
-        result = self.update(batch)
-        upd = result.metrics
-        t2 = time.perf_counter()
-        kappa_eff = None
-        # κ_eff is measured after the last optimizer step of the batch; when every step was skipped
-        # (non-finite), nothing changed and κ_eff is null
-        if c.kappa_eff_every and step % c.kappa_eff_every == 0 and upd["nonfinite/skipped"] < result.optimizer_steps:
-            d = self.logratio_sums(batch, result.old_logp)
-            kappa_eff = algo.nanmean_or_none(algo.kappa_eff(self.dist.gather_rows(batch.rewards), d))
-        t3 = time.perf_counter()
-        ent_cfg = c.algo.entropy
-        alpha_used = self.alpha
-        if ent_cfg.mode == "adaptive":
-            self.alpha = adaptive_alpha(self.alpha, upd["entropy"], ent_cfg.target, ent_cfg.delta,
-                                        ent_cfg.alpha_min, ent_cfg.alpha_max)
-        rollouts, gen_tokens = batch_metrics(self.dist, batch, samples, c.rollout.dynamic_sampling,
-                                             self.objective.shapes_rewards)
-        step_s = t3 - t0
-        metrics = {
-            **rollouts,
-            "entropy": upd["entropy"],
-            "kappa_eff": kappa_eff,
-            "clip/frac_low": upd["clip/frac_low"],
-            "clip/frac_high": upd["clip/frac_high"],
-            "clip/frac_dual": upd["clip/frac_dual"],
-            "kl": upd["kl"],
-            "loss/total": upd["loss/total"],
-            "entropy/alpha": alpha_used if ent_cfg.mode != "none" else 0.0,
-            "grad_norm": upd["grad_norm"],
-            "nonfinite/skipped": upd["nonfinite/skipped"],
-            "grader/failures": int(self.dist.sum(self.grader_failures)[0]),
-            "lr": lr_used,
-            "time/step_s": step_s,
-            "time/rollout_s": t1 - t0,
-            "time/train_s": t2 - t1,
-            "time/kappa_eff_s": t3 - t2,
-            "throughput/tokens_per_s": gen_tokens / step_s if step_s > 0 else None,
-        }
-        if upd["rollout/logprob_diff"] is not None:
-            metrics["rollout/logprob_diff"] = upd["rollout/logprob_diff"]
-        metrics.update({k: v for k, v in upd.items() if k.startswith(("policy_loss/", "tokens/"))})
-        return metrics, sample_rows(step, self.problems, idx, samples, batch)
+    def step(self, step: int) -> tuple[dict, list[dict]]:
+        """Run step `step` (`rbctl.train.step.train_step`): its metrics line and rows of samples.jsonl."""
+        out = train_step(self.policy, self.sampler, step, self.alpha)
+        self.alpha = out.alpha
+        return out.metrics, out.rows
 
     def checkpoint(self, step: int) -> tuple[dict | None, dict]:
         """(the weights to save, None: the model's own; what a checkpoint needs beside them: tensors,

@@ -12,6 +12,7 @@ import torch
 from safetensors.torch import load_file
 
 from rbctl.train.trainer import Trainer
+from rbctl.train.update import update
 from tests.conftest import REPO
 from tests.integration.test_scaleout import _free_port, _record_grads, _shard, single_process_update
 
@@ -42,7 +43,7 @@ def _update_worker(rank: int, world: int, port: int, cfg_json: str, batch_path: 
     p = next(tr.model.parameters())
     sharded = (type(p).__name__, tuple(p.to_local().shape), tuple(p.shape))
     grads = _record_grads(tr)
-    tr.update(_shard(torch.load(batch_path, weights_only=False), rank, world))
+    update(tr.policy, _shard(torch.load(batch_path, weights_only=False), rank, world), tr.alpha)
     params = {n: _full(q.detach()).clone() for n, q in tr.model.named_parameters()}
     weights, state = tr.checkpoint(1)  # collective: the full weights and optimizer state reach rank 0
     if rank == 0:

@@ -15,6 +15,8 @@ from rbctl.errors import UserError
 from rbctl.rollout.kvcache import position_ids
 from rbctl.train.optim import make_optimizer
 from rbctl.train.trainer import Trainer
+from rbctl.train.step import rollout_batch
+from rbctl.train.update import mini_batches, mini_batches_per_epoch, update
 
 QUIET = dict(log=lambda *a: None)
 
@@ -26,8 +28,8 @@ def _params(model):
 def _updated(cfg, tmp_path, name):
     """The trainer's parameters after one rollout and update at step 1, and the update's metrics."""
     tr = Trainer(cfg, tmp_path / name, **QUIET)
-    batch, _, _ = tr.rollout(1)
-    res = tr.update(batch)
+    batch = rollout_batch(tr.policy, tr.sampler, 1)
+    res = update(tr.policy, batch, tr.alpha)
     return tr, batch, res
 
 
@@ -42,8 +44,8 @@ def test_one_mini_batch_of_all_prompts_is_the_update_without_mini_batches_bit_fo
 
 def test_mini_batches_are_whole_groups_each_once_per_epoch_seeded_and_reshuffled(tiny_config, tmp_path):
     tr = Trainer(tiny_config(algo__ppo_mini_batch_size=1, algo__micro_batch_size=2), tmp_path / "r", **QUIET)
-    assert tr.mini_batches_per_epoch == 4
-    epochs = [tr._mini_batches(4, step=3, epoch=e) for e in range(3)]
+    assert mini_batches_per_epoch(tr.cfg) == 4
+    epochs = [mini_batches(tr.cfg, 4, step=3, epoch=e) for e in range(3)]
     for minis in epochs:
         assert len(minis) == 4 and all(len(micro) == 2 for micro in minis)  # G = 4 rows in micro-batches of 2
         groups = [torch.cat(micro).tolist() for micro in minis]
@@ -51,7 +53,7 @@ def test_mini_batches_are_whole_groups_each_once_per_epoch_seeded_and_reshuffled
             assert rows == list(range(rows[0], rows[0] + 4)) and rows[0] % 4 == 0
         assert sorted(r for rows in groups for r in rows) == list(range(16))  # every row once
     order = lambda minis: [int(torch.cat(m)[0]) // 4 for m in minis]  # noqa: E731
-    assert order(epochs[0]) == order(tr._mini_batches(4, step=3, epoch=0))  # seeded
+    assert order(epochs[0]) == order(mini_batches(tr.cfg, 4, step=3, epoch=0))  # seeded
     assert len({tuple(order(m)) for m in epochs}) > 1  # another deal per epoch
 
 
@@ -84,7 +86,7 @@ def _reference_update(tr, batch, lr_model):
         old = logp(slice(None))
     adv = batch.advantages.reshape(-1)
     seen = []
-    for micro in tr._mini_batches(batch.n // cfg.rollout.group_size, batch.step, 0):
+    for micro in mini_batches(tr.cfg, batch.n // cfg.rollout.group_size, batch.step, 0):
         rows = torch.cat(micro)
         mask = batch.response_mask[rows]
         ratio = torch.exp(logp(rows) - old[rows])
@@ -107,11 +109,11 @@ def test_two_mini_batches_match_a_slow_reference_loop_and_the_clip_binds_on_the_
     # [1 − 0.2, 1 + 0.28] on some tokens (and one past the dual clip's c = 3: the next test; off here)
     cfg = tiny_config(algo__ppo_mini_batch_size=2, algo__log_kl="false", optim__lr=0.05, algo__clip_ratio_c="null")
     tr = Trainer(cfg, tmp_path / "run", **QUIET)
-    batch, _, _ = tr.rollout(1)
+    batch = rollout_batch(tr.policy, tr.sampler, 1)
     assert batch.advantages.abs().sum() > 0
     before = _params(tr.model)
     ref_model, seen = _reference_update(tr, batch, copy.deepcopy(tr.model))
-    res = tr.update(batch)
+    res = update(tr.policy, batch, tr.alpha)
     assert res.optimizer_steps == 2
     # the two forward paths (the trainer's shared-prompt pass, the reference's full pass) round
     # differently; AdamW's steps here are ~lr = 0.05, so 1e-4 is 0.2% of a step. Adam divides each
@@ -168,7 +170,7 @@ def test_the_dual_clip_binds_off_policy_only_and_where_it_does_not_the_update_is
     tr, batch, off = _updated(tiny_config(algo__clip_ratio_c="null", **common), tmp_path, "off")
     _, seen = _reference_update(tr, batch, copy.deepcopy(Trainer(tr.cfg, tmp_path / "ref", **QUIET).model))
     adv = batch.advantages.reshape(-1)
-    rows = [torch.cat(m) for m in tr._mini_batches(batch.n // tr.cfg.rollout.group_size, batch.step, 0)]
+    rows = [torch.cat(m) for m in mini_batches(tr.cfg, batch.n // tr.cfg.rollout.group_size, batch.step, 0)]
     (r2, m2, _, _), a2 = seen[1], adv[rows[1]].unsqueeze(-1)
     n_tokens = batch.response_mask.sum().item()
 
@@ -194,7 +196,7 @@ def test_clip_cov_logs_the_quota_its_floor_of_one_token_makes_per_mini_batch(tin
         cfg = tiny_config(algo__ppo_mini_batch_size=size, algo__policy_loss="clip_cov", algo__clip_cov__ratio=2e-4,
                           optim__lr=0.05)
         tr, batch, res = _updated(cfg, tmp_path, f"m{m}")
-        assert tr.mini_batches_per_epoch == m
+        assert mini_batches_per_epoch(tr.cfg) == m
         n_tokens = batch.response_mask.sum().item()
         assert res.metrics["policy_loss/frac_cov_quota"] == pytest.approx(m / n_tokens, abs=1e-12)
         assert 0.0 <= res.metrics["policy_loss/frac_cov_clipped"] <= res.metrics["policy_loss/frac_cov_quota"]

@@ -14,6 +14,7 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
+from rbctl.algo.arms import dynamic_sampling_keep
 from rbctl.config.train import load_train_config
 from rbctl.errors import UserError
 from rbctl.rollout.base import Sample
@@ -21,7 +22,8 @@ from rbctl.sweep.ablate import COMPUTE_KEYS, load_sweep
 from rbctl.train.loop import train
 from rbctl.train.metric_names import STEP_METRICS
 from rbctl.train.objective import Objective
-from rbctl.train.sampling import Groups, collect_groups
+from rbctl.train.batch import Groups
+from rbctl.train.sampling import collect_groups
 from tests.conftest import TINY_TRAIN
 
 TIMING = ("time/", "throughput/")
@@ -201,16 +203,16 @@ def _fake_round(patterns):
 
 def test_dynamic_sampling_keeps_mixed_groups_and_counts_what_it_generated():
     rounds = [[0, 2, 4], [1, 4, 0], [3, 3, 3]]
-    g = collect_groups(_fake_round(rounds), 3, dynamic=True, max_rounds=5)
+    g = collect_groups(_fake_round(rounds), 3, hooks=[dynamic_sampling_keep], max_rounds=5)
     assert g.idx == [1, 100, 200] and g.rounds == 3 and g.generated == 36 and g.topped_up == 0
     assert g.grader_failures == 0 + 1 + 2
     k = g.correct.sum(dim=1)
     assert ((k > 0) & (k < 4)).all()
     # rounds run out: topped up with filtered-out groups in sampling order
-    g = collect_groups(_fake_round(rounds), 3, dynamic=True, max_rounds=1)
+    g = collect_groups(_fake_round(rounds), 3, hooks=[dynamic_sampling_keep], max_rounds=1)
     assert g.idx == [1, 100, 0] and g.topped_up == 1 and g.generated == 24
     # off: round 0 as sampled
-    g = collect_groups(_fake_round(rounds), 3, dynamic=False, max_rounds=5)
+    g = collect_groups(_fake_round(rounds), 3, hooks=[], max_rounds=5)
     assert g.idx == [0, 1, 2] and g.generated == 12 and g.rounds == 1
 
 

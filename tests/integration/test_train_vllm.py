@@ -15,6 +15,8 @@ import torch
 from rbctl.config.train import load_train_config
 from rbctl.train.loop import train
 from rbctl.train.trainer import Trainer
+from rbctl.train.step import rollout_batch
+from rbctl.train.update import update
 from tests.vllm_standin import use_vllm_standin
 
 QUIET = dict(progress=False, log=lambda *a: None)
@@ -79,9 +81,9 @@ def test_tis_weights_scale_the_loss_on_the_same_batch(tiny_config, tmp_path, mon
     use_vllm_standin(monkeypatch, logprob_shift=-0.3)  # engine log π lower by 0.3: w = exp(0.3) < cap 2
     with_tis = Trainer(tiny_config(rollout__engine="vllm", algo__tis_cap=2.0), tmp_path / "a", log=lambda *a: None)
     without = Trainer(tiny_config(rollout__engine="vllm"), tmp_path / "b", log=lambda *a: None)
-    batch, _, _ = with_tis.rollout(1)
+    batch = rollout_batch(with_tis.policy, with_tis.sampler, 1)
     assert batch.engine_logp is not None and batch.advantages.abs().sum() > 0
-    a, b = with_tis.update(batch).metrics, without.update(batch).metrics
+    a, b = update(with_tis.policy, batch, with_tis.alpha).metrics, update(without.policy, batch, without.alpha).metrics
     # same weights, same batch, no KL or entropy term: every token's policy-gradient term is scaled by
     # w = exp(0.3), so is the gradient (its norm is taken before clipping)
     assert b["grad_norm"] > 0

@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import load_file
 
 from rbctl.train.batch import build_batch, response_logits
-from rbctl.train.data import prompt_order
+from rbctl.train.sampling import prompt_order
 from rbctl.train.loop import train
 from tests.conftest import tiny_llama
 

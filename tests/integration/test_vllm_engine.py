@@ -1,11 +1,9 @@
 """The vLLM engine adapter, driven against a stand-in with vLLM's interface (no GPU, no vLLM), plus
-`gpu` tests that run the real thing on a small model, and hand-computed checks of
-`logprob_mismatch` and `tis_weights`."""
+`gpu` tests that run the real thing on a small model (its log-probs against the trainer's)."""
 
 from __future__ import annotations
 
 import importlib.util
-import math
 import os
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -15,16 +13,10 @@ import torch
 
 from rbctl.rollout import vllm as vllm_engine
 from rbctl.errors import UserError
-from rbctl.rollout.base import Sample, SamplingParams
+from rbctl.rollout.base import SamplingParams
 from tests.conftest import tiny_llama
-from rbctl.rollout.vllm import (
-    VLLM_MISSING,
-    VLLMEngine,
-    engine_logprobs_tensor,
-    logprob_mismatch,
-    prompt_seed,
-    tis_weights,
-)
+from rbctl.rollout.logprobs import logprob_mismatch, tis_weights
+from rbctl.rollout.vllm import VLLM_MISSING, VLLMEngine, prompt_seed
 
 # --- a stand-in for vLLM --------------------------------------------------------------------------
 
@@ -319,41 +311,6 @@ def test_without_vllm_a_user_error_says_how_to_install(tiny, monkeypatch):
     with pytest.raises(UserError) as e:
         VLLMEngine(model, tok, model_name_or_path="x")
     assert str(e.value) == VLLM_MISSING == "rollout.engine 'vllm' needs vLLM and a GPU: pip install 'rbctl[vllm]'"
-
-
-# --- engine vs trainer ----------------------------------------------------------------------------
-
-
-def test_engine_logprobs_tensor_layout():
-    samples = [[Sample(0, [5, 6], "", True, [-1.0, -2.0]), Sample(0, [5], "", False, [-0.5])],
-               [Sample(1, [], "", False, [])]]
-    got = engine_logprobs_tensor(samples, width=3)
-    assert torch.equal(got, torch.tensor([[-1.0, -2.0, 0.0], [-0.5, 0.0, 0.0], [0.0, 0.0, 0.0]]))
-    with pytest.raises(ValueError):
-        engine_logprobs_tensor([[Sample(0, [5], "", True, None)]], width=1)
-
-
-def test_logprob_mismatch_hand_computed():
-    engine = torch.tensor([[-1.0, -2.0, -0.5], [-0.1, -0.2, -9.0]])
-    trainer = torch.tensor([[-1.5, -2.0, -3.0], [-0.4, -0.2, 0.0]])
-    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 0.0]])
-    # response tokens: |−1−(−1.5)| = 0.5, 0, |−0.1−(−0.4)| = 0.3, 0 → 0.8 / 4 = 0.2 (padding ignored)
-    assert logprob_mismatch(engine, trainer, mask) == pytest.approx(0.2)
-    assert logprob_mismatch(engine, engine, mask) == 0.0
-    assert logprob_mismatch(engine, trainer, torch.zeros_like(mask)) == 0.0
-
-
-def test_tis_weights_hand_computed():
-    old = torch.tensor([[-1.0, -2.0, -0.5, -4.0]], requires_grad=True)
-    eng = torch.tensor([[-1.5, -1.0, -0.5, -7.0]])
-    # old − engine = 0.5, −1, 0, 3 → exp: 1.6487, 0.3679, 1, 20.09 → capped at C = 2: 1.6487, 0.3679, 1, 2
-    w = tis_weights(old, eng, cap=2.0)
-    assert w.tolist()[0] == pytest.approx([math.exp(0.5), math.exp(-1.0), 1.0, 2.0])
-    assert not w.requires_grad  # a constant weight on the loss
-    big = tis_weights(torch.tensor([0.0]), torch.tensor([-1000.0]), cap=5.0)
-    assert big.item() == pytest.approx(5.0)  # no overflow to inf before the cap
-    with pytest.raises(ValueError):
-        tis_weights(old, eng, cap=0.0)
 
 
 # --- the real thing (GPU + vLLM) ------------------------------------------------------------------

@@ -51,8 +51,8 @@ def test_one_rl_step_of_smollm2_through_its_chat_template(tmp_path):
         pass
 
     tr = Trainer(cfg, run)
-    assert tr.template == "chat"
-    prompt = tr.tokenizer.decode(tr.prompt_ids(0))
+    assert tr.sampler.template == "chat"
+    prompt = tr.tokenizer.decode(tr.sampler.prompt_ids(0))
     assert "<|im_start|>user" in prompt and "\\boxed{}" in prompt
     before = {k: v.detach().clone() for k, v in tr.model.named_parameters()}
     del tr
