@@ -4,11 +4,11 @@ the sampler of the prompts (`sampling.Sampler`) and the entropy coefficient α t
 
 1. P prompts are taken in a seeded order (a fresh permutation of the pool each epoch), and G
    rollouts each are sampled with a seed derived from (run seed, step) (`rbctl.train.seeds`): a
-   resumed run samples exactly what an uninterrupted one would. Dynamic sampling refills P with
-   mixed groups (`sampling.py`).
+   resumed run samples exactly what an uninterrupted one would. A sampling hook (DAPO's dynamic
+   sampling) refills P with the groups it keeps (`sampling.py`).
 2. Rewards: the built-in task's exact checker, or the shared math grader (`rbctl.grading`).
 3. Advantages ([P, G] → [P, G], broadcast over tokens) and the loss are the arm's `Objective`
-   (`objective.py`: reward transform, estimator ± budget, policy loss, token mask; no branch here),
+   (`objective.py`: reward transforms, estimator ± budget, policy loss, token masks; no branch here),
    over the global batch (every rank's rewards).
 4. The update (`update.py`): `ppo_epochs` passes over the batch, each dealing its groups into M
    mini-batches (`algo.ppo_mini_batch_size`), one optimizer step each, ratios against the
