@@ -132,7 +132,8 @@ class SweepConfig(Section):
 # What an arm can add to its estimator (the estimator itself is the arm's baseline) that is not a
 # registered method, in the order its variant names them: (label, dotted config key, the key's value
 # when nothing is added). A label "{}" is the key's value: the entropy bonus's mode, or the policy
-# loss's name. The registered methods that label an arm follow (`variant_parts`).
+# loss's name (its registry record's label when it has one). The registered methods that label an
+# arm follow (`variant_parts`).
 CORE_PARTS: tuple[tuple[str, str, object], ...] = (
     ("budget", "algo.budget", None),
     ("entropy_{}", "algo.entropy.mode", "none"),
@@ -158,5 +159,6 @@ def arm_variant(algo: dict, rollout: dict | None = None) -> str:
         for part in key.split("."):
             value = value.get(part) if isinstance(value, dict) else None
         if value is not None and value != off:
-            parts.append(label.format(value))
+            method = methods.METHODS.get(value) if key == "algo.policy_loss" else None
+            parts.append(method.variant if method is not None else label.format(value))
     return "+".join(parts) or "base"
