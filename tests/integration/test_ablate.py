@@ -90,7 +90,8 @@ def test_shared_warm_start_is_built_with_the_runs_threads(tmp_path, monkeypatch)
 @pytest.mark.slow
 def test_sweep_runs_isolates_failures_and_resumes_only_missing_work(tmp_path, rbctl_cache):
     path = _write_sweep(tmp_path, {"grpo": {}, "grpo_budget": {"algo.budget": 1.0},
-                                   "broken": {"data.source": str(tmp_path / "missing.jsonl")}})
+                                   "broken": {"data.source": str(tmp_path / "missing.jsonl")}},
+                        same_labels=True)  # 'broken' is plain GRPO on missing data
     out = tmp_path / "sweep"
     state = run_sweep(path, out, progress=False, log=lambda *a: None)
     runs = state["runs"]
@@ -132,7 +133,7 @@ def test_a_second_ablate_on_a_locked_directory_is_refused(tmp_path):
 def test_sweep_through_submitit_local_mode(tmp_path, rbctl_cache):
     pytest.importorskip("submitit")
     path = _write_sweep(tmp_path, {"grpo": {}, "broken": {"data.source": str(tmp_path / "missing.jsonl")}},
-                        launcher={"cluster": "local", "cpus_per_task": 1, "poll_s": 0.5})
+                        launcher={"cluster": "local", "cpus_per_task": 1, "poll_s": 0.5}, same_labels=True)
     out = tmp_path / "sweep"
     state = run_sweep(path, out, progress=False, log=lambda *a: None, launcher="submitit")
     assert state["runs"]["grpo/seed_0"]["status"] == "done"
