@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+import pytest
+
 from rbctl.store.rundir import NAMES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -229,34 +231,21 @@ def test_every_package_sits_in_a_layer_and_imports_no_higher_one():
     assert not bad, "imports from a lower layer to a higher one:\n" + "\n".join(sorted(bad))
 
 
-def test_algo_depends_on_nothing_in_rbctl_but_errors():
+@pytest.mark.parametrize("package", ["rbctl.algo", "rbctl.store"])
+def test_a_bottom_package_depends_on_nothing_in_rbctl_but_errors(package):
+    """`rbctl.algo` (the plug-in) and `rbctl.store` (the files on disk) import only `rbctl.errors` and themselves."""
     bad = []
     for m, path in modules().items():
-        if m != "rbctl.algo" and not m.startswith("rbctl.algo."):
+        if m != package and not m.startswith(package + "."):
             continue
         for imp in imports_of(path):
             t = rbctl_target(imp.target)
             if t is None and imp.target.split(".")[0] != "rbctl":
                 continue  # third-party
-            if t == "rbctl.errors" or (t or "").startswith("rbctl.algo"):
+            if t == "rbctl.errors" or (t or "").startswith(package):
                 continue
             bad.append(f"{rel(path)}:{imp.line} imports {imp.target}")
-    assert not bad, "rbctl.algo may import only rbctl.errors and rbctl.algo.*:\n" + "\n".join(bad)
-
-
-def test_store_depends_on_nothing_in_rbctl_but_errors():
-    bad = []
-    for m, path in modules().items():
-        if m != "rbctl.store" and not m.startswith("rbctl.store."):
-            continue
-        for imp in imports_of(path):
-            t = rbctl_target(imp.target)
-            if t is None and imp.target.split(".")[0] != "rbctl":
-                continue  # third-party
-            if t == "rbctl.errors" or (t or "").startswith("rbctl.store"):
-                continue
-            bad.append(f"{rel(path)}:{imp.line} imports {imp.target}")
-    assert not bad, "rbctl.store may import only rbctl.errors and rbctl.store.*:\n" + "\n".join(bad)
+    assert not bad, f"{package} may import only rbctl.errors and {package}.*:\n" + "\n".join(bad)
 
 
 def _executed_with(module: str) -> list[str]:
