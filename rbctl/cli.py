@@ -178,6 +178,9 @@ def eval_(
     instruction: Optional[str] = typer.Option(
         None, "--instruction", help=f"Appended to each problem. {_run_default('data.instruction')} the \\boxed{{}} instruction.",
     ),
+    extraction: Optional[str] = typer.Option(
+        None, "--extraction", help=f"final or last_number: how the math grader finds an answer. {_run_default('data.extraction')} final.",
+    ),
     limit: Optional[int] = typer.Option(None, "--limit", help=f"Only the first LIMIT problems of each benchmark. {_run_default('eval.limit')} all."),
     data_dir: Optional[Path] = typer.Option(
         None, "--data-dir", envvar="RBCTL_DATA_DIR", help="Folder with BENCHMARK.jsonl files."
@@ -201,7 +204,7 @@ def eval_(
     """Evaluate a model on AMC23, AIME24, AIME25, GSM8K or the built-in task.
 
     A run directory is evaluated with its own periodic-evaluation protocol (benchmarks, n,
-    temperature, top-p, max new tokens, template, instruction and limit from its config), so that
+    temperature, top-p, max new tokens, template, instruction, extraction and limit from its config), so that
     the score compares with the run's curve; any other model with the published defaults (greedy at n=1;
     temperature 0.6, top-p 0.95 at n>1). Options override either. Writes
     OUT/BENCHMARK/summary.json (avg@n, pass@k, maj@k with 95% intervals, protocol) and
@@ -213,7 +216,7 @@ def eval_(
 
     options = dict(
         n=n, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, seed=seed, template=template,
-        instruction=instruction, limit=limit, data_dir=str(data_dir) if data_dir else None, engine=engine,
+        instruction=instruction, extraction=extraction, limit=limit, data_dir=str(data_dir) if data_dir else None, engine=engine,
         batch_size=batch_size, max_batch_tokens=max_batch_tokens, threads=threads, device=device, dtype=dtype,
         benchmarks=[b.strip() for b in benchmarks.split(",") if b.strip()] if benchmarks is not None else None,
     )

@@ -91,6 +91,11 @@ class EvalConfig(EvalSection):
         "tokenizer has a chat template, else plain.",
     )
     instruction: str = Field(MATH_INSTRUCTION, description="Sentence appended to each problem (chat/plain templates).")
+    extraction: Literal["final", "last_number"] = Field(
+        "final", description="How the math grader finds an answer: final = the last \\boxed{}, else a final-answer "
+        "phrase (docs/method.md, \"Answer extraction\"); last_number = then, without either, the completion's last "
+        "number (lm-evaluation-harness's GSM8K flexible-extract). Not used by benchmarks with their own extractor.",
+    )
     grader_timeout_s: float = Field(5.0, gt=0.0, description="Hard time limit of one math-verify comparison.")
     device: str = Field("auto", description="auto, cpu, cuda or cuda:N (used when the model is loaded here).")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(

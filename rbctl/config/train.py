@@ -46,6 +46,11 @@ class DataCfg(Section):
     answer_field: str = Field("answer", description="Record field holding the gold answer (dotted path allowed).")
     template: Literal["auto", "chat", "plain", "builtin"] = Field("auto", description="Prompt template: auto = builtin for the built-in policy, else the chat template if the tokenizer has one, else plain.")
     instruction: str = Field(MATH_INSTRUCTION, description="Appended to each problem (not used by the built-in task).")
+    extraction: Literal["final", "last_number"] = Field(
+        "final", description="How the math grader finds the answer the reward grades (and the run's evaluations): final = "
+        "the last \\boxed{}, else a final-answer phrase; last_number = then, without either, the completion's last number "
+        "(docs/method.md, \"Answer extraction\"). Not used by the built-in task.",
+    )
     builtin: BuiltinCfg = Field(default_factory=default_section, description="The built-in task (source: builtin): `task` selects one, the other keys are its own settings. " + TASK_DOC)
 
 
@@ -234,10 +239,11 @@ def run_engine(section: EvalSection, cfg: TrainConfig) -> str:
 def for_run(section: EvalSection, cfg: TrainConfig) -> EvalConfig:
     """The `EvalConfig` of a run's periodic or final evaluation: the section's keys, and from the
     run's training config what the section leaves open: max_new_tokens (rollout.max_new_tokens),
-    the engine (`run_engine`), the seed, the prompt template and instruction, the device."""
+    the engine (`run_engine`), the seed, the prompt template, instruction and answer extraction, the device."""
     values = section.model_dump(include=set(EvalSection.model_fields))
     values.update(max_new_tokens=section.max_new_tokens or cfg.rollout.max_new_tokens, engine=run_engine(section, cfg),
-                  seed=cfg.seed, template=cfg.data.template, instruction=cfg.data.instruction, device=cfg.model.device)
+                  seed=cfg.seed, template=cfg.data.template, instruction=cfg.data.instruction,
+                  extraction=cfg.data.extraction, device=cfg.model.device)
     return EvalConfig(**values)
 
 

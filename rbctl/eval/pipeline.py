@@ -126,7 +126,8 @@ def evaluate_policy(
         "n": params.n, "temperature": params.temperature, "top_p": params.top_p,
         "max_new_tokens": params.max_new_tokens, "seed": params.seed, "batch_size": batch_size,
         "max_batch_tokens": max_batch_tokens,
-        "template": template, "instruction": instruction, "grader_timeout_s": cfg.grader_timeout_s,
+        "template": template, "instruction": instruction, "answer_extraction": cfg.extraction,
+        "grader_timeout_s": cfg.grader_timeout_s,
         "versions": _versions(), "device": str(device), "dtype": str(param.dtype).removeprefix("torch."),
         "threads": torch.get_num_threads(),
     }
@@ -158,7 +159,7 @@ class _Benchmarks:
             **self.protocol,
             "example_prompt": render_prompt(policy.tokenizer, probs[0].problem, template, instruction or "", task),
             "grader": benchmark_for(name).grader,
-            "extraction": _extraction_policy(name),
+            "extraction": _extraction_policy(name, self.protocol["answer_extraction"]),
         }
         key = partial.resume_key(name, policy.source, self.step, probs, protocol)
         if self.resume:
@@ -192,7 +193,8 @@ class _Benchmarks:
                 raise RuntimeError(f"engine returned {counts} samples for {len(chunk)} prompts, n={params.n} each")
             meter.generated(len(out) * params.n)
             new_tokens += sum(len(s.token_ids) for per in out for s in per)
-            lines = _sample_lines(owners, out, _grade(name, owners, out, self.timeout_s, meter.graded))
+            grades = _grade(name, owners, out, self.timeout_s, meter.graded, self.protocol["answer_extraction"])
+            lines = _sample_lines(owners, out, grades)
             partial.append(bench_dir, lines)
             records += lines
         summary = _summarize(name, probs, records, params.n, policy.source, self.step, protocol)
@@ -230,20 +232,21 @@ class _Meter:
             self.progress.update(self.grade, detail=f"{self.marked}/{self.total} samples")
 
 
-def _extraction_policy(name: str) -> dict[str, str] | str:
-    """How answers are found for benchmark ``name``: the math grader's policy, or the docstring of
-    the benchmark's own extractor."""
-    from rbctl.grading.extract import EXTRACTION_POLICY
+def _extraction_policy(name: str, mode: str) -> dict[str, str] | str:
+    """How answers are found for benchmark ``name``: the math grader's policy in extraction
+    ``mode``, or the docstring of the benchmark's own extractor."""
+    from rbctl.grading.extract import extraction_policy
 
     extract = benchmark_for(name).extract_answer
     if extract is None:
-        return EXTRACTION_POLICY
+        return extraction_policy(mode)
     return (extract.__doc__ or extract.__qualname__).strip()
 
 
-def _grade(name: str, probs, samples, timeout_s: float, advance) -> list[list[GradeResult]]:
-    """Grades ``[P][n]`` in the order of ``samples``, by the benchmark's own grader; ``advance(k)``
-    is told of every `GRADE_CHUNK` samples graded."""
+def _grade(name: str, probs, samples, timeout_s: float, advance, extraction: str = "final") -> list[list[GradeResult]]:
+    """Grades ``[P][n]`` in the order of ``samples``, by the benchmark's own grader (the math
+    grader in extraction mode ``extraction``); ``advance(k)`` is told of every `GRADE_CHUNK`
+    samples graded."""
     from rbctl.grading.verify import GradeResult, grade_many
 
     bench = benchmark_for(name)
@@ -260,7 +263,7 @@ def _grade(name: str, probs, samples, timeout_s: float, advance) -> list[list[Gr
                 flat.append(GradeResult(correct, extracted, "ok" if found else "no_answer",
                                         extraction="task" if found else "none"))
         else:
-            flat += grade_many(t, [p.answer for p in o], timeout_s=timeout_s)
+            flat += grade_many(t, [p.answer for p in o], timeout_s=timeout_s, extraction=extraction)
         advance(len(t))
     n = len(samples[0])
     return [flat[i * n:(i + 1) * n] for i in range(len(samples))]
@@ -290,7 +293,7 @@ def _summarize(name, probs, lines, n, source, step, protocol) -> dict:
         equivalent = str.__eq__
         kinds = ("task", "none")
     else:
-        kinds = EXTRACTIONS
+        kinds = tuple(k for k in EXTRACTIONS if k != "number" or protocol.get("answer_extraction") == "last_number")
         timeout = protocol["grader_timeout_s"]
         equivalent = lambda a, b: answers_equivalent(a, b, timeout_s=timeout)  # noqa: E731
     metrics = summarize(correct, answers, equivalent=equivalent)

@@ -18,7 +18,7 @@ from rbctl.store.rundir import CONFIG, EVAL_DIR, RUNS_ROOT, final_eval_dir, is_r
 # What `rbctl eval` takes from a run directory's training config (its periodic evaluation, `for_run`)
 # when the command line does not say otherwise: so that the score and the run's curve are measured
 # alike, on the same problems (`limit`: the curve's subset; --limit overrides it).
-RUN_PROTOCOL_KEYS = ("benchmarks", "n", "temperature", "top_p", "max_new_tokens", "template", "instruction", "limit")
+RUN_PROTOCOL_KEYS = ("benchmarks", "n", "temperature", "top_p", "max_new_tokens", "template", "instruction", "extraction", "limit")
 PUBLISHED_DEFAULTS = ("greedy at n=1, else temperature 0.6 and top-p 0.95 (DeepSeek-R1); "
                       f"at most {DEFAULT_MAX_NEW_TOKENS} new tokens ({BUILTIN_MAX_NEW_TOKENS} for the built-in policy)")
 

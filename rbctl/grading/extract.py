@@ -11,7 +11,10 @@ written into each evaluation's ``summary.json``), in this order:
    (`extract_phrase`): the last "Final Answer: X" or "final answer ... is X" (such as "The final
    answer is $34$." or the Minerva "Final Answer: The final answer is $34$. I hope it is
    correct."), wherever it is; without one, "answer is X" as the last words of the completion.
-3. ``none``: no answer.
+3. ``number`` (only where a config asks for it: ``extraction: last_number``): a completion with
+   neither a box nor a phrase gives its last number (`extract_last_number`), as
+   lm-evaluation-harness's GSM8K "flexible-extract" filter does ("6 + 6 = 12." gives 12).
+4. ``none``: no answer.
 
 Before an answer (or a gold answer) is compared, `join_digit_groups` reads numbers written with
 thousands separators (``12\\,345``, ``1 000``, ``1{,}000``) as one number. `precheck` rejects
@@ -31,7 +34,8 @@ MAX_ANSWER_CHARS = 1000
 MAX_BRACE_DEPTH = 50
 MAX_RESULT_DIGITS = 1e6  # 3^{10^6} (477k digits) grades in 0.15 s; 9^{9^9} (3.7e8 digits) hangs.
 STATUSES = ("ok", "no_answer", "timeout", "error")
-EXTRACTIONS = ("boxed", "phrase", "none")  # how an answer was found, in the order they are tried
+EXTRACTIONS = ("boxed", "phrase", "number", "none")  # how an answer was found, in the order they are tried
+EXTRACTION_MODES = ("final", "last_number")  # final: boxed, then phrase; last_number: then the last number
 
 
 @dataclass(frozen=True)
@@ -210,17 +214,36 @@ def extract_phrase(text: str) -> str | None:
     return None
 
 
-def extract_final_answer(text: str) -> tuple[str | None, str]:
+# A number as lm-evaluation-harness's GSM8K flexible-extract reads one (its regex
+# ``(-?[$0-9.,]{2,})|(-?[0-9]+)``, the last match), without the dollar sign and trailing punctuation.
+_LAST_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+
+def extract_last_number(text: str) -> str | None:
+    """The last number in ``text`` ("6 + 6 = 12." -> "12", "It is -3.5." -> "-3.5"), or None."""
+    found = None
+    for found in _LAST_NUMBER.finditer(text):
+        pass
+    return found.group(0).rstrip(",") if found is not None else None
+
+
+def extract_final_answer(text: str, mode: str = "final") -> tuple[str | None, str]:
     """``(answer, kind)`` of a completion by the extraction policy; kind is one of EXTRACTIONS.
 
     Any ``\\boxed``/``\\fbox`` makes it ``boxed`` (the last box; None if it is unclosed, with kind
-    ``none``); only a completion without a box is searched for a phrase.
+    ``none``); only a completion without a box is searched for a phrase, and with ``mode``
+    ``last_number`` one without a phrase gives its last number.
     """
     if _last_box_start(text) is not None:
         answer = extract_boxed(text)
         return answer, "boxed" if answer is not None else "none"
     answer = extract_phrase(text)
-    return answer, "phrase" if answer is not None else "none"
+    if answer is not None:
+        return answer, "phrase"
+    if mode == "last_number":
+        answer = extract_last_number(text)
+        return answer, "number" if answer is not None else "none"
+    return None, "none"
 
 
 # Thousands separators. Only groups of exactly three digits after a first group of one to three
@@ -269,6 +292,17 @@ EXTRACTION_POLICY = {
                "U+202F); across plain commas only when every comma of the answer is such a separator "
                "and the answer has no brackets",
 }
+
+
+
+
+def extraction_policy(mode: str = "final") -> dict[str, str]:
+    """`EXTRACTION_POLICY` for extraction ``mode`` (EXTRACTION_MODES): last_number adds its step."""
+    if mode == "final":
+        return EXTRACTION_POLICY
+    return {**EXTRACTION_POLICY, "order": "boxed, then phrase, then number: each only where the one before found nothing",
+            "number": "without a box or a phrase, the last number of the completion (as lm-evaluation-harness's "
+                      "GSM8K flexible-extract filter reads one)"}
 
 
 # ---------------------------------------------------------------------------------------------

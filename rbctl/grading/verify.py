@@ -366,10 +366,11 @@ def grade_answer(extracted: str, answer: str, timeout_s: float = 5.0, extraction
     return GradeResult(correct, extracted, status, detail, extraction)
 
 
-def grade_detailed(completion: str, answer: str, timeout_s: float = 5.0) -> GradeResult:
-    """Grade the answer of ``completion`` (extraction policy: last box, else a final-answer phrase)
-    against ``answer``, with status and extraction kind."""
-    extracted, kind = extract_final_answer(completion)
+def grade_detailed(completion: str, answer: str, timeout_s: float = 5.0, extraction: str = "final") -> GradeResult:
+    """Grade the answer of ``completion`` (extraction policy: last box, else a final-answer phrase,
+    else with ``extraction`` last_number the last number) against ``answer``, with status and
+    extraction kind."""
+    extracted, kind = extract_final_answer(completion, extraction)
     if extracted is None:
         return GradeResult(False, None, "no_answer", extraction=kind)
     return grade_answer(extracted, answer, timeout_s, extraction=kind)
@@ -381,9 +382,11 @@ def grade(completion: str, answer: str, timeout_s: float = 5.0) -> bool:
 
 
 def grade_many(
-    completions: list[str], answers: list[str], timeout_s: float = 5.0, workers: int | None = None
+    completions: list[str], answers: list[str], timeout_s: float = 5.0, workers: int | None = None,
+    extraction: str = "final",
 ) -> list[GradeResult]:
-    """``grade_detailed`` over pairs, ``workers`` at a time (default: one per CPU core).
+    """``grade_detailed`` over pairs, ``workers`` at a time (default: one per CPU core), with the
+    extraction mode ``extraction`` (EXTRACTION_MODES).
 
     Each thread holds its own worker subprocess, so the sympy work runs in parallel.
     """
@@ -391,11 +394,11 @@ def grade_many(
         raise ValueError(f"{len(completions)} completions but {len(answers)} answers")
     workers = max(1, min(workers or os.cpu_count() or 1, len(completions)))
     if workers == 1:
-        return [grade_detailed(c, a, timeout_s) for c, a in zip(completions, answers)]
+        return [grade_detailed(c, a, timeout_s, extraction) for c, a in zip(completions, answers)]
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(lambda ca: grade_detailed(ca[0], ca[1], timeout_s), zip(completions, answers)))
+        return list(pool.map(lambda ca: grade_detailed(ca[0], ca[1], timeout_s, extraction), zip(completions, answers)))
 
 
 def answers_equivalent(a: str | None, b: str | None, timeout_s: float = 5.0) -> bool:

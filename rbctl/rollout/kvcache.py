@@ -34,9 +34,16 @@ def _forward_params(model_cls: type) -> frozenset[str]:
     return frozenset(inspect.signature(model_cls.forward).parameters)
 
 
+def _inner(model):
+    """The transformers model under a PEFT wrapper (whose forward passes its keyword arguments on
+    to it), else `model`: the signature and generation method that decide what a forward takes."""
+    get_base = getattr(model, "get_base_model", None)
+    return get_base() if callable(get_base) else model
+
+
 def _cache_kwarg(model) -> str | None:
     """Name of the forward argument that takes a KV cache (transformers renamed it), or None."""
-    params = _forward_params(type(model))
+    params = _forward_params(type(_inner(model)))
     for name in ("cache", "past_key_values"):
         if name in params:
             return name
@@ -131,6 +138,7 @@ def prefix_cache_supported(model) -> bool:
     inputs the standard way (no multimodal, M-RoPE or recurrent state) and takes position ids."""
     from transformers.generation.utils import GenerationMixin
 
+    model = _inner(model)  # LoRA adapters (PEFT) change no input of the forward
     if getattr(model.config, "is_encoder_decoder", False):
         return False
     if getattr(type(model), "prepare_inputs_for_generation", None) is not GenerationMixin.prepare_inputs_for_generation:
@@ -147,7 +155,7 @@ def prefix_cache_supported(model) -> bool:
 def forward_with_cache(model, input_ids, attention_mask, positions, cache, logits_to_keep: int = 0):
     """One forward pass that reads and extends `cache`; `attention_mask` covers cache + input."""
     kwargs = {_cache_kwarg(model): cache, "use_cache": True}
-    if logits_to_keep and "logits_to_keep" in _forward_params(type(model)):
+    if logits_to_keep and "logits_to_keep" in _forward_params(type(_inner(model))):
         kwargs["logits_to_keep"] = logits_to_keep
         if input_ids.shape[1] > logits_to_keep and model.dtype != torch.float32:
             # as positions (a tensor), the kept hidden states are gathered into a contiguous tensor: a

@@ -45,7 +45,7 @@ def reward_function(cfg: TrainConfig):
     from rbctl.grading.verify import grade_many
 
     def fn(completions: list[str], problems: list) -> tuple[list[bool], int]:
-        results = grade_many(completions, [p.answer for p in problems])
+        results = grade_many(completions, [p.answer for p in problems], extraction=cfg.data.extraction)
         return [r.correct for r in results], sum(r.status in ("timeout", "error") for r in results)
 
     return fn

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from rbctl.algo.losses import BatchNorm, aggregation_weights, at_tokens, entropy_of_logprobs, k3_kl, token_entropy, vocab_logprobs
+from rbctl.algo.losses import (BatchNorm, aggregation_weights, at_tokens, entropy_of_logprobs, k3_kl, lean_token_logprobs,
+                               token_entropy, vocab_logprobs)
 from rbctl.config.train import TrainConfig
 from rbctl.rollout.base import Engine
 from rbctl.rollout.logprobs import logprob_mismatch, tis_weights
@@ -72,9 +73,10 @@ def mini_batches_per_epoch(cfg: TrainConfig) -> int:
     return 1 if mb is None else cfg.rollout.prompts_per_step // mb
 
 
-def forward_logp(p: Policy, model, batch: RolloutBatch, sl, with_entropy: bool, entropy_grad: bool):
+def forward_logp(p: Policy, model, batch: RolloutBatch, sl, with_entropy: bool, entropy_grad: bool, lean: bool = False):
     """Log-probs [n, Lr] of rows `sl` of the batch's responses under `model`, and their per-token
-    entropy [n, Lr] where `with_entropy` (with gradient where `entropy_grad`, else None)."""
+    entropy [n, Lr] where `with_entropy` (with gradient where `entropy_grad`, else None). `lean`
+    (no gradient, no entropy): by `lean_token_logprobs`, equal up to float rounding."""
     dev = p.device
     # Under DDP every row runs whole: the shared-prompt path calls the model twice per backward.
     group = 1 if p.dist.enabled else p.cfg.rollout.group_size
@@ -82,8 +84,11 @@ def forward_logp(p: Policy, model, batch: RolloutBatch, sl, with_entropy: bool, 
         logits = response_logits(model, batch.input_ids[sl].to(dev), batch.attention_mask[sl].to(dev),
                                  batch.prompt_width, group_size=group)
     t = p.cfg.rollout.temperature
+    tokens = batch.response_ids[sl].to(dev)
+    if lean and not with_entropy and not torch.is_grad_enabled():  # no [n, Lr, V] log-softmax is formed
+        return lean_token_logprobs(logits, tokens, t), None
     vocab_logp = vocab_logprobs(logits, t)
-    logp = at_tokens(vocab_logp, batch.response_ids[sl].to(dev))
+    logp = at_tokens(vocab_logp, tokens)
     ent = None
     if with_entropy:  # with gradient for an entropy bonus; else logged from the log-softmax at hand
         ent = token_entropy(logits, t) if entropy_grad else entropy_of_logprobs(vocab_logp.detach())
@@ -91,7 +96,7 @@ def forward_logp(p: Policy, model, batch: RolloutBatch, sl, with_entropy: bool, 
 
 
 @torch.no_grad()
-def eval_logp(p: Policy, model, batch: RolloutBatch, slices: list[slice], with_entropy: bool = False):
+def eval_logp(p: Policy, model, batch: RolloutBatch, slices: list[slice], with_entropy: bool = False, lean: bool = False):
     """No-grad log-probs [N, Lr] of the whole batch in eval mode (no dropout, as the rollouts were
     sampled), run micro-batch by micro-batch; with `with_entropy` also (log-probs, the token
     entropy summed over response tokens). `model` None: the reference (the adapter-disabled base
@@ -102,7 +107,7 @@ def eval_logp(p: Policy, model, batch: RolloutBatch, slices: list[slice], with_e
     model.eval()
     try:
         with p.model.disable_adapter() if ref and p.lora else contextlib.nullcontext():
-            outs = [forward_logp(p, model, batch, sl, with_entropy, False) for sl in slices]
+            outs = [forward_logp(p, model, batch, sl, with_entropy, False, lean) for sl in slices]
     finally:
         model.train(was)
     logp = torch.cat([lp for lp, _ in outs])
@@ -228,6 +233,7 @@ def update(p: Policy, batch: RolloutBatch, alpha: float) -> UpdateResult:
 @torch.no_grad()
 def logratio_sums(p: Policy, batch: RolloutBatch, old_logp: torch.Tensor) -> torch.Tensor:
     """d_i = Σ_t (log π_new − log π_old) over each rollout's response tokens, as [P, G]."""
-    new_logp = eval_logp(p, p.model, batch, micro_batches(p.cfg, batch.n))  # eval mode, as the old ones
+    # eval mode, as the old ones; a measurement only, so the lean log-probs (rounding apart, the same)
+    new_logp = eval_logp(p, p.model, batch, micro_batches(p.cfg, batch.n), lean=True)
     d = ((new_logp - old_logp) * batch.response_mask.to(p.device)).sum(-1).cpu()
     return p.dist.gather_rows(d.reshape(batch.rewards.shape))

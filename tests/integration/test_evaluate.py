@@ -346,7 +346,7 @@ def test_cli_on_a_run_directory_uses_its_periodic_protocol_and_says_so(tmp_path:
     assert result.exit_code == 0, result.output
     said = " ".join(result.output.split())
     assert f"the run's periodic evaluation ({run_dir / 'config.yaml'}, eval:)" in said
-    assert "top_p, max_new_tokens, template, instruction, limit;" in said
+    assert "top_p, max_new_tokens, template, instruction, extraction, limit;" in said
     summary = json.loads((run_dir / "eval" / "step_000007" / "builtin" / "summary.json").read_text())
     proto = summary["protocol"]
     # eval.max_new_tokens null = rollout.max_new_tokens 9; the run's limit of 8 problems (its curve's subset),

@@ -160,6 +160,26 @@ def test_extract_final_answer(completion: str, expected: tuple[str | None, str])
     assert extract_final_answer(completion) == expected
 
 
+@pytest.mark.parametrize(
+    ("completion", "expected"),
+    [
+        ("6 + 6 = 12.", ("12", "number")),  # the last number, its sentence's period dropped
+        ("The sum of 7 and 8 is 15, and 15 is odd", ("15", "number")),
+        ("It is -3.5.", ("-3.5", "number")),
+        ("That makes 1,000,", ("1,000", "number")),  # thousands commas kept (join_digit_groups reads them)
+        ("The answer is 34 if n is odd. Otherwise it is 35.", ("35", "number")),  # no phrase: the last number
+        ("The answer is 12.", ("12", "phrase")),  # a phrase before the last number
+        ("3 + 4 = \\boxed{7}. Check: 7 - 4 = 3", ("7", "boxed")),  # a box before either
+        ("3 + 4 = \\boxed{7", (None, "none")),  # an unclosed last box is still no answer
+        ("no digits here", (None, "none")),
+    ],
+)
+def test_last_number_extraction(completion: str, expected: tuple[str | None, str]) -> None:
+    assert extract_final_answer(completion, "last_number") == expected
+    if expected[1] == "number":  # the default extraction never reads a bare number
+        assert extract_final_answer(completion) == (None, "none")
+
+
 PHRASE_VERDICTS = [
     ("... The final answer is $34$.", "34", True),
     ("Final Answer: The final answer is $34$. I hope it is correct.", "34", True),

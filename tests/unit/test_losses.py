@@ -409,3 +409,16 @@ def test_adaptive_alpha_steps_and_clips() -> None:
     assert adaptive_alpha(0.01, entropy=1.0, target=1.0, delta=0.005, lo=0.0, hi=0.05) == 0.01
     assert adaptive_alpha(0.048, entropy=0.5, target=1.0, delta=0.005, lo=0.0, hi=0.05) == 0.05
     assert adaptive_alpha(0.002, entropy=1.5, target=1.0, delta=0.005, lo=0.001, hi=0.05) == 0.001
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_lean_token_logprobs_equal_the_log_softmax_ones(temperature: float) -> None:
+    from rbctl.algo.losses import lean_token_logprobs, token_logprobs
+
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(9, 5, 300, generator=g) * 4
+    logits[0, 0, :150] = float("-inf")  # a masked vocabulary
+    tokens = torch.randint(150, 300, (9, 5), generator=g)
+    lean = lean_token_logprobs(logits, tokens, temperature)
+    assert lean.shape == tokens.shape and lean.dtype == torch.float32
+    torch.testing.assert_close(lean, token_logprobs(logits, tokens, temperature), atol=2e-6, rtol=0)
