@@ -171,11 +171,16 @@ def figure(sw: Sweep, path: Path) -> None:
 
 
 def readme_block(sw: Sweep) -> str:
+    from rbctl.report.analyses.comparisons import call
+
     prov = provenance(sw.path, short=True, runs=sw.runs)
+    comps = "; ".join(f"{c.label} {delta(c.delta.mean, c.delta.lo, c.delta.hi)} ({call(c)}, Holm p {c.p_holm:.3f})"
+                      if c.delta.testable else f"{c.label}: not testable" for c in sw.data.verdict.comparisons)
     return "\n".join(pass1_table(sw)).rstrip() + (
         f"\n\n{len(sw.runs)} runs at commit {prov.commits}, last logged {prov.last}; held-out pass@1 = avg@{sw.k} over "
         f"{len(next(iter(sw.scores.values())).ids)} sums never trained on, mean over seeds [95% t-interval]; step 0 is "
-        "the model before training. Curves, entropy, κ_eff and the comparisons: [docs/real_model.md](docs/real_model.md).")
+        f"the model before training. At step {max(max(p) for p in pass1_by_step(sw).values())}, in points: "
+        f"{comps or 'no principal comparison'}. Curves, entropy, κ_eff: [docs/real_model.md](docs/real_model.md).")
 
 
 def main(argv: list[str] | None = None) -> int:
