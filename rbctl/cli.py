@@ -199,6 +199,10 @@ def eval_(
     ),
     device: Optional[str] = typer.Option(None, "--device", help="auto, cpu, cuda, cuda:N (default: auto)."),
     dtype: Optional[str] = typer.Option(None, "--dtype", help="auto, float32, bfloat16, float16 (default: auto)."),
+    cpu_linear: Optional[str] = typer.Option(
+        None, "--cpu-linear", help="auto, torch, onednn: the kernel of float32 Linear layers on the CPU (default: auto = "
+        "oneDNN for a pretrained model on an AMD CPU, else torch's).",
+    ),
     debug: bool = DebugOpt,
 ) -> None:
     """Evaluate a model on AMC23, AIME24, AIME25, GSM8K or the built-in task.
@@ -218,7 +222,7 @@ def eval_(
         n=n, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, seed=seed, template=template,
         instruction=instruction, extraction=extraction, limit=limit, data_dir=str(data_dir) if data_dir else None, engine=engine,
         batch_size=batch_size, max_batch_tokens=max_batch_tokens, threads=threads, device=device, dtype=dtype,
-        benchmarks=[b.strip() for b in benchmarks.split(",") if b.strip()] if benchmarks is not None else None,
+        cpu_linear=cpu_linear, benchmarks=[b.strip() for b in benchmarks.split(",") if b.strip()] if benchmarks is not None else None,
     )
     cfg, note = eval_config(model, {k: v for k, v in options.items() if v is not None})
     try:

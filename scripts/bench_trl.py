@@ -324,7 +324,10 @@ def machine() -> str:
     import transformers
     import trl
 
-    return (f"{cpu}, {os.cpu_count()} cores, {platform.system()} {platform.machine()}, Python "
+    from rbctl.rollout.cpu_linear import cpu_vendor
+
+    isa = torch.backends.cpu.get_cpu_capability()  # the widest vector ISA torch's kernels use here
+    return (f"{cpu} ({cpu_vendor() or 'vendor unknown'}, {isa}), {os.cpu_count()} cores, {platform.system()} {platform.machine()}, Python "
             f"{platform.python_version()}, torch {torch.__version__}, transformers {transformers.__version__}, "
             f"trl {trl.__version__}")
 

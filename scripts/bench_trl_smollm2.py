@@ -18,6 +18,9 @@ The workload (one optimizer step = one batch, identical in both):
   default cadence (`kappa_eff_every`, printed): a forward pass TRL does not do;
 - the same reward: rbctl's math grader (`rbctl.grading`), called by TRL as its reward function;
 - training precision float32 in both, no gradient checkpointing (TRL's `MATCHED_WORK`, printed).
+  How each runs that work is its own and printed: rbctl's float32 Linear kernel (`model.cpu_linear`,
+  oneDNN on AMD CPUs by default; TRL: torch's matmul) and its micro-batches (configs/smollm2_gsm8k.yaml's
+  `algo.micro_batch_size`: the 16 sequences' gradient accumulated over forwards of 8; TRL: one forward).
   rbctl samples in `rollout.dtype` (printed; `bfloat16` samples from a bf16 copy of the policy,
   whose log-probs differ from the float32 trainer's by the printed `rollout/logprob_diff`).
 
@@ -110,8 +113,11 @@ def optimizer_name(opt) -> str:
 
 
 def run_rbctl(args, model_dir: Path, bf16_sampling: bool = False) -> dict:
+    import torch
+
     import rbctl.rollout.hf as hf
     import rbctl.train.trainer as trainer
+    from rbctl.rollout.cpu_linear import resolve_cpu_linear
     from rbctl.train.loop import train
 
     _set_threads(args.threads)
@@ -147,7 +153,9 @@ def run_rbctl(args, model_dir: Path, bf16_sampling: bool = False) -> dict:
         row["step_s"] = t1 - t0
     return {"steps": rows, "peak_rss_mib": _peak_rss_mib(),
             "settings": {"kappa_eff_every": cfg.kappa_eff_every, "rollout.dtype": cfg.rollout.dtype,
-                         "model.precision": cfg.model.precision} | made}
+                         "model.precision": cfg.model.precision,
+                         "model.cpu_linear": resolve_cpu_linear(cfg.model.cpu_linear, torch.device("cpu"), builtin=False),
+                         "algo.micro_batch_size": cfg.algo.micro_batch_size} | made}
 
 
 def trl_config(cfg, out_dir: str):
@@ -213,7 +221,9 @@ def run_trl(args, model_dir: Path) -> dict:
         row["step_s"] = t1 - t0
     return {"steps": rows, "peak_rss_mib": _peak_rss_mib(),
             "settings": {k: getattr(targs, k) for k in MATCHED_WORK} | {"optim": getattr(targs.optim, "value", targs.optim),
-                                                                       "optimizer": optimizer_name(opt)}}
+                                                                       "optimizer": optimizer_name(opt),
+                                                                       "linear kernel": "torch (F.linear)",
+                                                                       "per_device_train_batch_size": targs.per_device_train_batch_size}}
 
 
 def run_matmul(args) -> dict:

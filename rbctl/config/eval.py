@@ -101,6 +101,10 @@ class EvalConfig(EvalSection):
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto", description="Weights dtype when loading; auto = bfloat16 on GPUs that support it, else float32.",
     )
+    cpu_linear: Literal["auto", "torch", "onednn"] = Field(
+        "auto", description="Kernel of float32 Linear layers on the CPU (as model.cpu_linear in training): auto = "
+        "oneDNN for a pretrained model on an AMD CPU, else torch's matmul.",
+    )
     threads: int = Field(0, ge=0, description="torch CPU threads; 0 = torch's default.")
 
 

@@ -35,6 +35,7 @@ class ModelCfg(Section):
     gradient_checkpointing: bool = Field(False, description="Trade compute for activation memory on large models.")
     precision: Literal["auto", "bf16-mixed", "fp32", "bf16-pure"] = Field("auto", description="Training precision: bf16-mixed = float32 trainable weights (master copy) with bf16 autocast forwards; fp32; bf16-pure = weights as loaded, no autocast (warned for full-parameter AdamW: small updates round away); auto = bf16-mixed on CUDA, fp32 on CPU.")
     lora: Optional[LoraCfg] = Field(None, description="Train LoRA adapters (peft) instead of all weights; the KL reference is then the adapter-disabled base.")
+    cpu_linear: Literal["auto", "torch", "onednn"] = Field("auto", description="Kernel of float32 Linear layers on the CPU: torch = torch's matmul (MKL's sgemm on x86); onednn = oneDNN's float32 gemm, forward and backward (the same precision, rounding apart; about twice MKL's rate on AMD CPUs, where MKL takes its generic path); auto = onednn for a pretrained model on an AMD CPU, else torch (the built-in policies, and FSDP, stay on torch). rbctl.rollout.cpu_linear.")
     fsdp: bool = Field(False, description="Shard parameters, gradients and AdamW state over the processes of `rbctl train --nproc N` / torchrun (FSDP2, fully_shard per decoder layer); hf rollouts gather the full parameters. Not with model.lora, rollout.engine vllm or rollout.dtype bfloat16 yet (docs/scaling.md).")
 
 
@@ -209,7 +210,8 @@ class TrainConfig(Section):
         if self.algo.entropy.mode == "static" and self.algo.entropy.alpha <= 0:
             raise ValueError("algo.entropy.alpha must be > 0 when algo.entropy.mode is 'static'")
         clash = [k for k, on in (("model.lora", self.model.lora is not None), ("rollout.engine vllm", self.rollout.engine == "vllm"),
-                                 ("rollout.dtype bfloat16", self.rollout.dtype == "bfloat16")) if on]
+                                 ("rollout.dtype bfloat16", self.rollout.dtype == "bfloat16"),
+                                 ("model.cpu_linear onednn", self.model.cpu_linear == "onednn")) if on]
         if self.model.fsdp and clash:
             raise ValueError(f"model.fsdp does not combine with {clash[0]} yet (docs/scaling.md): set model.fsdp false")
         return self

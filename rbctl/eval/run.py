@@ -182,7 +182,7 @@ def run_eval(
         check_writable(out_dir, samples_bytes(cfg, problems))
     if note:
         console.print(note, highlight=False)
-    opts = dict(device=cfg.device, dtype=cfg.dtype, log=console.print)
+    opts = dict(device=cfg.device, dtype=cfg.dtype, cpu_linear=cfg.cpu_linear, log=console.print)
     ckpt_step = None
     if candidates:
         ck, policy = load_first_intact(candidates, **opts)

@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from rbctl.errors import UserError
+from rbctl.rollout.cpu_linear import resolve_cpu_linear, use_cpu_linear
 from rbctl.store.checkpoint import (ADAPTER_CONFIG, Checkpoint, adapter_weights, checkpoint_weights, first_intact,
                                     run_checkpoints, verify_model_files)
 from rbctl.store.rundir import builtin_task_record, is_run_dir
@@ -28,6 +29,7 @@ class LoadedPolicy:
     tokenizer: object
     source: str  # what was loaded, resolved (a path or hub id)
     builtin: str | None  # a built-in policy's task ('links', 'fixpoint', 'maze': its prompt format), else None
+    cpu_linear: str = "torch"  # the kernel of its float32 Linear layers on the CPU (rbctl.rollout.cpu_linear)
 
 
 def resolve_device(device: str) -> torch.device:
@@ -143,6 +145,7 @@ def load_policy(
     builtin_warm_start=None,
     builtin_shipped: str | None = None,
     step: int | None = None,
+    cpu_linear: str = "auto",
     log=print,
 ) -> LoadedPolicy:
     """Load model and tokenizer. `builtin` loads the shipped warm start `builtin_shipped`, or trains
@@ -150,12 +153,13 @@ def load_policy(
 
     A run directory loads its checkpoint `step`, or its newest checkpoint that verifies as it is
     read (a corrupted one is skipped with a warning through `log`). A `Checkpoint` (chosen by the
-    caller) is loaded as it is: a corrupted one raises `CorruptCheckpoint`."""
+    caller) is loaded as it is: a corrupted one raises `CorruptCheckpoint`. `cpu_linear`: the kernel
+    of the float32 Linear layers on the CPU (`rbctl.rollout.cpu_linear`; resolved in the result)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if isinstance(name_or_path, str) and name_or_path != "builtin" and is_run_dir(Path(name_or_path).expanduser()):
         candidates = run_checkpoints(Path(name_or_path).expanduser(), step, log)
-        return load_first_intact(candidates, device=device, dtype=dtype, log=log)[1]
+        return load_first_intact(candidates, device=device, dtype=dtype, cpu_linear=cpu_linear, log=log)[1]
     gguf, ck = None, None
     if isinstance(name_or_path, Checkpoint):
         ck, src = name_or_path, str(name_or_path.model_dir)
@@ -195,8 +199,10 @@ def load_policy(
         tokenizer.pad_token = tokenizer.eos_token
     model.to(dev)
     record = builtin_task_record(Path(src))
+    kernel = resolve_cpu_linear(cpu_linear, dev, builtin=record is not None)
+    use_cpu_linear(model, kernel)
     return LoadedPolicy(model=model, tokenizer=tokenizer, source=src + (f"/{gguf}" if gguf else ""),
-                        builtin=None if record is None else record.get("kind", "links"))
+                        builtin=None if record is None else record.get("kind", "links"), cpu_linear=kernel)
 
 
 def load_first_intact(candidates: list[Checkpoint], log=print, **opts) -> tuple[Checkpoint, LoadedPolicy]:

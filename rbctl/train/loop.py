@@ -64,7 +64,7 @@ def _train(cfg: TrainConfig, run_dir: Path, force: bool, extend: bool, progress:
         for name in (METRICS, SAMPLES, EVAL_LINES):
             truncate_jsonl(run_dir / name, lambda r: start > 0 and r.get("step", 0) <= start)
         if start == 0 or not (run_dir / PROVENANCE).exists():
-            prov = {**provenance(cfg, tr.device), "world_size": tr.dist.world}
+            prov = {**provenance(cfg, tr.device), "world_size": tr.dist.world, "cpu_linear": tr.cpu_linear}
             write_provenance(run_dir, prov)
     if start >= cfg.steps:
         log(f"run {run_dir} is already complete ({start} steps)")

@@ -14,6 +14,7 @@ from rbctl import __version__
 from rbctl.config.base import dump_config
 from rbctl.config.train import TrainConfig, read_run_config
 from rbctl.errors import UserError
+from rbctl.rollout.cpu_linear import cpu_vendor
 from rbctl.store.atomic import write_atomic
 from rbctl.store.read import check_run_format
 from rbctl.store.rundir import CHECKPOINTS, CONFIG, METRICS, kept_config_path
@@ -39,6 +40,7 @@ def provenance(cfg: TrainConfig, device: torch.device) -> dict:
         "platform": platform.platform(),
         "device": str(device),
         "cuda": torch.cuda.get_device_name(0) if device.type == "cuda" else None,
+        "cpu_vendor": cpu_vendor() or None,
         "threads": torch.get_num_threads(),
         "seed": cfg.seed,
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

@@ -83,11 +83,13 @@ class Trainer:
         device = cfg.model.device
         if self.dist.enabled and torch.cuda.is_available() and device in ("auto", "cuda"):
             device = f"cuda:{self.dist.local_rank}"
-        self.load_kwargs = dict(device=device, dtype=cfg.model.dtype, log=self.log,
+        cpu_linear = "torch" if cfg.model.fsdp else cfg.model.cpu_linear  # FSDP's shards: torch's kernels
+        self.load_kwargs = dict(device=device, dtype=cfg.model.dtype, cpu_linear=cpu_linear, log=self.log,
                                 builtin_task=task_spec(cfg), builtin_warm_start=warm_start_spec(cfg),
                                 builtin_shipped=cfg.data.builtin.warm_start)
         base = load_policy(cfg.model.name, **self.load_kwargs)
         self.base_source, self.builtin, self.tokenizer = base.source, base.builtin, base.tokenizer
+        self.cpu_linear = base.cpu_linear  # the Linear layers' CPU kernel, resolved (provenance.json)
         self.device = next(base.model.parameters()).device
         self.precision = resolve_precision(cfg.model.precision, self.device)
         self.lora = cfg.model.lora is not None

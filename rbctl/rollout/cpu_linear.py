@@ -1,0 +1,114 @@
+"""Which kernel runs a float32 model's Linear layers on the CPU (`model.cpu_linear`, `rbctl eval --cpu-linear`).
+
+torch's float32 matmul on x86 is MKL's sgemm. On AMD CPUs MKL takes its generic code path: on the
+2-core AMD EPYC (Zen 5, AVX-512) of docs/performance.md it ran SmolLM2-135M's layer shapes at
+70–95 GFLOP/s on one thread, where oneDNN's float32 gemm (also in every torch CPU build) ran them at
+120–205 (`python -m scripts.bench_cpu_linear`). The work and the precision are the same: float32
+inputs, weights, accumulation and outputs; results differ from MKL's by summation-order rounding
+(~1e-6 relative), as MKL's own do across thread counts.
+
+- `torch`: every Linear calls `torch.nn.functional.linear`.
+- `onednn`: a model's Linear layers call oneDNN (`torch.ops.mkldnn._linear_pointwise`) for float32 CPU
+  inputs outside autocast, with their gradients by oneDNN too (`_OneDNNLinear`); anything else (bf16,
+  CUDA, autocast) falls back to `torch.nn.functional.linear` at the call.
+- `auto`: `onednn` for a pretrained model on an AMD CPU, else `torch`. The built-in policies stay on
+  `torch`: their layers are 64–1024 wide, where oneDNN's ~20 µs call overhead costs more than it saves
+  at decode time, and their documented results stay reproducible as they were measured.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import torch.nn.functional as F
+
+from rbctl.errors import UserError
+
+CPU_LINEAR_KERNELS = ("auto", "torch", "onednn")
+
+
+@functools.cache
+def cpu_vendor() -> str:
+    """The CPU's vendor id (/proc/cpuinfo), e.g. "AuthenticAMD"; "" where it cannot be read."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
+def onednn_available() -> bool:
+    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+
+def resolve_cpu_linear(kernel: str, device: torch.device, builtin: bool) -> str:
+    """`auto` → "onednn" for a pretrained model (not `builtin`) on an AMD CPU with oneDNN, else "torch"."""
+    if kernel not in CPU_LINEAR_KERNELS:
+        raise UserError(f"model.cpu_linear: {kernel!r} is not one of {', '.join(CPU_LINEAR_KERNELS)}")
+    if kernel == "onednn" and not onednn_available():
+        raise UserError("model.cpu_linear onednn: this torch build has no oneDNN (torch.backends.mkldnn); use torch")
+    if kernel != "auto":
+        return kernel
+    amd = cpu_vendor() == "AuthenticAMD"
+    return "onednn" if device.type == "cpu" and not builtin and amd and onednn_available() else "torch"
+
+
+def _onednn(x, w, b):
+    return torch.ops.mkldnn._linear_pointwise(x, w, b, "none", [], "")
+
+
+class _OneDNNLinear(torch.autograd.Function):
+    """y = x Wᵀ + b, forward and backward by oneDNN's float32 gemm."""
+
+    @staticmethod
+    def forward(ctx, x, w, b):
+        ctx.save_for_backward(x, w)
+        ctx.has_bias = b is not None
+        return _onednn(x, w, b)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, w = ctx.saved_tensors
+        g = grad.reshape(-1, grad.shape[-1])
+        gx = gw = gb = None
+        if ctx.needs_input_grad[0]:
+            gx = _onednn(g, w.t(), None).reshape(x.shape)  # g W
+        if ctx.needs_input_grad[1]:
+            gw = _onednn(g.t(), x.reshape(-1, x.shape[-1]).t(), None)  # gᵀ x
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            gb = g.sum(0)
+        return gx, gw, gb
+
+
+def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+    """`F.linear(x, w, b)`, by oneDNN where x and w are float32 CPU tensors outside autocast."""
+    if (x.dtype != torch.float32 or w.dtype != torch.float32 or not x.is_cpu or not w.is_cpu or x.numel() == 0
+            or (b is not None and b.dtype != torch.float32) or torch.is_autocast_enabled("cpu")):
+        return F.linear(x, w, b)
+    if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad or (b is not None and b.requires_grad)):
+        return _OneDNNLinear.apply(x, w, b)
+    return _onednn(x, w, b)
+
+
+class OneDNNLinear(torch.nn.Linear):
+    """An `nn.Linear` whose forward is `linear` above (what `use_cpu_linear` swaps a layer's class to)."""
+
+    def forward(self, x):
+        return linear(x, self.weight, self.bias)
+
+
+def use_cpu_linear(model: torch.nn.Module, kernel: str) -> int:
+    """Route the plain `nn.Linear` layers of `model` through `kernel` ("torch" or "onednn"; resolved);
+    returns how many layers run on oneDNN. The swap keeps the layers' parameters and state dict."""
+    n = 0
+    for module in model.modules():
+        if kernel == "onednn" and type(module) is torch.nn.Linear:
+            module.__class__ = OneDNNLinear
+        elif kernel == "torch" and type(module) is OneDNNLinear:
+            module.__class__ = torch.nn.Linear
+        n += type(module) is OneDNNLinear
+    return n
