@@ -20,7 +20,10 @@ from pydantic import Field, ValidationError
 
 from rbctl.config.base import Section
 from rbctl.errors import UserError
+from rbctl.grading.extract import EXTRACTION_MODES
 from rbctl.tasks.prompting import MATH_INSTRUCTION
+
+CPU_LINEAR_KERNELS = ("auto", "torch", "onednn")  # model.cpu_linear / eval cpu_linear (rbctl.rollout.cpu_linear)
 
 
 DEFAULT_BENCHMARKS = ("amc23", "aime24", "aime25")
@@ -91,7 +94,7 @@ class EvalConfig(EvalSection):
         "tokenizer has a chat template, else plain.",
     )
     instruction: str = Field(MATH_INSTRUCTION, description="Sentence appended to each problem (chat/plain templates).")
-    extraction: Literal["final", "last_number"] = Field(
+    extraction: Literal[EXTRACTION_MODES] = Field(
         "final", description="How the math grader finds an answer: final = the last \\boxed{}, else a final-answer "
         "phrase (docs/method.md, \"Answer extraction\"); last_number = then, without either, the completion's last "
         "number (lm-evaluation-harness's GSM8K flexible-extract). Not used by benchmarks with their own extractor.",
@@ -101,7 +104,7 @@ class EvalConfig(EvalSection):
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto", description="Weights dtype when loading; auto = bfloat16 on GPUs that support it, else float32.",
     )
-    cpu_linear: Literal["auto", "torch", "onednn"] = Field(
+    cpu_linear: Literal[CPU_LINEAR_KERNELS] = Field(
         "auto", description="Kernel of float32 Linear layers on the CPU (as model.cpu_linear in training): auto = "
         "oneDNN for a pretrained model on an AMD CPU, else torch's matmul.",
     )

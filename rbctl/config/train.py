@@ -16,8 +16,9 @@ from rbctl import algo
 from rbctl.algo.losses import LOSS_AGG
 from rbctl.config.base import Section, apply_overrides, read_yaml, validate
 from rbctl.config.builtin import TASK_DOC, BuiltinCfg, default_section
+from rbctl.config.eval import CPU_LINEAR_KERNELS, EvalConfig, EvalSection
 from rbctl.config.methods import at_most_problems, block_fields, check_selection, fill_selected, hook_fields
-from rbctl.config.eval import EvalConfig, EvalSection
+from rbctl.grading.extract import EXTRACTION_MODES
 from rbctl.tasks.prompting import MATH_INSTRUCTION
 
 
@@ -35,7 +36,7 @@ class ModelCfg(Section):
     gradient_checkpointing: bool = Field(False, description="Trade compute for activation memory on large models.")
     precision: Literal["auto", "bf16-mixed", "fp32", "bf16-pure"] = Field("auto", description="Training precision: bf16-mixed = float32 trainable weights (master copy) with bf16 autocast forwards; fp32; bf16-pure = weights as loaded, no autocast (warned for full-parameter AdamW: small updates round away); auto = bf16-mixed on CUDA, fp32 on CPU.")
     lora: Optional[LoraCfg] = Field(None, description="Train LoRA adapters (peft) instead of all weights; the KL reference is then the adapter-disabled base.")
-    cpu_linear: Literal["auto", "torch", "onednn"] = Field("auto", description="Kernel of float32 Linear layers on the CPU: torch = torch's matmul (MKL's sgemm on x86); onednn = oneDNN's float32 gemm, forward and backward (the same precision, rounding apart; about twice MKL's rate on AMD CPUs, where MKL takes its generic path); auto = onednn for a pretrained model on an AMD CPU, else torch (the built-in policies, and FSDP, stay on torch). rbctl.rollout.cpu_linear.")
+    cpu_linear: Literal[CPU_LINEAR_KERNELS] = Field("auto", description="Kernel of float32 Linear layers on the CPU: torch = torch's matmul (MKL's sgemm on x86); onednn = oneDNN's float32 gemm, forward and backward (the same precision, rounding apart; about twice MKL's rate on AMD CPUs, where MKL takes its generic path); auto = onednn for a pretrained model on an AMD CPU, else torch (the built-in policies, and FSDP, stay on torch). rbctl.rollout.cpu_linear.")
     fsdp: bool = Field(False, description="Shard parameters, gradients and AdamW state over the processes of `rbctl train --nproc N` / torchrun (FSDP2, fully_shard per decoder layer); hf rollouts gather the full parameters. Not with model.lora, rollout.engine vllm or rollout.dtype bfloat16 yet (docs/scaling.md).")
 
 
@@ -47,7 +48,7 @@ class DataCfg(Section):
     answer_field: str = Field("answer", description="Record field holding the gold answer (dotted path allowed).")
     template: Literal["auto", "chat", "plain", "builtin"] = Field("auto", description="Prompt template: auto = builtin for the built-in policy, else the chat template if the tokenizer has one, else plain.")
     instruction: str = Field(MATH_INSTRUCTION, description="Appended to each problem (not used by the built-in task).")
-    extraction: Literal["final", "last_number"] = Field(
+    extraction: Literal[EXTRACTION_MODES] = Field(
         "final", description="How the math grader finds the answer the reward grades (and the run's evaluations): final = "
         "the last \\boxed{}, else a final-answer phrase; last_number = then, without either, the completion's last number "
         "(docs/method.md, \"Answer extraction\"). Not used by the built-in task.",

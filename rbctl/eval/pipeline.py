@@ -284,7 +284,8 @@ def _summarize(name, probs, lines, n, source, step, protocol) -> dict:
     from types import SimpleNamespace
 
     from rbctl.grading.metrics import summarize
-    from rbctl.grading.verify import EXTRACTIONS, STATUSES, answers_equivalent
+    from rbctl.grading.extract import extraction_kinds
+    from rbctl.grading.verify import STATUSES, answers_equivalent
 
     rows = [lines[i * n:(i + 1) * n] for i in range(len(probs))]
     correct = np.array([[x["correct"] for x in per] for per in rows], dtype=bool)  # [P, n]
@@ -293,7 +294,7 @@ def _summarize(name, probs, lines, n, source, step, protocol) -> dict:
         equivalent = str.__eq__
         kinds = ("task", "none")
     else:
-        kinds = tuple(k for k in EXTRACTIONS if k != "number" or protocol.get("answer_extraction") == "last_number")
+        kinds = extraction_kinds(protocol.get("answer_extraction", "final"))
         timeout = protocol["grader_timeout_s"]
         equivalent = lambda a, b: answers_equivalent(a, b, timeout_s=timeout)  # noqa: E731
     metrics = summarize(correct, answers, equivalent=equivalent)

@@ -296,6 +296,11 @@ EXTRACTION_POLICY = {
 
 
 
+def extraction_kinds(mode: str = "final") -> tuple[str, ...]:
+    """The `EXTRACTIONS` kinds extraction ``mode`` can give ("number" only under last_number)."""
+    return tuple(k for k in EXTRACTIONS if k != "number" or mode == "last_number")
+
+
 def extraction_policy(mode: str = "final") -> dict[str, str]:
     """`EXTRACTION_POLICY` for extraction ``mode`` (EXTRACTION_MODES): last_number adds its step."""
     if mode == "final":

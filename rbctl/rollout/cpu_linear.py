@@ -23,9 +23,8 @@ import functools
 import torch
 import torch.nn.functional as F
 
+from rbctl.config.eval import CPU_LINEAR_KERNELS
 from rbctl.errors import UserError
-
-CPU_LINEAR_KERNELS = ("auto", "torch", "onednn")
 
 
 @functools.cache
@@ -57,7 +56,8 @@ def resolve_cpu_linear(kernel: str, device: torch.device, builtin: bool) -> str:
     return "onednn" if device.type == "cpu" and not builtin and amd and onednn_available() else "torch"
 
 
-def _onednn(x, w, b):
+def onednn_gemm(x, w, b):
+    """x Wᵀ + b by oneDNN's float32 gemm (no autograd; strided x and W are read as they are)."""
     return torch.ops.mkldnn._linear_pointwise(x, w, b, "none", [], "")
 
 
@@ -68,7 +68,7 @@ class _OneDNNLinear(torch.autograd.Function):
     def forward(ctx, x, w, b):
         ctx.save_for_backward(x, w)
         ctx.has_bias = b is not None
-        return _onednn(x, w, b)
+        return onednn_gemm(x, w, b)
 
     @staticmethod
     def backward(ctx, grad):
@@ -76,9 +76,9 @@ class _OneDNNLinear(torch.autograd.Function):
         g = grad.reshape(-1, grad.shape[-1])
         gx = gw = gb = None
         if ctx.needs_input_grad[0]:
-            gx = _onednn(g, w.t(), None).reshape(x.shape)  # g W
+            gx = onednn_gemm(g, w.t(), None).reshape(x.shape)  # g W
         if ctx.needs_input_grad[1]:
-            gw = _onednn(g.t(), x.reshape(-1, x.shape[-1]).t(), None)  # gᵀ x
+            gw = onednn_gemm(g.t(), x.reshape(-1, x.shape[-1]).t(), None)  # gᵀ x
         if ctx.has_bias and ctx.needs_input_grad[2]:
             gb = g.sum(0)
         return gx, gw, gb
@@ -91,7 +91,7 @@ def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Te
         return F.linear(x, w, b)
     if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad or (b is not None and b.requires_grad)):
         return _OneDNNLinear.apply(x, w, b)
-    return _onednn(x, w, b)
+    return onednn_gemm(x, w, b)
 
 
 class OneDNNLinear(torch.nn.Linear):

