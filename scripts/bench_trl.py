@@ -236,17 +236,21 @@ def run_trl(steps: int, threads: int) -> dict:
             "extra_forwards": extra_forward_passes(cfg, "trl")}
 
 
-def run_matmul(threads: int, reps: int = 5, dtype: str = "float32") -> dict:
-    """FLOP/s of a MATMUL_N³ torch.mm in `dtype`, median of `reps`."""
+def run_matmul(threads: int, reps: int = 5, dtype: str = "float32", kernel: str = "torch") -> dict:
+    """FLOP/s of a MATMUL_N³ product in `dtype`, median of `reps`: torch.mm, or (`kernel` "onednn",
+    float32) oneDNN's gemm, the one `model.cpu_linear: onednn` runs."""
     import torch
+
+    from rbctl.rollout.cpu_linear import onednn_gemm
 
     _set_threads(threads)
     a, b = (torch.randn(MATMUL_N, MATMUL_N, dtype=getattr(torch, dtype)) for _ in range(2))
-    torch.mm(a, b)
+    mm = torch.mm if kernel == "torch" else (lambda x, y: onednn_gemm(x, y, None))
+    mm(a, b)
     times = []
     for _ in range(reps):
         t = time.perf_counter()
-        torch.mm(a, b)
+        mm(a, b)
         times.append(time.perf_counter() - t)
     return {"flops": 2 * MATMUL_N**3 / statistics.median(times)}
 

@@ -227,8 +227,20 @@ def run_trl(args, model_dir: Path) -> dict:
 
 
 def run_matmul(args) -> dict:
-    """GFLOP/s of a 2048³ torch.mm in float32 and in bfloat16."""
-    return {dtype: bench_trl.run_matmul(args.threads, dtype=dtype)["flops"] / 1e9 for dtype in ("float32", "bfloat16")}
+    """GFLOP/s of a 2048³ torch.mm in float32 and in bfloat16, and of oneDNN's float32 gemm."""
+    rates = {dtype: bench_trl.run_matmul(args.threads, dtype=dtype)["flops"] / 1e9 for dtype in ("float32", "bfloat16")}
+    return rates | {"onednn_float32": bench_trl.run_matmul(args.threads, kernel="onednn")["flops"] / 1e9}
+
+
+def decode_flops_per_token(model_dir: Path) -> float:
+    """FLOP of one sampled token's matmuls: 2 × the weights a token passes through (the layers' and the
+    LM head's; attention over the context, a few % at these lengths, left out)."""
+    import json as _json
+
+    c = _json.loads((model_dir / "config.json").read_text())
+    h, i, layers, v = c["hidden_size"], c["intermediate_size"], c["num_hidden_layers"], c["vocab_size"]
+    kv = h // c["num_attention_heads"] * c.get("num_key_value_heads", c["num_attention_heads"])
+    return 2.0 * (layers * (2 * h * h + 2 * h * kv + 3 * h * i) + h * v)
 
 
 def spawn(kind: str, args, model_dir: Path) -> dict:
@@ -333,6 +345,14 @@ def report(args, model_dir: Path, table) -> None:
               f"{med(res['rbctl'], 'kappa_eff_s'):.1f} s | {rss} | "
               f"{statistics.median(m['float32'] for m in mm):.0f} / {statistics.median(m['bfloat16'] for m in mm):.0f} |")
     print()
+    per_token = decode_flops_per_token(model_dir)
+    for threads, res, mm in table:  # the sampling rate against the matmul-bound limit of decoding
+        rates = " / ".join(f"{statistics.median(m[k] for m in mm) * 1e9 / per_token:.0f}" if all(k in m for m in mm) else "–"
+                           for k in ("float32", "onednn_float32"))
+        print(f"threads {threads}: sampling rbctl {med(res['rbctl'], 'rollout_tokens') / med(res['rbctl'], 'rollout_s'):.0f} "
+              f"tok/s, TRL {med(res['trl'], 'rollout_tokens') / med(res['trl'], 'rollout_s'):.0f} tok/s (rollout phase: "
+              f"prefill, decoding and grading); compute limit of decoding {rates} tok/s at the float32 matmul rate of "
+              f"torch.mm / oneDNN ({per_token / 1e9:.2f} GFLOP a token)")
     for threads, res, _ in table:
         print(f"threads {threads}: rollout tokens per step " + ", ".join(f"{LABELS[fw]} {med(res[fw], 'rollout_tokens'):.0f}" for fw in res)
               + f"; TRL prompt tokens per step {med(res['trl'], 'prompt_tokens'):.0f}, rbctl's prompts at every step: "

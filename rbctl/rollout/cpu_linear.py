@@ -1,11 +1,11 @@
 """Which kernel runs a float32 model's Linear layers on the CPU (`model.cpu_linear`, `rbctl eval --cpu-linear`).
 
 torch's float32 matmul on x86 is MKL's sgemm. On AMD CPUs MKL takes its generic code path: on the
-2-core AMD EPYC (Zen 5, AVX-512) of docs/performance.md it ran SmolLM2-135M's layer shapes at
-70–95 GFLOP/s on one thread, where oneDNN's float32 gemm (also in every torch CPU build) ran them at
-120–205 (`python -m scripts.bench_cpu_linear`). The work and the precision are the same: float32
-inputs, weights, accumulation and outputs; results differ from MKL's by summation-order rounding
-(~1e-6 relative), as MKL's own do across thread counts.
+2-core AMD EPYC (AVX-512) of docs/performance.md, one thread, SmolLM2-135M's training shapes (1024
+rows) ran at 77–96 GFLOP/s under MKL and 134–218 under oneDNN's float32 gemm (also in every torch CPU
+build), its decode shapes (16 rows) at 15–83 and 17–174 (`python -m scripts.bench_cpu_linear`). The
+work and the precision are the same: float32 inputs, weights, accumulation and outputs; results
+differ from MKL's by summation-order rounding (≤ 1.1e-6 of the largest output there).
 
 - `torch`: every Linear calls `torch.nn.functional.linear`.
 - `onednn`: a model's Linear layers call oneDNN (`torch.ops.mkldnn._linear_pointwise`) for float32 CPU

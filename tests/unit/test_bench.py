@@ -89,3 +89,18 @@ def test_real_model_bench_gives_trl_the_work_rbctl_does(tmp_path):
     assert (t.beta, t.num_iterations, t.loss_type) == (0.0, cfg.algo.ppo_epochs, "grpo")
     assert cfg.algo.kl_coef == 0 and not cfg.algo.log_kl and cfg.algo.estimator == "grpo" and cfg.algo.budget is None
     assert cfg.algo.loss_agg == "seq-mean-token-mean" and cfg.kappa_eff_every == 1
+    # the config's micro-batches hold whole groups (the shared-prompt forward) and split the batch
+    assert cfg.algo.micro_batch_size == 8 and 8 % cfg.rollout.group_size == 0 and t.per_device_train_batch_size % 8 == 0
+
+
+def test_the_decode_compute_limit_counts_every_weight_a_token_passes_through(tmp_path):
+    import json
+
+    from scripts.bench_trl_smollm2 import decode_flops_per_token
+
+    smollm2 = {"hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30, "vocab_size": 49152,
+               "num_attention_heads": 9, "num_key_value_heads": 3}
+    (tmp_path / "config.json").write_text(json.dumps(smollm2))
+    # per layer q, o 576² + k, v 576·192 + gate, up, down 576·1536; the tied LM head 576·49152
+    assert decode_flops_per_token(tmp_path) == 2 * (30 * (2 * 576**2 + 2 * 576 * 192 + 3 * 576 * 1536) + 576 * 49152)
+    assert round(decode_flops_per_token(tmp_path) / 1e9, 3) == 0.269
