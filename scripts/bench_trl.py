@@ -316,22 +316,16 @@ def summarise(runs: list[dict], warmup: int, matmul_flops: float) -> dict:
 
 
 def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    """The CPU (scripts.readme_results.cpu_description: model, CPUs, vector ISA flags), the vector ISA
+    torch's kernels use, and the software versions."""
     import torch
     import transformers
     import trl
 
-    from rbctl.rollout.cpu_linear import cpu_vendor
+    from scripts.readme_results import cpu_description
 
-    isa = torch.backends.cpu.get_cpu_capability()  # the widest vector ISA torch's kernels use here
-    return (f"{cpu} ({cpu_vendor() or 'vendor unknown'}, {isa}), {os.cpu_count()} cores, {platform.system()} {platform.machine()}, Python "
+    return (f"{cpu_description()}; torch kernels {torch.backends.cpu.get_cpu_capability()}; {platform.system()} "
+            f"{platform.machine()}, Python "
             f"{platform.python_version()}, torch {torch.__version__}, transformers {transformers.__version__}, "
             f"trl {trl.__version__}")
 

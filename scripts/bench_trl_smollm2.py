@@ -113,11 +113,9 @@ def optimizer_name(opt) -> str:
 
 
 def run_rbctl(args, model_dir: Path, bf16_sampling: bool = False) -> dict:
-    import torch
-
     import rbctl.rollout.hf as hf
     import rbctl.train.trainer as trainer
-    from rbctl.rollout.cpu_linear import resolve_cpu_linear
+    from rbctl.store.rundir import PROVENANCE
     from rbctl.train.loop import train
 
     _set_threads(args.threads)
@@ -149,12 +147,13 @@ def run_rbctl(args, model_dir: Path, bf16_sampling: bool = False) -> dict:
     with tempfile.TemporaryDirectory() as d:
         start = time.perf_counter()
         train(cfg, Path(d) / "run", progress=False, log=lambda *a: None, on_step=on_step)
+        ran = json.loads((Path(d) / "run" / PROVENANCE).read_text())  # what the run resolved and recorded
     for row, t0, t1 in zip(rows, [start] + ends, ends):
         row["step_s"] = t1 - t0
     return {"steps": rows, "peak_rss_mib": _peak_rss_mib(),
             "settings": {"kappa_eff_every": cfg.kappa_eff_every, "rollout.dtype": cfg.rollout.dtype,
                          "model.precision": cfg.model.precision,
-                         "model.cpu_linear": resolve_cpu_linear(cfg.model.cpu_linear, torch.device("cpu"), builtin=False),
+                         "model.cpu_linear": ran["cpu_linear"],
                          "algo.micro_batch_size": cfg.algo.micro_batch_size} | made}
 
 
@@ -235,9 +234,7 @@ def run_matmul(args) -> dict:
 def decode_flops_per_token(model_dir: Path) -> float:
     """FLOP of one sampled token's matmuls: 2 × the weights a token passes through (the layers' and the
     LM head's; attention over the context, a few % at these lengths, left out)."""
-    import json as _json
-
-    c = _json.loads((model_dir / "config.json").read_text())
+    c = json.loads((model_dir / "config.json").read_text())
     h, i, layers, v = c["hidden_size"], c["intermediate_size"], c["num_hidden_layers"], c["vocab_size"]
     kv = h // c["num_attention_heads"] * c.get("num_key_value_heads", c["num_attention_heads"])
     return 2.0 * (layers * (2 * h * h + 2 * h * kv + 3 * h * i) + h * v)
