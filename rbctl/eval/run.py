@@ -19,6 +19,10 @@ from rbctl.store.rundir import CONFIG, EVAL_DIR, RUNS_ROOT, final_eval_dir, is_r
 # when the command line does not say otherwise: so that the score and the run's curve are measured
 # alike, on the same problems (`limit`: the curve's subset; --limit overrides it).
 RUN_PROTOCOL_KEYS = ("benchmarks", "n", "temperature", "top_p", "max_new_tokens", "template", "instruction", "extraction", "limit")
+# ... and how the run computed: its seed, torch threads (torch's default, one thread per core,
+# spins on a busy machine: `rbctl eval` of the fixpoint run took 34 s against 14 s at the run's 1
+# thread), device, Linear kernel, and precision (`run_settings`).
+RUN_SETTING_KEYS = ("seed", "threads", "device", "cpu_linear", "dtype", "precision")
 PUBLISHED_DEFAULTS = ("greedy at n=1, else temperature 0.6 and top-p 0.95 (DeepSeek-R1); "
                       f"at most {DEFAULT_MAX_NEW_TOKENS} new tokens ({BUILTIN_MAX_NEW_TOKENS} for the built-in policy)")
 
@@ -41,10 +45,26 @@ def eval_config(model: str, options: dict) -> tuple[EvalConfig, str]:
         return build_config(**options), f"protocol: the published defaults where not given ({cfg_path} unreadable: {first})"
     periodic = for_run(run_cfg.eval, run_cfg)
     taken = [k for k in RUN_PROTOCOL_KEYS if k not in options]
-    cfg = build_config(**{k: getattr(periodic, k) for k in taken}, **options)
+    settings = {k: v for k, v in run_settings(run_cfg).items() if k not in options}
+    if "dtype" in options:  # weights in the dtype asked for, without the run's autocast
+        settings.pop("precision", None)
+    cfg = build_config(**{k: getattr(periodic, k) for k in taken}, **settings, **options)
     note = (f"protocol: the run's periodic evaluation ({cfg_path}, eval:) for {', '.join(taken)}; "
             "options given on the command line override it") if taken else "protocol: as given on the command line"
+    if settings:
+        note += "\n" + "settings: the run's " + ", ".join(f"{k} {v}" for k, v in settings.items())
     return cfg, note
+
+
+def run_settings(run_cfg) -> dict:
+    """How a run computed, as `rbctl eval` options (`RUN_SETTING_KEYS`): its seed, threads, device,
+    Linear kernel and precision. The weights load as the trainer kept them: float32 master weights
+    (every precision but bf16-pure; a LoRA run's merged base in model.dtype), generation under the
+    precision's autocast (bf16-mixed on CUDA), as the run's own evaluations ran."""
+    m = run_cfg.model
+    master_fp32 = m.precision != "bf16-pure" and m.lora is None
+    return {"seed": run_cfg.seed, "threads": run_cfg.threads, "device": m.device, "cpu_linear": m.cpu_linear,
+            "dtype": "float32" if master_fp32 else m.dtype, "precision": m.precision}
 
 
 def check_model(model: str) -> None:
@@ -139,9 +159,57 @@ def results_table(results: dict[str, dict]):
     return table
 
 
+def same_protocol(summary: dict, cfg: EvalConfig, step: int, problems: list) -> bool:
+    """Whether a benchmark's complete `summary` measured what evaluating checkpoint `step` with `cfg`
+    on `problems` would: the same step, problems, sampling (n, temperature, top-p, token limit,
+    seed), engine, prompt and answer extraction, and the dtype and device where `cfg` names them.
+    Threads, batch limits and library versions are not compared: they change how fast, not what, is
+    measured (up to kernel rounding)."""
+    p = summary.get("protocol") or {}
+    max_new = cfg.max_new_tokens or DEFAULT_MAX_NEW_TOKENS
+    checks = (
+        summary.get("step") == step,
+        [x.get("id") for x in summary.get("per_problem", [])] == [q.id for q in problems],
+        (p.get("n"), p.get("temperature"), p.get("top_p"), p.get("max_new_tokens"), p.get("seed"))
+        == (cfg.n, cfg.temperature, cfg.top_p, max_new, cfg.seed),
+        p.get("engine") == cfg.engine and p.get("answer_extraction") == cfg.extraction,
+        p.get("grader_timeout_s") == cfg.grader_timeout_s,
+        cfg.template in ("auto", p.get("template")),
+        p.get("instruction") in (None, cfg.instruction),  # None: a template without one (the built-in tasks')
+        cfg.dtype == "auto" or p.get("dtype") == cfg.dtype,
+        cfg.device == "auto" or str(p.get("device", "")).startswith(cfg.device),
+    )
+    return all(checks)
+
+
+def existing_results(run_dir: Path, step: int, cfg: EvalConfig, problems: dict) -> dict[str, tuple[dict, Path]]:
+    """{benchmark: (summary, its folder)} of each benchmark the run already holds a complete result of
+    for checkpoint `step` under `cfg`'s protocol (`same_protocol`): an earlier `rbctl eval` or a
+    sweep's final evaluation (RUN_DIR/eval/step_N/), or the run's own periodic evaluation at that
+    step (RUN_DIR/eval/periodic/step_N/: the last step's is the final held-out score training printed)."""
+    from rbctl.eval.pipeline import bench_dir_name
+    from rbctl.store.read import read_json
+    from rbctl.store.rundir import EVAL_PARTIAL, SUMMARY, periodic_eval_dir
+
+    found = {}
+    for name, probs in problems.items():
+        for where in (final_eval_dir(run_dir, step), periodic_eval_dir(run_dir, step)):
+            bench = where / bench_dir_name(name)
+            if not (bench / SUMMARY).is_file() or (bench / EVAL_PARTIAL).exists():
+                continue
+            try:
+                summary = read_json(bench / SUMMARY)
+            except Exception:  # an unreadable summary: evaluated again
+                continue
+            if summary.get("benchmark") == name and same_protocol(summary, cfg, step, probs):
+                found[name] = (summary, bench)
+                break
+    return found
+
+
 def run_eval(
     model: str, cfg: EvalConfig, out_dir: Path | None = None, step: int | None = None, console=None,
-    note: str | None = None,
+    note: str | None = None, force: bool = False,
 ) -> dict[str, dict]:
     """Load ``model`` (hub id, dir, GGUF file, run directory, or ``builtin``) and evaluate it.
 
@@ -151,13 +219,15 @@ def run_eval(
     ``note``: where the protocol came from (`eval_config`), printed once the benchmarks are known
     to exist. After the table: the protocol of each score and a warning per benchmark whose samples
     were often cut off or answerless (`summary_warnings`).
+
+    A run directory evaluated into its default folder reuses, and says so, each benchmark the run
+    already holds with the same protocol at that step (`existing_results`: its training's own
+    evaluation, or an earlier one); ``force`` evaluates every benchmark again, from the start.
     """
     import torch
     from rich.console import Console
     from rich.markup import escape
-    from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-    from rbctl.rollout.models import load_first_intact, load_policy
     from rbctl.store.checkpoint import run_checkpoints
     from rbctl.tasks.builtin import task_spec_of
 
@@ -182,6 +252,42 @@ def run_eval(
         check_writable(out_dir, samples_bytes(cfg, problems))
     if note:
         console.print(note, highlight=False)
+    reused: dict[str, tuple[dict, Path]] = {}
+    if candidates and out_dir is None and not force:
+        reused = existing_results(path, candidates[0].step, cfg, problems)
+        for name, (_, where) in reused.items():
+            console.print(f"{name}: the run already holds this protocol's result for step {candidates[0].step} "
+                          f"({where}): reused; --force evaluates again", highlight=False)
+    results = {name: summary for name, (summary, _) in reused.items()}
+    todo = {name: probs for name, probs in problems.items() if name not in reused}
+    if todo:
+        out_dir, evaluated = _evaluate_loaded(model, cfg, out_dir, candidates, todo, console, resume=not force)
+        results.update(evaluated)
+    results = {name: results[name] for name in problems}  # in the benchmarks' order
+    console.print(results_table(results))
+    for line in dict.fromkeys(protocol_text(s) for s in results.values()):  # what measured the scores above
+        console.print(f"protocol: {line}", highlight=False)
+    for summary in results.values():
+        for line in summary_warnings(summary):
+            console.print(f"[bold yellow]warning:[/] {escape(line)}", highlight=False)
+    folders = dict.fromkeys([str(where.parent) for _, where in reused.values()] + ([str(out_dir)] if todo else []))
+    console.print(f"results in {', '.join(folders)}")
+    return results
+
+
+def _evaluate_loaded(model: str, cfg: EvalConfig, out_dir: Path | None, candidates: list, problems: dict, console,
+                     resume: bool) -> tuple[Path, dict[str, dict]]:
+    """Load the model (the first intact of a run's `candidates`, else `model`) and evaluate it on
+    `problems` into `out_dir` (default: `default_out_dir`); returns the folder and the summaries."""
+    from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    from rbctl.rollout.models import load_first_intact, load_policy, resolve_device
+
+    precision = None
+    if cfg.precision is not None:  # the run's training precision: its autocast while generating
+        from rbctl.train.precision import resolve_precision
+
+        precision = resolve_precision(cfg.precision, resolve_device(cfg.device))
     opts = dict(device=cfg.device, dtype=cfg.dtype, cpu_linear=cfg.cpu_linear, log=console.print)
     ckpt_step = None
     if candidates:
@@ -199,14 +305,8 @@ def run_eval(
     try:
         with display as progress:
             results = evaluate_policy(policy, cfg, out_dir, progress=progress, step=ckpt_step, problems=problems,
-                                      resume=True, log=lambda line: console.print(line, highlight=False))
+                                      precision=precision, resume=resume,
+                                      log=lambda line: console.print(line, highlight=False))
     except KeyboardInterrupt:
         raise EvalInterrupted(kept_text(out_dir, cfg, problems)) from None
-    console.print(results_table(results))
-    for line in dict.fromkeys(protocol_text(s) for s in results.values()):  # what measured the scores above
-        console.print(f"protocol: {line}", highlight=False)
-    for summary in results.values():
-        for line in summary_warnings(summary):
-            console.print(f"[bold yellow]warning:[/] {escape(line)}", highlight=False)
-    console.print(f"results in {out_dir}")
-    return results
+    return out_dir, results
