@@ -4,6 +4,7 @@ evaluation of every run and the launcher settings."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any, Literal, Optional
 
 from pydantic import Field, field_validator, model_validator
@@ -28,9 +29,64 @@ class SweepEval(EvalSection):
 _METRIC = re.compile(r"avg@n|pass@[1-9][0-9]*")
 
 
+def _check_pairs(pairs):
+    for i, (arm, ref) in enumerate(pairs):
+        if arm == ref:
+            raise ValueError(f"pair {i} compares arm '{arm}' with itself")
+    dup = [p for i, p in enumerate(pairs) if p in pairs[:i]]
+    if dup:
+        raise ValueError(f"pair [{dup[0][0]}, {dup[0][1]}] is listed twice")
+    return pairs
+
+
+def _check_metric(v):
+    if v is not None and not _METRIC.fullmatch(v):
+        raise ValueError("must be avg@n or pass@k (k >= 1)")
+    return v
+
+
+class Family(Section):
+    """A further family of comparisons, declared before running beside the principal one (docs/method.md,
+    "Comparing arms"): Holm–Bonferroni over its own members, called like the principal family. A key
+    left null takes the principal family's value; the margin does not (null = no equivalence call)."""
+
+    pairs: list[tuple[str, str]] = Field(..., min_length=1, description="The family's comparisons as [arm, reference] pairs (Δ = arm − reference).")
+    metric: Optional[str] = Field(None, description="Metric: avg@n or pass@k (null = comparisons.metric).")
+    benchmark: Optional[str] = Field(None, description="Benchmark (null = comparisons.benchmark).")
+    alpha: Optional[float] = Field(None, gt=0.0, lt=1.0, description="Family-wise error rate (null = comparisons.alpha).")
+    margin: Optional[float] = Field(None, gt=0.0, description="Equivalence margin δ in points: a comparison is called equivalent when TOST rejects |Δ| ≥ δ (null = never equivalent).")
+    mde: Optional[float] = Field(None, gt=0.0, description="Effect the design must detect, in points (null = comparisons.mde).")
+    planning_sd: Optional[float] = Field(None, gt=0.0, description="Per-unit SD of Δ (points) the units were chosen from (null = comparisons.planning_sd).")
+    power: Optional[float] = Field(None, gt=0.0, lt=1.0, description="Power the design was chosen for (null = comparisons.power).")
+
+    _metric = field_validator("metric")(classmethod(lambda cls, v: _check_metric(v)))
+    _pairs = field_validator("pairs")(classmethod(lambda cls, v: _check_pairs(v)))
+
+
+PRINCIPAL_FAMILY = "principal"
+RESERVED_FAMILIES = (PRINCIPAL_FAMILY, "exploratory", "stated")  # names the report gives its own rows
+
+
+@dataclass(frozen=True)
+class FamilySpec:
+    """One declared family with every value resolved (`Comparisons.families_declared`); ``benchmark``
+    None = the first of the sweep's eval.benchmarks; ``margin`` None = no equivalence call."""
+
+    name: str
+    pairs: tuple[tuple[str, str], ...]
+    metric: str
+    benchmark: Optional[str]
+    alpha: float
+    margin: Optional[float]
+    mde: float
+    planning_sd: float
+    power: float
+
+
 class Comparisons(Section):
-    """The principal comparisons, stated before running (docs/method.md, "Comparing arms"): the only
-    Holm–Bonferroni family of the report; every other comparison it shows is exploratory."""
+    """The comparisons stated before running (docs/method.md, "Comparing arms"): the principal family
+    and any further named ones (`families`), each a Holm–Bonferroni family whose members the report
+    calls; every other comparison it shows is exploratory (interval and unadjusted p, no call)."""
 
     principal: list[tuple[str, str]] = Field(..., min_length=1, description="Principal comparisons as [arm, reference] pairs (Δ = arm − reference).")
     metric: str = Field("avg@n", description="Principal metric: avg@n (pass@1 from n samples) or pass@k with k <= eval.n.")
@@ -39,24 +95,33 @@ class Comparisons(Section):
     mde: float = Field(..., gt=0.0, description="Minimum detectable effect the design must detect, in points of the metric.")
     planning_sd: float = Field(..., gt=0.0, description="Per-unit SD of Δ (points) the number of units was chosen from.")
     power: float = Field(0.8, gt=0.0, lt=1.0, description="Power at mde the design was chosen for (paired two-sided t-test at alpha/m).")
+    margin: Optional[float] = Field(None, gt=0.0, description="Equivalence margin δ of the principal family in points: a comparison is called equivalent when TOST rejects |Δ| ≥ δ (null = never equivalent).")
+    families: dict[str, Family] = Field(default_factory=dict, description="Further families declared before running, by name: each Holm-adjusted on its own and called; a comparison belongs to one family at most.")
 
-    @field_validator("metric")
-    @classmethod
-    def _metric(cls, v):
-        if not _METRIC.fullmatch(v):
-            raise ValueError("must be avg@n or pass@k (k >= 1)")
-        return v
+    _metric = field_validator("metric")(classmethod(lambda cls, v: _check_metric(v)))
+    _pairs = field_validator("principal")(classmethod(lambda cls, v: _check_pairs(v)))
 
-    @field_validator("principal")
+    @field_validator("families")
     @classmethod
-    def _pairs(cls, pairs):
-        for i, (arm, ref) in enumerate(pairs):
-            if arm == ref:
-                raise ValueError(f"pair {i} compares arm '{arm}' with itself")
-        dup = [p for i, p in enumerate(pairs) if p in pairs[:i]]
-        if dup:
-            raise ValueError(f"pair [{dup[0][0]}, {dup[0][1]}] is listed twice")
-        return pairs
+    def _family_names(cls, families):
+        for name in families:
+            if name in RESERVED_FAMILIES or not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+                raise ValueError(f"family name '{name}' is reserved or not a plain name (letters, digits, _ . -; "
+                                 f"not {', '.join(RESERVED_FAMILIES)})")
+        return families
+
+    def families_declared(self) -> list[FamilySpec]:
+        """The principal family, then each named one, with the principal family's values where a
+        family leaves a key null (the margin excepted)."""
+        out = [FamilySpec(PRINCIPAL_FAMILY, tuple(map(tuple, self.principal)), self.metric, self.benchmark, self.alpha,
+                          self.margin, self.mde, self.planning_sd, self.power)]
+        for name, f in self.families.items():
+            pick = lambda v, d: d if v is None else v  # noqa: E731
+            out.append(FamilySpec(name, tuple(map(tuple, f.pairs)), pick(f.metric, self.metric),
+                                  pick(f.benchmark, self.benchmark), pick(f.alpha, self.alpha), f.margin,
+                                  pick(f.mde, self.mde), pick(f.planning_sd, self.planning_sd),
+                                  pick(f.power, self.power)))
+        return out
 
 
 class Escape(Section):
@@ -112,19 +177,28 @@ class SweepConfig(Section):
 
     @model_validator(mode="after")
     def _comparisons_name_arms(self):
-        if self.comparisons is not None:
-            for i, pair in enumerate(self.comparisons.principal):
+        if self.comparisons is None:
+            return self
+        seen = {}
+        for fam in self.comparisons.families_declared():
+            # the keys a message names: comparisons.principal / .metric, or comparisons.families.NAME.pairs / .metric
+            prefix = "comparisons" if fam.name == PRINCIPAL_FAMILY else f"comparisons.families.{fam.name}"
+            pairs_key = "comparisons.principal" if fam.name == PRINCIPAL_FAMILY else f"{prefix}.pairs"
+            for i, pair in enumerate(fam.pairs):
                 for arm in pair:
                     if arm not in self.arms:
-                        raise ValueError(f"config key 'comparisons.principal.{i}': unknown arm '{arm}' "
+                        raise ValueError(f"config key '{pairs_key}.{i}': unknown arm '{arm}' "
                                          f"(the sweep's arms: {', '.join(self.arms)})")
-            m = re.fullmatch(r"pass@(\d+)", self.comparisons.metric)
+                key = (*pair, fam.metric, fam.benchmark or self.eval.benchmarks[0])
+                if key in seen:
+                    raise ValueError(f"config key '{pairs_key}.{i}': [{pair[0]}, {pair[1]}] on {fam.metric} is already "
+                                     f"in family '{seen[key]}' (a comparison belongs to one family, so it has one Holm p)")
+                seen[key] = fam.name
+            m = re.fullmatch(r"pass@(\d+)", fam.metric)
             if m and int(m.group(1)) > self.eval.n:
-                raise ValueError(f"config key 'comparisons.metric': {self.comparisons.metric} needs k <= eval.n = "
-                                 f"{self.eval.n}")
-            bench = self.comparisons.benchmark
-            if bench is not None and bench not in self.eval.benchmarks:
-                raise ValueError(f"config key 'comparisons.benchmark': '{bench}' is not one of eval.benchmarks "
+                raise ValueError(f"config key '{prefix}.metric': {fam.metric} needs k <= eval.n = {self.eval.n}")
+            if fam.benchmark is not None and fam.benchmark not in self.eval.benchmarks:
+                raise ValueError(f"config key '{prefix}.benchmark': '{fam.benchmark}' is not one of eval.benchmarks "
                                  f"({', '.join(self.eval.benchmarks)})")
         return self
 

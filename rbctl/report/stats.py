@@ -112,6 +112,24 @@ def paired_delta(arm: dict, base: dict, level: float = 0.95,
     return PairedDelta(units, tuple(float(x) for x in d), mean, lo, hi, p, sd, why)
 
 
+def tost_paired(d: PairedDelta, margin: float) -> float:
+    """The p-value of Schuirmann's two one-sided tests (TOST) that the mean Δ lies within
+    (−``margin``, +``margin``), from a `PairedDelta` (Δ and margin in the same unit):
+
+        t_low = (Δ̄ + margin) / se,  p_low = P(T > t_low);   t_up = (Δ̄ − margin) / se,  p_up = P(T < t_up)
+        p = max(p_low, p_up),   se = sd(Δ) / √n,  T ~ t(n − 1)
+
+    (statsmodels' `ttost_paired(arm, ref, −margin, margin)`). Rejecting at α says "equivalent within
+    ±margin" at level α: the (1 − 2α) t-interval lies inside the margin. NaN when the comparison is not
+    testable (`PairedDelta.testable`) or the margin is not a positive number."""
+    if not d.testable or not (margin > 0) or not math.isfinite(d.sd):
+        return math.nan
+    se, df = d.sd / math.sqrt(d.n), d.n - 1
+    p_low = float(sps.t.sf((d.mean + margin) / se, df))
+    p_up = float(sps.t.cdf((d.mean - margin) / se, df))
+    return max(p_low, p_up)
+
+
 def clip_interval(lo: float, hi: float, bounds: tuple[float, float]) -> tuple[float, float]:
     """(lo, hi) clipped to the metric's range ``bounds``: a t-interval of a bounded metric can run past
     it (pass@k 75.4 [45.6, 105.2]); NaN stays NaN."""

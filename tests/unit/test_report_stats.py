@@ -87,7 +87,7 @@ def test_verdicts_apply_holm_over_the_family():
     weak = paired_delta({0: 0.5, 1: 0.6, 2: 0.7}, {0: 0.45, 1: 0.535, 2: 0.665})  # Δ .05 .065 .035: t = 5.77
     assert strong.p < 0.005 and 0.025 < weak.p < 0.05
     assert verdicts([weak]) == ["higher"]  # alone it passes 0.05 ...
-    assert verdicts([weak, weak]) == ["no difference"] * 2  # ... two such comparisons: 2p > 0.05 (Holm)
+    assert verdicts([weak, weak]) == ["inconclusive"] * 2  # ... two such comparisons: 2p > 0.05 (Holm)
     assert verdicts([strong, weak]) == ["higher", "higher"]  # step-down: 2·0.0012 ≤ 0.05, then 1·0.029 ≤ 0.05
     assert verdicts([paired_delta({0: 0.1}, {0: 0.3})]) == ["not testable"]
     assert verdicts([paired_delta({0: 0.1, 1: 0.2}, {0: 0.3, 1: 0.35})]) == ["not testable"]  # 2 units
@@ -207,8 +207,8 @@ def _delta(x: np.ndarray, arm: int):
 @pytest.mark.slow
 def test_false_positive_rate_at_most_6_percent():
     sims = simulate(0.0, 4000, arms=4, rng_seed=1)
-    single = np.mean([verdicts([_delta(x, 1)])[0] != "no difference" for x in sims])
-    family = np.mean([any(v != "no difference" for v in verdicts([_delta(x, a) for a in (1, 2, 3)])) for x in sims])
+    single = np.mean([verdicts([_delta(x, 1)])[0] != "inconclusive" for x in sims])
+    family = np.mean([any(v != "inconclusive" for v in verdicts([_delta(x, a) for a in (1, 2, 3)])) for x in sims])
     print(f"false-positive rate: one comparison {single:.4f}, family of 3 (Holm) {family:.4f}")
     assert single <= 0.06 and family <= 0.06
     assert single == pytest.approx(0.05175, abs=1e-9) and family == pytest.approx(0.04775, abs=1e-9)

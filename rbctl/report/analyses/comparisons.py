@@ -1,17 +1,25 @@
 """Comparing arms on their final scores (`rbctl.report.analyses.scores`), unit by unit (a unit is a
-seed, or a (warm start, seed) pair: what two arms' runs share).
+seed, or a (warm start, seed) pair: what two arms' runs share), and calling them (docs/method.md,
+"Comparing arms").
 
-Which comparisons a report makes (docs/method.md, "Comparing arms"):
-- **principal**: the pairs the sweep file states before running (``comparisons.principal``), on its
-  principal metric and benchmark: the only Holm–Bonferroni family whose verdicts the report calls;
+Which comparisons a report makes:
+- **declared families**: the principal comparisons the sweep file states before running
+  (``comparisons.principal``, on its metric and benchmark) and each further named family
+  (``comparisons.families``): Holm–Bonferroni within each family, and each member called (`call`);
 - **exploratory**: every stated pair (`stated_pairs`: each baseline + budget vs that baseline, each
   other arm vs its baseline + budget and vs its baseline, standalone estimators vs GRPO ± budget) on
-  every benchmark, avg@n and pass@k at k = n, that is not a principal comparison: unadjusted p, and
-  a Holm adjustment over the exploratory family of its own.
-A sweep without ``comparisons`` has no principal family: its stated pairs form the one family that
-is adjusted and called, as before. A comparison whose two arms ran the same training config
-(everything but the seed equal) is flagged and kept out of every family; so is one that is not
-testable (fewer than 3 common units, or every unit's Δ the same: `rbctl.report.stats.PairedDelta`).
+  every benchmark, avg@n and pass@k at k = n, that is in no declared family: its interval and an
+  unadjusted p, no adjustment and no call.
+A sweep without ``comparisons`` declares no family: its stated pairs form the one family that is
+adjusted and called (``stated``; it has no margin, so nothing in it is called equivalent). A
+comparison whose two arms ran the same training config (everything but the seed equal) is flagged
+and kept out of every family; so is one that is not testable (fewer than 3 common units, or every
+unit's Δ the same: `rbctl.report.stats.PairedDelta`).
+
+The call of a family's member is one of four (`call`): **higher** or **lower** (the paired t-test,
+Holm-adjusted, rejects Δ = 0), **equivalent within ±δ** (two one-sided tests, Holm-adjusted alike,
+reject |Δ| ≥ δ, δ the margin the sweep file states), or **inconclusive**, printed with its direction
+and the smallest |Δ| the design could have detected (`detectable`).
 """
 
 from __future__ import annotations
@@ -27,21 +35,26 @@ from rbctl.errors import UserError
 from rbctl.report.analyses.scores import ArmScores
 from rbctl.report.load import unit_label
 from rbctl.report.robust import prob_improvement, stratified_bootstrap
+from rbctl.report.power import mde_paired
 from rbctl.report.stats import (DELTA_BOUNDS, NOT_TESTABLE, PairedDelta, hierarchical_bootstrap_delta, holm,
-                                paired_delta)
+                                paired_delta, tost_paired)
 
 ALPHA = 0.05
+POWER = 0.8  # the power at which an inconclusive row's detectable effect is stated (a family may state its own)
 
 
 PRINCIPAL, EXPLORATORY, STATED = "principal", "exploratory", "stated"
+HIGHER, LOWER, EQUIVALENT, INCONCLUSIVE = "higher", "lower", "equivalent", "inconclusive"
+NO_CALL = "exploratory: no call"  # the call cell of an exploratory comparison
+SAME_CONFIG = "same config"
 
 
 @dataclass
 class Comparison:
     """One comparison: ``arm`` − ``ref`` on one benchmark and metric, paired by unit."""
 
-    family: str  # PRINCIPAL, EXPLORATORY, or STATED (no principal comparisons declared: the one family)
-    kind: str  # budget_vs_base; entropy_vs_budget / entropy_vs_base; arm_vs_budget / arm_vs_base; arm_vs_grpo(_budget); principal
+    family: str  # PRINCIPAL or a declared family's name; EXPLORATORY; or STATED (no family declared: the one family)
+    kind: str  # budget_vs_base; entropy_vs_budget / entropy_vs_base; arm_vs_budget / arm_vs_base; arm_vs_grpo(_budget); declared
     baseline: str
     arm: str
     ref: str
@@ -56,6 +69,11 @@ class Comparison:
     same_config: bool = False  # both arms ran the same training config: flagged, in no family
     p_holm: float = math.nan  # Holm-adjusted within its family; NaN when not in one
     significant: bool = False
+    margin: float = math.nan  # the family's equivalence margin δ (a fraction); NaN: none stated
+    p_tost: float = math.nan  # TOST p of |Δ| < δ, unadjusted; NaN without a margin or a test
+    p_tost_holm: float = math.nan  # Holm-adjusted over the family's TOST p-values
+    equivalent: bool = False
+    detectable: float = math.nan  # smallest |Δ| (fraction) the family's test detects at its power with these units
 
     @property
     def label(self) -> str:
@@ -105,65 +123,117 @@ def stated_pairs(info: dict[str, tuple[str, str]]) -> list[tuple[str, str, str, 
 
 
 def compare_all(info: dict[str, tuple[str, str]], scores: dict[tuple[str, str], ArmScores],
-                    benchmarks: list[str], spec=None, same_config=lambda arm, ref: False,
-                    n_boot: int = 2000) -> list[Comparison]:
-    """The principal comparisons of ``spec`` (a `rbctl.config.sweep.Comparisons`, or None) and every
-    stated pair that has final scores on both sides, each family Holm-adjusted on its own (principal
-    at ``spec.alpha``, the others at `ALPHA`). ``same_config(arm, ref)`` says whether two arms ran the
-    same training config; such comparisons are flagged and adjusted in no family."""
-    out, principal = [], set()
-    if spec is not None:
-        bench = spec.benchmark or (benchmarks[0] if benchmarks else None)
-        for arm, ref in spec.principal:
-            if (arm, bench) in scores and (ref, bench) in scores:
-                out.append(compare(scores[arm, bench], scores[ref, bench], spec.metric, "principal", info[arm][0],
-                                   PRINCIPAL, n_boot))
-            principal.add((arm, ref, bench))
-    family = EXPLORATORY if spec is not None else STATED
+                benchmarks: list[str], spec=None, same_config=lambda arm, ref: False,
+                n_boot: int = 2000) -> list[Comparison]:
+    """The comparisons of every family ``spec`` declares (a `rbctl.config.sweep.Comparisons`, or None)
+    and every stated pair that has final scores on both sides and is in no declared family. Each
+    declared family is adjusted and called on its own (`apply_family`); the stated pairs are
+    exploratory (no adjustment), or, without a ``spec``, the one family ``stated``.
+    ``same_config(arm, ref)`` says whether two arms ran the same training config; such comparisons are
+    flagged and adjusted in no family."""
+    out, declared, families = [], set(), []
+    for fam in (spec.families_declared() if spec is not None else []):
+        bench = fam.benchmark or (benchmarks[0] if benchmarks else None)
+        members = [compare(scores[arm, bench], scores[ref, bench], fam.metric, "declared", info[arm][0], fam.name, n_boot)
+                   for arm, ref in fam.pairs if (arm, bench) in scores and (ref, bench) in scores]
+        declared |= {(arm, ref, bench, fam.metric) for arm, ref in fam.pairs}
+        out += members
+        families.append((fam, members))
+    stated_family = EXPLORATORY if spec is not None else STATED
+    stated = []
     for kind, baseline, arm, ref in stated_pairs(info):
         for bench in benchmarks:
             if (arm, bench) in scores and (ref, bench) in scores:
                 for metric in ("avg@n", "pass"):
-                    c = compare(scores[arm, bench], scores[ref, bench], metric, kind, baseline, family, n_boot)
-                    if not ((arm, ref, bench) in principal and c.metric == spec.metric):
-                        out.append(c)
+                    c = compare(scores[arm, bench], scores[ref, bench], metric, kind, baseline, stated_family, n_boot)
+                    if (arm, ref, bench, c.metric) not in declared:
+                        stated.append(c)
+    out += stated
     for c in out:
         c.same_config = same_config(c.arm, c.ref)
-    for fam in (PRINCIPAL, EXPLORATORY, STATED):
-        apply_holm([c for c in out if c.family == fam and not c.same_config],
-                   spec.alpha if spec is not None and fam == PRINCIPAL else ALPHA)
+    for fam, members in families:
+        apply_family(members, fam.alpha, None if fam.margin is None else fam.margin / 100, fam.power)
+    if spec is None:
+        apply_family(stated, ALPHA)
     return out
 
 
-def apply_holm(comps: list[Comparison], alpha: float = ALPHA) -> list[Comparison]:
-    """Set ``p_holm`` and ``significant`` of every comparison of one Holm–Bonferroni family; a
-    comparison that is not testable (NaN p) is not counted in it and keeps a NaN ``p_holm``."""
-    adj, reject = holm([c.delta.p for c in comps], alpha)
-    for c, p, r in zip(comps, adj, reject):
+def apply_family(comps: list[Comparison], alpha: float = ALPHA, margin: float | None = None,
+                 power: float = POWER) -> list[Comparison]:
+    """Adjust and prepare the calls of one declared family (docs/method.md, "Comparing arms"): Holm–
+    Bonferroni at ``alpha`` over the superiority p-values of its members counted in it (`in_family`),
+    and, with an equivalence ``margin`` δ (a fraction), over their TOST p-values alike; each member's
+    detectable effect is the |Δ| its t-test detects with probability ``power`` at level α/m (m the
+    members counted; Holm's first step) with its own units and measured sd(Δ)."""
+    counted = [c for c in comps if in_family(c)]
+    m = max(1, len(counted))
+    adj, reject = holm([c.delta.p for c in counted], alpha)
+    for c, p, r in zip(counted, adj, reject):
         c.p_holm, c.significant = float(p), bool(r)
+        c.detectable = mde_paired(c.delta.sd, c.delta.n, alpha / m, power)
+    if margin is not None:
+        for c in comps:
+            c.margin = margin
+        p_tost = [tost_paired(c.delta, margin) for c in counted]
+        adj, reject = holm(p_tost, alpha)
+        for c, p0, p, r in zip(counted, p_tost, adj, reject):
+            c.p_tost, c.p_tost_holm, c.equivalent = p0, float(p), bool(r)
     return comps
 
 
-def verdicts(deltas: list[PairedDelta], alpha: float = ALPHA) -> list[str]:
-    """The verdict per comparison of one family: "higher", "lower", "no difference" (not significant
-    after Holm–Bonferroni at ``alpha``) or "not testable" (fewer than 3 common units, or sd(Δ) = 0;
-    not counted in the family)."""
-    _, reject = holm([d.p for d in deltas], alpha)
-    return [_call(d, r) for d, r in zip(deltas, reject)]
+def apply_holm(comps: list[Comparison], alpha: float = ALPHA) -> list[Comparison]:
+    """`apply_family` without a margin: Holm–Bonferroni over the family's superiority p-values."""
+    return apply_family(comps, alpha)
 
 
-def _call(d: PairedDelta, significant: bool) -> str:
+def call_word(d: PairedDelta, significant: bool, equivalent: bool = False) -> str:
+    """The call of a family's member from its test results: "higher" / "lower" (superiority rejected,
+    by the sign of Δ), "equivalent" (TOST rejected, superiority not), "inconclusive" (neither), or
+    "not testable". A member both significant and equivalent (a difference smaller than the margin)
+    is called by its direction; its row shows the equivalence too."""
     if not d.testable or not math.isfinite(d.p):
         return NOT_TESTABLE
     if significant:
-        return "higher" if d.mean > 0 else "lower"
-    return "no difference"
+        return HIGHER if d.mean > 0 else LOWER
+    return EQUIVALENT if equivalent else INCONCLUSIVE
+
+
+def verdicts(deltas: list[PairedDelta], alpha: float = ALPHA, margin: float | None = None) -> list[str]:
+    """The call of each comparison of one family (`call_word`), Holm-adjusted at ``alpha``; with an
+    equivalence ``margin`` (a fraction) the TOST p-values are adjusted alike."""
+    _, reject = holm([d.p for d in deltas], alpha)
+    eq = [False] * len(deltas)
+    if margin is not None:
+        _, eq = holm([tost_paired(d, margin) for d in deltas], alpha)
+    return [call_word(d, r, e) for d, r, e in zip(deltas, reject, eq)]
 
 
 def call(c: Comparison) -> str:
-    """`verdicts` for one comparison whose family was already adjusted (`apply_holm`); "same config"
-    for a flagged one."""
-    return "same config" if c.same_config else _call(c.delta, c.significant)
+    """The call word of one comparison (`call_word`) once its family was adjusted (`apply_family`):
+    "same config" for a flagged one, `NO_CALL` for an exploratory one."""
+    if c.same_config:
+        return SAME_CONFIG
+    if c.family == EXPLORATORY:
+        return NOT_TESTABLE if not c.delta.testable else NO_CALL
+    return call_word(c.delta, c.significant, c.equivalent)
+
+
+def call_text(c: Comparison) -> str:
+    """The call as a row prints it: "higher", "lower", "equivalent within ±5" (points), or
+    "inconclusive (Δ < 0; detectable ≥ 16.3 points)": the direction of the observed Δ and the smallest
+    |Δ| the design detects with these units (`Comparison.detectable`); a significant member that is
+    also equivalent adds "(within ±δ)"."""
+    word = call(c)
+    margin = f"±{100 * c.margin:g}" if math.isfinite(c.margin) else ""
+    if word == EQUIVALENT:
+        return f"equivalent within {margin}"
+    if word in (HIGHER, LOWER) and c.equivalent:
+        return f"{word} (within {margin})"
+    if word == INCONCLUSIVE:
+        sign = "Δ > 0" if c.delta.mean > 0 else "Δ < 0" if c.delta.mean < 0 else "Δ = 0"
+        det = f"detectable ≥ {100 * c.detectable:.1f} points" if math.isfinite(c.detectable) else "detectable effect unknown"
+        return f"inconclusive ({sign}; {det})"
+    return word
 
 
 def in_family(c: Comparison) -> bool:
@@ -205,7 +275,9 @@ def comparison_rows(scores: dict[tuple[str, str], ArmScores], comps: list[Compar
                      "benchmark": c.benchmark, "metric": c.metric, "k": c.k, "arm_score": c.arm_score,
                      "ref_score": c.ref_score, "delta": d.mean, "delta_lo": d.lo, "delta_hi": d.hi, "sd": d.sd,
                      "p": d.p, "p_holm": c.p_holm, "significant": c.significant, "same_config": c.same_config,
-                     "not_testable": d.untestable, "verdict": call(c), "seeds": d.n,
+                     "not_testable": d.untestable, "verdict": call(c), "call": call_text(c),
+                     "margin": c.margin, "p_tost": c.p_tost, "p_tost_holm": c.p_tost_holm, "equivalent": c.equivalent,
+                     "detectable": c.detectable, "seeds": d.n,
                      "seed_list": ",".join(unit_label(u) for u in d.units),
                      "per_seed_delta": ",".join(f"{x:.4f}" for x in d.deltas), "hb_lo": c.hb_lo, "hb_hi": c.hb_hi,
                      **p_improvement(scores, c, n_boot)})
@@ -226,9 +298,18 @@ class ComparisonSet:
 
     @property
     def headline(self) -> list[Comparison]:
-        """The comparisons whose verdicts the report calls: the principal family, or, without one, the
-        stated pairs (the one family)."""
+        """The comparisons whose verdicts the report's answer calls: the principal family, or, without
+        one, the stated pairs (the one family)."""
         return self.family(PRINCIPAL if self.principal_declared else STATED)
+
+    @property
+    def further_families(self) -> list[str]:
+        """The names of the declared families beside the principal one, in the sweep file's order."""
+        names = []
+        for c in self.comparisons:
+            if c.family not in (PRINCIPAL, EXPLORATORY, STATED) and c.family not in names:
+                names.append(c.family)
+        return names
 
 
 def comparisons(info: dict[str, tuple[str, str]], scores: dict[tuple[str, str], ArmScores], benchmarks: list[str],

@@ -9,7 +9,7 @@ import math
 
 import pandas as pd
 
-from rbctl.report.analyses.comparisons import Comparison, call, untestable_note
+from rbctl.report.analyses.comparisons import Comparison, call, call_text, untestable_note
 from rbctl.report.data import ReportData
 from rbctl.report.render.figures import plot_deltas
 from rbctl.report.render.page import Page
@@ -42,23 +42,35 @@ def holm_p_cell(p, untestable: str) -> str:
     return pval(p, NOT_TESTABLE if untestable else "–")
 
 
+TOST_P = "equivalence: margin, TOST Holm p"
+CALLS = ("Each comparison gets one of four calls: **higher** or **lower** (the paired t-test rejects Δ = 0 after "
+         "Holm), **equivalent within ±δ** (two one-sided tests, Holm-adjusted alike, reject |Δ| ≥ δ, the margin the "
+         "sweep file states before running; without a margin nothing is called equivalent), or **inconclusive**, "
+         "with the direction of Δ and the smallest |Δ| the test detects at power 0.8 with these units and their "
+         "measured sd(Δ) (at α/m)")
+
+
 def verdict_table(rows: pd.DataFrame) -> pd.DataFrame:
-    """The answer's table (tables/verdicts.md, the README's headline) from comparison rows."""
+    """The table of a family's calls (tables/verdicts.md, the README's headline) from comparison rows;
+    a column of the equivalence test only where the family states a margin."""
     untestable = rows["not_testable"].fillna("").astype(str)
-    return pd.DataFrame({
+    out = pd.DataFrame({
         "comparison": rows["arm"] + " − " + rows["ref"], "benchmark": rows["benchmark"], "metric": rows["metric"],
         "units": rows["seeds"], DELTA_T: [delta(*x) for x in zip(rows["delta"], rows["delta_lo"], rows["delta_hi"])],
         "Holm p": [holm_p_cell(p, u) for p, u in zip(rows["p_holm"], untestable)],
         PI_PAIRED: [pi_cell(*x) for x in zip(rows["p_improve"], rows["p_improve_paired_lo"], rows["p_improve_paired_hi"])],
-        PI_INDEP: [interval_cell(*x) for x in zip(rows["p_improve_indep_lo"], rows["p_improve_indep_hi"])],
-        "verdict": rows["verdict"]})
+        PI_INDEP: [interval_cell(*x) for x in zip(rows["p_improve_indep_lo"], rows["p_improve_indep_hi"])]})
+    if len(rows) and rows["margin"].notna().any():
+        out[TOST_P] = [f"±{100 * m:g}: {holm_p_cell(p, u)}" if math.isfinite(m) else "–"
+                       for m, p, u in zip(rows["margin"], rows["p_tost_holm"], untestable)]
+    out["verdict"] = list(rows["call"])
+    return out
 
 
 def _delta_label(c: Comparison) -> str:
-    said = call(c)
-    if said == NOT_TESTABLE:
+    if call(c) == NOT_TESTABLE:
         return f"{c.label} ({c.metric})\nnot testable: {c.delta.untestable}"
-    return f"{c.label} ({c.metric})\nHolm p {pval(c.p_holm)}: {said}"
+    return f"{c.label} ({c.metric})\nHolm p {pval(c.p_holm)}: {call_text(c)}"
 
 
 def answer(data: ReportData, page: Page) -> None:
@@ -76,12 +88,13 @@ def answer(data: ReportData, page: Page) -> None:
         doc.para(f"The {plural(len(s.principal), 'comparison')} the sweep file states before running, on "
                  f"{s.metric} ({comps[0].benchmark if comps else s.benchmark or 'the first benchmark'}). Δ = arm − "
                  f"reference in points, paired by unit ({units}); {INTERVALS}; {family}; {P_IMPROVEMENT}. "
-                 f"{UNTESTABLE} Every other comparison in this report is exploratory.")
+                 f"{CALLS}. {UNTESTABLE} Every other comparison in this report is in a declared family below or "
+                 "exploratory (no call).")
     elif comps:
         doc.para(f"The sweep file states no principal comparisons (`comparisons:`), so the report's verdicts "
                  f"are over every stated pair (each baseline + budget vs the baseline; each other arm vs its "
                  f"baseline + budget and vs its baseline), avg@n and pass@n, as one family: {family}. Δ in points, "
-                 f"paired by unit ({units}); {INTERVALS}; {P_IMPROVEMENT}. {UNTESTABLE}")
+                 f"paired by unit ({units}); {INTERVALS}; {P_IMPROVEMENT}. {CALLS}. {UNTESTABLE}")
     else:
         doc.para("No principal comparisons are stated (no sweep file's `comparisons:`) and the runs hold no stated "
                  "pair of arms to compare: no verdict is called, and everything below is exploratory.")
@@ -107,6 +120,29 @@ def answer(data: ReportData, page: Page) -> None:
                     "per_unit_delta", "per-unit Δ of each comparison")
     if sw.issues:
         doc.para("Incomplete: " + "; ".join(f"{i.name} ({i.status})" for i in sw.issues) + " (see Runs).")
+
+
+def families(data: ReportData, page: Page) -> None:
+    """Each further family the sweep file declares (``comparisons.families``): its members' calls,
+    Holm-adjusted within the family, as the answer's table."""
+    compared, spec = data.comparisons, data.sweep.spec
+    if spec is None:
+        return
+    for name in compared.further_families:
+        fam = spec.families[name]
+        comps = compared.family(name)
+        rows = compared.rows[compared.rows["family"] == name]
+        tested = sum(1 for c in comps if not c.same_config and c.delta.testable)
+        page.doc.heading(2, f"Declared family: {name}")
+        margin = f"equivalence margin ±{fam.margin:g} points" if fam.margin is not None else "no equivalence margin"
+        alpha = fam.alpha if fam.alpha is not None else spec.alpha
+        page.doc.para(f"Stated in the sweep file before running (`comparisons.families.{name}`): "
+                      f"{plural(len(fam.pairs), 'comparison')} on {fam.metric or spec.metric}, Holm–Bonferroni over "
+                      f"the {tested} tested at α = {alpha:g}, {margin}. {CALLS}.")
+        page.table(rows, verdict_table(rows), f"family_{name}")
+        note = untestable_note(comps)
+        if note:
+            page.doc.para(note)
 
 
 def power(data: ReportData, page: Page) -> None:

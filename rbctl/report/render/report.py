@@ -24,7 +24,7 @@ from rbctl.store.atomic import write_atomic
 from rbctl.store.rundir import REPORT_HTML, REPORT_MD, REPORT_TABLES
 
 # the sections in reading order, each `section(data, page)`
-SECTIONS = (answer.answer, answer.power, answer.warm_starts, convergence.plateau, convergence.escape,
+SECTIONS = (answer.answer, answer.families, answer.power, answer.warm_starts, convergence.plateau, convergence.escape,
             sections.final_scores, sections.exploratory, sections.associations, sections.descriptives,
             sections.trajectories, sections.runs)
 

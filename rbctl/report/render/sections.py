@@ -93,9 +93,9 @@ def exploratory(data: ReportData, page: Page) -> None:
         page.numbers(numbers, "comparisons")  # every comparison, its family in a column
         doc.heading(2, "Exploratory comparisons")
         doc.para("Every stated pair (each baseline + budget vs the baseline, each other arm vs its baseline + budget "
-                     "and vs its baseline) on every benchmark, avg@n and pass@n, that is not a principal comparison. "
-                     "**Exploratory**: p unadjusted, and Holm-adjusted over this exploratory family of its own; no "
-                     f"verdict is called on them. {DETAIL}")
+                     "and vs its baseline) on every benchmark, avg@n and pass@n, that is in no declared family. "
+                     "**Exploratory**: the interval and an unadjusted p, no multiplicity adjustment and no call "
+                     f"(docs/method.md, \"Comparing arms\"). {DETAIL}")
     else:
         doc.heading(2, "Comparisons in detail")
         doc.para(f"The stated pairs of the answer with every unit's Δ and a hierarchical bootstrap (units, then "
@@ -112,8 +112,9 @@ def exploratory(data: ReportData, page: Page) -> None:
                        for s in part["per_seed_delta"]],
         "hier. bootstrap [95%]": [delta(d, lo, hi) for d, lo, hi in zip(part["delta"], part["hb_lo"], part["hb_hi"])],
         "p (unadj.)": [pval(p, NOT_TESTABLE if u else "–") for p, u in zip(part["p"], untestable)],
-        ("Holm p (exploratory family)" if spec is not None else "Holm p"):
-            [pval(p, NOT_TESTABLE if u else "–") for p, u in zip(part["p_holm"], untestable)],
+        **({} if spec is not None else {"Holm p": [pval(p, NOT_TESTABLE if u else "–")
+                                                   for p, u in zip(part["p_holm"], untestable)],
+                                        "call": list(part["call"])}),
         "P(improvement)": [num(p, 2) for p in part["p_improve"]],
         "flag": ["same config" if s else (f"not testable: {u}" if u else "")
                  for s, u in zip(part["same_config"], untestable)]})
