@@ -120,6 +120,9 @@ def train(
 
         typer.echo(plan(cfg))
         return
+    from rbctl.train.preflight import check_runnable
+
+    check_runnable(cfg)  # before the run directory is made: a run that cannot start leaves nothing behind
     if nproc > 1:
         from rbctl.train.distributed import launch
 

@@ -25,7 +25,7 @@ from rbctl.store.rundir import (BUILTIN_MARKER, EVAL_LINES, METRICS, MODEL, PROV
                                 final_eval_dir, periodic_eval_dir)
 from rbctl.store.write import write_provenance
 from rbctl.train.data import task_spec
-from rbctl.train.rundir import check_run_dir, provenance, write_config
+from rbctl.train.rundir import check_run_dir, provenance, started, write_config
 from rbctl.store.jsonl import append_jsonl, read_log, truncate_jsonl
 from rbctl.train.tracking import Tracker
 from rbctl.train.trainer import Trainer
@@ -42,11 +42,29 @@ def train(cfg: TrainConfig, run_dir: Path, force: bool = False, progress: bool =
     refused (one writer per run directory)."""
     run_dir = Path(run_dir)
     main_rank = int(os.environ.get("RANK", "0")) == 0
-    with DirLock(run_dir, "rbctl train", log=log) if main_rank else nullcontext():
-        tr, done = _train(cfg, run_dir, force, extend, progress, log, on_step, main_rank)
-        if after is not None and main_rank:
-            after(tr)
-        return done
+    made = _first_missing(run_dir) if main_rank else None  # the folder this call creates, if any
+    try:
+        with DirLock(run_dir, "rbctl train", log=log) if main_rank else nullcontext():
+            tr, done = _train(cfg, run_dir, force, extend, progress, log, on_step, main_rank)
+            if after is not None and main_rank:
+                after(tr)
+            return done
+    except BaseException:
+        if made is not None and not started(run_dir):  # failed before its first step: leave nothing behind
+            import shutil
+
+            shutil.rmtree(made, ignore_errors=True)
+        raise
+
+
+def _first_missing(path: Path) -> Path | None:
+    """The outermost folder of `path` that does not exist yet (`path` itself, or a parent), else None."""
+    missing = None
+    for p in (path, *path.parents):
+        if p.exists():
+            return missing
+        missing = p
+    return missing
 
 
 def _train(cfg: TrainConfig, run_dir: Path, force: bool, extend: bool, progress: bool, log, on_step,

@@ -21,7 +21,6 @@ else ≈ 4 characters per token of the cached data, else a stated assumption.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 from dataclasses import dataclass, field
@@ -307,15 +306,19 @@ def step_cost(cfg: TrainConfig, prompt_tokens: float, n_params: float | None) ->
 
 
 def _machine_line(cfg: TrainConfig) -> str:
+    """Where the run trains here (model.device resolved) and, when this machine cannot run it, why
+    (`rbctl.train.preflight.machine_problems`, each naming its fix)."""
     import torch
 
-    cuda = torch.cuda.is_available()
-    vllm = importlib.util.find_spec("vllm") is not None
-    parts = [f"CUDA {'available' if cuda else 'not available'}"]
-    if cfg.rollout.engine == "vllm":
-        parts.append(f"vLLM {'installed' if vllm else 'not installed'}")
-    ready = (cuda or cfg.model.device == "cpu") and (cfg.rollout.engine != "vllm" or (cuda and vllm))
-    return ", ".join(parts) + ("" if ready else " (plan only: this machine cannot run it)")
+    from rbctl.train.preflight import machine_problems, resolved_device
+
+    problems = machine_problems(cfg)
+    if problems:
+        return "cannot run it (plan only): " + "; ".join(problems)
+    if resolved_device(cfg) == "cpu":
+        why = " (model.device auto: CUDA is not available)" if cfg.model.device == "auto" else ""
+        return f"trains on the CPU{why}, engine {cfg.rollout.engine}"
+    return f"trains on CUDA ({torch.cuda.get_device_name(0)}), engine {cfg.rollout.engine}"
 
 
 def _memory_line(cfg: TrainConfig, n_params: float) -> str:
@@ -339,7 +342,14 @@ def _memory_line(cfg: TrainConfig, n_params: float) -> str:
 
 def dry_run(cfg: TrainConfig, *, source: str | None = None, cache_dir: str | Path | None = None) -> str:
     """The printable plan of a validated training config, resolved offline (nothing is downloaded).
-    `cache_dir` is the Hugging Face hub cache to look in (default: the user's)."""
+    `cache_dir` is the Hugging Face hub cache to look in (default: the user's). A config no machine
+    could run (an unknown benchmark, a missing local model or data file:
+    `rbctl.train.preflight.config_problems`) is refused with a `UserError` naming every problem."""
+    from rbctl.errors import UserError
+    from rbctl.train.preflight import config_problems
+
+    if problems := config_problems(cfg):
+        raise UserError("; ".join(problems))
     r = Resolved()
     _resolve_model(cfg, r, cache_dir)
     _resolve_data(cfg, r, cache_dir)

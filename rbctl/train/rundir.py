@@ -74,7 +74,7 @@ def check_run_dir(cfg: TrainConfig, run_dir: Path, force: bool, extend: bool = F
       Later resumes inherit the pinned horizon.
     """
     cfg_path = run_dir / CONFIG
-    if not (cfg_path.exists() and _started(run_dir)):
+    if not (cfg_path.exists() and started(run_dir)):
         return cfg
     check_run_format(run_dir)
     old = read_run_config(cfg_path)
@@ -125,7 +125,7 @@ def write_config(cfg: TrainConfig, run_dir: Path, start: int) -> None:
     write_atomic(cfg_path, text)
 
 
-def _started(run_dir: Path) -> bool:
+def started(run_dir: Path) -> bool:
     """Whether a run got anywhere: a checkpoint or a metrics line. A directory left by a failed start
     (config.yaml and nothing else) counts as fresh, so the corrected config may use it."""
     ckpts, metrics = run_dir / CHECKPOINTS, run_dir / METRICS
