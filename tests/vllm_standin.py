@@ -1,7 +1,9 @@
 """A vLLM stand-in that samples for real: it holds its own copy of the model, takes the weights the
-engine pushes (`load_weights`, under the base model's names, as vLLM does) and samples from them with
-vLLM's interface (`LLM.generate`, per-prompt seeds, `processed_logprobs`). Used to drive the trainer
-with `rollout.engine=vllm` on CPU: `use_vllm_standin(monkeypatch)`.
+engine pushes (through the worker's in-place reload, `collective_rpc("reload_weights", ...)`, under
+the base model's names, as vLLM does) and samples from them with vLLM's interface (`LLM.generate`,
+per-prompt seeds, `processed_logprobs`). Used to drive the trainer with `rollout.engine=vllm` in the
+fast tests: `use_vllm_standin(monkeypatch)`. tests/vllm/ checks each of these behaviours against
+vLLM's CPU build.
 
 `logprob_shift` is added to every reported log-prob (a stand-in for the kernel-level mismatch of a
 real engine), so that `rollout/logprob_diff` and the TIS weights have something to measure."""
@@ -36,7 +38,7 @@ class StandInModel:
     def load_weights(self, weights):
         for name, t in weights:
             self.loaded[name] = t.detach().clone()
-            self.params[name].copy_(t.float())
+            self.net.get_parameter(name).copy_(t.float())  # a tied lm_head.weight is the embedding
         self.calls += 1
 
 
@@ -44,8 +46,8 @@ class StandInLLM:
     def __init__(self, net, logprob_shift: float = 0.0):
         self.model = StandInModel(net)
         self.logprob_shift = logprob_shift
-        self.llm_engine = SimpleNamespace(model_executor=SimpleNamespace(
-            driver_worker=SimpleNamespace(model_runner=SimpleNamespace(model=self.model))))
+        self.llm_engine = SimpleNamespace(model_executor=SimpleNamespace(driver_worker=SimpleNamespace(
+            model_runner=SimpleNamespace(model=self.model), reload_weights=self._reload_weights)))
         self.calls: list[tuple] = []
         self.sampling_params = []
         self.loaded_at_generate: list[dict[str, torch.Tensor]] = []  # the weights each generate sampled from
@@ -80,6 +82,12 @@ class StandInLLM:
                 break
         return SimpleNamespace(index=i, text="", token_ids=toks, cumulative_logprob=None, logprobs=lps,
                                finish_reason=reason)
+
+    def _reload_weights(self, weights_iterator=None):
+        self.model.load_weights(weights_iterator)  # the whole model in one call
+
+    def collective_rpc(self, method, kwargs=None):
+        return [getattr(self.llm_engine.model_executor.driver_worker, method)(**(kwargs or {}))]
 
     def sleep(self, level=1):
         self.calls.append(("sleep", level))

