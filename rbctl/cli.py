@@ -316,20 +316,27 @@ def ablate(
 
 @app.command(cls=_Command)
 def report(
-    dirs: List[Path] = typer.Argument(..., help="Run or sweep directories."),
+    dirs: List[Path] = typer.Argument(..., metavar="DIR... | STUDY.yaml", help="Run or sweep directories, or one study file."),
     out: Optional[Path] = typer.Option(
-        None, "--out", "-o", help="Output folder [default: DIR/report for a single run or sweep directory; required for several]."
+        None, "--out", "-o", help="Output folder [default: DIR/report for a single run or sweep directory, runs/NAME for a study file; required for several directories]."
     ),
     debug: bool = DebugOpt,
 ) -> None:
-    """Comparison plots and tables from run and sweep directories.
+    """Comparison plots and tables from run and sweep directories, or a study's claims document.
 
     Writes OUT/report.md and OUT/report.html (the answer first: the principal comparisons), `OUT/tables/*.{csv,md,tex}`,
-    `OUT/figures/*.{png,svg}` and `OUT/data/*.csv`; prints a table of final scores and the report's path."""
+    `OUT/figures/*.{png,svg}` and `OUT/data/*.csv`; prints a table of final scores and the report's path. Given a study
+    file (configs/study_claims.yaml), writes OUT/claims.md: each claim of the study tested on its sweeps."""
     from rich.console import Console
 
     from rbctl.report import final_scores_table, make_report
+    from rbctl.report.claims import is_study_file, make_study_report
 
+    import shlex
+
+    if len(dirs) == 1 and is_study_file(dirs[0]):
+        typer.echo(str(make_study_report(dirs[0], out, command=shlex.join(["rbctl", *_ARGV]))))
+        return
     path = make_report(dirs, out)
     table = final_scores_table(path.parent)
     if table is not None:

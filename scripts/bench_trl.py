@@ -316,13 +316,13 @@ def summarise(runs: list[dict], warmup: int, matmul_flops: float) -> dict:
 
 
 def machine() -> str:
-    """The CPU (scripts.readme_results.cpu_description: model, CPUs, vector ISA flags), the vector ISA
+    """The CPU (rbctl.report.provenance.cpu_description: model, CPUs, vector ISA flags), the vector ISA
     torch's kernels use, and the software versions."""
     import torch
     import transformers
     import trl
 
-    from scripts.readme_results import cpu_description
+    from rbctl.report.provenance import cpu_description
 
     return (f"{cpu_description()}; torch kernels {torch.backends.cpu.get_cpu_capability()}; {platform.system()} "
             f"{platform.machine()}, Python "

@@ -35,7 +35,7 @@ import numpy as np
 from rbctl.errors import UserError
 from rbctl.config.sweep import Comparisons
 from rbctl.report import ReportData, report_data
-from rbctl.report.analyses.comparisons import call, untestable_note
+from rbctl.report.analyses.comparisons import call_text, untestable_note
 from rbctl.report.analyses.plateau import PLATEAU_ARM
 from rbctl.report.analyses.scores import ArmScores
 from rbctl.report.load import Run, find_runs, sweep_settings
@@ -45,7 +45,7 @@ from rbctl.report.stats import DELTA_BOUNDS, NOT_TESTABLE, bounded_t_interval, p
 from rbctl.store.atomic import write_atomic
 from rbctl.store.read import read_yaml_file
 from rbctl.store.rundir import CEILING, CONFIG, EVAL_LINES
-from scripts.readme_results import cpu_description, provenance, write_headline
+from rbctl.report.provenance import cpu_description, provenance, write_block
 
 PAPER_KS = (1, 128, 256)
 # (baseline, variant) -> (the paper's method, its held-out pass@1, pass@128, pass@256 in percent): MaxRL's
@@ -257,7 +257,7 @@ def principal(sw: Sweep) -> list[str]:
             "units or the same Δ in every unit is not testable. Δ's 95% t-interval is clipped to [−100, +100].", ""] + _table(
         ["comparison", "units", f"Δ {sw.spec.metric} [95% t-interval]", "Holm p", "verdict", "per unit Δ"],
         [[c.label, str(c.delta.n), delta(c.delta.mean, c.delta.lo, c.delta.hi),
-          pval(c.p_holm, NOT_TESTABLE if not c.delta.testable else "–"), call(c), points_list(c.delta.deltas)]
+          pval(c.p_holm, NOT_TESTABLE if not c.delta.testable else "–"), call_text(c), points_list(c.delta.deltas)]
          for c in comps]) + ([note, ""] if note else [])
 
 
@@ -321,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.ceiling_run is not None:
             write_ceiling(args.sweep, args.ceiling_run, args.benchmark)
         if args.write_readme is not None:
-            write_headline(args.write_readme, readme_table(args.sweep), MAZE_BEGIN, MAZE_END)
+            write_block(args.write_readme, readme_table(args.sweep), MAZE_BEGIN, MAZE_END)
             return 0
         argv = sys.argv[1:] if argv is None else argv
         print(results_markdown(args.sweep, args.command, invocation="python -m scripts.maze_results " + shlex.join(argv)))

@@ -24,10 +24,10 @@ import pandas as pd
 from rbctl.errors import UserError
 from rbctl.report.analyses.scores import arm_scores, common_problems
 from rbctl.report.load import Run, find_runs
+from rbctl.report.provenance import cpu_description, provenance
 from rbctl.report.render.tables import delta, markdown_table, pct, pval
+from rbctl.report.series import at_step, eval_steps_of
 from rbctl.report.stats import DELTA_BOUNDS, holm, paired_delta
-from scripts.claims import at_step, eval_steps_of
-from scripts.readme_results import cpu_description, provenance
 
 ARMS = ("grpo", "maxrl")
 

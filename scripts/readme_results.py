@@ -23,20 +23,16 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import os
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 from rbctl.report import ReportData, report_data
-from rbctl.report.load import find_runs
+from rbctl.report.provenance import cpu_description, provenance, write_block
 from rbctl.report.render.answer import verdict_table, warm_start_rows
 from rbctl.report.render.report import shown_tables
 from rbctl.report.render.tables import delta, markdown_table, pval
 from rbctl.report.stats import NOT_TESTABLE
-from rbctl.store.read import newest_metrics_time
 
-ISA_FLAGS = ("avx2", "avx512f", "amx_bf16", "amx_int8", "amx_tile")
 # (table file, heading, what the document says about it)
 SECTIONS = (
     ("verdicts", "Principal comparisons", "The comparisons the sweep file states before running (or, without them, every "
@@ -60,19 +56,6 @@ SECTIONS = (
     ("entropy_cause", "Entropy and κ_eff vs pass@1", "Between arms (arm means) and within arms (run − arm mean)."),
     ("final_entropy_kappa", None, "Final entropy, κ and κ_eff (last quarter of each run)."),
 )
-
-
-def cpu_description(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
-    """``AMD EPYC (16 logical CPUs); avx2 yes, avx512f yes, amx_bf16 no, …`` from /proc/cpuinfo."""
-    try:
-        text = cpuinfo.read_text()
-    except OSError:
-        return "unknown (no /proc/cpuinfo)"
-    model = next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")), "unknown")
-    flags = set(next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), []))
-    cpus = sum(line.startswith("processor") for line in text.splitlines())
-    isa = ", ".join(f"{f} {'yes' if f in flags else 'no'}" for f in ISA_FLAGS)
-    return f"{model} ({cpus} logical CPUs, {os.cpu_count()} usable); {isa}"
 
 
 def results_markdown(sweep: Path, data: ReportData, command: str | None = None, cpuinfo: Path = Path("/proc/cpuinfo"),
@@ -100,31 +83,6 @@ def results_markdown(sweep: Path, data: ReportData, command: str | None = None, 
 
 
 STUDY_SECTIONS = ("verdicts", "power", "warm_starts", "escape", "final_scores")
-
-
-@dataclass
-class Provenance:
-    """A sweep directory's runs, their commits (a Markdown list) and the date they last logged."""
-
-    runs: list
-    commits: str
-    last: str
-
-    @property
-    def per_arm(self) -> list[int]:
-        """The distinct numbers of units per arm."""
-        return sorted({sum(r.arm == a for r in self.runs) for a in {r.arm for r in self.runs}})
-
-
-def provenance(sweep: Path, short: bool = False, runs: list | None = None) -> Provenance:
-    """The provenance of a sweep directory (commits of 7 characters if ``short``); ``runs``: its runs,
-    when the caller has read them already."""
-    if runs is None:
-        runs, _ = find_runs([sweep])
-    commits = sorted({str(r.provenance.get("git_commit"))[:7 if short else None] for r in runs if r.provenance.get("git_commit")})
-    logged = newest_metrics_time(sweep)
-    last = dt.datetime.fromtimestamp(logged, tz=dt.timezone.utc).date().isoformat() if logged else "unknown"
-    return Provenance(runs, ", ".join(f"`{c}`" for c in commits) or "unknown (no provenance)", last)
 
 
 def _replication(sweep_a: Path, sweep_b: Path, data_a: ReportData | None = None):
@@ -247,12 +205,7 @@ def headline_markdown(sweep: Path, data: ReportData) -> str:
 
 def write_headline(readme: Path, text: str, begin: str = HEADLINE_BEGIN, end: str = HEADLINE_END) -> None:
     """Replace the README's block between the markers `begin` and `end` with `text`."""
-    doc = Path(readme).read_text()
-    if begin not in doc or end not in doc:
-        raise SystemExit(f"{readme} has no {begin} … {end} block")
-    head, rest = doc.split(begin, 1)
-    _, tail = rest.split(end, 1)
-    Path(readme).write_text(f"{head}{begin}\n{text}\n{end}{tail}")
+    write_block(readme, text, begin, end)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -33,7 +33,7 @@ from rbctl.report.series import run_series
 from rbctl.report.stats import DELTA_BOUNDS, bounded_t_interval, paired_delta
 from rbctl.store.rundir import EVAL_SAMPLES, periodic_eval_dir
 from scripts.maze_results import Sweep, _table, load, principal
-from scripts.readme_results import cpu_description, provenance, write_headline
+from rbctl.report.provenance import cpu_description, provenance, write_block
 
 BEGIN, END = "<!-- real_model: begin -->", "<!-- real_model: end -->"
 CURVES = (("reward/mean", "training reward %", 100.0), ("entropy", "entropy, nats/token", 1.0),
@@ -171,10 +171,10 @@ def figure(sw: Sweep, path: Path) -> None:
 
 
 def readme_block(sw: Sweep) -> str:
-    from rbctl.report.analyses.comparisons import call
+    from rbctl.report.analyses.comparisons import call_text
 
     prov = provenance(sw.path, short=True, runs=sw.runs)
-    comps = "; ".join(f"{c.label} {delta(c.delta.mean, c.delta.lo, c.delta.hi)} ({call(c)}, Holm p {c.p_holm:.3f})"
+    comps = "; ".join(f"{c.label} {delta(c.delta.mean, c.delta.lo, c.delta.hi)} ({call_text(c)}, Holm p {c.p_holm:.3f})"
                       if c.delta.testable else f"{c.label}: not testable" for c in sw.data.verdict.comparisons)
     return "\n".join(pass1_table(sw)).rstrip() + (
         f"\n\n{len(sw.runs)} runs at commit {prov.commits}, last logged {prov.last}; held-out pass@1 = avg@{sw.k} over "
@@ -195,11 +195,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.figure is not None:
         figure(sw, args.figure)
     if args.write_readme is not None:
-        write_headline(args.write_readme, readme_block(sw), BEGIN, END)
+        write_block(args.write_readme, readme_block(sw), BEGIN, END)
         return 0
     text = "\n".join(block(sw, args.command, None)).rstrip()
     if args.write_doc is not None:
-        write_headline(args.write_doc, text, BEGIN, END)
+        write_block(args.write_doc, text, BEGIN, END)
     else:
         print(text)
     return 0

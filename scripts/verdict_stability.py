@@ -5,7 +5,7 @@
 Builds the report's data of each sweep (`rbctl.report.report_data`) and prints
 both verdict tables side by side (per principal comparison: Δ in points with its 95% t-interval, the
 Holm-adjusted p, significant yes/no, the verdict), then whether every comparison got the same call
-(the same verdict: higher, lower, or no difference; a comparison that is not testable in either
+(the same verdict: higher, lower, equivalent or inconclusive; a comparison that is not testable in either
 sweep has no call to agree on). Exit code 0 when every call agrees, 1 when one
 differs or is missing from a sweep, 2 on bad input (the two sweeps share a unit, or no comparison).
 """

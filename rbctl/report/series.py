@@ -72,3 +72,18 @@ def final_heldout(run: Run, benchmark: str) -> float:
         return float(np.mean([int(p["correct"]) / int(p.get("n", s.get("n"))) for p in pp]))
     series = run_series(run, "avg@n", benchmark)
     return float(series.iloc[-1]) if len(series) else math.nan
+
+
+def at_step(runs: list[Run], step: int, benchmark: str, key: str = "avg@n") -> dict:
+    """{unit: periodic-evaluation ``key`` at ``step``} over the runs that logged it."""
+    out = {}
+    for r in runs:
+        s = run_series(r, key, benchmark)
+        if step in s.index:
+            out[r.unit] = float(s.loc[step])
+    return out
+
+
+def eval_steps_of(runs: list[Run], benchmark: str, key: str = "avg@n") -> list[int]:
+    """The periodic-evaluation steps any of the runs logged ``key`` at on ``benchmark``."""
+    return sorted({int(s) for r in runs for s in run_series(r, key, benchmark).index})

@@ -38,4 +38,4 @@ def test_every_command_in_a_config_header_exists(path):
 def test_a_top_level_config_starts_with_the_command_that_runs_it():
     for path in (ROOT / "configs").glob("*.yaml"):
         first = path.read_text().splitlines()[0]
-        assert re.fullmatch(rf"# rbctl (train|ablate) configs/{path.name} -o runs/{path.stem}", first), (path.name, first)
+        assert re.fullmatch(rf"# rbctl (train|ablate|report) configs/{path.name} -o runs/{path.stem}", first), (path.name, first)

@@ -175,6 +175,7 @@ class Ceiling:
 
     value: float | None  # fraction; None: unknown
     source: str
+    declared: bool = False  # stated before the comparison (a ceiling file); False: read off the compared runs
 
 
 def ceiling_file(runs: list[Run], dirs: list[Path]) -> Ceiling | None:
@@ -188,7 +189,7 @@ def ceiling_file(runs: list[Run], dirs: list[Path]) -> Ceiling | None:
             v = c.get("value")
             if not isinstance(v, (int, float)) or isinstance(v, bool):
                 raise UserError(f"{f}: 'value' must be a number (a fraction of problems solved)")
-            return Ceiling(float(v), str(c.get("source") or f"{f}"))
+            return Ceiling(float(v), str(c.get("source") or f"{f}"), declared=True)
     return None
 
 

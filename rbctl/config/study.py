@@ -1,0 +1,62 @@
+"""The study file (`rbctl report STUDY.yaml`): several sweeps that answer one question together —
+testbeds, long horizons, the main job — which of their sweep files' declared families holds each
+question, and what the claims expect, stated before the runs (docs/method.md, "Comparing arms",
+studies). The study declares no family of its own: every comparison it prints is a member of a
+family its sweep file declares, so each row has the same Holm p in the sweep's report and in the
+study's document.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import Field, field_validator
+
+from rbctl.config.base import Section
+
+
+class LongHorizon(Section):
+    """A long-horizon sweep: the same arms as a testbed, run past the testbed's horizon."""
+
+    dir: str = Field(..., description="The sweep directory (relative to the current directory).")
+    main_step: int = Field(..., ge=0, description="The testbed's horizon: the periodic evaluation at this step is read beside the final one.")
+    family: str = Field("principal", description="The family of the long sweep's file whose calls are the final level (its margin makes 'same final level' an equivalence call).")
+
+
+class StudyFamilies(Section):
+    """Which declared family of each testbed's sweep file holds each of the study's questions (a
+    family a testbed's sweep file does not declare is read as missing there)."""
+
+    budget: str = Field("principal", description="X + budget − X, per baseline X.")
+    entropy_vs_budget: Optional[str] = Field(None, description="X + entropy bonus − X + budget (null = not asked).")
+    entropy_vs_base: Optional[str] = Field(None, description="X + entropy bonus − X (null = not asked; claim (b) then reads nothing).")
+
+
+class Expect(Section):
+    """The signs the claims expect, stated before running: the association of each sharpening
+    measure with the final held-out pass@1 (claim (e))."""
+
+    kappa_eff: Literal["negative", "positive"] = Field("negative", description="Sign expected of κ_eff's association with final pass@1 (sharper updates, a lower final level).")
+    entropy: Literal["negative", "positive"] = Field("positive", description="Sign 'entropy collapse stalls progress' predicts for entropy's association with final pass@1.")
+    early_fraction: float = Field(0.25, gt=0.0, lt=1.0, description="The early window of the lagged test: the first fraction of each run's logged steps.")
+
+
+class StudyConfig(Section):
+    """A study: testbeds (sweep directories), optional long horizons and the main job, the families
+    that answer its questions, and its expectations."""
+
+    name: str = Field("study", description="The study's name (the document's title).")
+    testbeds: dict[str, str] = Field(..., min_length=1, description="Testbed name -> its claims sweep directory (relative to the current directory).")
+    long: dict[str, LongHorizon] = Field(default_factory=dict, description="Testbed name -> its long-horizon sweep.")
+    main: Optional[str] = Field(None, description="The main job's sweep directory (its runs join claim (e)'s association), or null.")
+    families: StudyFamilies = Field(default_factory=StudyFamilies, description="Which declared family holds each question.")
+    expect: Expect = Field(default_factory=Expect, description="What the claims expect, stated before running.")
+
+    @field_validator("long")
+    @classmethod
+    def _long_names(cls, long, info):
+        beds = (info.data or {}).get("testbeds") or {}
+        for name in long:
+            if name not in beds:
+                raise ValueError(f"long horizon '{name}' names no testbed (testbeds: {', '.join(beds)})")
+        return long

@@ -1,0 +1,219 @@
+"""`rbctl report STUDY.yaml` (rbctl.report.claims) on hand-made sweep directories (4 problems × n = 4,
+3 seeds): the families and calls come from each sweep file, and every number below is worked out by
+hand from the counts."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import scipy.stats as sps
+import yaml
+
+from rbctl.report import claims
+from rbctl.report.analyses.comparisons import EQUIVALENT, HIGHER, INCONCLUSIVE, call
+from rbctl.report.power import mde_paired
+
+N = 4
+# arm -> (estimator, budget, entropy mode, variant); correct of n = 4 on problems p0..p3 per seed 0, 1, 2
+ARMS = {
+    "grpo": ("grpo", None, "none", "base"),
+    "grpo_budget": ("grpo", 1.0, "none", "budget"),
+    "grpo_entropy": ("grpo", None, "static", "entropy_static"),
+    "rloo": ("rloo", None, "none", "base"),
+    "rloo_budget": ("rloo", 1.0, "none", "budget"),
+}
+# avg@4 per seed:                        Δ budget − base per seed
+#   grpo         .25   .3125 .375
+#   grpo_budget  .5    .5625 .6875        .25, .25, .3125  -> mean .2708, sd .0361, t 13.0, 2 df
+#   grpo_entropy .3125 .3125 .3125        (− grpo: +.0625, 0, −.0625)
+#   rloo         .375  .4375 .4375
+#   rloo_budget  .375  .4375 .5           0, 0, .0625      -> mean .0208, sd .0361, t 1.0
+CORRECT = {
+    "grpo": ([4, 0, 0, 0], [4, 1, 0, 0], [4, 2, 0, 0]),
+    "grpo_budget": ([4, 4, 0, 0], [4, 4, 1, 0], [4, 4, 2, 1]),
+    "grpo_entropy": ([4, 1, 0, 0], [4, 1, 0, 0], [4, 1, 0, 0]),
+    "rloo": ([4, 2, 0, 0], [4, 2, 1, 0], [4, 3, 0, 0]),
+    "rloo_budget": ([4, 2, 0, 0], [4, 2, 1, 0], [4, 2, 1, 1]),
+}
+# entropy logged at steps 1..4 (0.6 at step 1, then this): the last quarter is step 4's value; per seed
+# the entropy arm adds 0.05·seed, so the bonus's rise over GRPO differs between seeds (testable)
+ENTROPY = {"grpo": 0.10, "grpo_budget": 0.05, "grpo_entropy": 0.20, "rloo": 0.12, "rloo_budget": 0.06}
+
+
+def make_sweep(root: Path, correct: dict, comparisons: dict, steps: int = 4, periodic: dict | None = None,
+               ceiling: float | None = None) -> Path:
+    state = {}
+    for arm, per_seed in correct.items():
+        estimator, budget, mode, variant = ARMS[arm]
+        for seed, c in enumerate(per_seed):
+            d = root / "runs" / arm / f"seed_{seed}"
+            (d / "eval" / f"step_{steps:06d}" / "builtin").mkdir(parents=True)
+            cfg = {"seed": seed, "steps": steps, "rollout": {"group_size": 8, "prompts_per_step": 16},
+                   "algo": {"estimator": estimator, "budget": budget, "entropy": {"mode": mode},
+                            "loss_agg": "seq-mean-token-sum-norm" if estimator == "dr_grpo" else "token-mean"}}
+            (d / "config.yaml").write_text(yaml.safe_dump(cfg))
+            (d / "run.json").write_text(json.dumps({"arm": arm, "seed": seed, "sweep": "s", "baseline": estimator,
+                                                    "variant": variant}))
+            (d / "provenance.json").write_text(json.dumps({"git_commit": "0123abc"}))
+            e = ENTROPY[arm] + (0.05 * seed if mode == "static" else 0.0)
+            # κ_eff at steps 1..4 and the share of mixed prompts; the early quarter is step 1
+            (d / "metrics.jsonl").write_text("".join(
+                json.dumps({"step": s, "entropy": (0.6 if s == 1 else e), "kappa_eff": 1.0 + 0.1 * s + 0.01 * seed,
+                            "groups/frac_mixed": 0.5}) + "\n" for s in range(1, steps + 1)))
+            lines = (periodic or {}).get((arm, seed), [])
+            (d / "eval.jsonl").write_text("".join(json.dumps({"benchmark": "builtin", "n": N, **x}) + "\n" for x in lines))
+            summary = {"benchmark": "builtin", "step": steps, "n": N, "num_problems": 4,
+                       "per_problem": [{"id": f"p{i}", "n": N, "correct": k} for i, k in enumerate(c)]}
+            (d / "eval" / f"step_{steps:06d}" / "builtin" / "summary.json").write_text(json.dumps(summary))
+            state[f"{arm}/seed_{seed}"] = {"status": "done"}
+    (root / "state.json").write_text(json.dumps({"runs": state}))
+    sweep = {"name": "s", "seeds": [0, 1, 2], "arms": {a: {} for a in correct}, "eval": {"benchmarks": ["builtin"], "n": N},
+             "comparisons": {"metric": "avg@n", "mde": 10.0, "planning_sd": 3.5, **comparisons}}
+    (root / "sweep.yaml").write_text(yaml.safe_dump({"sweep": sweep, "configs": {}}, sort_keys=False))
+    if ceiling is not None:
+        (root / "ceiling.json").write_text(json.dumps({"value": ceiling, "source": "stated in the test"}))
+    return root
+
+
+BUDGET = [["grpo_budget", "grpo"], ["rloo_budget", "rloo"]]
+FAMILIES = {"entropy_vs_base": {"pairs": [["grpo_entropy", "grpo"]]}}
+# periodic evaluations: GRPO at step 3 equals its final level (stalled), far below a 0.98 ceiling, and its
+# entropy falls from 0.6 to 0.1 (< 0.6 / 3): the plateau test holds for plain GRPO
+PLATEAU = {("grpo", s): [{"step": 0, "avg@n": 0.2}, {"step": 3, "avg@n": v}] for s, v in enumerate((0.25, 0.3125, 0.375))}
+
+
+def study_file(tmp_path: Path, margin: float | None = None, ceiling: float | None = 0.98, long: bool = False) -> Path:
+    comps = {"principal": BUDGET, "families": FAMILIES, **({"margin": margin} if margin else {})}
+    fix = make_sweep(tmp_path / "fix", CORRECT, comps, periodic=PLATEAU, ceiling=ceiling)
+    study = {"name": "toy", "testbeds": {"fixpoint": str(fix)},
+             "families": {"budget": "principal", "entropy_vs_base": "entropy_vs_base"}}
+    if long:
+        study["long"] = {"fixpoint": {"dir": str(long_sweep(tmp_path / "long", 20.0)), "main_step": 100}}
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(study))
+    return path
+
+
+def p_two_sided(deltas) -> float:
+    return float(sps.ttest_1samp(deltas, 0.0).pvalue)
+
+
+def test_the_budget_family_is_the_sweep_files_and_claim_a_reads_its_calls(tmp_path: Path) -> None:
+    study = claims.load_study(study_file(tmp_path), n_boot=50)
+    (tb,) = study.testbeds
+    grpo, rloo = tb.family("principal")
+    p_grpo, p_rloo = p_two_sided([0.25, 0.25, 0.3125]), p_two_sided([0.0, 0.0, 0.0625])
+    assert grpo.p_holm == pytest.approx(2 * p_grpo) and rloo.p_holm == pytest.approx(p_rloo)  # Holm over the 2
+    assert [call(grpo), call(rloo)] == [HIGHER, INCONCLUSIVE]
+    # rloo's detectable effect: power 0.8 at α/2 with its 3 units and sd(Δ) = .0361
+    assert rloo.detectable == pytest.approx(mde_paired(0.0625 / math.sqrt(3), 3, 0.025, 0.8), rel=1e-9)
+    measured, verdict = claims.claim_a(study.testbeds, "principal")
+    assert measured == "GRPO on fixpoint: higher; RLOO on fixpoint: inconclusive"
+    assert verdict == "inconclusive: only GRPO called higher, 1 inconclusive"
+    doc = claims.claims_markdown(study, command="rbctl report study.yaml")
+    assert "no difference" not in doc and "| (a) The budget improves several RL baselines |" in doc
+    # the same Holm p as the sweep's own report prints for the row
+    assert f"| GRPO | fixpoint | grpo_budget − grpo | 3 | 31.2 | 58.3 | +27.1 [" in doc
+    assert f"| {100 * (0.98 - 0.3125):.1f} |" in doc  # GRPO's distance to the stated ceiling: 98 − 31.25 points
+    assert "token-mean" in doc and "Code: `0123abc` (one commit)." in doc
+
+
+def test_claim_a_fails_when_the_others_are_equivalent_within_the_stated_margin(tmp_path: Path) -> None:
+    # margin 15 points: rloo's TOST p = P(T2 < (.0208 − .15)/.0208) = 0.0125, Holm over 2 -> 0.025: equivalent
+    study = claims.load_study(study_file(tmp_path, margin=15.0), n_boot=50)
+    grpo, rloo = study.testbeds[0].family("principal")
+    se = 0.0625 / math.sqrt(3) / math.sqrt(3)
+    p_up = sps.t.cdf((0.0625 / 3 - 0.15) / se, 2)
+    assert rloo.p_tost == pytest.approx(p_up, rel=1e-9) and rloo.p_tost_holm == pytest.approx(2 * p_up, rel=1e-9)
+    assert call(rloo) == EQUIVALENT and call(grpo) == HIGHER
+    assert claims.claim_a(study.testbeds, "principal")[1] == "fails: only GRPO is higher; the others are equivalent"
+
+
+def test_claim_b_needs_the_plateau_and_a_bonus_that_raised_entropy(tmp_path: Path) -> None:
+    study = claims.load_study(study_file(tmp_path), n_boot=50)
+    (tb,) = study.testbeds
+    assert tb.plateau_held  # stalled (change 0), 98 − 31.25 ≥ 15 points below, entropy 0.1 < 0.6/3
+    (c,) = tb.family("entropy_vs_base")
+    rose, why = claims.entropy_rose(tb, c)
+    # entropy Δ per seed: .20 − .10, .25 − .10, .30 − .10 = .10, .15, .20: mean .15, t 5.2 on 2 df
+    assert rose and why.startswith("entropy Δ +0.150 nats/token (p 0.035")
+    measured, verdict = claims.claim_b(study.testbeds, "entropy_vs_base")
+    # Δ pass@1: +.0625, 0, −.0625: inconclusive, so "does not move" is not shown
+    assert "grpo_entropy − grpo: inconclusive (Δ = 0" in measured
+    assert verdict == "inconclusive: 1 of 1 inconclusive, none higher"
+    # without a stated ceiling the plateau test cannot hold, and claim (b) is not read there
+    other = claims.load_study(study_file(tmp_path / "no_ceiling", ceiling=None), n_boot=50)
+    assert not other.testbeds[0].plateau_held
+    assert claims.claim_b(other.testbeds, "entropy_vs_base")[1].startswith("not tested")
+
+
+def test_claim_e_counts_units_states_the_sign_and_tests_the_lag(tmp_path: Path) -> None:
+    study = claims.load_study(study_file(tmp_path), n_boot=50)
+    s = claims.sharpening(study.testbeds[0], study.config.expect)
+    lagged = s.rows[s.rows["window"].str.startswith("lagged")]
+    assert list(lagged["measure"]) == ["κ_eff", "entropy"] and set(s.rows["expected"]) == {"negative", "positive"}
+    # 15 runs in 3 units (seeds): N − U − 1 = 11 df; κ_eff at step 1 is 1.1 + 0.01·seed, the same in every arm of
+    # a unit, so centred within units it is constant: no correlation to test
+    k = s.rows[(s.rows["measure"] == "κ_eff") & s.rows["window"].str.startswith("lagged")].iloc[0]
+    assert k["runs"] == 15 and k["units"] == 3 and k["df"] == 11 and math.isnan(k["r"])
+    assert s.call.startswith("inconclusive: neither early measure")  # both lagged associations untestable here
+    # same time: entropy's last quarter (.10/.05/.25·/.12/.06) against pass@1 within seeds, r < 0, p unadjusted
+    e = s.rows[(s.rows["measure"] == "entropy") & s.rows["window"].str.startswith("same")].iloc[0]
+    assert e["r"] < 0 and e["p"] < 0.05 and math.isnan(e["p_holm"]) and e["status"] == "opposite (unadjusted)"
+    assert "8.0 mixed prompts" in s.mixed  # 0.5 of 16 prompts
+
+
+def long_sweep(root: Path, margin: float) -> Path:
+    arms = ("grpo", "grpo_budget")
+    # periodic avg@n at step 100: Δ .30, .27, .30 (t ≈ 29 on 2 df); final (step 400): Δ +1/16, −1/16, +1/16
+    at100 = {"grpo": (0.5, 0.55, 0.6), "grpo_budget": (0.8, 0.82, 0.9)}
+    periodic = {(a, s): [{"step": 0, "avg@n": 0.4}, {"step": 100, "avg@n": at100[a][s]}, {"step": 400, "avg@n": 0.95}]
+                for a in arms for s in range(3)}
+    correct = {"grpo": ([4, 4, 4, 3], [4, 4, 4, 4], [4, 4, 3, 4]), "grpo_budget": ([4, 4, 4, 4], [4, 4, 4, 3], [4, 4, 4, 4])}
+    return make_sweep(root, correct, {"principal": [["grpo_budget", "grpo"]], "margin": margin}, steps=400,
+                      periodic=periodic)
+
+
+@pytest.mark.parametrize("margin, said", [
+    # final Δ mean .0208, sd .0722, se .0417 on 2 df: TOST p at ±20 = P(T2 < (.0208 − .2)/.0417) = 0.025: equivalent
+    (20.0, "**faster, same final level**."),
+    # at ±10, P(T2 < −1.9) = 0.098: not shown equivalent with 3 units, so the sentence says so
+    (10.0, "**ahead at the horizon; final level inconclusive (Δ > 0; detectable ≥ "),
+])
+def test_long_horizon_same_final_level_only_by_tost(tmp_path: Path, margin: float, said: str) -> None:
+    tb = claims.load_testbed("fixpoint (long)", long_sweep(tmp_path / "long", margin), n_boot=50)
+    rows, (line,) = claims.long_rows(tb, 100, "principal")
+    assert line.startswith("fixpoint (long), grpo_budget − grpo: +29.0 [") and "at step 100 (p " in line
+    assert ", +2.1 [" in line and "at the final evaluation (step 400): " in line and said in line
+    assert rows.iloc[0]["units"] == 3
+
+
+def test_kappa_falls_with_k_under_the_budget_and_the_finite_g_identity() -> None:
+    k = claims.kappa_by_k(g=8)
+    assert [r["grpo + budget"] for r in k] == pytest.approx([1 / K for K in range(1, 8)], rel=1e-6)
+    assert [r["dr_grpo"] for r in k] == pytest.approx([1.0] * 7, rel=1e-6)
+    assert [r["rloo + budget"] for r in k] == pytest.approx([8 / 7 / K for K in range(1, 8)], rel=1e-6)
+    # GRPO: 1/σ̂ with the unbiased std, K = 4 of 8: sqrt(8/7 · 1/4) = 0.5345 -> 1.8708
+    assert k[3]["grpo"] == pytest.approx(1 / math.sqrt(8 / 7 * 0.25), rel=1e-5)
+    worst, best = claims.finite_g_check(g=6)
+    assert worst < 1e-6 < 1e-3 < best
+
+
+def test_rbctl_report_of_a_study_file_writes_the_claims_document(tmp_path: Path, capsys) -> None:
+    from rbctl.cli import run
+
+    study = study_file(tmp_path, margin=15.0, long=True)
+    out = tmp_path / "out"
+    assert run(["report", str(study), "-o", str(out)]) == 0
+    doc = (out / "claims.md").read_text()
+    assert capsys.readouterr().out.strip() == str(out / "claims.md")
+    assert doc.startswith("# toy: the study's claims") and f"`rbctl report {study} -o {out}`" in doc
+    assert "**faster, same final level**" in doc and "no difference" not in doc
+    # a study naming a directory that holds no sweep: one line naming it, exit 2
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"testbeds": {"fixpoint": str(tmp_path / "nowhere")}}))
+    assert run(["report", str(bad)]) == 2
+    assert f"study testbed 'fixpoint': {tmp_path / 'nowhere'} is not a directory" in capsys.readouterr().err
