@@ -217,3 +217,27 @@ def test_rbctl_report_of_a_study_file_writes_the_claims_document(tmp_path: Path,
     bad.write_text(yaml.safe_dump({"testbeds": {"fixpoint": str(tmp_path / "nowhere")}}))
     assert run(["report", str(bad)]) == 2
     assert f"study testbed 'fixpoint': {tmp_path / 'nowhere'} is not a directory" in capsys.readouterr().err
+
+
+def test_a_row_prints_the_same_holm_p_in_the_sweeps_report_and_in_the_claims_document(tmp_path: Path) -> None:
+    import pandas as pd
+
+    from rbctl.report import make_report
+
+    study = study_file(tmp_path, margin=15.0)
+    claims_doc = claims.claims_markdown(claims.load_study(study, n_boot=50))
+    report = make_report([tmp_path / "fix"], tmp_path / "report", n_boot=50)
+    verdicts = pd.read_csv(report.parent / "tables" / "verdicts.csv").set_index("arm")
+    family = pd.read_csv(report.parent / "tables" / "family_entropy_vs_base.csv").set_index("arm")
+    text = report.read_text()
+    for arm, p in (("grpo_budget", verdicts.loc["grpo_budget", "p_holm"]), ("rloo_budget", verdicts.loc["rloo_budget", "p_holm"]),
+                   ("grpo_entropy", family.loc["grpo_entropy", "p_holm"])):
+        cell = f"{p:.3f}" if p >= 0.001 else "< 0.001"
+        row = next(line for line in claims_doc.splitlines() if f"| {arm} − " in line)
+        assert f"| {cell} |" in row, (arm, cell, row)
+        assert f"| {cell} |" in next(line for line in text.splitlines() if f"| {arm} − " in line and "|" in line)
+    # the sweep's report: the declared family is its own section with its calls; no call says "no difference"
+    assert "## Declared family: entropy_vs_base" in text and "no difference" not in text
+    assert verdicts.loc["rloo_budget", "call"] == "equivalent within ±15"
+    assert "| ±15: 0.025 |" in text  # the TOST column of a family with a margin
+    assert "no difference" not in (report.parent / "report.html").read_text()

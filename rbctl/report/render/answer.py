@@ -138,7 +138,7 @@ def families(data: ReportData, page: Page) -> None:
         alpha = fam.alpha if fam.alpha is not None else spec.alpha
         page.doc.para(f"Stated in the sweep file before running (`comparisons.families.{name}`): "
                       f"{plural(len(fam.pairs), 'comparison')} on {fam.metric or spec.metric}, Holm–Bonferroni over "
-                      f"the {tested} tested at α = {alpha:g}, {margin}. {CALLS}.")
+                      f"the {tested} tested at α = {alpha:g}, {margin}; called as the answer's comparisons are.")
         page.table(rows, verdict_table(rows), f"family_{name}")
         note = untestable_note(comps)
         if note:
