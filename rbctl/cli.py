@@ -27,7 +27,18 @@ class _FlagsWithoutMetavar:
 
 
 class _Command(_FlagsWithoutMetavar, TyperCommand):
-    pass
+    def collect_usage_pieces(self, ctx):
+        """Usage lines with arguments in capitals, as the help's text names them: `rbctl train
+        [OPTIONS] CONFIG`, `[SWEEP]` when optional, `DIR...` when repeated (typer writes `{config}`)."""
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for p in self.get_params(ctx):
+            if getattr(p, "param_type_name", "") != "argument":
+                pieces += p.get_usage_pieces(ctx)
+                continue
+            name = p.metavar or p.name.upper()
+            repeat = "..." if p.nargs != 1 and "..." not in name else ""
+            pieces.append((name if p.required else f"[{name}]") + repeat)
+        return pieces
 
 
 class _Group(_FlagsWithoutMetavar, TyperGroup):
@@ -36,7 +47,14 @@ class _Group(_FlagsWithoutMetavar, TyperGroup):
 
 app = typer.Typer(
     cls=_Group,
-    help="rbctl: RL training of LLM reasoning with reward budgeting — train, eval, ablate, report.",
+    help="rbctl: RL training of LLM reasoning with reward budgeting — train, eval, ablate, report.\n\n"
+    "Examples (a config is a YAML file or a shipped preset's name; `rbctl presets` lists them):\n\n"
+    "- `rbctl train fixpoint -o runs/first`: one run, about a minute on a CPU\n"
+    "- `rbctl eval runs/first`: its held-out score (reused where training has it)\n"
+    "- `rbctl train fixpoint -o runs/budget --set algo.budget=1.0`: the same with reward budgeting\n"
+    "- `rbctl report runs/first runs/budget -o runs/cmp`: the two compared\n"
+    "- `rbctl ablate ablate_quickstart --dry-run`: a sweep's plan, power and time; runs nothing\n"
+    "- `rbctl config quickstart`: a config with every default filled in",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -95,7 +113,7 @@ SetOpt = typer.Option(None, "--set", "-s", metavar="KEY=VALUE", help="Override a
 
 @app.command(cls=_Command)
 def train(
-    config: Path = typer.Argument(..., help="Training config YAML (e.g. configs/quickstart.yaml)."),
+    config: str = typer.Argument(..., metavar="CONFIG", help="Training config: a YAML file, or a shipped preset by name (`rbctl presets`), e.g. quickstart."),
     out: Path = typer.Option(..., "--out", "-o", help="Run directory; an existing one is resumed."),
     set_: Optional[List[str]] = SetOpt,
     force: bool = typer.Option(False, "--force", help="Use a run directory whose config differs (the previous config is kept as RUN_DIR/config.step_N.yaml)."),
@@ -110,7 +128,12 @@ def train(
     Writes RUN_DIR/config.yaml, provenance.json, metrics.jsonl (one line per step), samples.jsonl,
     eval.jsonl (periodic held-out evaluation) and checkpoints/. Re-running on the same RUN_DIR
     resumes from its last checkpoint. Ends with the final held-out score of each benchmark (the
-    last periodic evaluation); output that is not a terminal gets plain progress lines."""
+    last periodic evaluation); output that is not a terminal gets plain progress lines. A config
+    that cannot run (an unknown benchmark, a missing model or data path, an engine or device this
+    machine lacks) is refused before RUN_DIR is made.
+
+    Examples: `rbctl train fixpoint -o runs/first`; `rbctl train quickstart -o runs/b --set algo.budget=1.0`;
+    `rbctl train paper_llama32_3b -o runs/p --dry-run` (the plan and cost, offline)."""
     from rbctl.config.train import load_train_config
     from rbctl.train.loop import train as run_training
 
@@ -154,7 +177,7 @@ def _run_default(key: str) -> str:
 
 @app.command("eval", cls=_Command)
 def eval_(
-    model: str = typer.Argument(..., help="Hub id, local model dir, GGUF file, rbctl run directory, or 'builtin'."),
+    model: str = typer.Argument(..., metavar="MODEL", help="Hub id, local model dir, GGUF file, rbctl run directory, or 'builtin'."),
     benchmarks: Optional[str] = typer.Option(
         None, "--benchmarks", "-b",
         help="Comma-separated: amc23, aime24, aime25, gsm8k, builtin, or custom file:PATH.jsonl, "
@@ -228,7 +251,10 @@ def eval_(
     OUT/BENCHMARK/samples.jsonl (appended as samples are graded), and prints a table with the
     protocol of its scores. OUT is checked for write access and space before the first sample. An
     interrupted evaluation (Ctrl-C) keeps what it graded: the same command resumes it (benchmarks
-    already complete with the same protocol are kept) and gives the result of an uninterrupted one."""
+    already complete with the same protocol are kept) and gives the result of an uninterrupted one.
+
+    Examples: `rbctl eval runs/first`; `rbctl eval runs/first --n 16 --force`;
+    `rbctl eval Qwen/Qwen2.5-Math-1.5B -b gsm8k --limit 100`."""
     from rbctl.eval.run import EvalInterrupted, eval_config, run_eval
 
     options = dict(
@@ -250,7 +276,7 @@ def eval_(
 
 @app.command(cls=_Command)
 def ablate(
-    sweep: Optional[Path] = typer.Argument(None, help="Sweep YAML. Default: configs/ablate_fixpoint.yaml (the main job), then a report."),
+    sweep: Optional[str] = typer.Argument(None, metavar="SWEEP", help="Sweep file: a YAML file, or a shipped preset by name (`rbctl presets`). Default: ablate_fixpoint (the main job), then a report."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Sweep directory (default: runs/SWEEP_NAME, the sweep file's name without .yaml)."),
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Runs in parallel (default: the sweep's `jobs`)."),
     force: bool = typer.Option(False, "--force", help="Reuse a sweep directory made by a different sweep."),
@@ -258,6 +284,10 @@ def ablate(
     launcher: str = typer.Option("local", "--launcher", help="local (worker processes here) or submitit (Slurm, or submitit's local mode; settings from the sweep's `launcher:` section)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress display."),
     seed_offset: int = typer.Option(0, "--seed-offset", help="Add N to every seed: the same sweep on a disjoint set of seeds (default output runs/SWEEP_NAME_seedsN)."),
+    arms: Optional[str] = typer.Option(None, "--arms", metavar="ARM,ARM", help="Run only these arms (comma-separated); the stated comparisons keep the pairs among them."),
+    seeds: Optional[str] = typer.Option(None, "--seeds", metavar="SEEDS", help="Run these seeds instead of the sweep's: comma-separated, ranges allowed (0,1,2 or 0-5)."),
+    set_: Optional[List[str]] = typer.Option(None, "--set", "-s", metavar="KEY=VALUE", help="Override a training-config value of every arm, after the arm's own overrides (repeatable)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Validate the sweep and every arm, print the plan (arms × seeds, each arm's difference from the base, the design's power, an estimated wall time); run nothing, write nothing."),
     debug: bool = DebugOpt,
 ) -> None:
     """Run a declared grid of arms × seeds, each run followed by its evaluation; resumable.
@@ -265,7 +295,11 @@ def ablate(
     Re-running on the same directory skips finished runs and resumes partial ones. With no SWEEP
     argument it runs the default sweep (configs/ablate_fixpoint.yaml, the main job: the plateau task,
     3 arms × 24 seeds from a shipped warm start) and writes its report. Ends with each arm's final
-    held-out score, the mean over its seeds."""
+    held-out score, the mean over its seeds. A selection of a sweep (`--arms`, `--seeds`) runs in
+    its directory.
+
+    Examples: `rbctl ablate ablate_quickstart --dry-run` (the plan, power and time);
+    `rbctl ablate ablate_quickstart --arms grpo,grpo_budget --seeds 0,1 --set steps=40 -o runs/small`."""
     import time
 
     from rbctl.store.rundir import RUNS_ROOT
@@ -278,11 +312,18 @@ def ablate(
         raise UserError(f"--launcher must be 'local' or 'submitit', got '{launcher}'")
     if jobs is not None and jobs < 1:
         raise UserError(f"--jobs must be at least 1 (runs in parallel), got {jobs}")
+    selection = dict(arms=[a.strip() for a in arms.split(",") if a.strip()] if arms else None,
+                     seeds=_int_list(seeds, "--seeds") if seeds is not None else None, overrides=set_ or [])
+    if dry_run:
+        from rbctl.sweep.plan import sweep_plan
+
+        typer.echo(sweep_plan(path, sweep_dir, jobs=jobs, seed_offset=seed_offset, **selection), nl=False)
+        return
     from rbctl.sweep.local import Interrupted
 
     try:
         state = run_sweep(path, sweep_dir, jobs=jobs, force=force, progress=not quiet, launcher=launcher,
-                          seed_offset=seed_offset)
+                          seed_offset=seed_offset, **selection)
     except (Interrupted, KeyboardInterrupt):
         import shlex
 
@@ -293,6 +334,8 @@ def ablate(
         again = ["rbctl", "ablate"] + ([str(sweep)] if sweep else []) + ["-o", str(sweep_dir)]
         again += (["--jobs", str(jobs)] if jobs else []) + (["--launcher", launcher] if launcher != "local" else [])
         again += ["--seed-offset", str(seed_offset)] if seed_offset else []
+        again += (["--arms", arms] if arms else []) + (["--seeds", seeds] if seeds else [])
+        again += [a for kv in (set_ or []) for a in ("--set", kv)]
         typer.secho(f"interrupted: {done}/{total} runs done, the rest recorded in {sweep_dir / SWEEP_STATE} "
                     f"(partial runs keep their checkpoints); finish with: {shlex.join(again)}", err=True)
         raise typer.Exit(130)
@@ -312,6 +355,20 @@ def ablate(
         typer.echo(f"report: {make_report([sweep_dir], sweep_dir / REPORT_DIR)}")
     if failed:
         raise typer.Exit(1)
+
+
+def _int_list(text: str, option: str) -> list[int]:
+    """`0,1,2` or `0-5` (inclusive) or a mix, as a list of distinct ints; a `UserError` naming `option` otherwise."""
+    out: list[int] = []
+    try:
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            lo, _, hi = part.partition("-") if not part.startswith("-") else (part, "", "")
+            out += list(range(int(lo), int(hi) + 1)) if hi else [int(lo)]
+    except ValueError:
+        raise UserError(f"{option} '{text}': expected integers, comma-separated, ranges as A-B (e.g. 0,1,2 or 0-5)") from None
+    if not out or len(set(out)) != len(out):
+        raise UserError(f"{option} '{text}': expected at least one seed, each once")
+    return out
 
 
 @app.command(cls=_Command)
@@ -342,6 +399,61 @@ def report(
     if table is not None:
         Console().print(table)
     typer.echo(str(path))
+
+
+@app.command(cls=_Command)
+def presets(debug: bool = DebugOpt) -> None:
+    """List the shipped configs: each preset's name, the command that runs it, and what it is for.
+
+    A preset's name goes anywhere a config path goes: `rbctl train fixpoint -o runs/first`,
+    `rbctl ablate ablate_quickstart --dry-run`, `rbctl config quickstart`, a sweep file's `base:`."""
+    from rbctl.config.presets import preset_names, preset_summary, presets_dir
+
+    rows = [preset_summary(name) for name in preset_names()]
+    width = max(len(name) for name, _, _ in rows)
+    typer.echo(f"presets in {presets_dir()} (run one with its command: rbctl train NAME -o RUN, rbctl ablate NAME):")
+    for name, command, purpose in rows:
+        typer.echo(f"  {name:<{width}}  {command:<6}  {purpose}")
+
+
+@app.command("config", cls=_Command)
+def config_(
+    config: str = typer.Argument(..., metavar="CONFIG", help="A training config or sweep file: a YAML file, or a shipped preset by name."),
+    set_: Optional[List[str]] = SetOpt,
+    arm: Optional[str] = typer.Option(None, "--arm", help="Of a sweep file: print this arm's resolved training config."),
+    debug: bool = DebugOpt,
+) -> None:
+    """Print a config resolved: every default filled in, `--set` applied, validated (what a run records as RUN_DIR/config.yaml).
+
+    A sweep file prints as resolved (its defaults filled in); with `--arm ARM`, that arm's training
+    config (the base, the sweep's `set:`, the arm's overrides, then `--set`). Examples:
+    `rbctl config fixpoint`, `rbctl config quickstart --set algo.budget=1`,
+    `rbctl config ablate_quickstart --arm grpo_budget`."""
+    from rbctl.config.base import dump_config, read_yaml, validate
+    from rbctl.config.presets import is_sweep, resolve_config
+
+    path = resolve_config(config)
+    if not is_sweep(read_yaml(path)):
+        if arm is not None:
+            raise UserError(f"--arm applies to a sweep file; {path} is a training config")
+        from rbctl.config.train import load_train_config
+
+        typer.echo(f"# {path}, resolved (rbctl train {config} -o RUN)")
+        typer.echo(dump_config(load_train_config(path, set_ or [])), nl=False)
+        return
+    from rbctl.sweep.ablate import load_sweep
+
+    sweep, configs = load_sweep(path, overrides=set_ or [])
+    if arm is None:
+        from rbctl.config.sweep import SweepConfig
+
+        typer.echo(f"# {path}, resolved (rbctl ablate {config}; an arm's training config: --arm ARM)")
+        typer.echo(dump_config(validate(SweepConfig, read_yaml(path), str(path))), nl=False)
+        return
+    if arm not in configs:
+        raise UserError(f"{path} has no arm '{arm}' (its arms: {', '.join(configs)})")
+    typer.echo(f"# {path}, arm '{arm}', resolved")
+    typer.echo(dump_config(configs[arm]), nl=False)
 
 
 def run(argv: Optional[List[str]] = None) -> int:

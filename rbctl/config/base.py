@@ -69,7 +69,10 @@ def _format_error(err: ValidationError, model: type[BaseModel], source: str) -> 
         close = difflib.get_close_matches(loc, _all_keys(model), n=1, cutoff=0.6)
         hint = f" (did you mean '{close[0]}'?)" if close else ""
         return f"{source}: unknown config key '{loc}'{hint}"
-    if e["type"] == "missing":
+    if e["type"] == "missing":  # every missing key at once, not one per attempt
+        missing = list(dict.fromkeys(".".join(_key_path(model, x["loc"])[0]) for x in err.errors() if x["type"] == "missing"))
+        if len(missing) > 1:
+            return f"{source}: config keys {', '.join(repr(k) for k in missing)} are required"
         return f"{source}: config key '{loc}' is required"
     msg = e["msg"].removeprefix("Value error, ")
     if loc and isinstance(e.get("input"), dict):  # an error of a whole section: its message names the keys

@@ -18,6 +18,8 @@ from rbctl.config.base import Section, apply_overrides, read_yaml, validate
 from rbctl.config.builtin import TASK_DOC, BuiltinCfg, default_section
 from rbctl.config.eval import CPU_LINEAR_KERNELS, EvalConfig, EvalSection
 from rbctl.config.methods import at_most_problems, block_fields, check_selection, fill_selected, hook_fields
+from rbctl.config.presets import SWEEP_KEYS, is_sweep, resolve_config
+from rbctl.errors import UserError
 from rbctl.grading.extract import EXTRACTION_MODES
 from rbctl.tasks.prompting import MATH_INSTRUCTION
 
@@ -219,9 +221,15 @@ class TrainConfig(Section):
 
 
 def load_train_config(path: Path | None, overrides: list[str] = ()) -> TrainConfig:
-    """The config file (or the defaults) with the `--set key=value` overrides applied, validated; an
-    error names the key and where it was set (the file or the `--set` item)."""
+    """The config file (or a shipped preset's name: `rbctl.config.presets.resolve_config`; None: the
+    defaults) with the `--set key=value` overrides applied, validated; an error names the key and
+    where it was set (the file or the `--set` item). A sweep file is refused naming `rbctl ablate`."""
+    if path is not None:
+        path = resolve_config(path)
     data = read_yaml(path) if path is not None else {}
+    if is_sweep(data):
+        keys = " and ".join(f"{k}:" for k in SWEEP_KEYS if k in data)
+        raise UserError(f"{path} is a sweep file (it has {keys}), not a training config: run it with `rbctl ablate {path}`")
     data = apply_overrides(data, list(overrides))
     return validate(TrainConfig, data, str(path) if path else "config", list(overrides))
 

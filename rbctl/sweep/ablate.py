@@ -21,7 +21,7 @@ from rbctl.config.launcher import LauncherCfg
 from rbctl.config.methods import hooks_on
 from rbctl.config.sweep import SweepConfig, SweepEval
 from rbctl.config.train import TrainConfig, check_fits_run_engine, for_run
-from rbctl.config.presets import preset
+from rbctl.config.presets import find_preset, is_sweep, preset, resolve_config
 from rbctl.config.sweep import arm_variant
 from rbctl.errors import UserError
 from rbctl.store.lock import DirLock
@@ -45,20 +45,29 @@ def _flat_get(d: dict, dotted: str):
     return d
 
 
-def load_sweep(path: Path, seed_offset: int = 0) -> tuple[SweepConfig, dict[str, TrainConfig]]:
-    """Validate the sweep file and every arm's resolved training config (errors name the arm and key).
-    `seed_offset` is added to every seed (the same sweep on a disjoint set of seeds)."""
-    path = Path(path)
-    sweep = validate(SweepConfig, read_yaml(path), str(path))
+def load_sweep(path: Path, seed_offset: int = 0, arms: list[str] | None = None, seeds: list[int] | None = None,
+               overrides: list[str] = ()) -> tuple[SweepConfig, dict[str, TrainConfig]]:
+    """Validate the sweep file (a path, or a shipped preset's name) and every arm's resolved training
+    config (errors name the arm and key). `seed_offset` is added to every seed (the same sweep on a
+    disjoint set of seeds). A selection: `arms` (the stated comparisons keep the pairs within it),
+    `seeds` (instead of the file's), and `overrides` (`--set key=value`, applied to every arm after
+    its own overrides)."""
+    path = resolve_config(path, "sweep file")
+    data = read_yaml(path)
+    if not is_sweep(data) and set(data) <= set(TrainConfig.model_fields):
+        raise UserError(f"{path} is a training config, not a sweep file (it has no base: and no arms:): "
+                        f"run it with `rbctl train {path} -o RUN`")
+    data = select(data, path, arms, seeds)
+    sweep = validate(SweepConfig, data, str(path))
     if seed_offset:
         sweep = sweep.model_copy(update={"seeds": [s + seed_offset for s in sweep.seeds]})
-    base_path = (path.parent / sweep.base).resolve()
-    base = read_yaml(base_path)
+    base = read_yaml(base_path(path, sweep.base))
     configs = {}
-    for arm, overrides in sweep.arms.items():
-        data = apply_overrides(json.loads(json.dumps(base)), [f"{k}={json.dumps(v)}" for k, v in {**sweep.set, **(overrides or {})}.items()])
+    for arm, arm_overrides in sweep.arms.items():
+        items = [f"{k}={json.dumps(v)}" for k, v in {**sweep.set, **(arm_overrides or {})}.items()]
+        data = apply_overrides(json.loads(json.dumps(base)), items + list(overrides))
         try:
-            configs[arm] = validate(TrainConfig, data, f"{path} arm '{arm}'")
+            configs[arm] = validate(TrainConfig, data, f"{path} arm '{arm}'", list(overrides))
         except UserError as e:
             raise UserError(str(e)) from None
     for arm, cfg in configs.items():  # each run's final evaluation is valid for it (engine, vLLM context)
@@ -81,6 +90,42 @@ def load_sweep(path: Path, seed_offset: int = 0) -> tuple[SweepConfig, dict[str,
                 except UserError as e:
                     raise UserError(f"{path}: warm_starts entry '{ws}', arm '{arm}': {e}") from None
     return sweep, configs
+
+
+def select(data: dict, path: Path, arms: list[str] | None, seeds: list[int] | None) -> dict:
+    """A sweep file's data cut to `arms` (in the file's order; the stated comparisons keep their
+    pairs within them, and are dropped when none is left) and run on `seeds`; None keeps it all."""
+    data = dict(data)
+    if seeds is not None:
+        data["seeds"] = list(seeds)
+    if arms is None:
+        return data
+    declared = list((data.get("arms") or {}))
+    unknown = [a for a in arms if a not in declared]
+    if unknown:
+        raise UserError(f"--arms: {path} has no arm {', '.join(repr(a) for a in unknown)} (its arms: {', '.join(declared)})")
+    data["arms"] = {a: v for a, v in data["arms"].items() if a in arms}
+    comparisons = data.get("comparisons")
+    if isinstance(comparisons, dict):
+        within = lambda pairs: [p for p in pairs or [] if all(a in arms for a in p)]  # noqa: E731
+        comparisons = {**comparisons, "principal": within(comparisons.get("principal"))}
+        families = {name: {**f, "pairs": within(f.get("pairs"))} for name, f in (comparisons.get("families") or {}).items()}
+        if "families" in comparisons:
+            comparisons["families"] = {name: f for name, f in families.items() if f["pairs"]}
+        data["comparisons"] = comparisons if comparisons["principal"] else None
+    return data
+
+
+def base_path(sweep_path: Path, base: str) -> Path:
+    """A sweep file's `base:`: the file relative to the sweep file, else the shipped preset of that
+    name (so that a sweep file copied elsewhere still finds a shipped base)."""
+    beside = (Path(sweep_path).parent / base).resolve()
+    if beside.exists():
+        return beside
+    found = find_preset(base)
+    if found is None:
+        raise UserError(f"{sweep_path}: base {base}: neither {beside} nor a preset of that name exists")
+    return found
 
 
 def _with_warm_start(cfg: TrainConfig, warm_start: str | None) -> TrainConfig:
@@ -193,13 +238,16 @@ def _run_one(run_dir: str, cfg_dict: dict, meta: dict, eval_dict: dict, threads:
 
 def run_sweep(sweep_path: Path, sweep_dir: Path, jobs: int | None = None, force: bool = False,
               progress: bool = True, log=print, launcher: str = "local", progress_every: float = 60.0,
-              seed_offset: int = 0) -> dict:
+              seed_offset: int = 0, arms: list[str] | None = None, seeds: list[int] | None = None,
+              overrides: list[str] = ()) -> dict:
     """Run (or resume) every (arm, warm start, seed) of the sweep; returns the final state. After a
     Ctrl-C it raises rbctl.sweep.local.Interrupted, the state recorded (interrupted runs resume on a
-    rerun). `seed_offset` shifts every seed (a disjoint replication of the same sweep)."""
+    rerun). `seed_offset` shifts every seed (a disjoint replication of the same sweep). `arms`,
+    `seeds`, `overrides`: a selection (`load_sweep`); a selection of the sweep a directory holds
+    runs there (`_compatible`)."""
     if jobs is not None and jobs < 1:
         raise UserError(f"jobs must be at least 1 (runs in parallel), got {jobs}")
-    sweep, configs = load_sweep(sweep_path, seed_offset)
+    sweep, configs = load_sweep(sweep_path, seed_offset, arms, seeds, overrides)
     jobs = jobs or sweep.jobs
     sweep_dir = Path(sweep_dir)
     sweep_dir.mkdir(parents=True, exist_ok=True)
@@ -207,9 +255,10 @@ def run_sweep(sweep_path: Path, sweep_dir: Path, jobs: int | None = None, force:
     with sweep_lock(sweep_dir, log):
         saved = read_sweep_resolved(sweep_dir)
         if saved and not force:
-            if _comparable(saved) != _comparable(resolved):
+            if not _compatible(saved, resolved):
                 raise UserError(f"sweep directory {sweep_dir} holds a different sweep; use another -o or --force")
-        write_sweep_file(sweep_dir, resolved)
+        if not saved or force or set(resolved["configs"]) >= set(saved.get("configs") or {}):
+            write_sweep_file(sweep_dir, resolved)  # a selection of the arms leaves the whole sweep's record
         if sweep.ceiling is not None:  # what the report's plateau test reads (rbctl.store.read.read_ceiling_file)
             write_ceiling(sweep_dir, sweep.ceiling.model_dump())
         state = {"runs": read_sweep_state(sweep_dir)}
@@ -238,6 +287,19 @@ def run_sweep(sweep_path: Path, sweep_dir: Path, jobs: int | None = None, force:
             else:
                 _execute(todo, sweep, sweep_dir, state, jobs, progress, progress_every)
         return state
+
+
+def _compatible(saved: dict, resolved: dict) -> bool:
+    """Whether `resolved` is the sweep a directory holds (`saved`), or a selection of its arms: the
+    same name and evaluation, and each arm they share configured alike (`_comparable`)."""
+    a, b = _comparable(saved), _comparable(resolved)
+    if a is None or b is None:
+        return False
+    if a == b:
+        return True
+    shared = set(a["configs"]) & set(b["configs"])
+    return (bool(shared) and a["eval"] == b["eval"] and all(a["configs"][k] == b["configs"][k] for k in shared)
+            and (saved.get("sweep") or {}).get("name") == (resolved.get("sweep") or {}).get("name"))
 
 
 def _comparable(resolved: dict) -> dict | None:

@@ -115,6 +115,8 @@ COMMAND_SUMMARIES = {
     "eval": "Evaluate a model on AMC23",
     "ablate": "Run a declared grid of arms × seeds",
     "report": "Comparison plots and tables",
+    "presets": "List the shipped configs",
+    "config": "Print a config resolved",
 }
 
 

@@ -1,0 +1,262 @@
+"""`rbctl ablate --dry-run`: a sweep's plan, printed before anything runs (nothing is written).
+
+- the design: arms × warm starts × seeds, each run's steps, batch and final evaluation;
+- each arm's resolved difference from the base config (after the sweep's `set:` and `--set`, which
+  every arm shares and which are listed once);
+- the checks each run makes before it starts (`rbctl.train.preflight`), on every arm;
+- the stated comparisons and the design's power (`rbctl.report.power`: the paired two-sided t-test
+  over units at α/m, m the principal comparisons);
+- a wall-time estimate: per-run time measured on this machine, from finished runs of the same shape
+  (the sweep directory's own, else any under runs/: same model, task, P, G, token limit, epochs,
+  mini-batches, κ_eff cadence, threads), their steps' `time/step_s` and evaluations' times; else a
+  stated per-step assumption for the built-in tasks, labelled as such.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from rbctl.config.train import TrainConfig
+from rbctl.store.rundir import CONFIG, METRICS, RUNS_ROOT, SUMMARY
+
+# Stated, not measured: a built-in task's step of 128 rollouts of at most 20 tokens took 0.20-0.27 s at
+# 1 thread on 2 AMD EPYC cores (docs/plateau_task.md; the fixpoint run of configs/fixpoint.yaml: 0.27 s),
+# and a periodic evaluation of 256 problems × 8 samples ~1.5 s. Scaled by rollouts × tokens.
+ASSUMED_STEP_S = 0.25
+ASSUMED_STEP_TOKENS = 128 * 20
+ASSUMED_EVAL_S_PER_SAMPLE = 1.5 / (256 * 8)
+START_S = 5.0  # a run's start-up (imports, the warm start's load) and its final evaluation's set-up
+SHAPE_KEYS = ("model.name", "data.source", "data.builtin", "rollout.prompts_per_step", "rollout.group_size",
+              "rollout.max_new_tokens", "algo.ppo_epochs", "algo.ppo_mini_batch_size", "kappa_eff_every", "threads",
+              "model.device", "model.lora")
+
+
+@dataclass
+class RunTime:
+    step_s: float  # one rollout step
+    eval_s_per_sample: float  # evaluation, per sample generated and graded
+    source: str  # where the figures come from, in words
+    measured: bool
+
+
+def _get(d: dict, dotted: str):
+    for part in dotted.split("."):
+        d = d.get(part) if isinstance(d, dict) else None
+    return d
+
+
+def shape(cfg: dict) -> tuple:
+    """What decides a run's time per step (`SHAPE_KEYS`), from a config dict."""
+    return tuple(json.dumps(_get(cfg, k), sort_keys=True) for k in SHAPE_KEYS)
+
+
+def _candidate_runs(sweep_dir: Path) -> list[Path]:
+    """Run directories to measure: the sweep directory's own runs first, then every run under runs/."""
+    found = list(Path(sweep_dir).glob("runs/*/seed_*")) + list(Path(sweep_dir).glob("runs/*/*/seed_*"))
+    root = Path(RUNS_ROOT)
+    for pattern in ("*", "*/runs/*/seed_*", "*/runs/*/*/seed_*"):
+        found += [p for p in root.glob(pattern) if p not in found]
+    return [p for p in found if (p / CONFIG).is_file() and (p / METRICS).is_file()]
+
+
+def measured_time(cfg: TrainConfig, sweep_dir: Path, limit: int = 12) -> RunTime | None:
+    """Per-step and per-evaluation-sample times of finished runs of `cfg`'s shape on this machine:
+    the median over up to `limit` runs of each run's median `time/step_s`, and of its evaluations'
+    time per sample (`time/eval_s` of the periodic evaluations; the final evaluation's `time_s`)."""
+    import yaml
+
+    want = shape(cfg.model_dump(mode="json"))
+    steps, evals, where = [], [], []
+    for run in _candidate_runs(sweep_dir):
+        try:
+            if shape(yaml.safe_load((run / CONFIG).read_text()) or {}) != want:
+                continue
+            rows = [json.loads(line) for line in (run / METRICS).read_text().splitlines() if line.strip()]
+        except (OSError, ValueError, yaml.YAMLError):
+            continue
+        step_s = [r["time/step_s"] for r in rows if isinstance(r.get("time/step_s"), (int, float))]
+        if len(step_s) < 3:
+            continue
+        steps.append(statistics.median(step_s))
+        run_cfg = yaml.safe_load((run / CONFIG).read_text())
+        ev = run_cfg.get("eval") or {}
+        per_eval = (ev.get("n") or 1) * (ev.get("limit") or 256)
+        eval_s = [r["time/eval_s"] for r in rows if isinstance(r.get("time/eval_s"), (int, float))]
+        if eval_s and per_eval:
+            evals.append(statistics.median(eval_s) / per_eval)
+        for summary in run.glob(f"eval/step_*/*/{SUMMARY}"):
+            try:
+                s = json.loads(summary.read_text())
+                evals.append(s["time_s"] / (s["num_problems"] * s["n"]))
+            except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError):
+                pass
+        where.append(run)
+        if len(where) >= limit:
+            break
+    if not steps:
+        return None
+    inside = sum(1 for w in where if Path(sweep_dir) in w.parents)
+    src = (f"measured on this machine: {len(where)} finished run(s) of this shape"
+           + (f" in {sweep_dir}" if inside == len(where) else f" under {RUNS_ROOT}/" if not inside else f" in {sweep_dir} and {RUNS_ROOT}/"))
+    return RunTime(statistics.median(steps), statistics.median(evals) if evals else ASSUMED_EVAL_S_PER_SAMPLE, src, True)
+
+
+def assumed_time(cfg: TrainConfig) -> RunTime | None:
+    """A stated per-step estimate for a built-in task (`ASSUMED_STEP_S`), else None (unknown)."""
+    if cfg.model.name != "builtin":
+        return None
+    scale = cfg.rollout.prompts_per_step * cfg.rollout.group_size * cfg.rollout.max_new_tokens / ASSUMED_STEP_TOKENS
+    return RunTime(ASSUMED_STEP_S * scale, ASSUMED_EVAL_S_PER_SAMPLE,
+                   f"an assumption, not measured here: {ASSUMED_STEP_S} s per step of 128 rollouts × 20 tokens "
+                   "(a built-in task at 1 thread on 2 CPU cores), scaled by rollouts × tokens", False)
+
+
+def run_seconds(cfg: TrainConfig, final_samples: int, t: RunTime) -> float:
+    """One run's wall time: its steps, its periodic evaluations, its final evaluation, its start."""
+    ev = cfg.eval
+    periodic = (cfg.steps // ev.every + 1) * ev.n * (ev.limit or 256) if ev.every else 0
+    return START_S + cfg.steps * t.step_s + (periodic + final_samples) * t.eval_s_per_sample
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and v:
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[prefix + k] = v
+    return out
+
+
+def differences(a: TrainConfig, b: TrainConfig) -> list[str]:
+    """`key: a -> b` for every resolved key where `b` differs from `a` (seed aside)."""
+    fa, fb = _flat(a.model_dump(mode="json")), _flat(b.model_dump(mode="json"))
+    return [f"{k}: {json.dumps(fa.get(k))} -> {json.dumps(fb.get(k))}" for k in fb if k != "seed" and fa.get(k) != fb.get(k)]
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
+
+
+def sweep_plan(sweep_path, sweep_dir: Path, jobs: int | None = None, arms: list[str] | None = None,
+               seeds: list[int] | None = None, overrides: list[str] = (), seed_offset: int = 0) -> str:
+    """The printable plan of a sweep (module docstring). Raises `UserError` as `rbctl ablate` would:
+    on the sweep file, on any arm's config, and on a check any run would fail before its first step."""
+    from rbctl.config.base import apply_overrides, read_yaml, validate
+    from rbctl.config.presets import resolve_config
+    from rbctl.config.train import for_run
+    from rbctl.errors import UserError
+    from rbctl.store.read import read_sweep_state
+    from rbctl.store.rundir import run_key
+    from rbctl.sweep.ablate import base_path, final_eval_done, load_sweep, units
+    from rbctl.train.preflight import benchmark_problems, config_problems, machine_problems
+
+    path = resolve_config(sweep_path, "sweep file")
+    sweep, configs = load_sweep(path, seed_offset, arms, seeds, overrides)
+    base_file = base_path(path, sweep.base)
+    base = validate(TrainConfig, read_yaml(base_file), str(base_file))
+    shared_items = [f"{k}={json.dumps(v)}" for k, v in sweep.set.items()] + list(overrides)
+    shared = validate(TrainConfig, apply_overrides(read_yaml(base_file), shared_items), str(base_file), list(overrides))
+    for arm, cfg in configs.items():  # what each run checks before it starts: every arm, here
+        problems = config_problems(cfg) + benchmark_problems(for_run(sweep.eval, cfg).benchmarks, cfg, "eval.benchmarks (final)")
+        if problems:
+            raise UserError(f"arm '{arm}': " + "; ".join(dict.fromkeys(problems)))
+    jobs = jobs or sweep.jobs
+    first = next(iter(configs.values()))
+    the_units = units(sweep)
+    total = len(configs) * len(the_units)
+    ws = f"{len(sweep.warm_starts)} warm starts × " if sweep.warm_starts else ""
+    ev = sweep.eval
+    lines = [f"rbctl ablate dry run: {path} (nothing is run, nothing is written)", ""]
+
+    def row(label: str, text: str) -> None:
+        lines.append(f"{label:<14}{text}")
+
+    row("sweep", f"'{sweep.name}', base {sweep.base} ({base_file})")
+    row("design", f"{len(configs)} arms × {ws}{len(sweep.seeds)} seeds = {total} runs, {jobs} in parallel")
+    row("each run", f"{first.steps} steps of P {first.rollout.prompts_per_step} × G {first.rollout.group_size} "
+                    f"rollouts (≤ {first.rollout.max_new_tokens} tokens), then a final evaluation on "
+                    f"{', '.join(ev.benchmarks)} (n {ev.n}, temperature {ev.temperature:g})")
+    row("seeds", ", ".join(map(str, sweep.seeds)) + (f"; warm starts {', '.join(sweep.warm_starts)}" if sweep.warm_starts else ""))
+    common = differences(base, shared)
+    if common:
+        row("every arm", "; ".join(common) + " (the sweep's set:" + (" and --set" if overrides else "") + ")")
+    lines += ["", "arms (each one's resolved difference from the base, beside what every arm shares):"]
+    width = max(map(len, configs))
+    for arm, cfg in configs.items():
+        diff = differences(shared, cfg)
+        lines.append(f"  {arm:<{width}}  {'; '.join(diff) if diff else '(the base as it is)'}")
+
+    lines += [""] + _power_lines(sweep, len(the_units))
+
+    state = read_sweep_state(sweep_dir) if Path(sweep_dir).is_dir() else {}
+    done = sum(1 for arm, cfg in configs.items() for w, s in the_units
+               if state.get(run_key(arm, s, w), {}).get("status") == "done"
+               and final_eval_done(Path(sweep_dir) / "runs" / run_key(arm, s, w), cfg.steps, ev.benchmarks))
+    lines.append("")
+    t = measured_time(first, sweep_dir) or assumed_time(first)
+    limit = ev.limit or 256  # an unlimited built-in test split is 256 problems
+    final_samples = ev.n * limit * len(ev.benchmarks)
+    todo = total - done
+    if t is None:
+        row("time", f"unknown: no finished run of this shape on this machine (in {sweep_dir} or under {RUNS_ROOT}/); "
+                    f"time one: rbctl train {base_file} -o {RUNS_ROOT}/probe --set steps=5, then plan again")
+    else:
+        per_run = max(run_seconds(cfg, final_samples, t) for cfg in configs.values())
+        waves = math.ceil(todo / jobs) if todo else 0
+        row("time", f"≈ {_minutes(waves * per_run)} wall for {todo} runs ({done} of {total} already done in {sweep_dir}): "
+                    f"≈ {per_run:.0f} s a run ({t.step_s:.3g} s a step), {jobs} at a time")
+        row("", f"per-run time {t.source}")
+        if jobs > 1:
+            row("", "parallel runs share the cores: on a machine with fewer free cores than jobs, runs slow down")
+    machine = machine_problems(first)
+    row("this machine", "cannot run it: " + "; ".join(machine) if machine else
+        "can run it (every arm's checks passed: benchmarks, model and data paths, engine, device)")
+    lines.append(f"\nrun it: rbctl ablate {sweep_path}" + _selection_args(arms, seeds, overrides, seed_offset))
+    return "\n".join(lines) + "\n"
+
+
+def _selection_args(arms, seeds, overrides, seed_offset) -> str:
+    out = ""
+    if arms:
+        out += f" --arms {','.join(arms)}"
+    if seeds is not None:
+        out += f" --seeds {','.join(map(str, seeds))}"
+    for item in overrides:
+        out += f" --set {item}"
+    if seed_offset:
+        out += f" --seed-offset {seed_offset}"
+    return out
+
+
+def _power_lines(sweep, n_units: int) -> list[str]:
+    """The stated comparisons and the design's power at their planning values (`rbctl.report.power`)."""
+    from rbctl.report.power import mde_paired, power_paired, units_for_power
+
+    c = sweep.comparisons
+    unit = "(warm start, seed) pairs" if sweep.warm_starts else "seeds"
+    if c is None:
+        return ["comparisons   none stated (the report tests the pairs it forms as one Holm family); no power to "
+                "compute: state comparisons.principal, mde and planning_sd"]
+    m = len(c.principal)
+    bench = c.benchmark or sweep.eval.benchmarks[0]
+    pairs = ", ".join(f"{a} − {b}" for a, b in c.principal)
+    out = [f"comparisons   principal ({m}, Holm at α {c.alpha:g}): {pairs}; {c.metric} on {bench}"]
+    level = c.alpha / m
+    power = power_paired(c.mde, c.planning_sd, n_units, level)
+    detectable = mde_paired(c.planning_sd, n_units, level, c.power)
+    try:
+        needed = str(units_for_power(c.planning_sd, c.mde, m, c.power, c.alpha))
+    except ValueError:
+        needed = "more than can be run"
+    if math.isnan(power):
+        out.append(f"power         none: {n_units} unit(s); a paired t-test needs at least 2")
+    else:
+        out.append(f"power         {power:.2f} to detect Δ = {c.mde:g} points (planning SD {c.planning_sd:g}) with "
+                   f"{n_units} {unit}, paired two-sided t-test at α/m = {level:.3g}; power {c.power:g} needs {needed} "
+                   f"units; with {n_units} the detectable Δ at power {c.power:g} is {detectable:.1f} points")
+    return out
