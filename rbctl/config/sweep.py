@@ -125,13 +125,16 @@ class Comparisons(Section):
 
 
 class Escape(Section):
-    """When a run leaves the plateau's shortcut: the first periodic evaluation at which a logged
-    eval.jsonl value crosses a threshold (docs/method.md, "Premature convergence", escape time)."""
+    """When a run leaves the plateau's shortcut: the first point of a signal (the periodic evaluation's
+    eval.jsonl, or the training batch's metrics.jsonl) at which it crosses a threshold and stays across
+    it (docs/method.md, "Premature convergence", escape time)."""
 
-    metric: str = Field("label/strategy/walk", description="Key of the periodic evaluation, e.g. label/strategy/walk (share of samples that walk).")
-    threshold: float = Field(0.5, description="The run has escaped at the first evaluation where metric crosses this value.")
+    metric: str = Field("label/strategy/walk", description="Key of the signal, e.g. label/strategy/walk (share of samples that walk).")
+    threshold: float = Field(0.5, description="The run has escaped at the first point where metric crosses this value (and holds).")
     direction: Literal["above", "below"] = Field("above", description="Escaped when metric >= threshold (above) or <= threshold (below).")
-    benchmark: Optional[str] = Field(None, description="Benchmark of the periodic evaluation (null = the first of eval.benchmarks).")
+    benchmark: Optional[str] = Field(None, description="Benchmark of the periodic evaluation (null = the first of eval.benchmarks); unused with signal train.")
+    signal: Literal["eval", "train"] = Field("eval", description="eval: the periodic held-out evaluation (every eval.every steps); train: the training batch's value, logged every step.")
+    hold: int = Field(2, ge=0, description="A crossing counts as an escape only if the next `hold` points stay across (a lasting escape; the run's last points count when fewer remain).")
 
 
 class Ceiling(Section):

@@ -96,26 +96,36 @@ def rmst(km: KaplanMeier, tau: float, level: float = 0.95) -> tuple[float, float
     return area, max(0.0, area - half), min(float(tau), area + half)
 
 
-def logrank(times_a, events_a, times_b, events_b) -> tuple[float, float]:
+def logrank(times_a, events_a, times_b, events_b, strata_a=None, strata_b=None) -> tuple[float, float]:
     """The log-rank test of equal escape-time distributions (Mantel 1966; ties handled with the
     hypergeometric variance): over the distinct event times t_j of the pooled runs,
 
         O − E = Σ_j (d_aj − d_j n_aj / n_j),
         V = Σ_j d_j (n_aj / n_j)(1 − n_aj / n_j)(n_j − d_j) / (n_j − 1),
 
-    χ² = (O − E)² / V on 1 df. Returns (χ², p); NaN when no run escaped (V = 0)."""
+    χ² = (O − E)² / V on 1 df. With ``strata_a``/``strata_b`` (a label per run, e.g. its warm start)
+    the test is **stratified**: O − E and V are summed over strata, each computed on its own risk sets,
+    so runs are compared only with runs of the same stratum (Kalbfleisch & Prentice 2002, §7.2).
+    Returns (χ², p); NaN when no run escaped (V = 0)."""
     ta, ea = _check(times_a, events_a)
     tb, eb = _check(times_b, events_b)
     t, e = np.concatenate([ta, tb]), np.concatenate([ea, eb])
     in_a = np.concatenate([np.ones(len(ta), bool), np.zeros(len(tb), bool)])
+    if strata_a is None or strata_b is None:
+        strata = np.zeros(len(t), dtype=int)
+    else:
+        strata = np.asarray([str(x) for x in (*strata_a, *strata_b)])
     o_minus_e = var = 0.0
-    for s in np.unique(t[e == 1]):
-        risk = t >= s
-        n, na = risk.sum(), (risk & in_a).sum()
-        d, da = ((t == s) & (e == 1)).sum(), ((t == s) & (e == 1) & in_a).sum()
-        o_minus_e += da - d * na / n
-        if n > 1:
-            var += d * (na / n) * (1 - na / n) * (n - d) / (n - 1)
+    for stratum in np.unique(strata):
+        keep = strata == stratum
+        st, se, sa = t[keep], e[keep], in_a[keep]
+        for s in np.unique(st[se == 1]):
+            risk = st >= s
+            n, na = risk.sum(), (risk & sa).sum()
+            d, da = ((st == s) & (se == 1)).sum(), ((st == s) & (se == 1) & sa).sum()
+            o_minus_e += da - d * na / n
+            if n > 1:
+                var += d * (na / n) * (1 - na / n) * (n - d) / (n - 1)
     if var <= 0:
         return math.nan, math.nan
     chi2 = o_minus_e ** 2 / var

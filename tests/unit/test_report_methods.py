@@ -236,3 +236,40 @@ def test_comparisons_section_validates_and_names_the_key():
             validate(SweepConfig, {**BASE, "comparisons": {**DESIGN, **change}}, "s.yaml")
     with pytest.raises(UserError, match="escape.direction"):
         validate(SweepConfig, {**BASE, "escape": {"direction": "up"}}, "s.yaml")
+
+
+def test_a_lasting_escape_must_hold_at_the_next_points():
+    steps, walk = [0, 20, 40, 60, 80, 100], [0.1, 0.6, 0.4, 0.55, 0.7, 0.8]
+    assert escape_time(steps, walk, 0.5) == (20.0, 1)  # the first crossing, which does not last
+    assert escape_time(steps, walk, 0.5, hold=2) == (60.0, 1)  # 60, 80, 100 all ≥ 0.5
+    assert escape_time(steps, [0.1, 0.2, 0.3, 0.4, 0.45, 0.6], 0.5, hold=2) == (100.0, 1)  # held to the end of the run
+    assert escape_time(steps, [0.1, 0.6, 0.1, 0.6, 0.1, 0.2], 0.5, hold=1) == (100.0, 0)  # never lasts: censored
+
+
+def _logrank_reference(groups):
+    """A plain stratified log-rank: groups = [(time, event, in_a, stratum)], O − E and V summed over strata."""
+    oe = v = 0.0
+    for st in {g[3] for g in groups}:
+        runs = [g for g in groups if g[3] == st]
+        for t in sorted({g[0] for g in runs if g[1]}):
+            at_risk = [g for g in runs if g[0] >= t]
+            n, na = len(at_risk), sum(g[2] for g in at_risk)
+            d = sum(1 for g in runs if g[0] == t and g[1])
+            da = sum(1 for g in runs if g[0] == t and g[1] and g[2])
+            oe += da - d * na / n
+            v += d * (na / n) * (1 - na / n) * (n - d) / (n - 1) if n > 1 else 0.0
+    return oe * oe / v
+
+
+def test_log_rank_stratified_by_warm_start_matches_a_plain_reference():
+    # warm start w1 escapes early for both arms, w2 late; arm a has more runs from w1, so the pooled
+    # test sees a difference that is the warm starts', which the stratified test removes
+    ta, ea, sa = [10, 12, 14, 16, 18, 20, 80], [1] * 7, ["w1"] * 6 + ["w2"]
+    tb, eb, sb = [11, 82, 85, 90, 95, 100, 100], [1, 1, 1, 1, 1, 0, 0], ["w1"] + ["w2"] * 6
+    chi2, p = logrank(ta, ea, tb, eb, sa, sb)
+    ref = _logrank_reference([(t, e, True, s) for t, e, s in zip(ta, ea, sa)] +
+                             [(t, e, False, s) for t, e, s in zip(tb, eb, sb)])
+    assert chi2 == pytest.approx(ref, rel=1e-12) and p == pytest.approx(sps.chi2.sf(ref, 1), rel=1e-12)
+    pooled, p_pooled = logrank(ta, ea, tb, eb)
+    # pooled: χ² 8.86, p 0.003, the warm starts' difference taken for the arms'; stratified: χ² 0.07, p 0.79
+    assert pooled == pytest.approx(8.856, abs=1e-3) and p_pooled < 0.01 and chi2 == pytest.approx(0.0724, abs=1e-4)

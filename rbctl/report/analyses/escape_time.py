@@ -18,30 +18,40 @@ from rbctl.report.series import run_series
 from rbctl.report.survival import kaplan_meier, logrank, rmst
 
 
-def escape_time(steps, values, threshold: float, direction: str = "above") -> tuple[float, int]:
+def escape_time(steps, values, threshold: float, direction: str = "above", hold: int = 0) -> tuple[float, int]:
     """(time, event): the first step (in order, the warm start's step 0 included) whose value is ≥
-    ``threshold`` (``direction`` "above") or ≤ it ("below"), event 1; else the last step, event 0
-    (censored)."""
+    ``threshold`` (``direction`` "above") or ≤ it ("below") and stays so at the next ``hold`` points
+    (fewer where the run ends sooner: a crossing held to the end of follow-up counts), event 1; else
+    the last step, event 0 (censored)."""
     pairs = sorted(zip(steps, values))
     if not pairs:
         raise ValueError("no evaluation")
-    for s, v in pairs:
-        if (v >= threshold) if direction == "above" else (v <= threshold):
+    across = [(v >= threshold) if direction == "above" else (v <= threshold) for _, v in pairs]
+    for i, (s, _) in enumerate(pairs):
+        if all(across[i:i + 1 + hold]):
             return float(s), 1
     return float(pairs[-1][0]), 0
 
 
+def signal_series(run: Run, spec: Escape, benchmark: str | None) -> pd.Series:
+    """The run's escape signal: its periodic evaluation's ``spec.metric`` on ``benchmark``, or with
+    ``spec.signal`` "train" the training batch's value at every logged step."""
+    if spec.signal == "train":
+        return run_series(run, spec.metric)
+    return run_series(run, spec.metric, benchmark)
+
+
 def escape_rows(runs: list[Run], spec: Escape, benchmark: str) -> pd.DataFrame:
-    """One row per run that logged ``spec.metric`` on ``benchmark``: arm, unit, time, event, last
-    evaluated step."""
+    """One row per run that logged ``spec.metric`` (`signal_series`): arm, unit, warm start, time,
+    event, last step of the signal."""
     rows = []
     for r in runs:
-        s = run_series(r, spec.metric, benchmark)
+        s = signal_series(r, spec, benchmark)
         if len(s):
-            t, e = escape_time(s.index, s.values, spec.threshold, spec.direction)
-            rows.append({"arm": r.arm, "unit": unit_label(r.unit), "run": r.name, "time": t, "event": e,
-                         "last_step": float(s.index.max())})
-    return pd.DataFrame(rows, columns=["arm", "unit", "run", "time", "event", "last_step"])
+            t, e = escape_time(s.index, s.values, spec.threshold, spec.direction, spec.hold)
+            rows.append({"arm": r.arm, "unit": unit_label(r.unit), "warm_start": r.warm_start or "", "run": r.name,
+                         "time": t, "event": e, "last_step": float(s.index.max())})
+    return pd.DataFrame(rows, columns=["arm", "unit", "warm_start", "run", "time", "event", "last_step"])
 
 
 def survival_summary(rows: pd.DataFrame, level: float = 0.95) -> tuple[pd.DataFrame, dict[str, pd.DataFrame], float]:
@@ -64,14 +74,18 @@ def survival_summary(rows: pd.DataFrame, level: float = 0.95) -> tuple[pd.DataFr
 
 
 def logrank_rows(rows: pd.DataFrame, pairs: list[tuple[str, str]]) -> pd.DataFrame:
-    """The log-rank test of each (arm, reference) pair that has runs on both sides."""
+    """The log-rank test of each (arm, reference) pair that has runs on both sides, stratified by warm
+    start when the runs carry one (runs compared only within their warm start); p unadjusted."""
     out = []
     for arm, ref in pairs:
         a, b = rows[rows["arm"] == arm], rows[rows["arm"] == ref]
         if len(a) and len(b):
-            chi2, p = logrank(a["time"], a["event"], b["time"], b["event"])
-            out.append({"arm": arm, "ref": ref, "runs_arm": len(a), "runs_ref": len(b), "chi2": chi2, "p": p})
-    return pd.DataFrame(out, columns=["arm", "ref", "runs_arm", "runs_ref", "chi2", "p"])
+            strata = "warm_start" in rows and (rows["warm_start"].astype(str) != "").any()
+            chi2, p = logrank(a["time"], a["event"], b["time"], b["event"],
+                              *((a["warm_start"], b["warm_start"]) if strata else (None, None)))
+            out.append({"arm": arm, "ref": ref, "runs_arm": len(a), "runs_ref": len(b), "chi2": chi2, "p": p,
+                        "stratified": bool(strata)})
+    return pd.DataFrame(out, columns=["arm", "ref", "runs_arm", "runs_ref", "chi2", "p", "stratified"])
 
 
 def escape_setting(setting: Escape | None, runs: list[Run]) -> tuple[Escape | None, str]:
@@ -111,7 +125,7 @@ def escape_times(setting: Escape | None, runs: list[Run], benchmark: str | None,
     if spec is None:
         return None
     bench = spec.benchmark or benchmark
-    rows = escape_rows(runs, spec, bench) if bench else pd.DataFrame()
+    rows = escape_rows(runs, spec, bench) if bench or spec.signal == "train" else pd.DataFrame()
     if not len(rows):
         return EscapeTimes(spec, source, bench, rows, pd.DataFrame(), {}, math.nan, pairs_are_principal, pd.DataFrame())
     table, curves, tau = survival_summary(rows)

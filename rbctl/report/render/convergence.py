@@ -59,9 +59,13 @@ def escape(data: ReportData, page: Page) -> None:
         return
     page.data_file(rows, "escape_times.csv")
     table, curves, tau = e.table, e.curves, e.tau
-    doc.para(f"A run escapes at the first periodic evaluation (step 0 = the warm start included) where "
-             f"`{spec.metric}` {sign} {spec.threshold:g} on {bench} ({e.source}); a run that never does is "
-             f"censored at its last evaluation. Kaplan–Meier estimate per arm; median = first step with S ≤ 0.5 "
+    where = (f"the training batch's `{spec.metric}` (logged every step)" if spec.signal == "train" else
+             f"the periodic evaluation's `{spec.metric}` on {bench} (step 0 = the warm start included)")
+    lasting = (f" and stays so at the next {spec.hold} point{'s' * (spec.hold != 1)} (a crossing held to the end of "
+               "the run counts)" if spec.hold else "")
+    doc.para(f"A run escapes at the first point of {where} that is {sign} {spec.threshold:g}{lasting} ({e.source}); "
+             f"a run that never does is "
+             f"censored at its last point. Kaplan–Meier estimate per arm; median = first step with S ≤ 0.5 "
              f"(S from exact counts, so an S of exactly 0.5 counts); "
              f"RMST = mean escape step restricted to τ = {tau:g} (the last step every run reached; never escaping "
              "counts as τ), 95% normal interval (Greenwood-type variance).")
@@ -75,9 +79,12 @@ def escape(data: ReportData, page: Page) -> None:
                               f"{spec.threshold:g}"), "escape_km", "Kaplan–Meier curves of escape time")
     lr = e.logrank
     if len(lr):
+        strat = bool(lr["stratified"].any())
         doc.para("Log-rank test per " + ("principal comparison" if e.pairs_are_principal else "stated pair")
-                 + " (χ² on 1 df, unadjusted; it treats runs as independent, ignoring the pairing by unit).")
+                 + " (χ² on 1 df; p unadjusted, exploratory; "
+                 + ("stratified by warm start, so runs are compared only within their warm start; it does not use "
+                    "the pairing by seed)." if strat else "it treats runs as independent, ignoring the pairing by unit)."))
         shown = pd.DataFrame({"comparison": lr["arm"] + " − " + lr["ref"], "runs": [f"{a} / {b}" for a, b in
                                                                                    zip(lr["runs_arm"], lr["runs_ref"])],
-                              "χ²": [num(x, 2) for x in lr["chi2"]], "p": [pval(p) for p in lr["p"]]})
+                              "χ²": [num(x, 2) for x in lr["chi2"]], "p (unadjusted)": [pval(p) for p in lr["p"]]})
         page.table(lr, shown, "escape_logrank")
