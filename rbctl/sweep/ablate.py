@@ -248,6 +248,7 @@ def run_sweep(sweep_path: Path, sweep_dir: Path, jobs: int | None = None, force:
     if jobs is not None and jobs < 1:
         raise UserError(f"jobs must be at least 1 (runs in parallel), got {jobs}")
     sweep, configs = load_sweep(sweep_path, seed_offset, arms, seeds, overrides)
+    check_arms_runnable(sweep, configs, machine=launcher == "local")
     jobs = jobs or sweep.jobs
     sweep_dir = Path(sweep_dir)
     sweep_dir.mkdir(parents=True, exist_ok=True)
@@ -287,6 +288,20 @@ def run_sweep(sweep_path: Path, sweep_dir: Path, jobs: int | None = None, force:
             else:
                 _execute(todo, sweep, sweep_dir, state, jobs, progress, progress_every)
         return state
+
+
+def check_arms_runnable(sweep: SweepConfig, configs: dict[str, TrainConfig], machine: bool = True) -> None:
+    """What each run checks before it starts (`rbctl.train.preflight`), on every arm before the sweep
+    directory is made: its config (benchmarks of its periodic and final evaluations, model and data
+    paths) and, with `machine` (local workers; not for jobs submitted to other nodes), this machine's
+    engine and device. A `UserError` naming the arm and every problem."""
+    from rbctl.train.preflight import benchmark_problems, config_problems, machine_problems
+
+    for arm, cfg in configs.items():
+        problems = config_problems(cfg) + benchmark_problems(for_run(sweep.eval, cfg).benchmarks, cfg, "eval.benchmarks (final)")
+        problems += machine_problems(cfg) if machine else []
+        if problems:
+            raise UserError(f"arm '{arm}': " + "; ".join(dict.fromkeys(problems)))
 
 
 def _compatible(saved: dict, resolved: dict) -> bool:

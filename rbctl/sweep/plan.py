@@ -148,12 +148,10 @@ def sweep_plan(sweep_path, sweep_dir: Path, jobs: int | None = None, arms: list[
     on the sweep file, on any arm's config, and on a check any run would fail before its first step."""
     from rbctl.config.base import apply_overrides, read_yaml, validate
     from rbctl.config.presets import resolve_config
-    from rbctl.config.train import for_run
-    from rbctl.errors import UserError
     from rbctl.store.read import read_sweep_state
     from rbctl.store.rundir import run_key
-    from rbctl.sweep.ablate import base_path, final_eval_done, load_sweep, units
-    from rbctl.train.preflight import benchmark_problems, config_problems, machine_problems
+    from rbctl.sweep.ablate import base_path, check_arms_runnable, final_eval_done, load_sweep, units
+    from rbctl.train.preflight import machine_problems
 
     path = resolve_config(sweep_path, "sweep file")
     sweep, configs = load_sweep(path, seed_offset, arms, seeds, overrides)
@@ -161,10 +159,7 @@ def sweep_plan(sweep_path, sweep_dir: Path, jobs: int | None = None, arms: list[
     base = validate(TrainConfig, read_yaml(base_file), str(base_file))
     shared_items = [f"{k}={json.dumps(v)}" for k, v in sweep.set.items()] + list(overrides)
     shared = validate(TrainConfig, apply_overrides(read_yaml(base_file), shared_items), str(base_file), list(overrides))
-    for arm, cfg in configs.items():  # what each run checks before it starts: every arm, here
-        problems = config_problems(cfg) + benchmark_problems(for_run(sweep.eval, cfg).benchmarks, cfg, "eval.benchmarks (final)")
-        if problems:
-            raise UserError(f"arm '{arm}': " + "; ".join(dict.fromkeys(problems)))
+    check_arms_runnable(sweep, configs, machine=False)  # what each run checks before it starts; this machine below
     jobs = jobs or sweep.jobs
     first = next(iter(configs.values()))
     the_units = units(sweep)

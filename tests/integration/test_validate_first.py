@@ -92,3 +92,16 @@ def test_a_run_that_fails_before_its_first_step_leaves_nothing_and_a_resumed_one
     with pytest.raises(UserError):
         loop.train(tiny_config(), kept, progress=False, log=lambda *a: None)
     assert (kept / "metrics.jsonl").exists()
+
+
+@no_vllm
+def test_a_sweep_that_cannot_run_is_refused_before_its_directory_naming_the_arm(tmp_path, capsys):
+    sweep = str(REPO / "configs" / "ablate_quickstart.yaml")
+    out = tmp_path / "sweep"
+    assert run(["ablate", sweep, "-o", str(out), "--set", "rollout.engine=vllm", "--no-report"]) == 2
+    line = _err_line(capsys)
+    assert line.startswith("error: arm 'grpo': rollout.engine vllm needs vLLM") and "--set rollout.engine=hf" in line
+    assert not out.exists()
+    assert run(["ablate", sweep, "-o", str(out), "--set", "eval.benchmarks=[nope]", "--no-report"]) == 2
+    assert _err_line(capsys).startswith("error: arm 'grpo': eval.benchmarks: unknown benchmark 'nope'")  # periodic
+    assert not out.exists()
