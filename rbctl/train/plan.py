@@ -35,6 +35,9 @@ KNOWN_SIZES = {
     "meta-llama/Llama-3.2-3B-Instruct": 3.2e9,
     "meta-llama/Llama-3.2-3B": 3.2e9,
 }
+# Hub organisations whose models are gated: the first download needs the license accepted on the
+# model's page and a logged-in token (Meta's Llama models, as of 2025).
+GATED_ORGS = ("meta-llama/",)
 ASSUMED_PROMPT_TOKENS = 200  # a competition problem + instruction + chat template: ~100–300 tokens
 CHARS_PER_TOKEN = 4.0  # English text with BPE tokenizers
 SAMPLE_RECORDS = 256  # records read to estimate prompt length
@@ -129,6 +132,63 @@ def _count_params(config) -> float:
     return float(sum(p.numel() for p in model.parameters()))
 
 
+GGUF_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}  # value type -> struct code
+GGUF_STRING, GGUF_ARRAY = 8, 9
+
+
+def gguf_parameter_count(path: Path) -> float:
+    """The parameter count of a GGUF file from its header alone (no tensor data read): the sum over
+    its tensor infos of the product of their dimensions (the GGUF format, v2 and v3: magic, version,
+    tensor count, metadata key-value pairs, then each tensor's name, dims, type and offset). A tied
+    output embedding is stored once, so it counts once, as the loaded model's parameters do."""
+    import struct
+
+    with open(path, "rb") as f:
+        def read(fmt: str):
+            size = struct.calcsize("<" + fmt)
+            data = f.read(size)
+            if len(data) != size:
+                raise ValueError("truncated GGUF header")
+            return struct.unpack("<" + fmt, data)[0]
+
+        def skip_string() -> None:
+            f.seek(read("Q"), 1)
+
+        def skip_value(kind: int) -> None:
+            if kind == GGUF_STRING:
+                skip_string()
+            elif kind == GGUF_ARRAY:
+                inner, count = read("I"), read("Q")
+                if inner in GGUF_SCALARS:
+                    f.seek(struct.calcsize("<" + GGUF_SCALARS[inner]) * count, 1)
+                else:
+                    for _ in range(count):
+                        skip_value(inner)
+            elif kind in GGUF_SCALARS:
+                f.seek(struct.calcsize("<" + GGUF_SCALARS[kind]), 1)
+            else:
+                raise ValueError(f"unknown GGUF value type {kind}")
+
+        if f.read(4) != b"GGUF":
+            raise ValueError("not a GGUF file (no GGUF magic)")
+        if read("I") < 2:
+            raise ValueError("GGUF version 1 is not supported")
+        n_tensors, n_kv = read("Q"), read("Q")
+        for _ in range(n_kv):
+            skip_string()
+            skip_value(read("I"))
+        total = 0
+        for _ in range(n_tensors):
+            skip_string()
+            dims = [read("Q") for _ in range(read("I"))]
+            read("I"), read("Q")  # the tensor's type and offset
+            count = 1
+            for d in dims:
+                count *= d
+            total += count
+    return float(total)
+
+
 def _load_tokenizer(model_dir: Path):
     if not any((model_dir / f).exists() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
         return None
@@ -169,7 +229,12 @@ def _resolve_model(cfg: TrainConfig, r: Resolved, cache_dir) -> None:
             r.model_note = "a local path that is not a model"
             return
         r.model_dir = Path(src)
-        r.model_note = f"local {'GGUF file' if gguf else 'directory'} {src}"
+        r.model_note = f"local GGUF file {Path(src) / gguf}" if gguf else f"local directory {src}"
+        if gguf:
+            try:
+                r.n_params, r.n_source = gguf_parameter_count(Path(src) / gguf), "counted from the GGUF file's tensor headers"
+            except (OSError, ValueError) as e:
+                r.warnings.append(f"cannot read the GGUF header of {Path(src) / gguf}: {e}")
     else:
         r.model_dir = _cached_model_dir(name, cache_dir)
         r.model_note = f"in the local Hugging Face cache ({r.model_dir})" if r.model_dir else "not in the local Hugging Face cache"
@@ -182,6 +247,9 @@ def _resolve_model(cfg: TrainConfig, r: Resolved, cache_dir) -> None:
         except Exception as e:
             r.warnings.append(f"cannot build the model config of {name}: {type(e).__name__}: {e}")
         r.tokenizer = _load_tokenizer(r.model_dir)
+    if r.model_dir is None and name.startswith(GATED_ORGS) and not p.exists():
+        r.warnings.append(f"'{name}' is gated on the Hugging Face Hub: accept its license on "
+                          f"https://huggingface.co/{name} and log in (hf auth login, or HF_TOKEN) before the first run")
     if r.n_params is None and name in KNOWN_SIZES:
         r.n_params, r.n_source = KNOWN_SIZES[name], "table of known sizes"
     if r.n_params is None:
