@@ -38,7 +38,9 @@ SECTIONS = (
     ("verdicts", "Principal comparisons", "The comparisons the sweep file states before running (or, without them, every "
      "stated pair as one family): Δ in points with a 95% t-interval over units (clipped to [−100, +100]), Holm-adjusted p "
      "(a comparison with fewer than 3 units or the same Δ in every unit is not testable and not in the family), "
-     "P(improvement) with a 95% paired-bootstrap interval and rliable's independent-bootstrap interval beside it."),
+     "P(improvement) with a 95% paired-bootstrap interval and rliable's independent-bootstrap interval beside it; "
+     "each called higher, lower, equivalent within the stated margin (TOST), or inconclusive with its direction and "
+     "the smallest effect its test could detect."),
     ("power", "Power of the design", "Paired two-sided t-test at α/m, m the principal comparisons tested; planning SD "
      "from the sweep file, measured SD from these runs."),
     ("warm_starts", "Warm starts", "Per warm start (unadjusted), over warm starts (the warm start as the unit; Holm over "
@@ -51,7 +53,7 @@ SECTIONS = (
     ("final_scores", "Final scores", "Mean over units with a 95% interval of the kind the `interval` column names (a "
      "t-interval over units, clipped to [0, 100]; a bootstrap over problems for an arm with one unit)."),
     ("iqm", None, "Interquartile mean with a stratified bootstrap interval."),
-    ("exploratory", "Exploratory comparisons", "Not in the principal family: unadjusted p, and Holm over this family."),
+    ("exploratory", "Exploratory comparisons", "In no declared family: the interval and an unadjusted p, no call."),
     ("comparisons", "Comparisons in detail", "Every stated pair with its per-unit Δ."),
     ("entropy_cause", "Entropy and κ_eff vs pass@1", "Between arms (arm means) and within arms (run − arm mean)."),
     ("final_entropy_kappa", None, "Final entropy, κ and κ_eff (last quarter of each run)."),

@@ -5,11 +5,12 @@ Definitions in docs/method.md ("Sharpness: κ and κ_eff"). Pure functions on `[
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import torch
 
-from rbctl.algo.advantages import check_rewards
+from rbctl.algo.advantages import check_rewards, compute_advantages
 
 
 def sharpness_per_prompt(rewards: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
@@ -85,3 +86,36 @@ def advantage_gap(correct: torch.Tensor, advantages: torch.Tensor) -> float | No
     pos = (a * c).sum(1) / c.sum(1).clamp(min=1)
     neg = (a * ~c).sum(1) / (~c).sum(1).clamp(min=1)
     return float((pos - neg)[mixed].mean())
+
+
+def kappa_by_k(g: int = 8, budget: float = 1.0) -> list[dict]:
+    """κ per number of correct rollouts K (binary rewards, one group of G) for each estimator, ± budget
+    (the study's claim that the advantage gap shrinks as more rollouts are right)."""
+    rows = []
+    for k in range(1, g):
+        r = torch.tensor([[1.0] * k + [0.0] * (g - k)])
+        row = {"K": k}
+        for name in ("grpo", "dr_grpo", "rloo"):
+            row[name] = float(kappa(r, compute_advantages(r, name)))
+            row[f"{name} + budget"] = float(kappa(r, compute_advantages(r, name, budget=budget)))
+        rows.append(row)
+    return rows
+
+
+def finite_g_check(g: int = 8, budget: float = 1.0, ps=(0.05, 0.2, 0.5, 0.8, 0.95)) -> tuple[float, float]:
+    """Exact expectation over all 2^G outcomes of Σ_i A_i (c_i − p) / (p(1−p)) (the unclipped estimator's
+    gradient weight on ∇p) against J_G'(p) = B(1 − (1−p)^{G−1})/p, for GRPO + budget and for GRPO:
+    (largest relative error of GRPO + budget, smallest of GRPO)."""
+    outcomes = torch.tensor(list(itertools.product([0.0, 1.0], repeat=g)))
+    k = outcomes.sum(dim=1).double()
+    errors = {}
+    for name, b in (("budget", budget), ("grpo", None)):
+        a = compute_advantages(outcomes, "grpo", budget=b).double()
+        errs = []
+        for p in ps:
+            prob = p**k * (1 - p) ** (g - k)
+            lhs = float((prob * (a * (outcomes.double() - p)).sum(dim=1)).sum()) / (p * (1 - p))
+            target = budget * (1 - (1 - p) ** (g - 1)) / p
+            errs.append(abs(lhs - target) / target)
+        errors[name] = errs
+    return max(errors["budget"]), min(errors["grpo"])

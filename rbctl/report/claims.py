@@ -25,17 +25,13 @@ The claims and their rules (docs/method.md, "Comparing arms", studies):
 from __future__ import annotations
 
 import datetime as dt
-import itertools
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import torch
 
-from rbctl.algo.advantages import compute_advantages
-from rbctl.algo.sharpness import kappa
 from rbctl.config.base import read_yaml, validate
 from rbctl.config.study import StudyConfig
 from rbctl.errors import UserError
@@ -329,41 +325,6 @@ def status(r: float, p_holm: float, expected: str) -> str:
     return "expected" if (r < 0) == (expected == "negative") else "opposite"
 
 
-# --- the analytic claims ----------------------------------------------------------------------------------
-
-
-def kappa_by_k(g: int = 8, budget: float = 1.0) -> list[dict]:
-    """κ per number of correct rollouts K (binary rewards, one group of G) for each estimator, ± budget."""
-    rows = []
-    for k in range(1, g):
-        r = torch.tensor([[1.0] * k + [0.0] * (g - k)])
-        row = {"K": k}
-        for name in ("grpo", "dr_grpo", "rloo"):
-            row[name] = float(kappa(r, compute_advantages(r, name)))
-            row[f"{name} + budget"] = float(kappa(r, compute_advantages(r, name, budget=budget)))
-        rows.append(row)
-    return rows
-
-
-def finite_g_check(g: int = 8, budget: float = 1.0, ps=(0.05, 0.2, 0.5, 0.8, 0.95)) -> tuple[float, float]:
-    """Exact expectation over all 2^G outcomes of Σ_i A_i (c_i − p) / (p(1−p)) (the unclipped estimator's
-    gradient weight on ∇p) against J_G'(p) = B(1 − (1−p)^{G−1})/p, for GRPO + budget and for GRPO:
-    (largest relative error of GRPO + budget, smallest of GRPO)."""
-    outcomes = torch.tensor(list(itertools.product([0.0, 1.0], repeat=g)))
-    k = outcomes.sum(dim=1).double()
-    errors = {}
-    for name, b in (("budget", budget), ("grpo", None)):
-        a = compute_advantages(outcomes, "grpo", budget=b).double()
-        errs = []
-        for p in ps:
-            prob = p**k * (1 - p) ** (g - k)
-            lhs = float((prob * (a * (outcomes.double() - p)).sum(dim=1)).sum()) / (p * (1 - p))
-            target = budget * (1 - (1 - p) ** (g - 1)) / p
-            errs.append(abs(lhs - target) / target)
-        errors[name] = errs
-    return max(errors["budget"]), min(errors["grpo"])
-
-
 # --- the claims ------------------------------------------------------------------------------------------
 
 
@@ -436,6 +397,8 @@ def claim_c(beds: tuple[Testbed, ...], family: str) -> tuple[str, str]:
 
 
 def claim_d() -> tuple[str, str, list[dict]]:
+    from rbctl.algo.sharpness import kappa_by_k  # torch: imported where the analytic claims are computed
+
     k = kappa_by_k()
     falls = all(k[i]["grpo + budget"] > k[i + 1]["grpo + budget"] for i in range(len(k) - 1))
     rises = k[-1]["grpo"] > k[len(k) // 2]["grpo"]
@@ -445,6 +408,8 @@ def claim_d() -> tuple[str, str, list[dict]]:
 
 
 def claim_f() -> tuple[str, str]:
+    from rbctl.algo.sharpness import finite_g_check
+
     worst, best = finite_g_check()
     return (f"largest relative error of GRPO + budget {worst:.1e}; GRPO's smallest {best:.2f} (not the gradient)",
             "holds" if worst < 1e-6 and best > 1e-3 else "fails")

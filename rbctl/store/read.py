@@ -22,6 +22,7 @@ from rbctl.store.rundir import (
     EVAL_LINES,
     FORMAT_VERSION,
     METRICS,
+    PERIODIC_DIR,
     PROVENANCE,
     REPORT_DATA,
     REPORT_DIR,
@@ -35,6 +36,7 @@ from rbctl.store.rundir import (
     SWEEP_STATE,
     TENSORBOARD,
     WANDB,
+    step_dir_name,
     step_dirs,
     sweep_runs,
 )
@@ -100,14 +102,21 @@ def is_sweep(path: Path) -> bool:
     return (Path(path) / SWEEP_RUNS).is_dir() or (Path(path) / SWEEP_STATE).is_file()
 
 
-def final_summaries(run_dir: Path) -> tuple[int | None, dict[str, dict]]:
-    """The highest ``RUN/eval/step_N`` holding a summary, and its summaries by benchmark
-    (``eval/periodic/`` is never a final evaluation)."""
+def final_summaries(run_dir: Path, last_step: int | None = None) -> tuple[int | None, dict[str, dict]]:
+    """The highest ``RUN/eval/step_N`` holding a summary, and its summaries by benchmark. Without one
+    (a run `rbctl train` made: no final evaluation of its own), the periodic evaluation at the run's
+    ``last_step`` (``RUN/eval/periodic/step_N``, N = the config's steps) is its final score: the last
+    evaluation at the last step, whatever wrote it. An earlier periodic evaluation never is."""
     found = []
     for step, d in step_dirs(Path(run_dir) / EVAL_DIR):
         files = sorted(d.glob(f"*/{SUMMARY}"))
         if files:
             found.append((step, files))
+    if not found and last_step is not None:
+        d = Path(run_dir) / EVAL_DIR / PERIODIC_DIR / step_dir_name(int(last_step))
+        files = sorted(d.glob(f"*/{SUMMARY}"))
+        if files:
+            found.append((int(last_step), files))
     if not found:
         return None, {}
     step, files = max(found, key=lambda t: t[0])
@@ -124,10 +133,12 @@ def read_run(path: Path) -> dict:
     "evals": [eval.jsonl lines], "final_step": int | None, "finals": {benchmark: summary}}``
     (absent files give {} or []; a header of another format version is refused, `check_format`)."""
     path = Path(path)
-    final_step, finals = final_summaries(path)
+    config = read_yaml_file(path / CONFIG)
+    steps = config.get("steps") if isinstance(config, dict) else None
+    final_step, finals = final_summaries(path, steps if isinstance(steps, int) else None)
     return {
         "meta": read_header(path / RUN_META),
-        "config": read_yaml_file(path / CONFIG),
+        "config": config,
         "provenance": read_header(path / PROVENANCE),
         "metrics": read_lines(path / METRICS),
         "evals": read_lines(path / EVAL_LINES),

@@ -12,6 +12,7 @@ import pytest
 import scipy.stats as sps
 import yaml
 
+from rbctl.algo.sharpness import finite_g_check, kappa_by_k
 from rbctl.report import claims
 from rbctl.report.analyses.comparisons import EQUIVALENT, HIGHER, INCONCLUSIVE, call
 from rbctl.report.power import mde_paired
@@ -192,13 +193,13 @@ def test_long_horizon_same_final_level_only_by_tost(tmp_path: Path, margin: floa
 
 
 def test_kappa_falls_with_k_under_the_budget_and_the_finite_g_identity() -> None:
-    k = claims.kappa_by_k(g=8)
+    k = kappa_by_k(g=8)
     assert [r["grpo + budget"] for r in k] == pytest.approx([1 / K for K in range(1, 8)], rel=1e-6)
     assert [r["dr_grpo"] for r in k] == pytest.approx([1.0] * 7, rel=1e-6)
     assert [r["rloo + budget"] for r in k] == pytest.approx([8 / 7 / K for K in range(1, 8)], rel=1e-6)
     # GRPO: 1/σ̂ with the unbiased std, K = 4 of 8: sqrt(8/7 · 1/4) = 0.5345 -> 1.8708
     assert k[3]["grpo"] == pytest.approx(1 / math.sqrt(8 / 7 * 0.25), rel=1e-5)
-    worst, best = claims.finite_g_check(g=6)
+    worst, best = finite_g_check(g=6)
     assert worst < 1e-6 < 1e-3 < best
 
 

@@ -1,0 +1,47 @@
+"""`rbctl report A B` over runs that `rbctl train` made (no sweep, no final evaluation of their own): a
+run's final score is its evaluation at its last step, the periodic one when nothing else wrote one."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rbctl.report.data import sweep_data
+from rbctl.store.read import final_summaries
+
+
+def make_run(d: Path, steps: int, periodic_steps: tuple[int, ...], correct: list[int], budget=None) -> Path:
+    cfg = {"seed": 0, "steps": steps, "rollout": {"group_size": 8}, "algo": {"estimator": "grpo", "budget": budget}}
+    d.mkdir(parents=True)
+    (d / "config.yaml").write_text(yaml.safe_dump(cfg))
+    (d / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "entropy": 0.2}) + "\n" for s in range(1, steps + 1)))
+    lines = []
+    for s in periodic_steps:
+        out = d / "eval" / "periodic" / f"step_{s:06d}" / "builtin"
+        out.mkdir(parents=True)
+        pp = [{"id": f"p{i}", "n": 4, "correct": c} for i, c in enumerate(correct)]
+        (out / "summary.json").write_text(json.dumps({"benchmark": "builtin", "step": s, "n": 4,
+                                                      "num_problems": len(pp), "per_problem": pp}))
+        lines.append(json.dumps({"step": s, "benchmark": "builtin", "n": 4, "avg@n": sum(correct) / (4 * len(correct))}))
+    (d / "eval.jsonl").write_text("\n".join(lines) + "\n")
+    return d
+
+
+def test_the_periodic_evaluation_at_the_last_step_is_a_train_runs_final_score(tmp_path: Path) -> None:
+    plain = make_run(tmp_path / "first", 10, (0, 10), [4, 2, 1, 0])
+    budget = make_run(tmp_path / "budget", 10, (0, 10), [4, 3, 2, 1], budget=1.0)
+    assert final_summaries(plain, 10)[0] == 10 and final_summaries(plain)[0] is None
+    sw = sweep_data([plain, budget], n_boot=50)
+    assert sorted(a for a, _ in sw.scores) == ["budget", "first"]  # both runs scored: none dropped
+    assert not [i for i in sw.issues if i.status == "no final evaluation"]
+    assert list(sw.scores["budget", "builtin"].per_unit("avg", 4).values()) == pytest.approx([10 / 16])
+
+
+def test_an_earlier_periodic_evaluation_is_never_a_final_score(tmp_path: Path) -> None:
+    cut = make_run(tmp_path / "cut", 10, (0, 5), [4, 2, 1, 0])  # stopped before its last step
+    assert final_summaries(cut, 10) == (None, {})
+    sw = sweep_data([cut], n_boot=50)
+    assert [i.status for i in sw.issues] == ["no final evaluation"]
