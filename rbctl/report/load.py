@@ -82,7 +82,7 @@ def load_run(path: Path, sweep: str | None = None, status: str = "", sweep_dir: 
     seed come from the sweep layout (``<arm>/seed_<s>`` or ``<arm>/<ws>/seed_<s>`` below runs/, the
     directory's own name otherwise) and the variant from the config."""
     path = Path(path)
-    data = read.read_run(path)
+    data = read.read_run(path, periodic_final=sweep_dir is None)  # a loose run: its last periodic evaluation may be final
     info, cfg = data["meta"], data["config"]
     algo = cfg.get("algo") or {}
     seed_dir = seed_of(path.name)

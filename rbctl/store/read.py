@@ -127,15 +127,17 @@ def final_summaries(run_dir: Path, last_step: int | None = None) -> tuple[int | 
     return step, summaries
 
 
-def read_run(path: Path) -> dict:
+def read_run(path: Path, periodic_final: bool = False) -> dict:
     """Everything the report reads from one run directory, as plain data:
     ``{"meta": run.json, "config": config.yaml, "provenance": provenance.json, "metrics": [lines],
     "evals": [eval.jsonl lines], "final_step": int | None, "finals": {benchmark: summary}}``
-    (absent files give {} or []; a header of another format version is refused, `check_format`)."""
+    (absent files give {} or []; a header of another format version is refused, `check_format`).
+    ``periodic_final``: a run outside a sweep, whose final score may be its periodic evaluation at its
+    last step (`final_summaries`); a sweep's runs keep the sweep's own final evaluation protocol."""
     path = Path(path)
     config = read_yaml_file(path / CONFIG)
     steps = config.get("steps") if isinstance(config, dict) else None
-    final_step, finals = final_summaries(path, steps if isinstance(steps, int) else None)
+    final_step, finals = final_summaries(path, steps if periodic_final and isinstance(steps, int) else None)
     return {
         "meta": read_header(path / RUN_META),
         "config": config,
