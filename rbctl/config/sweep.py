@@ -159,7 +159,7 @@ class SweepConfig(Section):
     launcher: Optional[LauncherCfg] = Field(None, description="submitit settings for `--launcher submitit` (Slurm, or its local mode).")
     comparisons: Optional[Comparisons] = Field(None, description="Principal comparisons, metric and power design, stated before running (null = every stated pair, one Holm family).")
     escape: Optional[Escape] = Field(None, description="Escape-time analysis of the report (null = off).")
-    ceiling: Optional[Ceiling] = Field(None, description="A reachable pass@1 for the plateau test, written to SWEEP_DIR/ceiling.json (null = the report's default: the best arm's final pass@1).")
+    ceiling: Optional[Ceiling] = Field(None, description="A reachable pass@1 for the plateau test, written to SWEEP_DIR/ceiling.json (null = the ceiling the built-in task states, else unknown).")
 
     @field_validator("seeds")
     @classmethod

@@ -96,7 +96,7 @@ class Testbed:
 
     @property
     def ceiling(self) -> float | None:
-        """The reachable pass@1 the sweep file states (None when the report fell back to the best arm)."""
+        """The reachable pass@1 the sweep file or the task states (None: unknown)."""
         c = self.data.plateau.ceiling
         return c.value if c is not None and c.declared else None
 

@@ -112,12 +112,13 @@ def test_arms_beside_the_paper_with_gaps_and_the_entropy_question(tmp_path):
     assert "| maxrl − grpo | 2 | +40.6 [+0.9, +80.3] | not testable | not testable | +43.8, +37.5 |" in text
     assert "| grpo_entropy − grpo | 2 | +9.4 [-30.3, +49.1] | not testable | not testable | +12.5, +6.2 |" in text
     assert "none is testable, so no Holm–Bonferroni family is formed and no verdict is called" in text
-    # plateau without a ceiling file: the best arm's final periodic pass@1, maxrl's .70; GRPO ends at 26.0
-    assert "Ceiling: 70.0% (the best arm's final pass@1 in this report: maxrl, mean over 2 units)" in text
+    # plateau without a ceiling file on a task that states none: the ceiling is unknown (never the best arm's
+    # level, maxrl's .70 here), so below_ceiling is not evaluated and the plateau does not hold; GRPO ends at 26.0
+    assert "Ceiling: unknown (no ceiling file, and the task states none)" in text
     assert "| stalled | yes | mean over 2 units of \\|pass@1(T) − pass@1(≈¾T)\\| = 1.00 points (< 2) |" in text
-    assert "| below_ceiling | yes | ceiling 70.0 − final pass@1 26.0 = 44.0 points (≥ 15) |" in text
-    assert "ratio 0.20 (< 0.333)" in text and "the plateau **held**" in text
-    assert "| 0 | 150, 200 | 1.00 | 26.0 | 44.0 | 0.20 |" in text and "| 1 | 150, 200 | 1.00 | 26.0 | 44.0 | 0.20 |" in text
+    assert "| below_ceiling | not evaluated | not evaluated: ceiling unknown |" in text
+    assert "ratio 0.20 (< 0.333)" in text and "the plateau **did not hold**" in text
+    assert "| 0 | 150, 200 | 1.00 | 26.0 | – | 0.20 |" in text and "| 1 | 150, 200 | 1.00 | 26.0 | – | 0.20 |" in text
     assert "The paper's gains: grpo_entropy +7.6, maxrl +44.8, passk +34.9 points." in text
 
 

@@ -248,17 +248,17 @@ def test_ceiling_file(two_arms, tmp_path):
     assert (c.value, c.source) == (0.9, "SFT on correct solutions")
 
 
-def test_the_plateau_ceiling_is_the_best_arms_final_pass1_without_a_ceiling_file(two_arm_report):
+def test_the_plateau_ceiling_is_never_read_off_the_compared_runs(two_arm_report):
     plateau = pd.read_csv(two_arm_report.parent / "tables" / "plateau.csv").set_index("criterion")
-    # final held-out pass@1 (the periodic evaluation at T = 4, as for the tested arm): grpo_budget's
-    # (.50 + .51)/2 = 50.5 points is the best arm's; grpo's (.40 + .41)/2 = 40.5: 10.0 points below
-    assert plateau.loc["below_ceiling", "value"] == pytest.approx(10.0)
-    assert "ceiling 50.5 − final pass@1 40.5" in plateau.loc["below_ceiling", "detail"]
+    # no ceiling file and a task that states none: grpo_budget's 50.5 points is the best arm's level, not a
+    # ceiling shown reachable, so the criterion is not evaluated (it would read 10.0 points below)
+    assert math.isnan(plateau.loc["below_ceiling", "value"])
+    assert plateau.loc["below_ceiling", "detail"] == "not evaluated: ceiling unknown"
     assert list(plateau.index) == ["stalled", "below_ceiling", "entropy_collapsed", "plateau"]
     units = pd.read_csv(two_arm_report.parent / "tables" / "plateau_units.csv")
-    assert list(units["gap"]) == pytest.approx([50.5 - 40.0, 50.5 - 41.0])  # per seed
+    assert units["gap"].isna().all()
     assert list(units["stalled"]) == [False, False]  # |0.40 − 0.20| = 20 points each
-    assert "the best arm's final pass@1 in this report: grpo_budget" in two_arm_report.read_text()
+    assert "no ceiling file, and the task states none" in two_arm_report.read_text()
 
 
 @pytest.mark.slow
@@ -414,7 +414,7 @@ def test_the_report_renders_its_data_and_scripts_read_the_same_tables(two_arms, 
 
     data = report_data([two_arms])
     assert isinstance(data.plateau, Plateau) and data.plateau.arm == "grpo"
-    assert data.plateau.verdict.below_ceiling.value == pytest.approx(10.0)  # 50.5 − 40.5, as tables/plateau.csv
+    assert data.plateau.verdict.below_ceiling.held is None  # no ceiling stated: not evaluated, as tables/plateau.csv
     assert [c.label for c in data.verdict.comparisons] == ["grpo_budget − grpo"] * 2  # avg@n and pass@4
     tables = shown_tables(data)  # rendered without writing: what scripts print
     written = {f.stem: f.read_text() for f in (two_arm_report.parent / "tables").glob("*.md")}

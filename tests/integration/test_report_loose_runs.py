@@ -45,3 +45,14 @@ def test_an_earlier_periodic_evaluation_is_never_a_final_score(tmp_path: Path) -
     assert final_summaries(cut, 10) == (None, {})
     sw = sweep_data([cut], n_boot=50)
     assert [i.status for i in sw.issues] == ["no final evaluation"]
+
+
+def test_a_single_fixpoint_runs_plateau_test_uses_the_tasks_stated_ceiling(tmp_path: Path) -> None:
+    from rbctl.report.data import analyse
+
+    run = make_run(tmp_path / "first", 10, (0, 5, 8, 10), [4, 3, 3, 3])
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    (run / "config.yaml").write_text(yaml.safe_dump({**cfg, "data": {"builtin": {"task": "fixpoint"}}}))
+    p = analyse(sweep_data([run], n_boot=50)).plateau
+    assert p.ceiling.value == 0.98 and p.ceiling.declared  # rbctl.tasks.ceilings, not the run's own 81.2
+    assert p.verdict.below_ceiling.value == pytest.approx(98.0 - 100 * 13 / 16)

@@ -1,5 +1,5 @@
 """The premature-convergence (plateau) test (docs/method.md, "Premature convergence"): its ceiling
-(a ceiling file, else the best arm's final held-out pass@1), the test of one arm criterion by
+(a ceiling file, else the one the task states; never the compared runs'), the test of one arm criterion by
 criterion (`plateau_check`, on plain numbers), read from runs (`plateau_of_arm`), and the report's
 plateau analysis of the GRPO base arm (`plateau`).
 """
@@ -17,6 +17,7 @@ from rbctl.errors import UserError
 from rbctl.report.load import Run, unit_label
 from rbctl.report.series import final_heldout, run_series
 from rbctl.store import read
+from rbctl.tasks.ceilings import task_ceiling
 
 PLATEAU_ARM = ("grpo", "base")  # (baseline, variant) of the arm the report tests
 
@@ -195,24 +196,18 @@ def ceiling_file(runs: list[Run], dirs: list[Path]) -> Ceiling | None:
 
 def reachable_ceiling(by_arm: dict[str, list[Run]], dirs: list[Path], bench: str | None) -> Ceiling:
     """The plateau test's ceiling, in order: the ceiling file (of the runs' sweep directory or of one
-    of ``dirs``); the best arm's final held-out pass@1 among ``by_arm`` (the mean over its units of
-    pass@1 at their last evaluation on ``bench``: the number the stalled and below-ceiling criteria
-    read for the tested arm); unknown."""
-    found = ceiling_file([r for runs in by_arm.values() for r in runs], dirs)
+    of ``dirs``); the ceiling the runs' built-in task states (`rbctl.tasks.ceilings`, when every run is
+    of one such task); unknown. Never a level read off the compared runs: the plateau test asks how far
+    below a level shown reachable elsewhere the arm sits. (``bench`` is kept for callers' symmetry.)"""
+    runs = [r for rs in by_arm.values() for r in rs]
+    found = ceiling_file(runs, dirs)
     if found is not None:
         return found
-    finals = {}
-    for arm in sorted(by_arm):
-        v = plateau_of_arm(by_arm[arm], bench, None) if bench else None
-        if v is not None and v.per_seed and any("final" in d for d in v.per_seed.values()):
-            finals[arm] = (float(np.mean([d["final"] for d in v.per_seed.values() if "final" in d])) / 100,
-                           sum("final" in d for d in v.per_seed.values()))
-    if finals:
-        best = max(finals, key=lambda a: finals[a][0])
-        n = finals[best][1]
-        return Ceiling(finals[best][0], f"the best arm's final pass@1 in this report: {best}, mean over "
-                                        f"{n} unit{'s' * (n != 1)}")
-    return Ceiling(None, "unknown")
+    kinds = {str((((r.config or {}).get("data") or {}).get("builtin") or {}).get("task")) for r in runs}
+    stated = task_ceiling(kinds.pop()) if len(kinds) == 1 else None
+    if stated is not None:
+        return Ceiling(stated[0], stated[1], declared=True)
+    return Ceiling(None, "no ceiling file, and the task states none")
 
 
 # --- the report's analysis ------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ def plateau(data: ReportData, page: Page) -> None:
         doc.para("No GRPO base arm (baseline grpo, variant base) with held-out evaluations.")
         return
     v, c = p.verdict, p.ceiling
-    ceiling = "unknown" if c.value is None else f"{pct(c.value)}% ({c.source})"
+    ceiling = f"unknown ({c.source})" if c.value is None else f"{pct(c.value)}% ({c.source})"
     doc.para(f"Arm `{p.arm}` on {p.benchmark}, {plural(v.seeds, 'unit')}: the plateau "
              f"**{'held' if v.held else 'did not hold'}**. Ceiling: {ceiling}. Criteria (docs/method.md): held-out "
              "pass@1 changes < 2 points over the last quarter, ≥ 15 points below a reachable ceiling, final "
