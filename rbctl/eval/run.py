@@ -32,7 +32,9 @@ def eval_config(model: str, options: dict) -> tuple[EvalConfig, str]:
     line saying where the rest came from. A run directory with a training config is evaluated with
     its periodic-evaluation protocol (`RUN_PROTOCOL_KEYS`) where no option says otherwise; anything
     else with the published defaults (`EvalConfig`)."""
-    path = Path(model).expanduser()
+    from rbctl.rollout.models import expand_model_name
+
+    path = Path(expand_model_name(model)).expanduser()
     cfg_path = path / CONFIG
     if model == "builtin" or not is_run_dir(path) or not cfg_path.is_file():
         return build_config(**options), f"protocol: the published defaults where not given: {PUBLISHED_DEFAULTS}"
@@ -231,6 +233,9 @@ def run_eval(
     from rbctl.store.checkpoint import run_checkpoints
     from rbctl.tasks.builtin import task_spec_of
 
+    from rbctl.rollout.models import expand_model_name
+
+    model = expand_model_name(model)  # a package's file (pkg:PACKAGE/FILE): its path here
     console = console or Console()
     if cfg.threads:
         torch.set_num_threads(cfg.threads)

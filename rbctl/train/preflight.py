@@ -54,6 +54,12 @@ def model_problem(name: str) -> str | None:
     """Why `model.name` names no model, for a local path (a Hub id is looked for when the run loads it)."""
     if name == "builtin":
         return None
+    from rbctl.rollout.models import expand_model_name
+
+    try:
+        name = expand_model_name(name)
+    except UserError as e:
+        return f"model.name: {e}"
     p = Path(name).expanduser()
     local = name.startswith((".", "/", "~")) or name.count("/") > 1 or name.endswith(".gguf") or p.exists()
     if not local:
