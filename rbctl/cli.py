@@ -386,18 +386,22 @@ def report(
     file (configs/study_claims.yaml), writes OUT/claims.md: each claim of the study tested on its sweeps."""
     from rich.console import Console
 
-    from rbctl.report import final_scores_table, make_report
+    from rbctl.report import final_scores_table
     from rbctl.report.claims import is_study_file, make_study_report
+    from rbctl.report.render.report import build_report, incomplete_lines, verdicts_table
 
     import shlex
 
     if len(dirs) == 1 and is_study_file(dirs[0]):
         typer.echo(str(make_study_report(dirs[0], out, command=shlex.join(["rbctl", *_ARGV]))))
         return
-    path = make_report(dirs, out)
-    table = final_scores_table(path.parent)
-    if table is not None:
-        Console().print(table)
+    path, data = build_report(dirs, out)
+    console = Console()
+    for table in (final_scores_table(path.parent), verdicts_table(data)):
+        if table is not None:
+            console.print(table)
+    for line in incomplete_lines(data):  # a run the report could not score is named here, not only in report.md
+        typer.secho(line, fg=typer.colors.YELLOW)
     typer.echo(str(path))
 
 

@@ -56,3 +56,24 @@ def test_a_single_fixpoint_runs_plateau_test_uses_the_tasks_stated_ceiling(tmp_p
     p = analyse(sweep_data([run], n_boot=50)).plateau
     assert p.ceiling.value == 0.98 and p.ceiling.declared  # rbctl.tasks.ceilings, not the run's own 81.2
     assert p.verdict.below_ceiling.value == pytest.approx(98.0 - 100 * 13 / 16)
+
+
+def test_rbctl_report_a_b_shows_both_arms_and_a_verdict_line_in_80_columns(tmp_path: Path, capsys, monkeypatch) -> None:
+    from rbctl.cli import run
+
+    monkeypatch.setenv("COLUMNS", "80")
+    make_run(tmp_path / "first", 10, (0, 10), [4, 2, 1, 0])
+    make_run(tmp_path / "a_budget_arm_with_a_long_name", 10, (0, 10), [4, 3, 2, 1], budget=1.0)
+    cut = make_run(tmp_path / "cut", 10, (0, 5), [4, 2, 1, 0])
+    assert run(["report", str(tmp_path / "first"), str(tmp_path / "a_budget_arm_with_a_long_name"), str(cut),
+                "-o", str(tmp_path / "cmp")]) == 0
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 80
+    first_cells = "".join(line.split("│")[1].strip() for line in out.splitlines() if line.startswith("│"))
+    assert "a_budget_arm_with_a_long_name" in first_cells and "first" in first_cells  # folded over lines, not cut
+    assert "a_budget_arm_with_a_long_name − first" in first_cells  # the verdict line of the pair
+    flat = " ".join(out.split())
+    assert "stated pairs (one family: no sweep file declares any)" in flat and "not testable" in flat  # 1 unit each
+    assert "incomplete: cut/seed_0 (no final evaluation)" in out
+    text = (tmp_path / "cmp" / "report.md").read_text()
+    assert "These runs come from no sweep file" in text and "The sweep file states no" not in text

@@ -91,7 +91,8 @@ def answer(data: ReportData, page: Page) -> None:
                  f"{CALLS}. {UNTESTABLE} Every other comparison in this report is in a declared family below or "
                  "exploratory (no call).")
     elif comps:
-        doc.para(f"The sweep file states no principal comparisons (`comparisons:`), so the report's verdicts "
+        from_sweep = any(r.sweep_dir for r in sw.runs)
+        doc.para(f"{'The sweep file states no principal comparisons (`comparisons:`)' if from_sweep else 'These runs come from no sweep file, so no comparison was declared before running'}, so the report's verdicts "
                  f"are over every stated pair (each baseline + budget vs the baseline; each other arm vs its "
                  f"baseline + budget and vs its baseline), avg@n and pass@n, as one family: {family}. Δ in points, "
                  f"paired by unit ({units}); {INTERVALS}; {P_IMPROVEMENT}. {CALLS}. {UNTESTABLE}")

@@ -19,7 +19,8 @@ from rbctl.report.data import ReportData, analyse, sweep_data
 from rbctl.report.load import default_out
 from rbctl.report.render import answer, convergence, sections
 from rbctl.report.render.page import Page, TablePage
-from rbctl.report.render.tables import finite, with_ci
+from rbctl.report.render.tables import delta, finite, pval, with_ci
+from rbctl.report.stats import NOT_TESTABLE
 from rbctl.store.atomic import write_atomic
 from rbctl.store.rundir import REPORT_HTML, REPORT_MD, REPORT_TABLES
 
@@ -56,11 +57,43 @@ def make_report(dirs: list[Path], out: Path | None = None, n_boot: int = 2000) -
     """Read every run under ``dirs``, write tables, figures, ``report.md`` and ``report.html`` into
     ``out`` (default: `rbctl.report.load.default_out`), and return the path of report.md. Errors come
     in the order a user can act on: no runs first, then the output folder."""
+    return build_report(dirs, out, n_boot)[0]
+
+
+def build_report(dirs: list[Path], out: Path | None = None, n_boot: int = 2000) -> tuple[Path, ReportData]:
+    """`make_report`, returning the report's data beside the path of report.md (what the terminal shows)."""
     dirs = [Path(d) for d in dirs]
     sw = sweep_data(dirs, n_boot)
     out = Path(out) if out is not None else default_out(dirs)
     out.mkdir(parents=True, exist_ok=True)
-    return write_report(analyse(sw), out)
+    data = analyse(sw)
+    return write_report(data, out), data
+
+
+def verdicts_table(data: ReportData):
+    """A Rich table of the answer: each called comparison, its Δ, Holm p and call (None without any).
+    Long arm names wrap instead of being cut at the terminal's width."""
+    from rich.table import Table
+
+    rows = data.verdict.rows
+    if not len(rows):
+        return None
+    title = "principal comparisons" if data.verdict.principal_declared else "stated pairs (one family: no sweep file declares any)"
+    table = Table(title=f"{title}: Δ points [95% t-CI], Holm p, call")
+    for col, justify in (("comparison", "left"), ("metric", "left"), ("units", "right"), ("Δ", "right"),
+                         ("Holm p", "right"), ("call", "left")):
+        table.add_column(col, justify=justify, overflow="fold")
+    for r in rows.itertuples(index=False):
+        table.add_row(f"{r.arm} − {r.ref}", str(r.metric), str(r.seeds), delta(r.delta, r.delta_lo, r.delta_hi),
+                      pval(r.p_holm, NOT_TESTABLE if isinstance(r.not_testable, str) and r.not_testable else "–"),
+                      str(r.call))
+    return table
+
+
+def incomplete_lines(data: ReportData) -> list[str]:
+    """One line per run the report could not score or that did not finish (what report.md lists under
+    Incomplete), for the terminal."""
+    return [f"incomplete: {i.name} ({i.status})" for i in data.sweep.issues]
 
 
 def final_scores_table(report_dir: Path):
@@ -73,7 +106,7 @@ def final_scores_table(report_dir: Path):
     df = pd.read_csv(path)
     table = Table(title=f"final scores: % correct with {sections.score_interval_caption(df['interval'])}")
     for col in ("arm", "benchmark", "units", "avg@n", "pass@n", "maj@k", "interval"):
-        table.add_column(col, justify="left" if col in ("arm", "benchmark", "interval") else "right")
+        table.add_column(col, justify="left" if col in ("arm", "benchmark", "interval") else "right", overflow="fold")
     for r in df.itertuples(index=False):
         maj = f"maj@{int(r.maj_k)} {with_ci(r.maj, r.maj_lo, r.maj_hi)}" if finite(r.maj_k) else "–"
         table.add_row(r.arm, r.benchmark, str(r.seeds), with_ci(r.avg, r.avg_lo, r.avg_hi),
