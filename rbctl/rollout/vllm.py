@@ -6,11 +6,12 @@ TRL 1.16, vLLM 0.22–0.31), and where it departs:
    so the policy's tensors reach vLLM's model with no serialisation. Where the installed vLLM has the
    worker's in-place reload (`reload_weights(weights_iterator=...)`, through `LLM.collective_rpc`;
    vLLM's CPU build 0.32 has it) the whole policy is streamed through it in one call: it restores
-   each layer to checkpoint format, loads it and re-runs the layer's post-load processing. Older
-   vLLMs get the model's `load_weights` one tensor at a time (on the CPU build 0.32 that path fails:
-   the processed linear weights have no `weight_loader`). A tied output embedding is pushed under
-   its own name as well (`lm_head.weight`): the reload leaves vLLM's output layer on the old
-   weights otherwise (2 nats of log-prob off after the embedding moved; tests/vllm/).
+   each layer to checkpoint format, loads it and re-runs the layer's post-load processing; a tied
+   output embedding is streamed under its own name as well (`lm_head.weight`), or the reload leaves
+   vLLM's output layer on the old weights (1–2 nats of log-prob off after the embedding moved;
+   tests/vllm/). Older vLLMs get the model's `load_weights` one tensor at a time, as TRL does, the
+   tied output layer sharing the embedding's storage there (on the CPU build 0.32 that path fails:
+   the processed linear weights have no `weight_loader`).
 2. Log-probs are vLLM's `processed_logprobs` (after temperature and top-p), the distribution the
    tokens were sampled from; the trainer's `token_logprobs(logits, tokens, temperature)` is the same
    quantity when `top_p = 1`. With top_p < 1 the engine's are renormalised over the nucleus and
@@ -123,11 +124,11 @@ def _tied_output_name(model) -> tuple[str, str] | None:
     return f"{names[id(inp)]}.weight", f"{names[id(out)]}.weight"
 
 
-def _policy_tensors(model):
+def _policy_tensors(model, tied_output: bool):
     """(name, tensor) pairs vLLM takes: every parameter under the base model's names (LoRA merged out
-    of place) and a tied output embedding once more under its own name."""
+    of place) and, if `tied_output`, a tied output embedding once more under its own name."""
     named = _peft_named_params(model) if _is_peft(model) else ((k, p.data) for k, p in model.named_parameters())
-    tied = _tied_output_name(model)
+    tied = _tied_output_name(model) if tied_output else None
     for name, t in named:
         yield name, t
         if tied is not None and name == tied[0]:
@@ -283,13 +284,14 @@ class VLLMEngine:
             self.model = model
         self.wake_up(["weights"])
         pushed = [0]
+        inplace = has_inplace_reload(self.llm)
 
         def counted():
-            for name, t in _policy_tensors(self.model):
+            for name, t in _policy_tensors(self.model, tied_output=inplace):
                 pushed[0] += 1
                 yield name, t
 
-        if has_inplace_reload(self.llm):
+        if inplace:
             self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": counted()})
         else:
             target = _vllm_model(self.llm)

@@ -233,11 +233,12 @@ def test_sync_weights_loads_every_parameter_and_resets_the_prefix_cache(tiny):
     model, _ = tiny
     eng, llm = make_engine(tiny, lambda p, i: ([5, EOS], "stop"))  # no collective_rpc: per-tensor load_weights
     n = eng.sync_weights(model)
-    names = [name for name, _ in model.named_parameters()]  # the tied lm_head.weight is listed once, as the embedding
-    assert n == len(names) + 1 == llm.model.calls and set(llm.model.loaded) == set(names) | {"lm_head.weight"}
+    # the tied lm_head.weight is listed once, as the embedding, and not pushed on its own: on this path
+    # vLLM's output layer shares the embedding's storage (and vLLM 0.32 refuses it alone in a call)
+    names = [name for name, _ in model.named_parameters()]
+    assert n == len(names) == llm.model.calls and set(llm.model.loaded) == set(names)
     for name, p in model.named_parameters():
         assert torch.equal(llm.model.loaded[name], p.detach())
-    assert torch.equal(llm.model.loaded["lm_head.weight"], model.model.embed_tokens.weight.detach())
     assert llm.calls[-1] == ("reset_prefix_cache",)
 
 
@@ -297,7 +298,7 @@ def test_sync_weights_merges_peft_adapters_under_base_names(tiny):
     llm = FakeLLM(lambda p, i: ([5, EOS], "stop"))
     eng = VLLMEngine(model, tok, model_name_or_path="unused", llm=llm)
     eng.sync_weights()
-    assert set(llm.model.loaded) == {name for name, _ in base.named_parameters()} | {"lm_head.weight"}
+    assert set(llm.model.loaded) == {name for name, _ in base.named_parameters()}
     assert torch.allclose(llm.model.loaded["model.layers.0.self_attn.q_proj.weight"], merged, atol=1e-6)
     assert torch.equal(q.base_layer.weight, w0)  # merged out of place: the trained weights are untouched
     assert not q.merged
