@@ -70,6 +70,8 @@ def verdict_table(rows: pd.DataFrame) -> pd.DataFrame:
 def _delta_label(c: Comparison) -> str:
     if call(c) == NOT_TESTABLE:
         return f"{c.label} ({c.metric})\nnot testable: {c.delta.untestable}"
+    if c.equivalent and not c.significant:  # the test that made the call: TOST's
+        return f"{c.label} ({c.metric})\nTOST Holm p {pval(c.p_tost_holm)}: {call_text(c)}"
     return f"{c.label} ({c.metric})\nHolm p {pval(c.p_holm)}: {call_text(c)}"
 
 

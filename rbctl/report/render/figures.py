@@ -211,7 +211,9 @@ def plot_deltas(rows: list[dict], title: str):
     ax.set_xlabel("Δ = arm − reference (points)")
     ax.set_title(title)
     ax.grid(alpha=0.3, axis="x")
-    _legend(ax, ncol=3, width=40)
+    handles, labels = ax.get_legend_handles_labels()
+    if labels:  # below the figure, outside the axes: with one or two rows a legend under the axes covered the x label
+        fig.legend(handles, labels, loc="outside lower center", ncol=3, frameon=False, handlelength=3.0)
     return fig
 
 
@@ -245,11 +247,19 @@ def plot_survival(curves: dict[str, pd.DataFrame], styles: dict[str, Style], tit
     """Kaplan–Meier curves of escape time per arm (``curves[arm]`` has columns step, survival and
     censored, the steps at which runs were censored)."""
     fig, (ax,) = _panels(1, title, height=5.2, cols=1)
-    for arm, c in sorted(curves.items()):
+    arms = sorted(curves)
+    for i, arm in enumerate(arms):
         st = styles[arm]
-        ax.step(c["step"], c["survival"], where="post", color=st.color, linestyle=st.linestyle, label=arm)
+        # arms whose curves coincide would hide each other: each is drawn a hair apart (≤ ±0.012)
+        shift = 0.008 * (i - (len(arms) - 1) / 2) if len(arms) > 1 else 0.0
+        c = curves[arm]
+        ax.step(c["step"], c["survival"] + shift, where="post", color=st.color, linestyle=st.linestyle, label=arm,
+                linewidth=1.8)
         cens = c[c["censored"] > 0]
-        ax.plot(cens["step"], cens["survival"], linestyle="none", marker="|", markersize=12, color=st.color)
+        ax.plot(cens["step"], cens["survival"] + shift, linestyle="none", marker="|", markersize=12, color=st.color)
+    if len(arms) > 1:
+        ax.text(0.99, 0.01, "curves drawn up to ±0.012 apart so equal ones stay visible", transform=ax.transAxes,
+                ha="right", va="bottom", fontsize=7, color="0.4")
     ax.set_xlabel(X_LABEL)
     ax.set_ylabel("fraction of runs not yet escaped")
     ax.set_ylim(-0.02, 1.02)

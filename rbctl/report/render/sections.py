@@ -154,7 +154,8 @@ def associations(data: ReportData, page: Page) -> None:
                  "atanh(r) ± 1.96/√(df − 1), two-sided p; unadjusted.")
     if e.kappa_eff_note:
         doc.para(e.kappa_eff_note)
-    shown = pd.DataFrame({"x": corr["x"].map(dict(ent.ASSOCIATED)), "level": corr["level"], "units": corr["units"],
+    shown = pd.DataFrame({"x": corr["x"].map(dict(ent.ASSOCIATED)), "level": corr["level"], "points": corr["points"],
+                          "units": corr["units"],
                           "df": corr["df"],
                           "r [95% CI]": ["not compared (see the note)" if no else f"{num(r, 2)} [{num(lo, 2)}, {num(hi, 2)}]"
                                          for r, lo, hi, no in zip(corr["r"], corr["r_lo"], corr["r_hi"], corr["refused"])],
@@ -167,7 +168,9 @@ def associations(data: ReportData, page: Page) -> None:
             for level in ("between arms", "within arms"):
                 r = corr[(corr["x"] == key) & (corr["level"] == level)].iloc[0]
                 notes.append("not compared between arms (different updates per step)" if r["refused"] else
-                             f"r = {num(r['r'], 2)} over {int(r['units'])} units")
+                             f"r = {num(r['r'], 2)} over {int(r['points'])} arms" if level == "between arms" else
+                             f"r = {num(r['r'], 2)} over {int(r['points'])} runs ({int(r['units'])} independent "
+                             "after centring on arm means)")
             if key in refused:
                 between = between.iloc[:0]
             page.figure(plot_association(between, within, page.styles, "x", label, f"pass@1 on {bench}", tuple(notes)),
