@@ -36,8 +36,12 @@ def preset_names() -> list[str]:
 
 
 def find_preset(name: str) -> Path | None:
-    """The preset `name` names: `fixpoint`, `fixpoint.yaml` or `configs/fixpoint.yaml`; None if none."""
-    stem = Path(str(name)).name.removesuffix(".yaml").removesuffix(".yml")
+    """The preset `name` names: `fixpoint`, `fixpoint.yaml` or `configs/fixpoint.yaml` (as the presets'
+    headers write it); None if none, or if `name` is a path elsewhere (`./fixpoint.yaml`, `my/x.yaml`)."""
+    given = Path(str(name))
+    if str(given.parent) not in (".", "configs") or str(name).startswith("./"):
+        return None
+    stem = given.name.removesuffix(".yaml").removesuffix(".yml")
     path = preset(stem + ".yaml")
     return path if stem and path.is_file() else None
 
@@ -46,7 +50,7 @@ def resolve_config(path: str | Path, what: str = "config file") -> Path:
     """`path` where it exists, else the shipped preset it names (`find_preset`); a `UserError`
     naming the closest presets otherwise."""
     p = Path(path).expanduser()
-    if p.exists():
+    if p.exists() and not p.is_dir():  # a folder named like a preset (runs/quickstart) is not a config
         return p
     found = find_preset(str(path))
     if found is not None:

@@ -37,6 +37,12 @@ def test_an_unknown_name_suggests_the_close_presets(capsys):
     assert run(["train", "fixpont", "-o", "r"]) == 2
     line = _err_line(capsys)
     assert "config file fixpont does not exist, and no preset has that name (did you mean fixpoint" in line
+    # a path elsewhere is that file, never silently the preset of its name; a folder named like one is no config
+    assert run(["train", "./fixpoint.yaml", "-o", "r"]) == 2
+    assert "config file ./fixpoint.yaml does not exist" in _err_line(capsys)
+    Path("quickstart").mkdir()
+    assert run(["train", "quickstart", "-o", "r", "--dry-run"]) == 0
+    assert "the built-in links policy" in capsys.readouterr().out
 
 
 def test_a_file_given_to_the_wrong_command_names_the_right_one(capsys):
