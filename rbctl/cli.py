@@ -114,7 +114,7 @@ SetOpt = typer.Option(None, "--set", "-s", metavar="KEY=VALUE", help="Override a
 @app.command(cls=_Command)
 def train(
     config: str = typer.Argument(..., metavar="CONFIG", help="Training config: a YAML file, or a shipped preset by name (`rbctl presets`), e.g. quickstart."),
-    out: Path = typer.Option(..., "--out", "-o", help="Run directory; an existing one is resumed."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", metavar="RUN_DIR", help="Run directory; an existing one is resumed. Required but with --dry-run."),
     set_: Optional[List[str]] = SetOpt,
     force: bool = typer.Option(False, "--force", help="Use a run directory whose config differs (the previous config is kept as RUN_DIR/config.step_N.yaml)."),
     extend: bool = typer.Option(False, "--extend", help="Resume a cosine-schedule run with another `steps`: its schedule keeps its first horizon; steps past it keep the lr of its last step."),
@@ -143,6 +143,8 @@ def train(
 
         typer.echo(plan(cfg))
         return
+    if out is None:
+        raise UserError("rbctl train needs --out/-o RUN_DIR, the run directory (only --dry-run goes without one)")
     from rbctl.train.preflight import check_runnable
 
     check_runnable(cfg)  # before the run directory is made: a run that cannot start leaves nothing behind

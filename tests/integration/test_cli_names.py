@@ -33,6 +33,13 @@ def test_train_takes_a_preset_by_name(name, tmp_path, capsys):
     assert not (tmp_path / "r").exists()
 
 
+def test_train_fixpoint_dry_run_needs_no_run_directory(tmp_path, capsys):
+    assert run(["train", "fixpoint", "--dry-run"]) == 0  # the command, as written
+    assert "rbctl dry run" in capsys.readouterr().out and list(tmp_path.iterdir()) == []
+    assert run(["train", "fixpoint"]) == 2  # a real run needs one
+    assert "needs --out/-o RUN_DIR" in _err_line(capsys)
+
+
 def test_an_unknown_name_suggests_the_close_presets(capsys):
     assert run(["train", "fixpont", "-o", "r"]) == 2
     line = _err_line(capsys)
