@@ -79,6 +79,7 @@ def load_sweep(path: Path, seed_offset: int = 0, arms: list[str] | None = None, 
         _check_equal_compute(path, configs)
     if not sweep.same_labels:
         _check_labels(path, configs)
+    _check_family_configs(path, sweep, configs)
     if sweep.warm_starts:  # each warm start must fit every arm's task settings (one-line error otherwise)
         from rbctl.tasks.shipped import shipped_warm_start
         from rbctl.train.data import task_spec, warm_start_spec
@@ -173,6 +174,54 @@ def _check_labels(path: Path, configs: dict[str, TrainConfig]) -> None:
                             f"variant {label[1]}), so the report cannot tell them apart: make them differ in a "
                             "method, or set same_labels: true for a sweep over settings")
         seen[label] = arm
+
+
+# what may differ between two runs of one training config (as the report's same-config flag reads it)
+RUN_ONLY_KEYS = ("seed", "threads", "log")
+
+
+def _check_family_configs(path: Path, sweep: SweepConfig, configs: dict[str, TrainConfig]) -> None:
+    """Refuse two arms of one declared family that resolve to the same training config: they are one
+    treatment counted twice (a comparison of them is no comparison, and the family's Holm m grows)."""
+    if sweep.comparisons is None:
+        return
+    for fam in sweep.comparisons.families_declared():
+        arms = list(dict.fromkeys(a for pair in fam.pairs for a in pair if a in configs))
+        for i, a in enumerate(arms):
+            for b in arms[i + 1:]:
+                if same_training(configs[a], configs[b]):
+                    raise UserError(f"{path}: arms '{a}' and '{b}' of family '{fam.name}' resolve to the same training "
+                                    "(configs equal but for the estimator's name, whose advantages agree), so they are "
+                                    "one arm counted twice: make them differ (e.g. each estimator's own algo.loss_agg) "
+                                    "or keep one")
+
+
+def same_training(a: TrainConfig, b: TrainConfig) -> bool:
+    """Whether two arms train identically by construction: their configs are equal but for the
+    run-only keys and the estimator's name, and the two estimators (with each arm's budget and
+    parameters) give the same advantages on probe rewards (GRPO + budget and Dr.GRPO + budget do)."""
+    da, db = ({k: v for k, v in c.model_dump().items() if k not in RUN_ONLY_KEYS} for c in (a, b))
+    if da == db:
+        return True
+    ea, eb = da["algo"].pop("estimator"), db["algo"].pop("estimator")
+    if ea == eb or da != db:
+        return False
+    import torch
+
+    from rbctl.algo.advantages import compute_advantages
+    from rbctl.config.methods import method_params
+
+    probes = (torch.tensor([[1.0, 0, 0, 0, 1, 0, 0, 0], [1, 1, 1, 0, 0, 0, 0, 1]]),  # [P, G] binary
+              torch.tensor([[0.3, 0.9, 0.1, 0.5, 0.0, 1.0, 0.7, 0.2]]))  # graded
+
+    def advantages(c: TrainConfig, r: torch.Tensor) -> torch.Tensor:
+        return compute_advantages(r, c.algo.estimator, c.algo.budget, c.algo.shift,
+                                  **method_params(c.algo, c.algo.estimator))
+
+    try:
+        return all(torch.allclose(advantages(a, r), advantages(b, r), atol=1e-9) for r in probes)
+    except (UserError, ValueError):  # an estimator that refuses a probe (binary rewards only): not shown equal
+        return False
 
 
 def arm_metadata(cfg: TrainConfig) -> dict:
