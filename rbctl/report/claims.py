@@ -41,6 +41,7 @@ from rbctl.report.analyses.escape_time import escape_rows, survival_summary
 from rbctl.report.analyses.warm_starts import warm_start_level
 from rbctl.report.data import ReportData, report_data
 from rbctl.report.load import Run
+from rbctl.report.power import units_for_tost
 from rbctl.report.provenance import cpu_description, provenance, same_training_code
 from rbctl.report.render.tables import delta, markdown_table, pct, pval
 from rbctl.report.series import at_step, final_heldout, final_metric, run_series
@@ -216,12 +217,17 @@ def design_rows(beds: tuple[Testbed, ...]) -> pd.DataFrame:
             comps = tb.family(fam.name)
             det = [100 * c.detectable for c in comps if math.isfinite(c.detectable)]
             units = sorted({c.delta.n for c in comps})
+            sds = [100 * c.delta.sd for c in comps if math.isfinite(c.delta.sd) and c.delta.sd > 0]
+            m = max(1, sum(1 for c in comps if c.delta.testable))
+            tost = (f"{units_for_tost(max(sds), fam.margin, m, fam.power, fam.alpha)}" if fam.margin is not None and sds
+                    else "–")
             rows.append({"testbed": tb.name, "family": fam.name, "members": len(fam.pairs),
                          "units": ", ".join(map(str, units)) or "–", "α": f"{fam.alpha:g}",
                          "margin (points)": f"±{fam.margin:g}" if fam.margin is not None else "none",
                          f"detectable |Δ| at power {fam.power:g} (points)":
                              (f"{min(det):.1f}–{max(det):.1f}" if det else "–"),
-                         "stated effect (points)": f"{fam.mde:g}"})
+                         "stated effect (points)": f"{fam.mde:g}",
+                         "units TOST needs at the largest measured SD": tost})
     return pd.DataFrame(rows)
 
 

@@ -63,3 +63,37 @@ def units_for_power(sd: float, mde: float, m: int = 1, power: float = 0.8, alpha
     while n > 2 and power_paired(mde, sd, n - 1, level) >= power:
         n -= 1
     return n
+
+
+def power_tost(margin: float, sd: float, n: int, alpha: float, delta: float = 0.0) -> float:
+    """Power of the paired TOST at level ``alpha`` (both one-sided tests at α) to call Δ equivalent
+    within ±``margin`` when the true mean is ``delta`` (|delta| < margin), per-unit SD ``sd``, ``n``
+    units. With se = sd/√n and t* = t_{1−α, n−1}, TOST rejects when (Δ̄ + margin)/se > t* and
+    (Δ̄ − margin)/se < −t*; with the two statistics as noncentral t
+
+        power ≈ P(T₁ > t*) + P(T₂ < −t*) − 1,  T₁ ~ t'(n − 1, (δ + margin)√n/σ),  T₂ ~ t'(n − 1, (δ − margin)√n/σ)
+
+    (the two rejections' union bound, exact as n grows; Schuirmann 1987, Phillips 1990), clipped to
+    [0, 1]. NaN for n < 2, sd not positive, or a margin not above |delta|."""
+    if n < 2 or not sd > 0 or not margin > abs(delta):
+        return math.nan
+    df, root = n - 1, math.sqrt(n) / sd
+    crit = sps.t.ppf(1 - alpha, df)
+    upper = sps.nct.sf(crit, df, (delta + margin) * root)  # P(T₁ > t*)
+    lower = sps.nct.sf(crit, df, (margin - delta) * root)  # P(T₂ < −t*) = P(−T₂ > t*), −T₂ ~ t'(df, (margin − δ)√n/σ)
+    return float(min(1.0, max(0.0, upper + lower - 1.0)))
+
+
+def units_for_tost(sd: float, margin: float, m: int = 1, power: float = 0.8, alpha: float = 0.05,
+                   delta: float = 0.0) -> int:
+    """The smallest number of units n ≥ 2 at which TOST at level α/m (Holm's first step over a family of
+    m) calls a true Δ = ``delta`` equivalent within ±``margin`` with probability at least ``power``."""
+    if not (sd > 0 and margin > abs(delta) and m >= 1 and 0 < power < 1 and 0 < alpha < 1):
+        raise ValueError(f"need sd > 0, margin > |delta|, m >= 1, 0 < power < 1, 0 < alpha < 1 "
+                         f"(got sd={sd}, margin={margin}, delta={delta}, m={m}, power={power}, alpha={alpha})")
+    n = 2
+    while power_tost(margin, sd, n, alpha / m, delta) < power:
+        n += 1
+        if n > MAX_UNITS:
+            raise ValueError(f"more than {MAX_UNITS} units needed for TOST at margin={margin}, sd={sd}")
+    return n

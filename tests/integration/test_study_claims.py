@@ -241,4 +241,8 @@ def test_a_row_prints_the_same_holm_p_in_the_sweeps_report_and_in_the_claims_doc
     assert "## Declared family: entropy_vs_base" in text and "no difference" not in text
     assert verdicts.loc["rloo_budget", "call"] == "equivalent within ±15"
     assert "| ±15: 0.025 |" in text  # the TOST column of a family with a margin
+    power = pd.read_csv(report.parent / "tables" / "power.csv").set_index("comparison")
+    from rbctl.report.power import units_for_tost  # at the planning SD 3.5, a family of 2 at α/2, ±15
+    assert power.loc["rloo_budget − rloo", "units_tost_planning"] == units_for_tost(3.5, 15.0, 2, 0.8, 0.05)
+    assert "power of TOST at ±15 if Δ = 0" in text
     assert "no difference" not in (report.parent / "report.html").read_text()

@@ -273,3 +273,20 @@ def test_log_rank_stratified_by_warm_start_matches_a_plain_reference():
     pooled, p_pooled = logrank(ta, ea, tb, eb)
     # pooled: χ² 8.86, p 0.003, the warm starts' difference taken for the arms'; stratified: χ² 0.07, p 0.79
     assert pooled == pytest.approx(8.856, abs=1e-3) and p_pooled < 0.01 and chi2 == pytest.approx(0.0724, abs=1e-4)
+
+
+def test_tost_power_matches_a_simulation_and_sizes_the_units():
+    from rbctl.report.power import power_tost, units_for_tost
+
+    rng = np.random.default_rng(0)
+    for n, sd, margin in ((12, 7.0, 5.0), (8, 3.0, 5.0)):
+        d = rng.normal(0.0, sd, (20_000, n))  # true Δ = 0
+        se = d.std(axis=1, ddof=1) / math.sqrt(n)
+        crit = sps.t.ppf(0.95, n - 1)
+        simulated = np.mean(((d.mean(axis=1) + margin) / se > crit) & ((d.mean(axis=1) - margin) / se < -crit))
+        assert power_tost(margin, sd, n, 0.05) == pytest.approx(simulated, abs=0.01)
+    # 12 (warm start, seed) units at the planning SD 7 call a true 0 equivalent within ±5 only half the time
+    assert power_tost(5.0, 7.0, 12, 0.05) == pytest.approx(0.499, abs=0.005)
+    n = units_for_tost(7.0, 5.0, m=4)  # a family of 4 at α/4
+    assert power_tost(5.0, 7.0, n, 0.05 / 4) >= 0.8 > power_tost(5.0, 7.0, n - 1, 0.05 / 4) and n == 27
+    assert math.isnan(power_tost(5.0, 7.0, 12, 0.05, delta=6.0))  # a true Δ outside the margin: no power to speak of

@@ -13,7 +13,7 @@ import pandas as pd
 
 from rbctl.config.sweep import Comparisons
 from rbctl.report.analyses.comparisons import Comparison
-from rbctl.report.power import mde_paired, power_paired, units_for_power
+from rbctl.report.power import mde_paired, power_paired, power_tost, units_for_power, units_for_tost
 
 
 @dataclass(frozen=True)
@@ -51,5 +51,17 @@ def design_power(spec: Comparisons | None, headline: list[Comparison]) -> Design
                      "power_measured": power_paired(s.mde, measured, n, level) if math.isfinite(measured) else math.nan,
                      "units_needed_planning": units_for_power(s.planning_sd, s.mde, m, s.power, s.alpha),
                      "units_needed_measured": units_for_power(measured, s.mde, m, s.power, s.alpha)
-                     if math.isfinite(measured) and measured > 0 else math.nan})
+                     if math.isfinite(measured) and measured > 0 else math.nan,
+                     **(_equivalence(s, n, m, measured) if s.margin is not None else {})})
     return DesignPower(s, tuple(comps), tuple(tested), m, level, pd.DataFrame(rows))
+
+
+def _equivalence(s: Comparisons, n: int, m: int, measured: float) -> dict:
+    """The design's power to call a true Δ = 0 equivalent within the stated margin (TOST at α/m), and the
+    units that would take, at the planning and the measured SD (`rbctl.report.power.power_tost`)."""
+    ok = math.isfinite(measured) and measured > 0
+    return {"margin": s.margin,
+            "power_tost_planning": power_tost(s.margin, s.planning_sd, n, s.alpha / m),
+            "power_tost_measured": power_tost(s.margin, measured, n, s.alpha / m) if ok else math.nan,
+            "units_tost_planning": units_for_tost(s.planning_sd, s.margin, m, s.power, s.alpha),
+            "units_tost_measured": units_for_tost(measured, s.margin, m, s.power, s.alpha) if ok else math.nan}

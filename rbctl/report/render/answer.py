@@ -166,7 +166,10 @@ def power(data: ReportData, page: Page) -> None:
              f"{s.alpha}/{m} = {level:.4g} ({counted}), noncentral "
              f"t. Stated design: MDE {s.mde:g} points at power {s.power:g}, planning SD of Δ {s.planning_sd:g} "
              "points. Measured SD: sd(Δ) over this report's units. Units needed: the smallest n reaching the "
-             "stated power at the stated MDE.")
+             "stated power at the stated MDE" + (f"; with the stated equivalence margin ±{s.margin:g}, also the power "
+                                                 "of TOST at α/m to call a true Δ = 0 equivalent, and the units it "
+                                                 "needs (rbctl.report.power.power_tost)" if s.margin is not None else "")
+             + ".")
     untested = [f"{c.label} ({c.delta.untestable})" for c in p.comparisons if not c.delta.testable]
     if untested:
         doc.para("Not tested, so not counted in m (as in the Holm family): " + "; ".join(untested) + ".")
@@ -183,6 +186,12 @@ def power(data: ReportData, page: Page) -> None:
                                                         zip(numbers["power_planning"], numbers["power_measured"])],
         "units needed: planning / measured": [f"{a} / {'–' if not math.isfinite(b) else int(b)}" for a, b in
                                               zip(numbers["units_needed_planning"], numbers["units_needed_measured"])]})
+    if s.margin is not None:  # equivalence needs more units than a difference: say how many
+        shown[f"power of TOST at ±{s.margin:g} if Δ = 0: planning / measured"] = [
+            f"{num(a, 2)} / {num(b, 2)}" for a, b in zip(numbers["power_tost_planning"], numbers["power_tost_measured"])]
+        shown["units needed for TOST: planning / measured"] = [
+            f"{a} / {'–' if not math.isfinite(b) else int(b)}" for a, b in
+            zip(numbers["units_tost_planning"], numbers["units_tost_measured"])]
     page.table(numbers, shown, "power")
 
 
