@@ -266,8 +266,14 @@ def eval_(
         cpu_linear=cpu_linear, benchmarks=[b.strip() for b in benchmarks.split(",") if b.strip()] if benchmarks is not None else None,
     )
     cfg, note = eval_config(model, {k: v for k, v in options.items() if v is not None})
+    precision = None
+    if cfg.precision is not None:  # a run's training precision: its autocast while generating
+        from rbctl.rollout.models import resolve_device
+        from rbctl.train.precision import resolve_precision
+
+        precision = resolve_precision(cfg.precision, resolve_device(cfg.device))
     try:
-        run_eval(model, cfg, out_dir=out, step=step, note=note, force=force)
+        run_eval(model, cfg, out_dir=out, step=step, note=note, force=force, precision=precision)
     except KeyboardInterrupt as e:  # EvalInterrupted once sampling began: it says what was kept
         import shlex
 
@@ -317,9 +323,10 @@ def ablate(
     selection = dict(arms=[a.strip() for a in arms.split(",") if a.strip()] if arms else None,
                      seeds=_int_list(seeds, "--seeds") if seeds is not None else None, overrides=set_ or [])
     if dry_run:
+        from rbctl.report import power
         from rbctl.sweep.plan import sweep_plan
 
-        typer.echo(sweep_plan(path, sweep_dir, jobs=jobs, seed_offset=seed_offset, **selection), nl=False)
+        typer.echo(sweep_plan(path, sweep_dir, power, jobs=jobs, seed_offset=seed_offset, **selection), nl=False)
         return
     from rbctl.sweep.local import Interrupted
 

@@ -111,8 +111,8 @@ class EvalConfig(EvalSection):
     threads: int = Field(0, ge=0, description="torch CPU threads; 0 = torch's default.")
     precision: Optional[Literal["auto", "bf16-mixed", "fp32", "bf16-pure"]] = Field(
         None, description="The training precision of the run evaluated (its model.precision, rbctl.train.precision): "
-        "generation runs under that precision's autocast, as the run's own evaluations did; null = none (weights in "
-        "`dtype`).",
+        "generation runs under that precision's autocast (resolved by `rbctl eval`), as the run's own evaluations did; "
+        "null = none (weights in `dtype`).",
     )
 
 

@@ -211,7 +211,7 @@ def existing_results(run_dir: Path, step: int, cfg: EvalConfig, problems: dict) 
 
 def run_eval(
     model: str, cfg: EvalConfig, out_dir: Path | None = None, step: int | None = None, console=None,
-    note: str | None = None, force: bool = False,
+    note: str | None = None, force: bool = False, precision=None,
 ) -> dict[str, dict]:
     """Load ``model`` (hub id, dir, GGUF file, run directory, or ``builtin``) and evaluate it.
 
@@ -225,6 +225,9 @@ def run_eval(
     A run directory evaluated into its default folder reuses, and says so, each benchmark the run
     already holds with the same protocol at that step (`existing_results`: its training's own
     evaluation, or an earlier one); ``force`` evaluates every benchmark again, from the start.
+    ``precision``: a run's training precision (`rbctl.train.precision.Precision` of ``cfg.precision``,
+    resolved by the caller: training is a layer above evaluation), under whose autocast generation
+    runs; None: none.
     """
     import torch
     from rich.console import Console
@@ -266,7 +269,7 @@ def run_eval(
     results = {name: summary for name, (summary, _) in reused.items()}
     todo = {name: probs for name, probs in problems.items() if name not in reused}
     if todo:
-        out_dir, evaluated = _evaluate_loaded(model, cfg, out_dir, candidates, todo, console, resume=not force)
+        out_dir, evaluated = _evaluate_loaded(model, cfg, out_dir, candidates, todo, console, not force, precision)
         results.update(evaluated)
     results = {name: results[name] for name in problems}  # in the benchmarks' order
     console.print(results_table(results))
@@ -281,18 +284,13 @@ def run_eval(
 
 
 def _evaluate_loaded(model: str, cfg: EvalConfig, out_dir: Path | None, candidates: list, problems: dict, console,
-                     resume: bool) -> tuple[Path, dict[str, dict]]:
+                     resume: bool, precision) -> tuple[Path, dict[str, dict]]:
     """Load the model (the first intact of a run's `candidates`, else `model`) and evaluate it on
     `problems` into `out_dir` (default: `default_out_dir`); returns the folder and the summaries."""
     from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-    from rbctl.rollout.models import load_first_intact, load_policy, resolve_device
+    from rbctl.rollout.models import load_first_intact, load_policy
 
-    precision = None
-    if cfg.precision is not None:  # the run's training precision: its autocast while generating
-        from rbctl.train.precision import resolve_precision
-
-        precision = resolve_precision(cfg.precision, resolve_device(cfg.device))
     opts = dict(device=cfg.device, dtype=cfg.dtype, cpu_linear=cfg.cpu_linear, log=console.print)
     ckpt_step = None
     if candidates:

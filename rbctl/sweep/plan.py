@@ -4,8 +4,8 @@
 - each arm's resolved difference from the base config (after the sweep's `set:` and `--set`, which
   every arm shares and which are listed once);
 - the checks each run makes before it starts (`rbctl.train.preflight`), on every arm;
-- the stated comparisons and the design's power (`rbctl.report.power`: the paired two-sided t-test
-  over units at α/m, m the principal comparisons);
+- the stated comparisons and the design's power (`rbctl.report.power`, handed down by the command:
+  the paired two-sided t-test over units at α/m, m the principal comparisons);
 - a wall-time estimate: per-run time measured on this machine, from finished runs of the same shape
   (the sweep directory's own, else any under runs/: same model, task, P, G, token limit, epochs,
   mini-batches, κ_eff cadence, threads), their steps' `time/step_s` and evaluations' times; else a
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rbctl.config.train import TrainConfig
-from rbctl.store.rundir import CONFIG, METRICS, RUNS_ROOT, SUMMARY
+from rbctl.store.rundir import CONFIG, METRICS, RUNS_ROOT, sweep_run_dir, sweep_runs
 
 # Stated, not measured: a built-in task's step of 128 rollouts of at most 20 tokens took 0.20-0.27 s at
 # 1 thread on 2 AMD EPYC cores (docs/plateau_task.md; the fixpoint run of configs/fixpoint.yaml: 0.27 s),
@@ -55,11 +55,11 @@ def shape(cfg: dict) -> tuple:
 
 
 def _candidate_runs(sweep_dir: Path) -> list[Path]:
-    """Run directories to measure: the sweep directory's own runs first, then every run under runs/."""
-    found = list(Path(sweep_dir).glob("runs/*/seed_*")) + list(Path(sweep_dir).glob("runs/*/*/seed_*"))
-    root = Path(RUNS_ROOT)
-    for pattern in ("*", "*/runs/*/seed_*", "*/runs/*/*/seed_*"):
-        found += [p for p in root.glob(pattern) if p not in found]
+    """Run directories to measure: the sweep directory's own runs first, then every run under runs/
+    (a run directory there, or a sweep's run)."""
+    found = [d for _, d in sweep_runs(sweep_dir)]
+    for top in sorted(Path(RUNS_ROOT).glob("*")):
+        found += [d for d in [top] + [d for _, d in sweep_runs(top)] if d not in found]
     return [p for p in found if (p / CONFIG).is_file() and (p / METRICS).is_file()]
 
 
@@ -68,6 +68,8 @@ def measured_time(cfg: TrainConfig, sweep_dir: Path, limit: int = 12) -> RunTime
     the median over up to `limit` runs of each run's median `time/step_s`, and of its evaluations'
     time per sample (`time/eval_s` of the periodic evaluations; the final evaluation's `time_s`)."""
     import yaml
+
+    from rbctl.store.read import final_summaries
 
     want = shape(cfg.model_dump(mode="json"))
     steps, evals, where = [], [], []
@@ -88,11 +90,14 @@ def measured_time(cfg: TrainConfig, sweep_dir: Path, limit: int = 12) -> RunTime
         eval_s = [r["time/eval_s"] for r in rows if isinstance(r.get("time/eval_s"), (int, float))]
         if eval_s and per_eval:
             evals.append(statistics.median(eval_s) / per_eval)
-        for summary in run.glob(f"eval/step_*/*/{SUMMARY}"):
+        try:
+            finals = final_summaries(run)[1].values()
+        except Exception:  # an unreadable final evaluation: its time is not measured
+            finals = []
+        for s in finals:
             try:
-                s = json.loads(summary.read_text())
                 evals.append(s["time_s"] / (s["num_problems"] * s["n"]))
-            except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError):
+            except (KeyError, TypeError, ZeroDivisionError):
                 pass
         where.append(run)
         if len(where) >= limit:
@@ -142,10 +147,12 @@ def _minutes(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
 
 
-def sweep_plan(sweep_path, sweep_dir: Path, jobs: int | None = None, arms: list[str] | None = None,
+def sweep_plan(sweep_path, sweep_dir: Path, power, jobs: int | None = None, arms: list[str] | None = None,
                seeds: list[int] | None = None, overrides: list[str] = (), seed_offset: int = 0) -> str:
     """The printable plan of a sweep (module docstring). Raises `UserError` as `rbctl ablate` would:
-    on the sweep file, on any arm's config, and on a check any run would fail before its first step."""
+    on the sweep file, on any arm's config, and on a check any run would fail before its first step.
+    `power`: the module of the power functions (`rbctl.report.power`, a layer above the sweep: the
+    caller hands it down)."""
     from rbctl.config.base import apply_overrides, read_yaml, validate
     from rbctl.config.presets import resolve_config
     from rbctl.store.read import read_sweep_state
@@ -186,12 +193,12 @@ def sweep_plan(sweep_path, sweep_dir: Path, jobs: int | None = None, arms: list[
         diff = differences(shared, cfg)
         lines.append(f"  {arm:<{width}}  {'; '.join(diff) if diff else '(the base as it is)'}")
 
-    lines += [""] + _power_lines(sweep, len(the_units))
+    lines += [""] + _power_lines(sweep, len(the_units), power)
 
     state = read_sweep_state(sweep_dir) if Path(sweep_dir).is_dir() else {}
     done = sum(1 for arm, cfg in configs.items() for w, s in the_units
                if state.get(run_key(arm, s, w), {}).get("status") == "done"
-               and final_eval_done(Path(sweep_dir) / "runs" / run_key(arm, s, w), cfg.steps, ev.benchmarks))
+               and final_eval_done(sweep_run_dir(sweep_dir, run_key(arm, s, w)), cfg.steps, ev.benchmarks))
     lines.append("")
     t = measured_time(first, sweep_dir) or assumed_time(first)
     limit = ev.limit or 256  # an unlimited built-in test split is 256 problems
@@ -228,10 +235,11 @@ def _selection_args(arms, seeds, overrides, seed_offset) -> str:
     return out
 
 
-def _power_lines(sweep, n_units: int) -> list[str]:
-    """The stated comparisons and the design's power at their planning values (`rbctl.report.power`)."""
-    from rbctl.report.power import mde_paired, power_paired, units_for_power
-
+def _power_lines(sweep, n_units: int, power_module) -> list[str]:
+    """The stated comparisons and the design's power at their planning values (`rbctl.report.power`'s
+    `power_paired`, `mde_paired`, `units_for_power`, from `power_module`)."""
+    power_paired, mde_paired = power_module.power_paired, power_module.mde_paired
+    units_for_power = power_module.units_for_power
     c = sweep.comparisons
     unit = "(warm start, seed) pairs" if sweep.warm_starts else "seeds"
     if c is None:

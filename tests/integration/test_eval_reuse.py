@@ -116,3 +116,16 @@ def test_same_protocol_compares_what_decides_the_score(tmp_path):
     for change in ({"seed": 1}, {"n": 2}, {"max_new_tokens": 10}, {"template": "chat"}, {"dtype": "bfloat16"}):
         assert not same_protocol(summary, cfg.model_copy(update=change), 5, probs), change
     assert same_protocol(summary, cfg.model_copy(update={"device": "cpu", "dtype": "float32"}), 5, probs)
+
+
+def test_the_command_hands_the_run_precision_resolved_to_the_evaluation(tmp_path, monkeypatch):
+    import rbctl.eval.run as er
+    from rbctl.cli import run
+
+    run_dir = _run_dir_with_checkpoint(tmp_path, RUN_CONFIG)
+    seen = {}
+    monkeypatch.setattr(er, "run_eval", lambda model, cfg, **k: seen.update(k))
+    assert run(["eval", str(run_dir)]) == 0
+    prec = seen["precision"]  # auto on the CPU: fp32, no autocast (bf16-mixed on CUDA)
+    assert (prec.mode, prec.device_type, prec.autocast) == ("fp32", "cpu", False)
+    assert run(["eval", str(run_dir), "--dtype", "float32"]) == 0 and seen["precision"] is None
