@@ -181,11 +181,6 @@ def apply_family(comps: list[Comparison], alpha: float = ALPHA, margin: float | 
     return comps
 
 
-def apply_holm(comps: list[Comparison], alpha: float = ALPHA) -> list[Comparison]:
-    """`apply_family` without a margin: Holm–Bonferroni over the family's superiority p-values."""
-    return apply_family(comps, alpha)
-
-
 def call_word(d: PairedDelta, significant: bool, equivalent: bool = False) -> str:
     """The call of a family's member from its test results: "higher" / "lower" (superiority rejected,
     by the sign of Δ), "equivalent" (TOST rejected, superiority not), "inconclusive" (neither), or
