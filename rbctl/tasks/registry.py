@@ -339,8 +339,9 @@ def _load_registered(bench: Benchmark, data_dir: str | None) -> list[Problem]:
             )
     where = f"{data_dir}/{bench.local_file} not found" if data_dir else "no data dir given"
     raise UserError(
-        f"no data for benchmark {bench.name!r} ({where}; {reason}): pass --data-dir DIR (or set "
-        f"RBCTL_DATA_DIR) with DIR/{bench.local_file} (JSONL with id, problem, answer), "
+        f"no data for benchmark {bench.name!r} ({where}; {reason}): give a folder DIR holding "
+        f"DIR/{bench.local_file} (JSONL with id, problem, answer) by RBCTL_DATA_DIR=DIR, `rbctl eval --data-dir "
+        f"DIR`, or a config's eval.data_dir (`rbctl train ... --set eval.data_dir=DIR`), "
         f"or give network access to the Hugging Face dataset {bench.hf_id}"
     )
 

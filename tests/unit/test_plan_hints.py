@@ -70,3 +70,19 @@ def test_every_option_a_train_hint_names_exists():
     for text in (preflight.NO_VLLM, preflight.VLLM_NO_CUDA):
         for opt in re.findall(r"(?<![\w-])(--[a-z][\w-]*)", text):
             assert opt in options, (opt, text)
+
+
+def test_the_missing_benchmark_data_hint_names_options_each_command_has(tmp_path, monkeypatch):
+    from rbctl.errors import UserError
+    from rbctl.tasks import registry
+
+    monkeypatch.setattr(registry, "_hub_records_or_reason", lambda *a: (None, "offline"))
+    with pytest.raises(UserError) as err:
+        registry.load_benchmark("amc23", data_dir=str(tmp_path))
+    text, options = str(err.value), cli_options()
+    named = re.findall(r"`rbctl (\w+) ([^`]*)`", text)
+    assert {c for c, _ in named} == {"eval", "train"} and "RBCTL_DATA_DIR" in text
+    for command, args in named:
+        for opt in re.findall(r"(?<![\w-])(--[a-z][\w-]*)", args):
+            assert opt in options[command], (command, opt)
+    assert "eval.data_dir" in text  # the key a training config sets it with
