@@ -28,7 +28,8 @@ def test_the_two_set_up_commands_are_the_main_job_and_what_ci_runs():
     blocks = [b.strip() for b in _bash_blocks(README)]
     assert blocks[0] == MAIN_JOB
     ci = (REPO / ".ci" / "run").read_text().strip().splitlines()[-1]
-    assert blocks[1] == ci and ci.endswith("python3 -m pytest")
+    # the whole suite, then the real-vLLM tests in vLLM's CPU venv
+    assert blocks[1] == ci and "&& python3 -m pytest &&" in ci and ci.endswith(".venv-vllm/bin/python -m pytest -m vllm tests/vllm")
 
 
 def test_every_command_module_and_option_the_readme_shows_exists():
