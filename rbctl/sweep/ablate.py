@@ -455,7 +455,7 @@ def summarize_state(state: dict) -> tuple[int, int, list[tuple[str, str]]]:
 def arm_final_lines(sweep_dir: Path, state: dict) -> list[str]:
     """Per arm and benchmark, the mean over its finished runs (seeds, and warm starts where the sweep
     crosses them) of the final held-out avg@n (RUN/eval/step_N/BENCH/summary.json):
-    ``final held-out builtin avg@8 grpo 0.512 (mean over 3 seeds, step 100)``, in the arms' order."""
+    ``final held-out builtin avg@8 grpo 51.2% (mean over 3 seeds, step 100)``, in the arms' order."""
     from rbctl.store.read import final_summaries
 
     scores: dict[tuple[str, str, int], list[float]] = {}
@@ -477,6 +477,6 @@ def arm_final_lines(sweep_dir: Path, state: dict) -> list[str]:
         at = steps[(bench, arm, n)]
         where = f"step {next(iter(at))}" if len(at) == 1 else "steps " + ", ".join(map(str, sorted(at)))
         unit = ("run" if crossed else "seed") + ("s" if len(values) != 1 else "") + (" (seeds × warm starts)" if crossed else "")
-        out.append(f"final held-out {bench} avg@{n} {arm} {sum(values) / len(values):.3f} "
+        out.append(f"final held-out {bench} avg@{n} {arm} {100 * sum(values) / len(values):.1f}% "
                    f"(mean over {len(values)} {unit}, {where})")
     return out

@@ -206,14 +206,15 @@ def evaluate_final(tr: Trainer, ecfg: EvalConfig) -> dict:
 
 def final_heldout_lines(run_dir: Path) -> list[str]:
     """One line per benchmark of the run's last periodic evaluation (RUN_DIR/eval.jsonl):
-    ``final held-out builtin avg@8 0.512 (step 100)``; none when the run has no such evaluation."""
+    ``final held-out builtin avg@8 51.2% (step 100)`` (percent, as eval and report print scores); none
+    when the run has no such evaluation."""
     from rbctl.store.read import read_lines
 
     lines = read_lines(Path(run_dir) / EVAL_LINES)
     if not lines:
         return []
     last = max(int(x.get("step", 0)) for x in lines)
-    return [f"final held-out {x['benchmark']} avg@{x.get('n', '?')} {x['avg@n']:.3f} (step {last})"
+    return [f"final held-out {x['benchmark']} avg@{x.get('n', '?')} {100 * x['avg@n']:.1f}% (step {last})"
             for x in lines if int(x.get("step", 0)) == last and x.get("avg@n") is not None]
 
 

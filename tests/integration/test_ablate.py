@@ -106,8 +106,8 @@ def test_sweep_runs_isolates_failures_and_resumes_only_missing_work(tmp_path, rb
     budget = json.loads((out / "runs" / "grpo_budget" / "seed_0" / "eval" / "step_000002" / "builtin" / "summary.json")
                         .read_text())
     assert arm_final_lines(out, state) == [  # one seed each; the failed arm has no score
-        f"final held-out builtin avg@2 grpo {summary['metrics']['avg@n']['value']:.3f} (mean over 1 seed, step 2)",
-        f"final held-out builtin avg@2 grpo_budget {budget['metrics']['avg@n']['value']:.3f} (mean over 1 seed, step 2)"]
+        f"final held-out builtin avg@2 grpo {100 * summary['metrics']['avg@n']['value']:.1f}% (mean over 1 seed, step 2)",
+        f"final held-out builtin avg@2 grpo_budget {100 * budget['metrics']['avg@n']['value']:.1f}% (mean over 1 seed, step 2)"]
 
     # Lose one finished run: a re-run redoes that one (and retries the failed one) only.
     import shutil

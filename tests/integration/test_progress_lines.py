@@ -103,7 +103,7 @@ def test_train_to_a_log_file_prints_progress_lines_and_ends_with_the_final_held_
     assert re.search(STAMP + r"train step 4/4  reward \d\.\d{3}  entropy \d\.\d{3}  κ_eff ", text), text
     last = [json.loads(x) for x in (run / "eval.jsonl").read_text().splitlines()][-1]
     assert last["step"] == 4
-    assert text.splitlines()[-1] == f"final held-out builtin avg@2 {last['avg@n']:.3f} (step 4)"
+    assert text.splitlines()[-1] == f"final held-out builtin avg@2 {100 * last['avg@n']:.1f}% (step 4)"
 
 
 def test_final_held_out_lines_of_a_run_and_of_a_sweep_by_hand(tmp_path):
@@ -116,8 +116,8 @@ def test_final_held_out_lines_of_a_run_and_of_a_sweep_by_hand(tmp_path):
         {"step": 0, "benchmark": "builtin", "avg@n": 0.1, "n": 8},
         {"step": 100, "benchmark": "builtin", "avg@n": 0.51249, "n": 8},
         {"step": 100, "benchmark": "gsm8k", "avg@n": 0.25, "n": 8})))
-    assert final_heldout_lines(run) == ["final held-out builtin avg@8 0.512 (step 100)",
-                                        "final held-out gsm8k avg@8 0.250 (step 100)"]
+    assert final_heldout_lines(run) == ["final held-out builtin avg@8 51.2% (step 100)",
+                                        "final held-out gsm8k avg@8 25.0% (step 100)"]
     assert final_heldout_lines(tmp_path / "none") == []
 
     sweep = tmp_path / "sweep"
@@ -133,8 +133,8 @@ def test_final_held_out_lines_of_a_run_and_of_a_sweep_by_hand(tmp_path):
             (d / "summary.json").write_text(json.dumps({"benchmark": "builtin", "n": 4,
                                                         "metrics": {"avg@n": {"value": v}}}))
     assert arm_final_lines(sweep, state) == [
-        "final held-out builtin avg@4 grpo 0.600 (mean over 3 seeds, step 10)",  # (0.5 + 0.7 + 0.6) / 3
-        "final held-out builtin avg@4 budget 0.300 (mean over 2 seeds, step 10)",  # the failed run has no score
+        "final held-out builtin avg@4 grpo 60.0% (mean over 3 seeds, step 10)",  # (0.5 + 0.7 + 0.6) / 3
+        "final held-out builtin avg@4 budget 30.0% (mean over 2 seeds, step 10)",  # the failed run has no score
     ]
 
 

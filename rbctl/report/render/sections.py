@@ -56,7 +56,9 @@ def final_scores(data: ReportData, page: Page) -> None:
     doc.para(f"Each run's score is its mean over the problems; shown: the mean over units with "
              f"{score_interval_caption(numbers['interval'])}. avg@n is pass@1 from n samples; pass@k is unbiased at "
              "k = n; maj@k (largest k ≤ n the evaluation logged) is each run's summary value, over all the "
-             "problems it evaluated; its interval is the t-interval over units (none with one unit).")
+             "problems it evaluated; its interval is the t-interval over units (none with one unit). maj@k is the "
+             "majority vote over a problem's **first** k samples (equivalent answers vote together, a tie goes to the "
+             "answer seen first), so maj@1 is the first sample's accuracy, not avg@n, the mean over all n.")
     page.table(numbers, shown, "final_scores")
     robust = f.iqm
     doc.para("Interquartile mean (IQM: the mean of the middle 50% of runs × benchmarks; rliable, Agarwal et al. "
