@@ -105,3 +105,16 @@ def test_a_sweep_that_cannot_run_is_refused_before_its_directory_naming_the_arm(
     assert run(["ablate", sweep, "-o", str(out), "--set", "eval.benchmarks=[nope]", "--no-report"]) == 2
     assert _err_line(capsys).startswith("error: arm 'grpo': eval.benchmarks: unknown benchmark 'nope'")  # periodic
     assert not out.exists()
+
+
+def test_a_run_whose_first_evaluation_finds_no_data_leaves_no_directory(tmp_path, capsys, monkeypatch):
+    """The check of a benchmark's data is the run's own (a dry run downloads nothing): the run sets up,
+    fails at its step-0 evaluation, and removes the folders it made, lock included."""
+    from rbctl.tasks import registry
+
+    monkeypatch.delenv("RBCTL_DATA_DIR", raising=False)
+    monkeypatch.setattr(registry, "_hub_records_or_reason", lambda *a: (None, "offline"))
+    out = tmp_path / "runs" / "first"
+    assert run(["train", FIXPOINT, "-o", str(out), "--set", "eval.benchmarks=[amc23]", "-q"]) == 2
+    assert "no data for benchmark 'amc23'" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
