@@ -233,10 +233,9 @@ def run_eval(
     from rich.console import Console
     from rich.markup import escape
 
+    from rbctl.rollout.models import expand_model_name
     from rbctl.store.checkpoint import run_checkpoints
     from rbctl.tasks.builtin import task_spec_of
-
-    from rbctl.rollout.models import expand_model_name
 
     model = expand_model_name(model)  # a package's file (pkg:PACKAGE/FILE): its path here
     console = console or Console()
