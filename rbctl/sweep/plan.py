@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -215,24 +216,20 @@ def sweep_plan(sweep_path, sweep_dir: Path, power, jobs: int | None = None, arms
         row("", f"per-run time {t.source}")
         if jobs > 1:
             row("", "parallel runs share the cores: on a machine with fewer free cores than jobs, runs slow down")
-    machine = machine_problems(first)
+    machine = list(dict.fromkeys(p for cfg in configs.values() for p in machine_problems(cfg)))
     row("this machine", "cannot run it: " + "; ".join(machine) if machine else
         "can run it (every arm's checks passed: benchmarks, model and data paths, engine, device)")
-    lines.append(f"\nrun it: rbctl ablate {sweep_path}" + _selection_args(arms, seeds, overrides, seed_offset))
+    lines.append("\nrun it: " + shlex.join(["rbctl", "ablate", str(sweep_path), "-o", str(sweep_dir),
+                                           *_selection_args(arms, seeds, overrides, seed_offset)]))
     return "\n".join(lines) + "\n"
 
 
-def _selection_args(arms, seeds, overrides, seed_offset) -> str:
-    out = ""
-    if arms:
-        out += f" --arms {','.join(arms)}"
-    if seeds is not None:
-        out += f" --seeds {','.join(map(str, seeds))}"
-    for item in overrides:
-        out += f" --set {item}"
-    if seed_offset:
-        out += f" --seed-offset {seed_offset}"
-    return out
+def _selection_args(arms, seeds, overrides, seed_offset) -> list[str]:
+    """The options of `rbctl ablate` that make this selection."""
+    out = ["--arms", ",".join(arms)] if arms else []
+    out += ["--seeds", ",".join(map(str, seeds))] if seeds is not None else []
+    out += [a for item in overrides for a in ("--set", item)]
+    return out + (["--seed-offset", str(seed_offset)] if seed_offset else [])
 
 
 def _power_lines(sweep, n_units: int, power_module) -> list[str]:

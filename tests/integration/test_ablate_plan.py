@@ -64,7 +64,7 @@ def test_arms_seeds_and_set_select_and_override(tmp_path, capsys):
     assert "grpo_entropy" not in out
     # the stated comparisons keep the pairs among the arms selected: one, at α/1
     assert "principal (1, Holm at α 0.05): grpo_budget − grpo" in out and "at α/m = 0.05;" in out
-    assert "run it: rbctl ablate ablate_fixpoint --arms grpo,grpo_budget --seeds 0,1 --set steps=20" in out
+    assert f"run it: rbctl ablate ablate_fixpoint -o {tmp_path / 's'} --arms grpo,grpo_budget --seeds 0,1 --set steps=20" in out
     assert run(["ablate", "ablate_fixpoint", "--arms", "grpo,nope", "--dry-run"]) == 2
     assert "--arms:" in capsys.readouterr().err
     assert run(["ablate", "ablate_fixpoint", "--set", "algo.budgt=1", "--dry-run"]) == 2
