@@ -77,3 +77,18 @@ def test_rbctl_report_a_b_shows_both_arms_and_a_verdict_line_in_80_columns(tmp_p
     assert "incomplete: cut/seed_0 (no final evaluation)" in out
     text = (tmp_path / "cmp" / "report.md").read_text()
     assert "These runs come from no sweep file" in text and "The sweep file states no" not in text
+
+
+@pytest.mark.slow  # a subprocess of rbctl report
+def test_report_screens_captures_the_terminal_at_80_columns(tmp_path: Path) -> None:
+    from scripts.report_screens import main
+
+    make_run(tmp_path / "first", 10, (0, 10), [4, 2, 1, 0])
+    make_run(tmp_path / "a_budget_arm_with_a_long_name", 10, (0, 10), [4, 3, 2, 1], budget=1.0)
+    out = tmp_path / "screens"
+    assert main([str(tmp_path / "first"), str(tmp_path / "a_budget_arm_with_a_long_name"), "-o", str(out), "--no-png"]) == 0
+    text = (out / "terminal.txt").read_text()
+    lines = text.splitlines()
+    assert lines[-1].endswith("report.md")  # the report's path, which cannot fold
+    assert max(map(len, lines[:-1])) <= 80 and "not testable" in text
+    assert (out / "report" / "report.html").is_file()
