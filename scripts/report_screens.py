@@ -18,6 +18,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from rbctl.store.rundir import REPORT_DIR, REPORT_HTML
+
 WIDTH = 80
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars")
@@ -26,7 +28,7 @@ CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic
 def terminal_capture(dirs: list[Path], out: Path) -> str:
     """What `rbctl report DIRS -o OUT/report` prints in an 80-column terminal."""
     env = {**os.environ, "COLUMNS": str(WIDTH), "TERM": "dumb"}
-    done = subprocess.run([sys.executable, "-m", "rbctl", "report", *map(str, dirs), "-o", str(out / "report")],
+    done = subprocess.run([sys.executable, "-m", "rbctl", "report", *map(str, dirs), "-o", str(out / REPORT_DIR)],
                           capture_output=True, text=True, env=env)
     if done.returncode:
         raise SystemExit(f"error: rbctl report exited {done.returncode}: {done.stderr.strip()}")
@@ -61,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     page.write_text("<html><body style='margin:8px;background:#111;color:#eee'><pre style='font:14px monospace'>"
                     f"{html.escape(text)}</pre></body></html>")
     screenshot(chromium, page, a.out / "terminal.png", 8 * WIDTH + 40, 1400)
-    screenshot(chromium, a.out / "report" / "report.html", a.out / "report.png", 1280, 6000)
+    screenshot(chromium, a.out / REPORT_DIR / REPORT_HTML, a.out / "report.png", 1280, 6000)
     print(f"wrote {a.out / 'terminal.png'} and {a.out / 'report.png'}")
     return 0
 

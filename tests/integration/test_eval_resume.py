@@ -141,12 +141,12 @@ def test_the_output_folder_is_refused_before_anything_when_it_lacks_space(tmp_pa
 ])
 def test_a_failed_write_is_explained_by_its_cause(code, advice, tmp_path, monkeypatch, capsys):
     from rbctl.cli import run
-    import rbctl.report
+    import rbctl.report.render.report
 
     def fail(*a, **k):
         raise OSError(code, os.strerror(code), str(tmp_path / "report.md"))
 
-    monkeypatch.setattr(rbctl.report, "make_report", fail)
+    monkeypatch.setattr(rbctl.report.render.report, "build_report", fail)  # what rbctl report calls
     assert run(["report", str(tmp_path)]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"error: {tmp_path / 'report.md'}: {os.strerror(code)} {advice}, then rerun the same command to resume"]
