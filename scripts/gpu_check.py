@@ -17,7 +17,13 @@ Needs torch and transformers (rbctl's own dependencies) and downloads nothing:
    not, run C (A again) tells a resume defect (A = C) from a device that is not deterministic
    (A ≠ C). Deterministic kernels are asked for (`torch.use_deterministic_algorithms`, warn only:
    the ops that have none are listed).
-3. `pytest -m gpu` (CUDA only; offline: the vLLM tests need vLLM and a cached model, else they skip
+3. Where vLLM is importable (CUDA only; vLLM's CPU build is tested by tests/vllm/): run V, the same
+   model and data with `rollout.engine: vllm` for 3 steps in its own process (vLLM's in-process world
+   is one per process). The weights are synced into vLLM after every step; its line reports the
+   sampler–trainer log-prob gap on the sampled tokens at each step (`rollout/logprob_diff`), which
+   must stay below `VLLM_GAP` (bf16 sampler against a bf16-mixed trainer: kernel rounding only; a
+   stale or missing weight gives 0.1–2 nats).
+   `pytest -m gpu` (CUDA only; offline: the vLLM tests need vLLM and a cached model, else they skip
    or fail fast).
 4. Printed: tokens/s of the rollouts (generated tokens) and of the update (prompt + response tokens
    through forward and backward), peak memory, and the model-FLOPs utilisation of each: 2·N·tokens
@@ -64,6 +70,7 @@ SIZES = {
 BF16_PEAK_TFLOPS = (("H200", 989.0), ("H100 PCIe", 756.0), ("H100", 989.0), ("A100", 312.0), ("L40S", 362.0),
                     ("L4", 121.0), ("B200", 2250.0))
 EOS = "<|endoftext|>"
+VLLM_GAP = 0.05  # largest mean |log π_vLLM − log π_trainer| per token accepted in bf16 (tests/integration/test_vllm_engine.py)
 
 
 def build_model_dir(path: Path, sizes: dict, device: str) -> int:
@@ -230,6 +237,32 @@ def peak_memory(device: str) -> str:
     return f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB resident (process peak)"
 
 
+def vllm_run(cfg_dict: dict, out: Path, size: dict) -> tuple[bool, str]:
+    """Run V: 3 steps with the vLLM engine in a child `rbctl train`; (passed, its report line)."""
+    import yaml
+
+    from rbctl.store.rundir import METRICS
+
+    cfg = json.loads(json.dumps(cfg_dict))
+    cfg.update(steps=3, save_every=3, kappa_eff_every=0)
+    cfg["rollout"].update(engine="vllm", vllm={"gpu_memory_utilization": 0.3, "max_model_len": 2048})
+    cfg["eval"]["every"] = 0
+    path = out / "run_v.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    proc = subprocess.run([sys.executable, "-m", "rbctl", "train", str(path), "-o", str(out / "run_v"), "-q"],
+                          cwd=REPO, capture_output=True, text=True, timeout=900)
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
+        return False, f"FAILED (exit {proc.returncode}): {tail[-1] if tail else ''}"
+    rows = _lines(out / "run_v" / METRICS)
+    gaps = [r.get("rollout/logprob_diff") for r in rows]
+    ok = len(rows) == 3 and all(g is not None and g < VLLM_GAP for g in gaps)
+    rollout_s = statistics.mean(r["time/rollout_s"] for r in rows[1:] or rows)
+    generated = statistics.mean(r["response/len_mean"] for r in rows) * size["prompts"] * size["group"]
+    return ok, (f"{len(rows)} steps, sampler-trainer log-prob gap per step {[f'{g:.2g}' for g in gaps]} "
+                f"(< {VLLM_GAP}), rollout {generated / rollout_s:,.0f} tokens/s")
+
+
 def gpu_tests() -> tuple[bool, str]:
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run([sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", "tests"],
@@ -306,6 +339,10 @@ def _check(args) -> int:
         finite = all(r["nonfinite/skipped"] == 0 for r in _lines(out / "run_a" / METRICS))
         eval_steps = sorted({r["step"] for r in evals})
         want_steps = sorted({0, *range(2, size["steps"] + 1, 2), size["steps"]})
+        import importlib.util
+
+        vllm_here = args.device == "cuda" and importlib.util.find_spec("vllm") is not None
+        vllm_ok, vllm_line = vllm_run(cfg, out, size) if vllm_here else (True, "skipped (needs CUDA and vLLM)")
         tests_ok, tests_line = gpu_tests() if args.device == "cuda" else (True, "skipped (no CUDA)")
 
     resume = "exact (metrics, evaluation lines and weights bit for bit)" if not diff_ab else (
@@ -313,7 +350,7 @@ def _check(args) -> int:
         f"not bit-exact, but neither are two uninterrupted runs (device nondeterminism: {diff_ac[0]})")
     resume_ok = not diff_ab or bool(diff_ac)
     checks = {"training finite": finite, "periodic evaluation at steps " + str(want_steps): eval_steps == want_steps,
-              "checkpoint and resume": resume_ok, "pytest -m gpu": tests_ok}
+              "checkpoint and resume": resume_ok, "vLLM engine (run V)": vllm_ok, "pytest -m gpu": tests_ok}
     name = "Qwen3 (toy sizes)" if args.tiny else "Qwen3 (Qwen3-0.6B sizes)"
     lines = [
         f"device: {peak_from}, {peak_tflops:.3g} TFLOP/s for MFU (a matmul here: {matmul:.3g} TFLOP/s)",
@@ -326,6 +363,7 @@ def _check(args) -> int:
         f"periodic evaluation: steps {eval_steps}; engine {summary['protocol']['engine']}, "
         f"max_batch_tokens {summary['protocol']['max_batch_tokens']}",
         f"resume: {resume}",
+        f"vLLM engine (run V): {vllm_line}",
         f"pytest -m gpu: {tests_line}",
         f"ops without a deterministic kernel: {'; '.join(nondeterministic) or 'none reported'}",
         f"run A took {a_s:.0f} s; all: {time.perf_counter() - t_start:.0f} s",
