@@ -245,7 +245,7 @@ def vllm_run(cfg_dict: dict, out: Path, size: dict) -> tuple[bool, str]:
 
     cfg = json.loads(json.dumps(cfg_dict))
     cfg.update(steps=3, save_every=3, kappa_eff_every=0)
-    cfg["rollout"].update(engine="vllm", vllm={"gpu_memory_utilization": 0.3, "max_model_len": 2048})
+    cfg["rollout"].update(engine="vllm", vllm={"gpu_memory_utilization": 0.3})
     cfg["eval"]["every"] = 0
     path = out / "run_v.yaml"
     path.write_text(yaml.safe_dump(cfg))
