@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 
-from scipy import optimize
+from scipy import integrate, optimize
 from scipy import stats as sps
 
 MAX_UNITS = 100_000  # units_for_power gives up beyond this (an effect far below the noise)
@@ -68,20 +68,28 @@ def units_for_power(sd: float, mde: float, m: int = 1, power: float = 0.8, alpha
 def power_tost(margin: float, sd: float, n: int, alpha: float, delta: float = 0.0) -> float:
     """Power of the paired TOST at level ``alpha`` (both one-sided tests at α) to call Δ equivalent
     within ±``margin`` when the true mean is ``delta`` (|delta| < margin), per-unit SD ``sd``, ``n``
-    units. With se = sd/√n and t* = t_{1−α, n−1}, TOST rejects when (Δ̄ + margin)/se > t* and
-    (Δ̄ − margin)/se < −t*; with the two statistics as noncentral t
+    units. TOST rejects when Δ̄ − t*·S/√n > −margin and Δ̄ + t*·S/√n < margin (t* = t_{1−α, n−1}, S the
+    sample SD). Δ̄ ~ N(δ, σ²/n) is independent of S, S² ~ σ² χ²_{n−1}/(n − 1), so exactly
 
-        power ≈ P(T₁ > t*) + P(T₂ < −t*) − 1,  T₁ ~ t'(n − 1, (δ + margin)√n/σ),  T₂ ~ t'(n − 1, (δ − margin)√n/σ)
+        power = E_S[ max(0, Φ((margin − δ − t*S/√n)·√n/σ) − Φ((−margin − δ + t*S/√n)·√n/σ)) ]
 
-    (the two rejections' union bound, exact as n grows; Schuirmann 1987, Phillips 1990), clipped to
-    [0, 1]. NaN for n < 2, sd not positive, or a margin not above |delta|."""
+    integrated over the χ distribution of S (Phillips 1990; what TOSTER's power_t_TOST computes with
+    Owen's Q). NaN for n < 2, sd not positive, or a margin not above |delta|."""
     if n < 2 or not sd > 0 or not margin > abs(delta):
         return math.nan
-    df, root = n - 1, math.sqrt(n) / sd
+    df, root = n - 1, math.sqrt(n)
     crit = sps.t.ppf(1 - alpha, df)
-    upper = sps.nct.sf(crit, df, (delta + margin) * root)  # P(T₁ > t*)
-    lower = sps.nct.sf(crit, df, (margin - delta) * root)  # P(T₂ < −t*) = P(−T₂ > t*), −T₂ ~ t'(df, (margin − δ)√n/σ)
-    return float(min(1.0, max(0.0, upper + lower - 1.0)))
+
+    def given(q: float) -> float:  # q = S/σ, the sample SD in units of σ
+        half = crit * q / root  # t*·S/√n in units of σ
+        hi, lo = (margin - delta) / sd - half, (-margin - delta) / sd + half
+        return max(0.0, sps.norm.cdf(hi * root) - sps.norm.cdf(lo * root))
+
+    # S/σ = √(χ²/df): integrate over χ² with its density; above q_max the window is empty (power 0)
+    q_max = margin * root / (crit * sd)
+    upper = min(df * q_max ** 2, sps.chi2.ppf(1 - 1e-12, df))
+    value, _ = integrate.quad(lambda x: given(math.sqrt(x / df)) * sps.chi2.pdf(x, df), 0.0, upper, limit=200)
+    return float(min(1.0, max(0.0, value)))
 
 
 def units_for_tost(sd: float, margin: float, m: int = 1, power: float = 0.8, alpha: float = 0.05,

@@ -233,30 +233,41 @@ def _selection_args(arms, seeds, overrides, seed_offset) -> list[str]:
 
 
 def _power_lines(sweep, n_units: int, power_module) -> list[str]:
-    """The stated comparisons and the design's power at their planning values (`rbctl.report.power`'s
-    `power_paired`, `mde_paired`, `units_for_power`, from `power_module`)."""
-    power_paired, mde_paired = power_module.power_paired, power_module.mde_paired
-    units_for_power = power_module.units_for_power
+    """Each declared family (the principal one, then `comparisons.families`) and the design's power at its
+    planning values (`rbctl.report.power`'s `power_paired`, `mde_paired`, `units_for_power`, and with a
+    margin `power_tost`, `units_for_tost`, from `power_module`)."""
+    pm = power_module
     c = sweep.comparisons
     unit = "(warm start, seed) pairs" if sweep.warm_starts else "seeds"
     if c is None:
         return ["comparisons   none stated (the report tests the pairs it forms as one Holm family); no power to "
                 "compute: state comparisons.principal, mde and planning_sd"]
-    m = len(c.principal)
-    bench = c.benchmark or sweep.eval.benchmarks[0]
-    pairs = ", ".join(f"{a} − {b}" for a, b in c.principal)
-    out = [f"comparisons   principal ({m}, Holm at α {c.alpha:g}): {pairs}; {c.metric} on {bench}"]
-    level = c.alpha / m
-    power = power_paired(c.mde, c.planning_sd, n_units, level)
-    detectable = mde_paired(c.planning_sd, n_units, level, c.power)
-    try:
-        needed = str(units_for_power(c.planning_sd, c.mde, m, c.power, c.alpha))
-    except ValueError:
-        needed = "more than can be run"
-    if math.isnan(power):
-        out.append(f"power         none: {n_units} unit(s); a paired t-test needs at least 2")
-    else:
-        out.append(f"power         {power:.2f} to detect Δ = {c.mde:g} points (planning SD {c.planning_sd:g}) with "
-                   f"{n_units} {unit}, paired two-sided t-test at α/m = {level:.3g}; power {c.power:g} needs {needed} "
-                   f"units; with {n_units} the detectable Δ at power {c.power:g} is {detectable:.1f} points")
+    out = []
+    for fam in c.families_declared():
+        m = len(fam.pairs)
+        bench = fam.benchmark or sweep.eval.benchmarks[0]
+        pairs = ", ".join(f"{a} − {b}" for a, b in fam.pairs)
+        margin = f"; equivalent within ±{fam.margin:g} by TOST" if fam.margin is not None else ""
+        out.append(f"comparisons   {fam.name} ({m}, Holm at α {fam.alpha:g}): {pairs}; {fam.metric} on {bench}{margin}")
+        level = fam.alpha / m
+        power = pm.power_paired(fam.mde, fam.planning_sd, n_units, level)
+        detectable = pm.mde_paired(fam.planning_sd, n_units, level, fam.power)
+        try:
+            needed = str(pm.units_for_power(fam.planning_sd, fam.mde, m, fam.power, fam.alpha))
+        except ValueError:
+            needed = "more than can be run"
+        if math.isnan(power):
+            out.append(f"power         none: {n_units} unit(s); a paired t-test needs at least 2")
+            continue
+        out.append(f"power         {power:.2f} to detect Δ = {fam.mde:g} points (planning SD {fam.planning_sd:g}) with "
+                   f"{n_units} {unit}, paired two-sided t-test at α/m = {level:.3g}; power {fam.power:g} needs {needed} "
+                   f"units; with {n_units} the detectable Δ at power {fam.power:g} is {detectable:.1f} points")
+        if fam.margin is not None:
+            tost = pm.power_tost(fam.margin, fam.planning_sd, n_units, level)
+            try:
+                tost_needed = str(pm.units_for_tost(fam.planning_sd, fam.margin, m, fam.power, fam.alpha))
+            except ValueError:
+                tost_needed = "more than can be run"
+            out.append(f"              equivalence: power {tost:.2f} to call a true Δ = 0 equivalent within "
+                       f"±{fam.margin:g} (TOST at α/m); power {fam.power:g} needs {tost_needed} units")
     return out

@@ -56,6 +56,18 @@ def test_power_of_the_main_job_from_the_report_power_functions(tmp_path, capsys)
     assert "3 arms × 24 seeds = 72 runs" in out
 
 
+def test_every_declared_family_gets_its_power_and_a_margin_its_tost_power(tmp_path, capsys):
+    from rbctl.report.power import power_tost, units_for_tost
+
+    out = _plan(capsys, "ablate_claims_fixpoint", "-o", str(tmp_path / "s"))
+    for name in ("principal", "entropy_vs_budget", "entropy_vs_base"):
+        assert f"comparisons   {name} (4, Holm at α 0.05): " in out
+    # 12 (warm start, seed) units, planning SD 7, margin ±5, a family of 4: TOST at 0.05/4
+    assert (f"equivalence: power {power_tost(5.0, 7.0, 12, 0.0125):.2f} to call a true Δ = 0 equivalent within ±5 "
+            f"(TOST at α/m); power 0.8 needs {units_for_tost(7.0, 5.0, 4)} units") in out
+    assert out.count("equivalence: power 0.14") == 3
+
+
 def test_arms_seeds_and_set_select_and_override(tmp_path, capsys):
     out = _plan(capsys, "ablate_fixpoint", "-o", str(tmp_path / "s"), "--arms", "grpo,grpo_budget", "--seeds", "0-1",
                 "--set", "steps=20")
