@@ -457,3 +457,26 @@ def test_real_sync_weights_changes_what_vllm_samples(real_vllm):
                 if n in saved:
                     p.copy_(saved[n])
         eng.sync_weights(model)
+
+
+def test_a_gguf_policy_reaches_vllm_as_its_config_and_tokenizer_with_dummy_weights(tiny, monkeypatch, tmp_path):
+    """vLLM would load a GGUF file quantized: it gets the in-memory policy's config and tokenizer and
+    dummy weights, which the first generation overwrites with the dequantized policy's."""
+    from pathlib import Path
+
+    from transformers import AutoConfig, AutoTokenizer
+
+    from rbctl.rollout import factory
+
+    model, tok = tiny
+    monkeypatch.setattr(factory.importlib.util, "find_spec", lambda name: object())  # "vLLM is installed"
+    monkeypatch.setattr(factory, "engine_class", lambda name: lambda model, tokenizer, **kw: kw)
+    kw = factory.build_engine("vllm", model, tok, source=str(tmp_path / "m.Q4_1.gguf"), batch_size=None)
+    folder = Path(kw["model_name_or_path"])
+    assert kw["load_format"] == "dummy" and kw["dtype"] == "float32"
+    got = AutoConfig.from_pretrained(folder)
+    for key in ("architectures", "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "tie_word_embeddings"):
+        assert getattr(got, key) == getattr(model.config, key), key
+    assert AutoTokenizer.from_pretrained(folder)("abc")["input_ids"] == tok("abc")["input_ids"]
+    kw = factory.build_engine("vllm", model, tok, source="org/model", batch_size=None)
+    assert kw["load_format"] == "auto" and kw["model_name_or_path"] == "org/model"
