@@ -410,6 +410,20 @@ def _memory_line(cfg: TrainConfig, n_params: float) -> str:
                if cfg.model.fsdp else ""))
 
 
+# A stated throughput, not a measurement: an H100/H200 SXM's dense bf16 peak (989 TFLOP/s) at 30%
+# model-FLOPs utilisation, a round figure for RL fine-tuning where decoding runs far below peak.
+GPU_PEAK_FLOPS = 989e12
+GPU_UTILISATION = 0.30
+
+
+def gpu_hours_line(flops: float) -> str:
+    """GPU-hours for ``flops`` at the stated throughput (`GPU_PEAK_FLOPS` × `GPU_UTILISATION`), labelled as
+    an assumption and an upper bound with the step's token count."""
+    hours = flops / (GPU_PEAK_FLOPS * GPU_UTILISATION) / 3600
+    return (f"≈ {hours:,.0f} GPU-hours (an assumption, not measured: {GPU_PEAK_FLOPS / 1e12:.0f} TFLOP/s bf16 peak of "
+            f"an H100/H200 at {GPU_UTILISATION:.0%} utilisation; an upper bound, as the FLOPs above)")
+
+
 def dry_run(cfg: TrainConfig, *, source: str | None = None, cache_dir: str | Path | None = None) -> str:
     """The printable plan of a validated training config, resolved offline (nothing is downloaded).
     `cache_dir` is the Hugging Face hub cache to look in (default: the user's). A config no machine
@@ -461,6 +475,8 @@ def dry_run(cfg: TrainConfig, *, source: str | None = None, cache_dir: str | Pat
         row("  extra", f"reference {_sci(c.ref_flops)} + κ_eff {_sci(c.kappa_flops)} + behaviour log-probs "
                        f"{_sci(c.old_flops)} FLOPs (forward passes)")
         row("  total", f"{_sci(c.total_flops)} FLOPs per step, {_sci(c.total_flops * cfg.steps)} for {cfg.steps} steps")
+        if cfg.model.device != "cpu":
+            row("GPU time", gpu_hours_line(c.total_flops * cfg.steps))
         row("memory", _memory_line(cfg, r.n_params))
     else:
         row("  FLOPs", "unknown (no parameter count)")
