@@ -21,7 +21,7 @@ def engine_class(name: str) -> type:
         if importlib.util.find_spec("vllm") is None:
             from rbctl.rollout.vllm import VLLM_MISSING
 
-            raise UserError(f"{VLLM_MISSING} (or use the hf engine)")
+            raise UserError(f"{VLLM_MISSING} (or use --engine hf)")
         return VLLMEngine
     raise UserError(f"unknown engine {name!r}; valid: hf, vllm")
 
@@ -39,14 +39,12 @@ def build_engine(name: str, model, tokenizer, *, source: str, batch_size: int | 
     cls = engine_class(name)
     if name == "hf":
         return cls(model, tokenizer, max_batch=batch_size, max_batch_tokens=max_batch_tokens, dtype=sample_dtype)
-    load_format = "auto"
     if source.endswith(".gguf"):  # vLLM would load it quantized: the config and tokenizer, weights pushed later
         from rbctl.rollout.vllm import export_for_vllm
 
-        source, load_format = export_for_vllm(model, tokenizer), "dummy"
+        source, vllm_options = export_for_vllm(model, tokenizer), {**vllm_options, "load_format": "dummy"}
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
-    return cls(model, tokenizer, model_name_or_path=source, dtype=dtype, seed=seed, load_format=load_format,
-               **vllm_options)
+    return cls(model, tokenizer, model_name_or_path=source, dtype=dtype, seed=seed, **vllm_options)
 
 
 def default_batch_size(device_type: str) -> int:
