@@ -95,7 +95,14 @@ def _train(cfg: TrainConfig, run_dir: Path, force: bool, extend: bool, progress:
                           config=cfg.model_dump(mode="json"))
     held_out = None  # the held-out problems, loaded at the first periodic evaluation
     if start == 0 and cfg.eval.every:
+        if main_rank and progress:  # a real model's step-0 evaluation can take minutes: say what is running
+            log(f"step 0: evaluating the starting policy on {', '.join(cfg.eval.benchmarks)} before training …")
+        t0 = time.perf_counter()
         held_out = _periodic_eval(tr, cfg, run_dir, 0, {}, main_rank, held_out)  # the curve starts at the warm start
+        if main_rank and progress:
+            for line in final_heldout_lines(run_dir):
+                log(line.replace("final held-out", "step-0 held-out", 1).replace(" (step 0)", "")
+                    + f" ({time.perf_counter() - t0:.0f} s)")
     marker = Path(tr.base_source) / BUILTIN_MARKER if tr.builtin is not None else None
     done: list[dict] = []
     display = _Display(cfg.steps, start, enabled=progress and main_rank)

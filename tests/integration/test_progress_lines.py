@@ -152,3 +152,16 @@ def test_eval_to_a_log_file_prints_plain_progress_lines(tmp_path):
     text = log.read_text()
     lines = [re.sub(STAMP, "", x) for x in text.splitlines() if re.match(STAMP, x)]
     assert lines == ["builtin: generating 100% (8/8 samples)", "builtin: grading 100% (8/8 samples)"], text
+
+
+@pytest.mark.slow  # one step of the main job's task and two evaluations
+def test_the_step0_evaluation_says_it_runs_and_what_it_gave(tmp_path):
+    """A real model's step-0 evaluation can take minutes: train says it is running and prints its score."""
+    from rbctl.config.train import load_train_config
+    from rbctl.train.loop import train
+
+    lines = []
+    cfg = load_train_config("configs/fixpoint.yaml", ["steps=1", "eval.every=1", "threads=1"])
+    train(cfg, tmp_path / "run", log=lines.append)
+    assert lines[0] == f"step 0: evaluating the starting policy on {', '.join(cfg.eval.benchmarks)} before training …"
+    assert lines[1].startswith("step-0 held-out ") and lines[1].endswith(" s)") and "%" in lines[1]
