@@ -139,13 +139,16 @@ def write(out: Path, runs: dict, rates: list[dict]) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, required=True, help="working folder: the two run directories, rates.json, demo.md, demo.png")
+    ap.add_argument("--out", type=Path, help="working folder: the two run directories (kept: a rerun only measures "
+                                              "the rates), rates.json, demo.md, demo.png")
     ap.add_argument("--rates", action="store_true", help="the sampling rates only (no training runs)")
     ap.add_argument("--rate", nargs=2, metavar=("ENGINE", "DTYPE"), help=argparse.SUPPRESS)  # one measurement, in a child
     a = ap.parse_args(argv)
     if a.rate:
         print(json.dumps(rate(*a.rate)))
         return 0
+    if a.out is None:
+        ap.error("--out is required")
     a.out.mkdir(parents=True, exist_ok=True)
     runs = {} if a.rates else {engine: curves(train(a.out, engine)) for engine in ("hf", "vllm")}
     rates = []
