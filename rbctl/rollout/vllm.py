@@ -197,6 +197,9 @@ class VLLMEngine:
 
     @staticmethod
     def _build_llm(path, gpu_memory_utilization, sleep_mode, dtype, seed, max_model_len, load_format="auto"):
+        # vLLM posts usage statistics to its server from every engine it builds unless told not to: a
+        # training run sends nothing anywhere unless the environment asks for it (VLLM_NO_USAGE_STATS=0)
+        os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
         try:
             import vllm
             from vllm.platforms import current_platform
