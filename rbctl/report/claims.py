@@ -531,7 +531,7 @@ def claims_markdown(study: Study, command: str | None = None, today: dt.date | N
             rows, lines = long_rows(tb, main_step, family)
             long_lines += lines
             out += [f"### {tb.name}", "", *lines, "", table(rows, "No member of the family has runs."), ""]
-    sharp = [sharpening(tb, cfg.expect) for tb in [*( [study.main] if study.main else []), *beds]]
+    sharp = [sharpening(tb, cfg.expect) for tb in ([study.main] if study.main else []) + list(beds)]
     out += ["## 5. Sharpening and the final level", "",
             f"Pearson r of each measure with the final held-out pass@1, each run centred on its unit's mean over the "
             f"arms (rmcorr with the unit as the subject: arms nested in units; N runs, U units, N − U − 1 df). Same "
