@@ -49,6 +49,8 @@ from rbctl.report.stats import DELTA_BOUNDS, finite, holm, paired_delta, pearson
 
 BASELINES = (("grpo", "GRPO"), ("dr_grpo", "Dr.GRPO"), ("rloo", "RLOO"), ("reinforce_pp", "REINFORCE++"))
 ENTROPY = "entropy_static"
+# each question of the study: (arm variant, reference variant), both of one baseline X
+QUESTIONS = {"budget": ("budget", "base"), "entropy_vs_budget": (ENTROPY, "budget"), "entropy_vs_base": (ENTROPY, "base")}
 ALPHA = 0.05
 
 
@@ -82,6 +84,15 @@ class Testbed:
     def family(self, name: str | None) -> list[Comparison]:
         """The members of the declared family ``name`` of this sweep file ([] when it declares none)."""
         return [c for c in self.data.comparisons.family(name) if not c.same_config] if name else []
+
+    def members(self, name: str | None, question: str) -> list[Comparison]:
+        """The members of family ``name`` that ask ``question`` (a key of `QUESTIONS`: arm and reference
+        of one baseline with those variants); a family may hold other comparisons too (the main job's
+        principal family holds the entropy bonus's), which the question leaves out."""
+        arm_v, ref_v = QUESTIONS[question]
+        info = self.data.sweep.info
+        return [c for c in self.family(name)
+                if info[c.arm][0] == info[c.ref][0] and info[c.arm][1] == arm_v and info[c.ref][1] == ref_v]
 
     def declares(self, name: str | None) -> bool:
         spec = self.data.sweep.spec
@@ -137,13 +148,13 @@ def load_study(path: Path, n_boot: int = 1000) -> Study:
 # --- the tables ----------------------------------------------------------------------------------------
 
 
-def family_rows(beds: tuple[Testbed, ...], family: str | None, escape: bool = True) -> pd.DataFrame:
+def family_rows(beds: tuple[Testbed, ...], family: str | None, question: str, escape: bool = True) -> pd.DataFrame:
     """One row per member of ``family`` on each testbed: the sweep's Δ, Holm p, TOST and call, the
     test with the warm start as the unit (unadjusted), the reference's distance to the stated
     ceiling, and the escape RMST of both arms (exploratory)."""
     rows = []
     for tb in beds:
-        for c in tb.family(family):
+        for c in tb.members(family, question):
             d = c.delta
             over = warm_start_level(d).over_warm_starts if tb.data.sweep.warm_starts else None
             row = {"baseline": label(tb.data.sweep.info[c.arm][0]), "testbed": tb.name, "comparison": c.label,
@@ -335,7 +346,7 @@ def status(r: float, p_holm: float, expected: str) -> str:
 
 
 def claim_a(beds: tuple[Testbed, ...], family: str) -> tuple[str, str]:
-    comps = [(tb, c) for tb in beds for c in tb.family(family)]
+    comps = [(tb, c) for tb in beds for c in tb.members(family, "budget")]
     calls = {(label(tb.data.sweep.info[c.arm][0]), tb.name): call(c) for tb, c in comps}
     higher = sorted({b for (b, _), v in calls.items() if v == HIGHER})
     lower = sorted(f"{b} ({t})" for (b, t), v in calls.items() if v == LOWER)
@@ -347,6 +358,8 @@ def claim_a(beds: tuple[Testbed, ...], family: str) -> tuple[str, str]:
         return measured, f"fails: lower for {', '.join(lower)}"
     if len(higher) >= 2:
         return measured, f"holds: higher for {', '.join(higher)}"
+    if len({b for b, _ in calls}) < 2:  # "several baselines" needs at least two to be run
+        return measured, f"not tested: one baseline run ({next(iter(calls))[0]}: {', '.join(sorted(set(calls.values())))})"
     if all(v == EQUIVALENT for v in rest):
         return measured, f"fails: {'only ' + higher[0] + ' is higher' if higher else 'no baseline is higher'}; the others are equivalent"
     return measured, (f"inconclusive: {'only ' + higher[0] if higher else 'no baseline'} called higher, "
@@ -372,7 +385,7 @@ def claim_b(beds: tuple[Testbed, ...], family: str | None) -> tuple[str, str]:
         if not tb.plateau_held:
             parts.append(f"{tb.name}: not applicable (the plateau test does not hold for plain GRPO)")
             continue
-        for c in tb.family(family):
+        for c in tb.members(family, "entropy_vs_base"):
             rose, why = entropy_rose(tb, c)
             parts.append(f"{tb.name} {c.label}: {call_text(c)}; {why}{'' if rose else ' — entropy did not rise: not tested'}")
             if rose:
@@ -392,7 +405,7 @@ def claim_b(beds: tuple[Testbed, ...], family: str | None) -> tuple[str, str]:
 def claim_c(beds: tuple[Testbed, ...], family: str) -> tuple[str, str]:
     kept = []
     for tb in beds:
-        for c in tb.family(family):
+        for c in tb.members(family, "budget"):
             if call(c) == HIGHER:
                 eb, ex = tb.entropy(c.arm)[0], tb.entropy(c.ref)[0]
                 kept.append((f"{label(tb.data.sweep.info[c.arm][0])} {tb.name}: {eb:.3f} vs X {ex:.3f} nats/token", eb <= ex))
@@ -510,12 +523,12 @@ def claims_markdown(study: Study, command: str | None = None, today: dt.date | N
     out += [f"## 2. The budget on every baseline (family `{fams.budget}` of each testbed)", "",
             "X + budget − X. The warm-start column takes each warm start's mean Δ as one unit (what generalises to "
             "another warm start; unadjusted). Escape RMST: the restricted mean step of leaving the shortcut (lower "
-            "is sooner; exploratory).", "", table(family_rows(beds, fams.budget), "No member has runs."), ""]
+            "is sooner; exploratory).", "", table(family_rows(beds, fams.budget, "budget"), "No member has runs."), ""]
     for key, title in (("entropy_vs_budget", "The entropy bonus against the budget"),
                        ("entropy_vs_base", "The entropy bonus against the baseline")):
         name = getattr(fams, key)
         if name:
-            out += [f"## {title} (family `{name}`)", "", table(family_rows(beds, name, escape=False),
+            out += [f"## {title} (family `{name}`)", "", table(family_rows(beds, name, key, escape=False),
                                                                 "No member has runs."), ""]
     ent = []
     for tb in beds:
@@ -556,7 +569,8 @@ def claims_markdown(study: Study, command: str | None = None, today: dt.date | N
     plateau_beds = [tb.name for tb in beds if tb.plateau_held]
     rows = [("(a) The budget improves several RL baselines", f"§2, family `{fams.budget}` per testbed", a_m, a_v),
             ("(b) Raising entropy does not reliably move the plateau",
-             f"family `{fams.entropy_vs_base}` where the plateau holds and entropy rose", b_m, b_v),
+             (f"family `{fams.entropy_vs_base}` where the plateau holds and entropy rose" if fams.entropy_vs_base
+              else "no family named for X + entropy − X"), b_m, b_v),
             ("(c) The budget's gains come without preserving entropy", "§3 where §2 calls the budget higher", c_m, c_v),
             ("(d) The advantage gap shrinks as more rollouts are right (κ falls with K)",
              "`rbctl.algo.sharpness.kappa` on one group of G = 8, K = 1…7 (below)", d_m, d_v),
@@ -585,7 +599,7 @@ def readme_block(study: Study) -> str:
     fam = study.config.families.budget
     for b, name in BASELINES:
         parts = [f"{tb.name} {call_text(c)} ({delta(c.delta.mean, c.delta.lo, c.delta.hi)}, Holm p {pval(c.p_holm, '–')})"
-                 for tb in study.testbeds for c in tb.family(fam) if tb.data.sweep.info[c.arm][0] == b]
+                 for tb in study.testbeds for c in tb.members(fam, "budget") if tb.data.sweep.info[c.arm][0] == b]
         if parts:
             out.append(f"- **{name} + budget vs {name}** — " + "; ".join(parts))
     for tb, main_step, family in study.long:

@@ -246,3 +246,31 @@ def test_a_row_prints_the_same_holm_p_in_the_sweeps_report_and_in_the_claims_doc
     assert power.loc["rloo_budget − rloo", "units_tost_planning"] == units_for_tost(3.5, 15.0, 2, 0.8, 0.05)
     assert "power of TOST at ±15 if Δ = 0" in text
     assert "no difference" not in (report.parent / "report.html").read_text()
+
+
+def test_a_question_reads_only_its_own_members_of_a_mixed_family(tmp_path: Path) -> None:
+    # the main job's shape: one principal family holding the budget's and the entropy bonus's comparisons
+    fix = make_sweep(tmp_path / "fix", CORRECT, {"principal": [*BUDGET, ["grpo_entropy", "grpo"]]}, periodic=PLATEAU,
+                     ceiling=0.98)
+    study = tmp_path / "study.yaml"
+    study.write_text(yaml.safe_dump({"testbeds": {"fixpoint": str(fix)},
+                                     "families": {"budget": "principal", "entropy_vs_base": "principal"}}))
+    s = claims.load_study(study, n_boot=50)
+    (tb,) = s.testbeds
+    assert [c.label for c in tb.family("principal")] == ["grpo_budget − grpo", "rloo_budget − rloo", "grpo_entropy − grpo"]
+    assert [c.label for c in tb.members("principal", "budget")] == ["grpo_budget − grpo", "rloo_budget − rloo"]
+    assert [c.label for c in tb.members("principal", "entropy_vs_base")] == ["grpo_entropy − grpo"]
+    assert claims.claim_a(s.testbeds, "principal")[0] == "GRPO on fixpoint: higher; RLOO on fixpoint: inconclusive"
+    rows = claims.family_rows(s.testbeds, "principal", "budget")
+    assert list(rows["comparison"]) == ["grpo_budget − grpo", "rloo_budget − rloo"]
+    # Holm over the family's 3 members, whichever question reads them
+    assert tb.members("principal", "budget")[0].p_holm == pytest.approx(3 * p_two_sided([0.25, 0.25, 0.3125]))
+
+
+def test_several_baselines_needs_two_baselines(tmp_path: Path) -> None:
+    only_grpo = {k: v for k, v in CORRECT.items() if k.startswith("grpo")}
+    fix = make_sweep(tmp_path / "fix", only_grpo, {"principal": [["grpo_budget", "grpo"]]})
+    study = tmp_path / "study.yaml"
+    study.write_text(yaml.safe_dump({"testbeds": {"fixpoint": str(fix)}}))
+    s = claims.load_study(study, n_boot=50)
+    assert claims.claim_a(s.testbeds, "principal")[1].startswith("not tested: one baseline run (GRPO: ")
