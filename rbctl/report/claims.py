@@ -78,9 +78,6 @@ class Testbed:
         spec = self.data.sweep.spec
         return (spec.benchmark if spec is not None and spec.benchmark else None) or self.data.sweep.benchmarks[0]
 
-    def arm(self, baseline: str, variant: str) -> str | None:
-        return next((a for a, bv in sorted(self.data.sweep.info.items()) if bv == (baseline, variant)), None)
-
     def family(self, name: str | None) -> list[Comparison]:
         """The members of the declared family ``name`` of this sweep file ([] when it declares none)."""
         return [c for c in self.data.comparisons.family(name) if not c.same_config] if name else []
@@ -537,12 +534,10 @@ def claims_markdown(study: Study, command: str | None = None, today: dt.date | N
             ent.append({"testbed": tb.name, "arm": arm, "last-quarter entropy (nats/token) [95% CI]":
                         f"{m[0]:.3f} [{m[1]:.3f}, {m[2]:.3f}]" if math.isfinite(m[1]) else f"{m[0]:.3f}"})
     out += ["## 3. Entropy per arm", "", table(pd.DataFrame(ent)), ""]
-    long_lines = []
     if study.long:
         out += ["## 4. The long horizon", ""]
         for tb, main_step, family in study.long:
             rows, lines = long_rows(tb, main_step, family)
-            long_lines += lines
             out += [f"### {tb.name}", "", *lines, "", table(rows, "No member of the family has runs."), ""]
     sharp = [sharpening(tb, cfg.expect) for tb in ([study.main] if study.main else []) + list(beds)]
     out += ["## 5. Sharpening and the final level", "",

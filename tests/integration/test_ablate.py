@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -87,16 +88,24 @@ def test_shared_warm_start_is_built_with_the_runs_threads(tmp_path, monkeypatch)
         torch.set_num_threads(before)
 
 
+def _broken_data(tmp_path) -> Path:
+    """A data file that exists (so the sweep's checks before any run pass) but is not JSON lines: the run
+    that reads it fails, and the sweep must isolate that failure."""
+    path = tmp_path / "broken.jsonl"
+    path.write_text("this is not JSON\n")
+    return path
+
+
 @pytest.mark.slow
 def test_sweep_runs_isolates_failures_and_resumes_only_missing_work(tmp_path, rbctl_cache):
     path = _write_sweep(tmp_path, {"grpo": {}, "grpo_budget": {"algo.budget": 1.0},
-                                   "broken": {"data.source": str(tmp_path / "missing.jsonl")}},
-                        same_labels=True)  # 'broken' is plain GRPO on missing data
+                                   "broken": {"data.source": str(_broken_data(tmp_path))}},
+                        same_labels=True)  # 'broken' is plain GRPO on unreadable data
     out = tmp_path / "sweep"
     state = run_sweep(path, out, progress=False, log=lambda *a: None)
     runs = state["runs"]
     assert runs["grpo/seed_0"]["status"] == "done" and runs["grpo_budget/seed_0"]["status"] == "done"
-    assert runs["broken/seed_0"]["status"] == "failed" and "missing.jsonl" in runs["broken/seed_0"]["error"]
+    assert runs["broken/seed_0"]["status"] == "failed" and "broken.jsonl" in runs["broken/seed_0"]["error"]
     done_run = out / "runs" / "grpo" / "seed_0"
     summary = json.loads((done_run / "eval" / "step_000002" / "builtin" / "summary.json").read_text())
     assert summary["n"] == 2 and summary["num_problems"] == 4
@@ -132,7 +141,7 @@ def test_a_second_ablate_on_a_locked_directory_is_refused(tmp_path):
 @pytest.mark.slow
 def test_sweep_through_submitit_local_mode(tmp_path, rbctl_cache):
     pytest.importorskip("submitit")
-    path = _write_sweep(tmp_path, {"grpo": {}, "broken": {"data.source": str(tmp_path / "missing.jsonl")}},
+    path = _write_sweep(tmp_path, {"grpo": {}, "broken": {"data.source": str(_broken_data(tmp_path))}},
                         launcher={"cluster": "local", "cpus_per_task": 1, "poll_s": 0.5}, same_labels=True)
     out = tmp_path / "sweep"
     state = run_sweep(path, out, progress=False, log=lambda *a: None, launcher="submitit")
@@ -147,7 +156,7 @@ def test_a_stated_ceiling_is_written_where_the_report_reads_it_and_seeds_shift(t
     from rbctl.store.read import read_ceiling_file
 
     ceiling = {"value": 0.98, "source": "plain GRPO's longer runs"}
-    path = _write_sweep(tmp_path, {"broken": {"data.source": str(tmp_path / "missing.jsonl")}}, seeds=(0, 1),
+    path = _write_sweep(tmp_path, {"broken": {"data.source": str(_broken_data(tmp_path))}}, seeds=(0, 1),
                         ceiling=ceiling)
     state = run_sweep(path, tmp_path / "sweep", progress=False, log=lambda *a: None, seed_offset=100)
     assert sorted(state["runs"]) == ["broken/seed_100", "broken/seed_101"]  # the same sweep on disjoint seeds
