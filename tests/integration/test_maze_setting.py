@@ -3,12 +3,10 @@ below is worked out by hand from the counts."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-import yaml
-
 from scripts import maze_setting
+from tests.integration.hand_runs import write_run, write_sweep_files
 
 N = 4
 # entropy logged at steps 1..4: the last quarter (step 4) is each run's final entropy
@@ -17,34 +15,24 @@ ENTROPY = {"grpo": 0.10, "grpo_budget": 0.05, "grpo_entropy": 0.20, "rloo": 0.12
 
 def make_sweep(root: Path, arms: dict, correct: dict, steps: int = 4, periodic: dict | None = None,
                configs: dict | None = None, principal: list | None = None) -> Path:
-    state = {}
+    keys = []
     for arm, per_seed in correct.items():
         estimator, budget, mode, variant = arms[arm]
         for seed, c in enumerate(per_seed):
-            d = root / "runs" / arm / f"seed_{seed}"
-            (d / "eval" / f"step_{steps:06d}" / "builtin").mkdir(parents=True)
             cfg = {"seed": seed, "steps": steps, "rollout": {"group_size": 8},
                    "algo": {"estimator": estimator, "budget": budget, "entropy": {"mode": mode}}}
             for k, v in ((configs or {}).get(arm) or {}).items():
                 cfg.setdefault(k, {}).update(v) if isinstance(v, dict) else cfg.__setitem__(k, v)
-            (d / "config.yaml").write_text(yaml.safe_dump(cfg))
-            (d / "run.json").write_text(json.dumps({"arm": arm, "seed": seed, "sweep": "s", "baseline": estimator,
-                                                    "variant": variant}))
-            (d / "provenance.json").write_text(json.dumps({"git_commit": "0123abc"}))
             e = ENTROPY.get(arm, 0.1)
-            (d / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "entropy": (0.3 if s == 1 else e)}) + "\n"
-                                                     for s in range(1, steps + 1)))
-            lines = (periodic or {}).get((arm, seed), [])
-            (d / "eval.jsonl").write_text("".join(json.dumps({"benchmark": "builtin", "n": N, **x}) + "\n" for x in lines))
-            summary = {"benchmark": "builtin", "step": steps, "n": N, "num_problems": 4,
-                       "per_problem": [{"id": f"p{i}", "n": N, "correct": k} for i, k in enumerate(c)]}
-            (d / "eval" / f"step_{steps:06d}" / "builtin" / "summary.json").write_text(json.dumps(summary))
-            state[f"{arm}/seed_{seed}"] = {"status": "done"}
-    (root / "state.json").write_text(json.dumps({"runs": state}))
+            write_run(root / "runs" / arm / f"seed_{seed}", cfg=cfg, steps=steps, correct=c, n=N,
+                      meta={"arm": arm, "seed": seed, "sweep": "s", "baseline": estimator, "variant": variant},
+                      metrics=[{"step": s, "entropy": (0.3 if s == 1 else e)} for s in range(1, steps + 1)],
+                      evals=(periodic or {}).get((arm, seed), []))
+            keys.append(f"{arm}/seed_{seed}")
     sweep = {"name": "s", "seeds": [0, 1, 2], "arms": {a: {} for a in correct}, "eval": {"benchmarks": ["builtin"], "n": N}}
     if principal:
         sweep["comparisons"] = {"principal": principal, "metric": "avg@n", "mde": 5.0, "planning_sd": 3.5}
-    (root / "sweep.yaml").write_text(yaml.safe_dump({"sweep": sweep, "configs": {}}, sort_keys=False))
+    write_sweep_files(root, keys, sweep)
     return root
 
 

@@ -16,6 +16,7 @@ from rbctl.algo.sharpness import finite_g_check, kappa_by_k
 from rbctl.report import claims
 from rbctl.report.analyses.comparisons import EQUIVALENT, HIGHER, INCONCLUSIVE, call
 from rbctl.report.power import mde_paired
+from tests.integration.hand_runs import write_run, write_sweep_files
 
 N = 4
 # arm -> (estimator, budget, entropy mode, variant); correct of n = 4 on problems p0..p3 per seed 0, 1, 2
@@ -46,34 +47,24 @@ ENTROPY = {"grpo": 0.10, "grpo_budget": 0.05, "grpo_entropy": 0.20, "rloo": 0.12
 
 def make_sweep(root: Path, correct: dict, comparisons: dict, steps: int = 4, periodic: dict | None = None,
                ceiling: float | None = None) -> Path:
-    state = {}
+    keys = []
     for arm, per_seed in correct.items():
         estimator, budget, mode, variant = ARMS[arm]
         for seed, c in enumerate(per_seed):
-            d = root / "runs" / arm / f"seed_{seed}"
-            (d / "eval" / f"step_{steps:06d}" / "builtin").mkdir(parents=True)
             cfg = {"seed": seed, "steps": steps, "rollout": {"group_size": 8, "prompts_per_step": 16},
                    "algo": {"estimator": estimator, "budget": budget, "entropy": {"mode": mode},
                             "loss_agg": "seq-mean-token-sum-norm" if estimator == "dr_grpo" else "token-mean"}}
-            (d / "config.yaml").write_text(yaml.safe_dump(cfg))
-            (d / "run.json").write_text(json.dumps({"arm": arm, "seed": seed, "sweep": "s", "baseline": estimator,
-                                                    "variant": variant}))
-            (d / "provenance.json").write_text(json.dumps({"git_commit": "0123abc"}))
             e = ENTROPY[arm] + (0.05 * seed if mode == "static" else 0.0)
             # κ_eff at steps 1..4 and the share of mixed prompts; the early quarter is step 1
-            (d / "metrics.jsonl").write_text("".join(
-                json.dumps({"step": s, "entropy": (0.6 if s == 1 else e), "kappa_eff": 1.0 + 0.1 * s + 0.01 * seed,
-                            "groups/frac_mixed": 0.5}) + "\n" for s in range(1, steps + 1)))
-            lines = (periodic or {}).get((arm, seed), [])
-            (d / "eval.jsonl").write_text("".join(json.dumps({"benchmark": "builtin", "n": N, **x}) + "\n" for x in lines))
-            summary = {"benchmark": "builtin", "step": steps, "n": N, "num_problems": 4,
-                       "per_problem": [{"id": f"p{i}", "n": N, "correct": k} for i, k in enumerate(c)]}
-            (d / "eval" / f"step_{steps:06d}" / "builtin" / "summary.json").write_text(json.dumps(summary))
-            state[f"{arm}/seed_{seed}"] = {"status": "done"}
-    (root / "state.json").write_text(json.dumps({"runs": state}))
-    sweep = {"name": "s", "seeds": [0, 1, 2], "arms": {a: {} for a in correct}, "eval": {"benchmarks": ["builtin"], "n": N},
-             "comparisons": {"metric": "avg@n", "mde": 10.0, "planning_sd": 3.5, **comparisons}}
-    (root / "sweep.yaml").write_text(yaml.safe_dump({"sweep": sweep, "configs": {}}, sort_keys=False))
+            metrics = [{"step": s, "entropy": (0.6 if s == 1 else e), "kappa_eff": 1.0 + 0.1 * s + 0.01 * seed,
+                        "groups/frac_mixed": 0.5} for s in range(1, steps + 1)]
+            write_run(root / "runs" / arm / f"seed_{seed}", cfg=cfg, metrics=metrics, steps=steps, correct=c, n=N,
+                      meta={"arm": arm, "seed": seed, "sweep": "s", "baseline": estimator, "variant": variant},
+                      evals=(periodic or {}).get((arm, seed), []))
+            keys.append(f"{arm}/seed_{seed}")
+    write_sweep_files(root, keys, {"name": "s", "seeds": [0, 1, 2], "arms": {a: {} for a in correct},
+                                   "eval": {"benchmarks": ["builtin"], "n": N},
+                                   "comparisons": {"metric": "avg@n", "mde": 10.0, "planning_sd": 3.5, **comparisons}})
     if ceiling is not None:
         (root / "ceiling.json").write_text(json.dumps({"value": ceiling, "source": "stated in the test"}))
     return root
@@ -117,7 +108,7 @@ def test_the_budget_family_is_the_sweep_files_and_claim_a_reads_its_calls(tmp_pa
     doc = claims.claims_markdown(study, command="rbctl report study.yaml")
     assert "no difference" not in doc and "| (a) The budget improves several RL baselines |" in doc
     # the same Holm p as the sweep's own report prints for the row
-    assert f"| GRPO | fixpoint | grpo_budget − grpo | 3 | 31.2 | 58.3 | +27.1 [" in doc
+    assert "| GRPO | fixpoint | grpo_budget − grpo | 3 | 31.2 | 58.3 | +27.1 [" in doc
     assert f"| {100 * (0.98 - 0.3125):.1f} |" in doc  # GRPO's distance to the stated ceiling: 98 − 31.25 points
     assert "token-mean" in doc and "Code: `0123abc` (one commit)." in doc
 
