@@ -37,7 +37,6 @@ from rbctl.config.study import StudyConfig
 from rbctl.errors import UserError
 from rbctl.report.analyses.comparisons import (EQUIVALENT, HIGHER, INCONCLUSIVE, LOWER, Comparison, call,
                                                call_text)
-from rbctl.report.analyses.escape_time import escape_rows, survival_summary
 from rbctl.report.analyses.warm_starts import warm_start_level
 from rbctl.report.data import ReportData, report_data
 from rbctl.report.load import Run
@@ -172,17 +171,13 @@ def family_rows(beds: tuple[Testbed, ...], family: str | None, question: str, es
 
 
 def rmst_cell(tb: Testbed, arm: str) -> str:
-    """An arm's restricted mean escape step with its interval and τ, or "–" without an escape setting."""
+    """An arm's restricted mean escape step with its interval and τ, from the sweep report's escape
+    analysis (one τ for every arm), or "–" without an escape setting or a run that logged it."""
     esc = tb.data.escape
-    runs = tb.data.sweep.by_arm.get(arm)
-    if esc is None or not runs:
+    if esc is None or not len(esc.table) or arm not in set(esc.table["arm"]):
         return "–"
-    rows = escape_rows(runs, esc.setting, esc.benchmark)
-    if rows.empty:
-        return "–"
-    table, _, tau = survival_summary(rows)
-    t = table.iloc[0]
-    return f"{t['rmst']:.0f} [{t['rmst_lo']:.0f}, {t['rmst_hi']:.0f}] of τ {tau:.0f}"
+    t = esc.table[esc.table["arm"] == arm].iloc[0]
+    return f"{t['rmst']:.0f} [{t['rmst_lo']:.0f}, {t['rmst_hi']:.0f}] of τ {esc.tau:.0f}"
 
 
 def aggregation_rows(beds: tuple[Testbed, ...]) -> pd.DataFrame:
