@@ -15,6 +15,11 @@ from pydantic import BaseModel, ConfigDict, Tag, ValidationError
 from rbctl.errors import UserError
 
 
+# the config keys that may differ between two runs of one training config (the seed, the machine's
+# threads, where it logs): a sweep's same-training check and the report's same-config flag ignore them
+RUN_ONLY_KEYS = ("seed", "threads", "log")
+
+
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 

@@ -13,14 +13,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rbctl.config.base import validate
+from rbctl.config.base import RUN_ONLY_KEYS, validate
 from rbctl.config.sweep import Comparisons, Escape, arm_variant
 from rbctl.errors import UserError
 from rbctl.store import read
 from rbctl.store.rundir import REPORT_DIR, SWEEP_FILE, SWEEP_RUNS, run_key, seed_of
 
 SEARCH_DEPTH = 3  # levels below an input directory searched for runs and sweeps
-IGNORED_CONFIG_KEYS = ("seed", "threads", "log")  # what may differ between two runs of one training config
 
 
 @dataclass
@@ -55,8 +54,8 @@ class Run:
         return run_key(self.arm, self.seed, self.warm_start)
 
     def training_config(self) -> dict:
-        """The config without what may differ between runs of one arm (`IGNORED_CONFIG_KEYS`)."""
-        return {k: v for k, v in self.config.items() if k not in IGNORED_CONFIG_KEYS}
+        """The config without what may differ between runs of one arm (`rbctl.config.base.RUN_ONLY_KEYS`)."""
+        return {k: v for k, v in self.config.items() if k not in RUN_ONLY_KEYS}
 
     @property
     def last_step(self) -> int:

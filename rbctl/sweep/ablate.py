@@ -16,7 +16,7 @@ import traceback
 from pathlib import Path
 
 from rbctl.algo import registry as methods
-from rbctl.config.base import apply_overrides, read_yaml, validate
+from rbctl.config.base import RUN_ONLY_KEYS, apply_overrides, read_yaml, validate
 from rbctl.config.launcher import LauncherCfg
 from rbctl.config.methods import hooks_on
 from rbctl.config.sweep import SweepConfig, SweepEval
@@ -176,8 +176,6 @@ def _check_labels(path: Path, configs: dict[str, TrainConfig]) -> None:
         seen[label] = arm
 
 
-# what may differ between two runs of one training config (as the report's same-config flag reads it)
-RUN_ONLY_KEYS = ("seed", "threads", "log")
 
 
 def _check_family_configs(path: Path, sweep: SweepConfig, configs: dict[str, TrainConfig]) -> None:
