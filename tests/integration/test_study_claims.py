@@ -139,7 +139,22 @@ def test_claim_b_needs_the_plateau_and_a_bonus_that_raised_entropy(tmp_path: Pat
     # without a stated ceiling the plateau test cannot hold, and claim (b) is not read there
     other = claims.load_study(study_file(tmp_path / "no_ceiling", ceiling=None), n_boot=50)
     assert not other.testbeds[0].plateau_held
+    assert not any(other.testbeds[0].data.plateau.held_for(a) for a in ("grpo", "rloo"))
     assert claims.claim_b(other.testbeds, "entropy_vs_base")[1].startswith("not tested")
+
+
+def test_the_plateau_test_of_every_plain_baseline(tmp_path: Path) -> None:
+    study = claims.load_study(study_file(tmp_path), n_boot=50)
+    p = study.testbeds[0].data.plateau
+    # the plain arms only: no budget, no bonus
+    assert list(p.plain) == ["grpo", "rloo"]
+    rloo = p.plain["rloo"]
+    # rloo: final pass@1 41.67 (seeds .375, .4375, .4375), 98 − 41.67 = 56.33 points below; entropy .12 of .6
+    assert rloo.below_ceiling.value == pytest.approx(98 - 100 * (0.375 + 0.4375 + 0.4375) / 3)
+    assert rloo.entropy_collapsed.value == pytest.approx(0.12) and p.held_for("rloo")
+    rows = claims.plateau_rows(study.testbeds)
+    assert list(rows["arm"]) == ["grpo", "rloo"] and list(rows["plateau"]) == ["holds", "holds"]
+    assert "56.3 points" in rows["below the ceiling"][1]
 
 
 def test_claim_e_counts_units_states_the_sign_and_tests_the_lag(tmp_path: Path) -> None:

@@ -1,7 +1,8 @@
 """The premature-convergence (plateau) test (docs/method.md, "Premature convergence"): its ceiling
 (a ceiling file, else the one the task states; never the compared runs'), the test of one arm criterion by
 criterion (`plateau_check`, on plain numbers), read from runs (`plateau_of_arm`), and the report's
-plateau analysis of the GRPO base arm (`plateau`).
+plateau analysis (`plateau`): the GRPO base arm, and every plain arm (each baseline X without a variant,
+or each setting of a sweep over settings).
 """
 
 from __future__ import annotations
@@ -218,7 +219,9 @@ class Plateau:
     """The plateau test of the report's GRPO base arm (`PLATEAU_ARM`) on the periodic evaluation's
     benchmark: its verdict, one row per criterion and the verdict (`criteria`: tables/plateau.csv), and
     per unit (`units`: tables/plateau_units.csv). ``arm`` is None when there is no such arm or no
-    benchmark (then the frames are empty and ``verdict`` is None)."""
+    benchmark (then the frames are empty and ``verdict`` is None). ``plain`` holds the verdict of every
+    plain arm (variant "base": each baseline X, or each setting of a sweep over settings), the GRPO arm
+    included; `plain_table` is its one-row-per-arm summary (tables/plateau_arms.csv)."""
 
     arm: str | None
     benchmark: str | None
@@ -226,6 +229,12 @@ class Plateau:
     verdict: PlateauVerdict | None
     criteria: pd.DataFrame
     units: pd.DataFrame
+    plain: dict[str, PlateauVerdict] = field(default_factory=dict)
+
+    def held_for(self, arm: str) -> bool:
+        """The plateau test holds for the plain arm ``arm`` against a stated ceiling."""
+        v = self.plain.get(arm)
+        return bool(v is not None and v.held and self.ceiling.value is not None and self.ceiling.declared)
 
 
 def criteria_table(arm: str, v: PlateauVerdict) -> pd.DataFrame:
@@ -251,13 +260,31 @@ def eval_benchmark(runs: list[Run], benchmarks: list[str]) -> str | None:
                 benchmarks[0] if benchmarks else None)
 
 
+def plain_table(plain: dict[str, PlateauVerdict]) -> pd.DataFrame:
+    """One row per plain arm: each criterion's measured value and whether it held, and the verdict."""
+    rows = []
+    for arm, v in plain.items():
+        row: dict = {"arm": arm, "units": v.seeds}
+        for key, c in (("stalled", v.stalled), ("below_ceiling", v.below_ceiling),
+                       ("entropy_collapsed", v.entropy_collapsed)):
+            row[f"{key}_value"], row[f"{key}_held"] = c.value, c.held
+        row["plateau"] = v.held
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def plateau(by_arm: dict[str, list[Run]], info: dict[str, tuple[str, str]], dirs: list[Path],
             benchmark: str | None) -> Plateau:
-    """The plateau analysis of a report: the ceiling (`reachable_ceiling`) and the test of the arm
-    whose (baseline, variant) is `PLATEAU_ARM` on ``benchmark`` (`eval_benchmark`)."""
+    """The plateau analysis of a report: the ceiling (`reachable_ceiling`), the test of the arm
+    whose (baseline, variant) is `PLATEAU_ARM` on ``benchmark`` (`eval_benchmark`), and the test of
+    every plain arm (variant "base")."""
     ceiling = reachable_ceiling(by_arm, dirs, benchmark)
     arm = next((a for a in sorted(by_arm) if info[a] == PLATEAU_ARM), None)
-    if arm is None or benchmark is None:
+    if benchmark is None:
         return Plateau(arm, benchmark, ceiling, None, pd.DataFrame(), pd.DataFrame())
-    v = plateau_of_arm(by_arm[arm], benchmark, ceiling.value)
-    return Plateau(arm, benchmark, ceiling, v, criteria_table(arm, v), units_table(v, ceiling.value))
+    plain = {a: plateau_of_arm(by_arm[a], benchmark, ceiling.value)
+             for a in sorted(by_arm) if info[a][1] == PLATEAU_ARM[1]}
+    if arm is None:
+        return Plateau(arm, benchmark, ceiling, None, pd.DataFrame(), pd.DataFrame(), plain)
+    v = plain[arm]
+    return Plateau(arm, benchmark, ceiling, v, criteria_table(arm, v), units_table(v, ceiling.value), plain)

@@ -25,6 +25,7 @@ def plateau(data: ReportData, page: Page) -> None:
     doc.heading(2, "Plateau test (premature convergence)")
     if p.verdict is None:
         doc.para("No GRPO base arm (baseline grpo, variant base) with held-out evaluations.")
+        plain_arms(data, page)
         return
     v, c = p.verdict, p.ceiling
     ceiling = f"unknown ({c.source})" if c.value is None else f"{pct(c.value)}% ({c.source})"
@@ -45,6 +46,29 @@ def plateau(data: ReportData, page: Page) -> None:
             "entropy final / warm": [num(x, 2) for x in units["entropy_ratio"]],
             "collapsed": [yes_no(h) for h in units["entropy_collapsed"]]})
         page.table(units, shown, "plateau_units")
+    plain_arms(data, page)
+
+
+def plain_arms(data: ReportData, page: Page) -> None:
+    """The plateau test of every plain arm (each baseline X without a variant, or each setting of a
+    sweep over settings), one row each, when there is more than one."""
+    from rbctl.report.analyses.plateau import plain_table
+
+    p, doc = data.plateau, page.doc
+    if len(p.plain) < 2:
+        return
+    table = plain_table(p.plain)
+    doc.para("Every plain arm (no budget, no bonus, no other variant), by the same test and ceiling: the "
+             "last-quarter change of held-out pass@1 (points), the distance below the ceiling (points), the "
+             "final token entropy beside the threshold (1/3 of the warm start's).")
+    crit = lambda v, h, d=1: "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{num(v, d)} {'✓' if h else '✗'}"  # noqa: E731
+    shown = pd.DataFrame({
+        "arm": table["arm"], "units": table["units"],
+        "stalled (< 2)": [crit(v, h, 2) for v, h in zip(table["stalled_value"], table["stalled_held"])],
+        "below the ceiling (≥ 15)": [crit(v, h) for v, h in zip(table["below_ceiling_value"], table["below_ceiling_held"])],
+        "final entropy (collapsed)": [crit(v, h, 3) for v, h in zip(table["entropy_collapsed_value"], table["entropy_collapsed_held"])],
+        "plateau": [yes_no(h) for h in table["plateau"]]})
+    page.table(table, shown, "plateau_arms")
 
 
 def escape(data: ReportData, page: Page) -> None:
