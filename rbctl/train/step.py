@@ -1,5 +1,5 @@
 """One training step, top to bottom: sample → grade → advantages → mini-batch updates → κ_eff →
-metrics (`train_step`), from explicit inputs: the policy and what updates it (`update.Policy`),
+metrics (`train_step`), from explicit inputs: the training state (`update.TrainState`: the policy and what updates it),
 the sampler of the prompts (`sampling.Sampler`) and the entropy coefficient α the step uses.
 
 1. P prompts are taken in a seeded order (a fresh permutation of the pool each epoch), and G
@@ -10,7 +10,8 @@ the sampler of the prompts (`sampling.Sampler`) and the entropy coefficient α t
 3. Advantages ([P, G] → [P, G], broadcast over tokens) and the loss are the arm's `Objective`
    (`objective.py`: reward transforms, estimator ± budget, policy loss, token masks; no branch here),
    over the global batch (every rank's rewards).
-4. The update (`update.py`): `ppo_epochs` passes over the batch, each dealing its groups into M
+4. The update (`update.py`), then the learning-rate schedule's step and the engine's weight sync
+   (the next rollout samples from the updated policy): `ppo_epochs` passes over the batch, each dealing its groups into M
    mini-batches (`algo.ppo_mini_batch_size`), one optimizer step each, ratios against the
    behaviour policy's log-probs from before the first step (docs/method.md, "Mini-batch
    updates"). Entropy and the KL to the reference are logged for the pre-update policy. Forwards
@@ -34,7 +35,7 @@ from rbctl.config.methods import hooks_on
 from rbctl.train.batch import RolloutBatch, make_batch, sample_rows
 from rbctl.train.sampling import Sampler
 from rbctl.train.step_metrics import batch_metrics, merge
-from rbctl.train.update import Policy, logratio_sums, update
+from rbctl.train.update import TrainState, logratio_sums, update
 
 
 @dataclass
@@ -46,39 +47,41 @@ class StepOutput:
     alpha: float
 
 
-def rollout_batch(policy: Policy, sampler: Sampler, step: int) -> RolloutBatch:
+def rollout_batch(state: TrainState, sampler: Sampler, step: int) -> RolloutBatch:
     """Steps 1–3: this rank's prompts and rollouts, graded, with advantages over the global batch."""
     groups = sampler.groups(step)  # sampled and graded (a sampling hook: more rounds)
     rewards = groups.correct.float()
-    shaped = policy.objective.shape_rewards(rewards, groups.samples)  # what the estimator sees (the reward transforms)
-    adv = policy.objective.advantages(policy.dist.gather_rows(shaped))
-    n, rank = len(groups.idx), policy.dist.rank
+    shaped = state.objective.shape_rewards(rewards, groups.samples)  # what the estimator sees (the reward transforms)
+    adv = state.objective.advantages(state.dist.gather_rows(shaped))
+    n, rank = len(groups.idx), state.dist.rank
     prompts = [sampler.prompt_ids(i) for i in groups.idx]
-    return make_batch(prompts, groups.samples, policy.engine.pad_id, rewards=rewards, correct=groups.correct,
+    return make_batch(prompts, groups.samples, state.engine.pad_id, rewards=rewards, correct=groups.correct,
                       advantages=adv[rank * n:(rank + 1) * n], step=step, shaped_rewards=shaped, groups=groups)
 
 
-def train_step(policy: Policy, sampler: Sampler, step: int, alpha: float) -> StepOutput:
+def train_step(state: TrainState, sampler: Sampler, step: int, alpha: float) -> StepOutput:
     """One rollout batch and its updates (module docstring, steps 1–7)."""
-    c = policy.cfg
+    c = state.cfg
     t0 = time.perf_counter()
-    batch = rollout_batch(policy, sampler, step)
+    batch = rollout_batch(state, sampler, step)
     t1 = time.perf_counter()
-    lr_used = policy.opt.param_groups[0]["lr"]  # read before the update, which steps the schedule
-    result = update(policy, batch, alpha)
+    lr_used = state.opt.param_groups[0]["lr"]  # the lr of this batch's optimizer steps
+    result = update(state, batch, alpha)
+    state.sched.step()  # the learning-rate schedule moves once per rollout batch
+    state.engine.sync_weights(state.model)  # the next rollout samples from the updated policy
     t2 = time.perf_counter()
     # κ_eff is measured after the last optimizer step of the batch; when every step was skipped
     # (non-finite), nothing changed and κ_eff is null
     kappa_eff = None
     if c.kappa_eff_every and step % c.kappa_eff_every == 0 and result.metrics["nonfinite/skipped"] < result.optimizer_steps:
-        d = logratio_sums(policy, batch, result.old_logp)
-        kappa_eff = algo.nanmean_or_none(algo.kappa_eff(policy.dist.gather_rows(batch.rewards), d))
+        d = logratio_sums(state, batch, result.old_logp)
+        kappa_eff = algo.nanmean_or_none(algo.kappa_eff(state.dist.gather_rows(batch.rewards), d))
     t3 = time.perf_counter()
     ent = c.algo.entropy
     next_alpha = alpha
     if ent.mode == "adaptive":
         next_alpha = adaptive_alpha(alpha, result.metrics["entropy"], ent.target, ent.delta, ent.alpha_min, ent.alpha_max)
-    rollouts, gen_tokens = batch_metrics(policy.dist, batch, bool(hooks_on(c.rollout)), policy.objective.shapes_rewards)
+    rollouts, gen_tokens = batch_metrics(state.dist, batch, bool(hooks_on(c.rollout)), state.objective.shapes_rewards)
     step_s = t3 - t0
     own = {
         "kappa_eff": kappa_eff,

@@ -1,6 +1,6 @@
 """The trainer: one run's set-up (policy, reference, optimizer, engine, data, resume) and its
 step. What a step does, top to bottom, is `rbctl.train.step.train_step`, from the parts set up
-here (`Trainer.policy`, `Trainer.sampler`); the loop around it (checkpoints, logging, evaluation)
+here (`Trainer.state`, `Trainer.sampler`); the loop around it (checkpoints, logging, evaluation)
 is `loop.py`.
 """
 
@@ -27,11 +27,11 @@ from rbctl.train.parallel import parallel_for
 from rbctl.train.precision import prepare_trainable, resolve_precision
 from rbctl.train.sampling import Sampler
 from rbctl.train.step import train_step
-from rbctl.train.update import Policy
+from rbctl.train.update import TrainState
 
 
 class Trainer:
-    """One run's model, optimizer and engine, the parts a step reads (`policy`, `sampler`) and the
+    """One run's model, optimizer and engine, the parts a step reads (`state`, `sampler`) and the
     state it carries from step to step (α)."""
 
     def __init__(self, cfg: TrainConfig, run_dir: Path, log=print, resume_at_most: int | None = None):
@@ -71,8 +71,8 @@ class Trainer:
         # the sampler's own log-probs: rollout/logprob_diff, and what TIS corrects
         if not self.engine.record_logprobs() and cfg.algo.tis_cap is not None:
             raise UserError(f"algo.tis_cap needs the sampler's log-probs; the {cfg.rollout.engine} engine gives none")
-        self.policy = Policy(cfg, self.model, self.train_model, self.ref, self.opt, self.sched, self.objective,
-                             self.dist, self.engine, self.device, self.precision, self.lora, self.use_ref)
+        self.state = TrainState(cfg, self.model, self.train_model, self.ref, self.opt, self.sched, self.objective,
+                                self.dist, self.engine, self.device, self.precision, self.lora, self.use_ref)
         self.sampler = Sampler(cfg, self.engine, self.precision, self.dist, self.problems, self.reward_fn,
                                self.tokenizer, self.template, self.prompt_task)
 
@@ -160,7 +160,7 @@ class Trainer:
 
     def step(self, step: int) -> tuple[dict, list[dict]]:
         """Run step `step` (`rbctl.train.step.train_step`): its metrics line and rows of samples.jsonl."""
-        out = train_step(self.policy, self.sampler, step, self.alpha)
+        out = train_step(self.state, self.sampler, step, self.alpha)
         self.alpha = out.alpha
         return out.metrics, out.rows
 

@@ -1,14 +1,18 @@
-"""The policy update of one rollout batch, as functions of explicit inputs (`Policy`): forward passes
+"""The policy update of one rollout batch, as functions of explicit inputs (`TrainState`): forward passes
 that score a batch's responses, the optimizer steps (`update`: ppo_epochs × M mini-batches,
 docs/method.md "Mini-batch updates") and the log-ratios κ_eff measures after them
-(`logratio_sums`). `rbctl.train.step.train_step` calls them in the order of a step.
+(`logratio_sums`). `update` is read in its parts: the behaviour policy's log-probs
+(`behaviour_logprobs`), one optimizer step per mini-batch (`mini_batch_step`, each micro-batch's
+forward and backward in `micro_batch_loss`), the loss itself, a pure function of its tensors
+(`minibatch_loss`: policy loss × TIS + KL − αH), and the statistics record (`UpdateStats`).
+`rbctl.train.step.train_step` calls them in the order of a step.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -25,7 +29,7 @@ from rbctl.train.precision import Precision
 
 
 @dataclass
-class Policy:
+class TrainState:
     """What an update reads and steps: the policy (`model`; `train_model` is its DDP/FSDP-wrapped
     view that training forwards run through), the frozen reference (None with LoRA, whose reference
     is the adapter-disabled base, or when no KL is kept), the optimizer and its schedule, the arm's
@@ -73,7 +77,7 @@ def mini_batches_per_epoch(cfg: TrainConfig) -> int:
     return 1 if mb is None else cfg.rollout.prompts_per_step // mb
 
 
-def forward_logp(p: Policy, model, batch: RolloutBatch, sl, with_entropy: bool, entropy_grad: bool, lean: bool = False):
+def forward_logp(p: TrainState, model, batch: RolloutBatch, sl, with_entropy: bool, entropy_grad: bool, lean: bool = False):
     """Log-probs [n, Lr] of rows `sl` of the batch's responses under `model`, and their per-token
     entropy [n, Lr] where `with_entropy` (with gradient where `entropy_grad`, else None). `lean`
     (no gradient, no entropy): by `lean_token_logprobs`, equal up to float rounding."""
@@ -96,7 +100,7 @@ def forward_logp(p: Policy, model, batch: RolloutBatch, sl, with_entropy: bool, 
 
 
 @torch.no_grad()
-def eval_logp(p: Policy, model, batch: RolloutBatch, slices: list[slice], with_entropy: bool = False, lean: bool = False):
+def eval_logp(p: TrainState, model, batch: RolloutBatch, slices: list[slice], with_entropy: bool = False, lean: bool = False):
     """No-grad log-probs [N, Lr] of the whole batch in eval mode (no dropout, as the rollouts were
     sampled), run micro-batch by micro-batch; with `with_entropy` also (log-probs, the token
     entropy summed over response tokens). `model` None: the reference (the adapter-disabled base
@@ -117,121 +121,185 @@ def eval_logp(p: Policy, model, batch: RolloutBatch, slices: list[slice], with_e
     return logp, sum((ent * mask[sl]).sum().item() for (_, ent), sl in zip(outs, slices))
 
 
-def update(p: Policy, batch: RolloutBatch, alpha: float) -> UpdateResult:
+@dataclass
+class Behaviour:
+    """The behaviour policy's log-probs (`logp`, [N, Lr]: the model before the batch's first
+    optimizer step; None until the first epoch's training forwards fill them in, where
+    `from_forward`), the reference's (`ref_logp`, None without a reference) and whether the
+    pre-update entropy and KL were logged by a separate pass (`pre_logged`, with the entropy sum
+    in `entropy_sum`)."""
+
+    logp: torch.Tensor | None
+    ref_logp: torch.Tensor | None
+    pre_logged: bool
+    from_forward: bool
+    entropy_sum: float = 0.0
+
+
+def behaviour_logprobs(state: TrainState, batch: RolloutBatch) -> Behaviour:
+    """The behaviour policy's and the reference's log-probs of the batch, before any step. With one
+    mini-batch the first epoch's training forward gives the behaviour log-probs (nothing has changed
+    yet), unless dropout is active. Otherwise a no-grad eval-mode pass over the whole batch takes
+    them; with M > 1 it also gives the logged pre-update entropy (and KL), since later mini-batches
+    are stepped on after earlier ones."""
+    whole = micro_batches(state.cfg, batch.n)
+    pre_logged = mini_batches_per_epoch(state.cfg) > 1
+    old, ent_pre = None, 0.0
+    if pre_logged:
+        old, ent_pre = eval_logp(state, state.model, batch, whole, with_entropy=True)
+    elif dropout_active(state.model):
+        old = eval_logp(state, state.model, batch, whole)
+    ref_logp = eval_logp(state, None, batch, whole) if state.use_ref else None
+    return Behaviour(old, ref_logp, pre_logged, from_forward=old is None, entropy_sum=ent_pre)
+
+
+def minibatch_loss(cfg: TrainConfig, pg_loss: torch.Tensor, logp: torch.Tensor, old_logp: torch.Tensor,
+                   engine_logp: torch.Tensor | None, ref_logp: torch.Tensor | None, entropy: torch.Tensor | None,
+                   weights: torch.Tensor, alpha: float) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(the loss of a micro-batch's rows, their per-token k3 KL to the reference or None): the
+    policy loss per token [n, Lr] × the TIS weights (where the sampler's log-probs are kept and
+    `algo.tis_cap` is set) + kl_coef·KL − α·H, aggregated by `weights` (`aggregation_weights`)."""
+    a = cfg.algo
+    loss_mat = pg_loss
+    if engine_logp is not None and a.tis_cap is not None:
+        loss_mat = loss_mat * tis_weights(old_logp, engine_logp, a.tis_cap)
+    kl = None
+    if ref_logp is not None:
+        kl = k3_kl(logp, ref_logp)
+        if a.kl_coef > 0:
+            loss_mat = loss_mat + a.kl_coef * kl
+    if a.entropy.mode != "none":
+        loss_mat = loss_mat - alpha * entropy
+    return (weights * loss_mat).sum(), kl
+
+
+@dataclass
+class UpdateStats:
+    """What an update sums as it goes: the first epoch's entropy and KL (token sums), the policy
+    loss's token statistics (+ mask) summed over tokens and averaged over epochs (the clip's three
+    for every loss, 0 where it has no such clip), the mean loss, the gradient norms of the steps
+    taken, and the optimizer steps counted and skipped."""
+
+    entropy_sum: float = 0.0
+    kl_sum: float = 0.0
+    loss: float = 0.0
+    grad_norms: list[float] = field(default_factory=list)
+    tokens: dict[str, float] = field(default_factory=lambda: {"clipped_low": 0.0, "clipped_high": 0.0, "clipped_dual": 0.0})
+    steps: int = 0
+    skipped: int = 0
+
+    def add_micro_batch(self, pg, mask: torch.Tensor, epochs: int, entropy=None, kl=None) -> None:
+        """A micro-batch's policy-loss statistics; its entropy and KL sums where given (first epoch)."""
+        for name, hit in pg.token_stats.items():
+            self.tokens[name] = self.tokens.get(name, 0.0) + (hit.float() * mask).sum().item() / epochs
+        for name, count in pg.counts.items():
+            self.tokens[name] = self.tokens.get(name, 0.0) + count / epochs
+        if entropy is not None:
+            self.entropy_sum += (entropy.detach() * mask).sum().item()
+            if kl is not None:
+                self.kl_sum += (kl.detach() * mask).sum().item()
+
+    def metrics(self, state: TrainState, batch: RolloutBatch, old_logp: torch.Tensor) -> dict[str, float | int | None]:
+        """The update's metrics over all ranks (per valid token where a sum)."""
+        mask_all = batch.response_mask.to(state.device)
+        n_tokens = state.dist.sum(mask_all.sum().item())[0]
+        ent_sum, kl_sum, *tok_sums = state.dist.sum(self.entropy_sum, self.kl_sum, *self.tokens.values())
+        n_tok = max(n_tokens, 1)
+        metrics = {
+            "entropy": ent_sum / n_tok,
+            "kl": kl_sum / n_tok if state.use_ref else None,
+            **{stat_metric(name): v / n_tok for name, v in zip(self.tokens, tok_sums)},
+            "loss/total": self.loss,
+            "grad_norm": float(np.mean(self.grad_norms)) if self.grad_norms else None,
+            "nonfinite/skipped": self.skipped,
+        }
+        if batch.engine_logp is not None:  # the sampling path's log-probs vs the trainer's (any engine)
+            metrics["rollout/logprob_diff"] = logprob_mismatch(batch.engine_logp.to(state.device), old_logp, mask_all)
+        return metrics
+
+
+def micro_batch_loss(state: TrainState, batch: RolloutBatch, rows, behaviour: Behaviour, epoch: int, draw: tuple,
+                     norm: BatchNorm, alpha: float, stats: UpdateStats) -> float:
+    """Forward and backward of one micro-batch (`rows` of the batch) of a mini-batch; its loss."""
+    a = state.cfg.algo
+    dev = state.device
+    mask = batch.response_mask[rows].to(dev)
+    first = epoch == 0 and not behaviour.pre_logged  # the first epoch's forwards log entropy and KL
+    entropy_on = a.entropy.mode != "none"
+    logp, ent = forward_logp(state, state.train_model, batch, rows, entropy_grad=entropy_on,
+                             with_entropy=first or entropy_on or state.objective.needs_entropy)
+    if behaviour.from_forward and epoch == 0:
+        if behaviour.logp is None:
+            behaviour.logp = logp.new_zeros(batch.response_mask.shape)
+        behaviour.logp[rows] = logp.detach()  # behaviour policy = the model before any update
+    old = behaviour.logp[rows]
+    # the arm's policy loss, restricted to its token mask if it has one
+    pg = state.objective.policy_loss(logp, old, batch.advantages.reshape(-1)[rows].to(dev), mask, ent, draw=draw)
+    engine_logp = batch.engine_logp[rows].to(dev) if batch.engine_logp is not None else None
+    ref = behaviour.ref_logp[rows] if behaviour.ref_logp is not None else None
+    loss, kl = minibatch_loss(state.cfg, pg.loss_mat, logp, old, engine_logp, ref, ent,
+                              aggregation_weights(mask, a.loss_agg, norm), alpha)
+    # DDP averages gradients over ranks; the weights are already global, so undo the 1/world
+    (loss * state.dist.world).backward()
+    stats.add_micro_batch(pg, mask, a.ppo_epochs, *((ent, kl) if first else ()))
+    return loss.item()
+
+
+def mini_batch_step(state: TrainState, batch: RolloutBatch, mini_batch: list, behaviour: Behaviour, epoch: int,
+                    k: int, alpha: float, stats: UpdateStats) -> int:
+    """One optimizer step on a mini-batch (its micro-batches' gradients summed; loss normalisers
+    over the mini-batch's sequences and tokens on all ranks), skipped on a non-finite loss or
+    gradient. `k` counts the epoch's micro-batches (it seeds a policy loss's random choice); the
+    count after this mini-batch is returned."""
+    c = state.cfg
+    mask = batch.response_mask
+    n_seqs, n_tokens = state.dist.sum(sum(mask[r].shape[0] for r in mini_batch), sum(mask[r].sum().item() for r in mini_batch))
+    norm = BatchNorm(n_seqs=int(n_seqs), n_tokens=int(n_tokens), max_new_tokens=c.rollout.max_new_tokens)
+    state.opt.zero_grad(set_to_none=True)
+    loss_total = 0.0
+    for j, rows in enumerate(mini_batch):
+        last = j == len(mini_batch) - 1
+        with state.train_model.no_sync() if (state.dist.enabled and not last) else contextlib.nullcontext():
+            loss_total += micro_batch_loss(state, batch, rows, behaviour, epoch, (batch.step, epoch, k), norm, alpha, stats)
+        k += 1
+    loss_total = state.dist.sum(loss_total)[0]
+    grad_norm = torch.nn.utils.clip_grad_norm_([w for w in state.model.parameters() if w.requires_grad],
+                                               c.optim.max_grad_norm)
+    stats.steps += 1
+    if not (math.isfinite(loss_total) and torch.isfinite(grad_norm)):
+        state.opt.zero_grad(set_to_none=True)
+        stats.skipped += 1
+        return k  # never step on a non-finite loss or gradient
+    state.opt.step()
+    stats.grad_norms.append(grad_norm.item())
+    stats.loss += loss_total / (c.algo.ppo_epochs * mini_batches_per_epoch(c))
+    return k
+
+
+def update(state: TrainState, batch: RolloutBatch, alpha: float) -> UpdateResult:
     """`ppo_epochs` × M optimizer steps on this rank's share of the batch: each epoch deals the
     groups into M mini-batches (`algo.ppo_mini_batch_size`; docs/method.md, "Mini-batch
     updates"), one optimizer step each. Ratios are against the behaviour policy's log-probs from
     before the first step; loss normalisers are the mini-batch's (sequences and tokens, summed
-    over ranks), so micro-batching and the number of processes do not change a step."""
-    c = p.cfg
-    dev = p.device
-    a = c.algo
-    world = p.dist.world
-    m = mini_batches_per_epoch(c)
-    whole = micro_batches(p.cfg, batch.n)
-    adv_flat = batch.advantages.reshape(-1)
-    mask_all = batch.response_mask.to(dev)
-    # The behaviour policy's log-probs [N, Lr]: with one mini-batch, the first epoch's training
-    # forward gives them (nothing has changed yet), unless dropout is active. Otherwise a no-grad
-    # eval-mode pass over the whole batch takes them before the first step; with M > 1 it also
-    # gives the logged pre-update entropy (and KL), since later mini-batches are stepped on after
-    # earlier ones.
-    pre_logged = m > 1
-    old, ent_pre = None, 0.0
-    if pre_logged:
-        old, ent_pre = eval_logp(p, p.model, batch, whole, with_entropy=True)
-    elif dropout_active(p.model):
-        old = eval_logp(p, p.model, batch, whole)
-    from_forward = old is None  # the first epoch's forward passes fill them in
-    ref_logp = eval_logp(p, None, batch, whole) if p.use_ref else None
-    entropy_on = a.entropy.mode != "none"
-    obj = p.objective
-    stats = {"entropy_sum": 0.0, "kl_sum": 0.0, "loss": 0.0, "grad_norm": []}
-    # policy-loss token statistics (+ mask), summed over tokens; the clip's three are logged for every
-    # loss (0 where it has no such clip, as for verl's losses without a PPO or a dual clip)
-    tok = {"clipped_low": 0.0, "clipped_high": 0.0, "clipped_dual": 0.0}
-    skipped = steps = 0
-    for epoch in range(a.ppo_epochs):
+    over ranks), so micro-batching and the number of processes do not change a step. Neither the
+    learning-rate schedule nor the engine's weights move here (`rbctl.train.step.train_step` does both)."""
+    c = state.cfg
+    behaviour = behaviour_logprobs(state, batch)
+    stats = UpdateStats()
+    for epoch in range(c.algo.ppo_epochs):
         k = 0  # micro-batch counter of the epoch: seeds a policy loss's random choice
-        for micro in mini_batches(c, batch.n // c.rollout.group_size, batch.step, epoch):
-            n_seqs, n_tokens = p.dist.sum(sum(mask_all[r].shape[0] for r in micro),
-                                             sum(mask_all[r].sum().item() for r in micro))
-            norm = BatchNorm(n_seqs=int(n_seqs), n_tokens=int(n_tokens), max_new_tokens=c.rollout.max_new_tokens)
-            p.opt.zero_grad(set_to_none=True)
-            loss_total = 0.0
-            for j, rows in enumerate(micro):
-                mask = mask_all[rows]
-                last = j == len(micro) - 1
-                sync = p.train_model.no_sync() if (p.dist.enabled and not last) else contextlib.nullcontext()
-                with sync:
-                    logp, ent = forward_logp(p, p.train_model, batch, rows, entropy_grad=entropy_on,
-                                                   with_entropy=(epoch == 0 and not pre_logged) or entropy_on
-                                                   or obj.needs_entropy)
-                    if from_forward and epoch == 0:
-                        if old is None:
-                            old = logp.new_zeros(mask_all.shape)
-                        old[rows] = logp.detach()  # behaviour policy = the model before any update
-                    # the arm's policy loss, restricted to its token mask if it has one
-                    pg = obj.policy_loss(logp, old[rows], adv_flat[rows].to(dev), mask, ent, draw=(batch.step, epoch, k))
-                    w = aggregation_weights(mask, a.loss_agg, norm)
-                    loss_mat = pg.loss_mat
-                    if batch.engine_logp is not None and a.tis_cap is not None:
-                        loss_mat = loss_mat * tis_weights(old[rows], batch.engine_logp[rows].to(dev), a.tis_cap)
-                    kl = None
-                    if p.use_ref:
-                        kl = k3_kl(logp, ref_logp[rows])
-                        if a.kl_coef > 0:
-                            loss_mat = loss_mat + a.kl_coef * kl
-                    if entropy_on:
-                        loss_mat = loss_mat - alpha * ent
-                    loss = (w * loss_mat).sum()
-                    # DDP averages gradients over ranks; the weights are already global, so undo the 1/world
-                    (loss * world).backward()
-                loss_total += loss.item()
-                for name, hit in pg.token_stats.items():
-                    tok[name] = tok.get(name, 0.0) + (hit.float() * mask).sum().item() / a.ppo_epochs
-                for name, count in pg.counts.items():
-                    tok[name] = tok.get(name, 0.0) + count / a.ppo_epochs
-                if epoch == 0 and not pre_logged:
-                    stats["entropy_sum"] += (ent.detach() * mask).sum().item()
-                    if kl is not None:
-                        stats["kl_sum"] += (kl.detach() * mask).sum().item()
-                k += 1
-            loss_total = p.dist.sum(loss_total)[0]
-            grad_norm = torch.nn.utils.clip_grad_norm_([w for w in p.model.parameters() if w.requires_grad],
-                                                       c.optim.max_grad_norm)
-            steps += 1
-            if not (math.isfinite(loss_total) and torch.isfinite(grad_norm)):
-                p.opt.zero_grad(set_to_none=True)
-                skipped += 1
-                continue  # never step on a non-finite loss or gradient
-            p.opt.step()
-            stats["grad_norm"].append(grad_norm.item())
-            stats["loss"] += loss_total / (a.ppo_epochs * m)
-    p.sched.step()
-    if pre_logged:
-        stats["entropy_sum"] = ent_pre
-        if p.use_ref:
-            stats["kl_sum"] = (k3_kl(old, ref_logp) * mask_all).sum().item()
-    p.engine.sync_weights(p.model)  # the next rollout samples from the updated policy
-    n_tokens = p.dist.sum(mask_all.sum().item())[0]
-    ent_sum, kl_sum, *tok_sums = p.dist.sum(stats["entropy_sum"], stats["kl_sum"], *tok.values())
-    n_tok = max(n_tokens, 1)
-    metrics = {
-        "entropy": ent_sum / n_tok,
-        "kl": kl_sum / n_tok if p.use_ref else None,
-        **{stat_metric(name): v / n_tok for name, v in zip(tok, tok_sums)},
-        "loss/total": stats["loss"],
-        "grad_norm": float(np.mean(stats["grad_norm"])) if stats["grad_norm"] else None,
-        "nonfinite/skipped": skipped,
-    }
-    if batch.engine_logp is not None:  # the sampling path's log-probs vs the trainer's (any engine)
-        metrics["rollout/logprob_diff"] = logprob_mismatch(batch.engine_logp.to(dev), old, mask_all)
-    return UpdateResult(metrics, old, steps)
+        for mini_batch in mini_batches(c, batch.n // c.rollout.group_size, batch.step, epoch):
+            k = mini_batch_step(state, batch, mini_batch, behaviour, epoch, k, alpha, stats)
+    if behaviour.pre_logged:
+        stats.entropy_sum = behaviour.entropy_sum
+        if state.use_ref:
+            mask_all = batch.response_mask.to(state.device)
+            stats.kl_sum = (k3_kl(behaviour.logp, behaviour.ref_logp) * mask_all).sum().item()
+    return UpdateResult(stats.metrics(state, batch, behaviour.logp), behaviour.logp, stats.steps)
 
 
 @torch.no_grad()
-def logratio_sums(p: Policy, batch: RolloutBatch, old_logp: torch.Tensor) -> torch.Tensor:
+def logratio_sums(p: TrainState, batch: RolloutBatch, old_logp: torch.Tensor) -> torch.Tensor:
     """d_i = Σ_t (log π_new − log π_old) over each rollout's response tokens, as [P, G]."""
     # eval mode, as the old ones; a measurement only, so the lean log-probs (rounding apart, the same)
     new_logp = eval_logp(p, p.model, batch, micro_batches(p.cfg, batch.n), lean=True)

@@ -101,9 +101,9 @@ def test_tis_with_the_hf_engine_corrects_a_planted_mismatch(dtype, rel, tiny_con
     monkeypatch.setattr(hf, "sampled_logprobs", lambda logits, tokens, t: real(logits, tokens, t) - 0.3)
     with_tis = Trainer(tiny_config(rollout__dtype=dtype, algo__tis_cap=2.0), tmp_path / "a", log=lambda *a: None)
     without = Trainer(tiny_config(rollout__dtype=dtype), tmp_path / "b", log=lambda *a: None)
-    batch = rollout_batch(with_tis.policy, with_tis.sampler, 1)
+    batch = rollout_batch(with_tis.state, with_tis.sampler, 1)
     assert batch.engine_logp is not None and batch.advantages.abs().sum() > 0
-    a, b = update(with_tis.policy, batch, with_tis.alpha).metrics, update(without.policy, batch, without.alpha).metrics
+    a, b = update(with_tis.state, batch, with_tis.alpha).metrics, update(without.state, batch, without.alpha).metrics
     assert b["grad_norm"] > 0
     assert a["grad_norm"] == pytest.approx(math.exp(0.3) * b["grad_norm"], rel=rel)  # without TIS: ratio 1
     assert a["rollout/logprob_diff"] == pytest.approx(0.3, abs=1e-4 if dtype == "auto" else 1e-2)

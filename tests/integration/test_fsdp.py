@@ -43,7 +43,7 @@ def _update_worker(rank: int, world: int, port: int, cfg_json: str, batch_path: 
     p = next(tr.model.parameters())
     sharded = (type(p).__name__, tuple(p.to_local().shape), tuple(p.shape))
     grads = _record_grads(tr)
-    update(tr.policy, _shard(torch.load(batch_path, weights_only=False), rank, world), tr.alpha)
+    update(tr.state, _shard(torch.load(batch_path, weights_only=False), rank, world), tr.alpha)
     params = {n: _full(q.detach()).clone() for n, q in tr.model.named_parameters()}
     weights, state = tr.checkpoint(1)  # collective: the full weights and optimizer state reach rank 0
     if rank == 0:

@@ -28,8 +28,8 @@ def _params(model):
 def _updated(cfg, tmp_path, name):
     """The trainer's parameters after one rollout and update at step 1, and the update's metrics."""
     tr = Trainer(cfg, tmp_path / name, **QUIET)
-    batch = rollout_batch(tr.policy, tr.sampler, 1)
-    res = update(tr.policy, batch, tr.alpha)
+    batch = rollout_batch(tr.state, tr.sampler, 1)
+    res = update(tr.state, batch, tr.alpha)
     return tr, batch, res
 
 
@@ -109,11 +109,11 @@ def test_two_mini_batches_match_a_slow_reference_loop_and_the_clip_binds_on_the_
     # [1 − 0.2, 1 + 0.28] on some tokens (and one past the dual clip's c = 3: the next test; off here)
     cfg = tiny_config(algo__ppo_mini_batch_size=2, algo__log_kl="false", optim__lr=0.05, algo__clip_ratio_c="null")
     tr = Trainer(cfg, tmp_path / "run", **QUIET)
-    batch = rollout_batch(tr.policy, tr.sampler, 1)
+    batch = rollout_batch(tr.state, tr.sampler, 1)
     assert batch.advantages.abs().sum() > 0
     before = _params(tr.model)
     ref_model, seen = _reference_update(tr, batch, copy.deepcopy(tr.model))
-    res = update(tr.policy, batch, tr.alpha)
+    res = update(tr.state, batch, tr.alpha)
     assert res.optimizer_steps == 2
     # the two forward paths (the trainer's shared-prompt pass, the reference's full pass) round
     # differently; AdamW's steps here are ~lr = 0.05, so 1e-4 is 0.2% of a step. Adam divides each

@@ -41,11 +41,11 @@ def single_process_update(cfg, tmp_path):
     (the trainer, its gradients, its parameters after the step); the batch is saved to
     tmp_path/batch.pt for the ranks."""
     single = Trainer(cfg, tmp_path / "single", log=lambda *a: None)
-    batch = rollout_batch(single.policy, single.sampler, 1)
+    batch = rollout_batch(single.state, single.sampler, 1)
     assert batch.correct.any() and not batch.correct.all()  # a batch that carries signal
     torch.save(batch, tmp_path / "batch.pt")
     grads = _record_grads(single)
-    update(single.policy, batch, single.alpha)
+    update(single.state, batch, single.alpha)
     return single, grads, {n: p.detach() for n, p in single.model.named_parameters()}
 
 
@@ -70,7 +70,7 @@ def _ddp_worker(rank: int, world: int, port: int, cfg_json: str, batch_path: str
     cfg = TrainConfig.model_validate(json.loads(cfg_json))
     tr = Trainer(cfg, os.path.join(out_dir, f"rank{rank}"), log=lambda *a: None)
     grads = _record_grads(tr)
-    update(tr.policy, _shard(torch.load(batch_path, weights_only=False), rank, world), tr.alpha)
+    update(tr.state, _shard(torch.load(batch_path, weights_only=False), rank, world), tr.alpha)
     torch.save({"params": {n: p.detach().clone() for n, p in tr.model.named_parameters()}, "grads": grads},
                os.path.join(out_dir, f"rank{rank}.pt"))
     # both ranks are done with the group before either tears it down: one rank's gloo context aborted

@@ -41,12 +41,12 @@ def test_old_logprobs_are_taken_in_eval_mode_under_dropout(tiny_config, tmp_path
         for name, p in tr.model.named_parameters():
             if "lora_B" in name:
                 p.normal_(0, 0.5)
-    batch = rollout_batch(tr.policy, tr.sampler, 1)
+    batch = rollout_batch(tr.state, tr.sampler, 1)
     tr.model.eval()  # the rollouts' mode: no dropout
     with torch.no_grad():
-        want = torch.cat([forward_logp(tr.policy, tr.model, batch, sl, False, False)[0] for sl in micro_batches(tr.cfg, batch.n)])
+        want = torch.cat([forward_logp(tr.state, tr.model, batch, sl, False, False)[0] for sl in micro_batches(tr.cfg, batch.n)])
     tr.model.train()
-    upd = update(tr.policy, batch, tr.alpha)
+    upd = update(tr.state, batch, tr.alpha)
     assert tr.model.training  # back in training mode afterwards
     # the behaviour policy's log-probs: exactly the eval-mode ones (a dropout forward differs by O(1))
     torch.testing.assert_close(upd.old_logp, want, rtol=0, atol=1e-6)

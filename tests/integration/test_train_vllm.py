@@ -85,9 +85,9 @@ def test_tis_weights_scale_the_loss_on_the_same_batch(tiny_config, tmp_path, mon
     use_vllm_standin(monkeypatch, logprob_shift=-0.3)  # engine log π lower by 0.3: w = exp(0.3) < cap 2
     with_tis = Trainer(tiny_config(rollout__engine="vllm", algo__tis_cap=2.0), tmp_path / "a", log=lambda *a: None)
     without = Trainer(tiny_config(rollout__engine="vllm"), tmp_path / "b", log=lambda *a: None)
-    batch = rollout_batch(with_tis.policy, with_tis.sampler, 1)
+    batch = rollout_batch(with_tis.state, with_tis.sampler, 1)
     assert batch.engine_logp is not None and batch.advantages.abs().sum() > 0
-    a, b = update(with_tis.policy, batch, with_tis.alpha).metrics, update(without.policy, batch, without.alpha).metrics
+    a, b = update(with_tis.state, batch, with_tis.alpha).metrics, update(without.state, batch, without.alpha).metrics
     # same weights, same batch, no KL or entropy term: every token's policy-gradient term is scaled by
     # w = exp(0.3), so is the gradient (its norm is taken before clipping)
     assert b["grad_norm"] > 0
