@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from scripts.maze_results import main, results_markdown
+from rbctl.report.documents.maze_results import main, results_markdown
 
 N = 4
 ARMS = {  # arm -> (estimator, budget, entropy mode, run.json variant)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from scripts import maze_setting
+from rbctl.report.documents import maze_setting
 from tests.integration.hand_runs import write_run, write_sweep_files
 
 N = 4

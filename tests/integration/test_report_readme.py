@@ -7,7 +7,7 @@ import datetime as dt
 import json
 
 from rbctl.report import report_data
-from scripts.readme_results import cpu_description, main, results_markdown
+from rbctl.report.documents.results import cpu_description, main, results_markdown
 from tests.integration.test_report import CORRECT, make_run
 
 # test_report's two seeds and a third, so that the paired comparisons are testable (3 units):
@@ -61,7 +61,7 @@ def test_results_document_of_a_sweep_without_comparisons(tmp_path):
 
 
 def test_headline_is_the_principal_verdicts_and_goes_into_the_readme_block(tmp_path):
-    from scripts.readme_results import HEADLINE_BEGIN, HEADLINE_END, headline_markdown, write_headline
+    from rbctl.report.documents.results import HEADLINE_BEGIN, HEADLINE_END, headline_markdown, write_headline
 
     sweep = _sweep(tmp_path / "sweep")
     text = headline_markdown(sweep, report_data([sweep], n_boot=50))
@@ -99,7 +99,7 @@ def test_results_document_adds_the_replication_and_the_study(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_replication_sharing_units_is_not_called_the_same(tmp_path):
-    from scripts.readme_results import replication_markdown
+    from rbctl.report.documents.results import replication_markdown
 
     a = _sweep(tmp_path / "a")
     text = replication_markdown(a, a)
@@ -119,7 +119,7 @@ def test_headline_with_the_replication_quotes_both_seed_sets(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_replication_of_untestable_comparisons_has_no_call_to_agree_on(tmp_path, capsys):
-    from scripts.verdict_stability import conclusion, side_by_side
+    from rbctl.report.documents.stability import conclusion, side_by_side
 
     a, b = (tmp_path / "a", tmp_path / "b")
     for root, offset in ((a, 0), (b, 100)):
@@ -163,7 +163,7 @@ def test_headline_with_the_study_gives_the_test_over_warm_starts(tmp_path, capsy
 
 
 def test_span_of_units():
-    from scripts.readme_results import span
+    from rbctl.report.documents.results import span
 
     assert span({"3", "1", "2"}) == "1–3" and span({"0", "2"}) == "0, 2" and span({"ws0/1", "ws0/0"}) == "ws0/0, ws0/1"
     assert span({"5"}) == "5"

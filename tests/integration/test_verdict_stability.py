@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from scripts.verdict_stability import main, side_by_side
+from rbctl.report.documents.stability import main, side_by_side
 from tests.integration.report_sweeps import N, final_correct, make_sweep
 
 DESIGN = {"principal": [["grpo_budget", "grpo"]], "mde": 5.0, "planning_sd": 5.5}

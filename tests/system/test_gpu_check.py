@@ -8,7 +8,7 @@ import json
 
 import torch
 
-from scripts import gpu_check
+from rbctl.tools import gpu_check
 
 
 @pytest.mark.slow

@@ -6,7 +6,7 @@ import importlib.util
 
 import pytest
 
-from scripts import bench_trl as bench
+from rbctl.tools import bench_trl as bench
 
 
 def _step(step_s, rollout_s, train_tokens, run_tokens, reward=0.5):
@@ -43,7 +43,7 @@ def _rbctl_adamw_is_fused(cfg) -> bool:
     import torch
 
     from rbctl.train.optim import make_optimizer
-    from scripts.bench_trl_smollm2 import optimizer_name  # what the SmolLM2 bench prints for each framework
+    from rbctl.tools.bench_trl_smollm2 import optimizer_name  # what the SmolLM2 bench prints for each framework
 
     opt, _ = make_optimizer([torch.zeros(3, requires_grad=True)], cfg)
     return optimizer_name(opt) == "AdamW (fused)" and opt.defaults["fused"] is True
@@ -70,7 +70,7 @@ def test_trl_config_mirrors_the_quickstart(tmp_path):
 def test_real_model_bench_gives_trl_the_work_rbctl_does(tmp_path):
     import argparse
 
-    from scripts import bench_trl_smollm2 as real
+    from rbctl.tools import bench_trl_smollm2 as real
 
     args = argparse.Namespace(data=tmp_path / "gsm8k_train.jsonl", steps=4, threads=1, rbctl_set=None)
     cfg = real.rbctl_config(args, tmp_path / "model")
@@ -96,7 +96,7 @@ def test_real_model_bench_gives_trl_the_work_rbctl_does(tmp_path):
 def test_the_decode_compute_limit_counts_every_weight_a_token_passes_through(tmp_path):
     import json
 
-    from scripts.bench_trl_smollm2 import decode_flops_per_token
+    from rbctl.tools.bench_trl_smollm2 import decode_flops_per_token
 
     smollm2 = {"hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30, "vocab_size": 49152,
                "num_attention_heads": 9, "num_key_value_heads": 3}

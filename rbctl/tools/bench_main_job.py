@@ -1,0 +1,133 @@
+"""Time the main job the way a new user runs it: `rbctl ablate` (the default sweep, or SWEEP) with an
+empty warm-start cache and a fresh output folder, and print the machine's matmul rate beside it,
+since machines of the same kind differ about 2x in speed.
+
+    python -m scripts.bench_main_job [SWEEP.yaml] [--keep DIR]
+    python -m scripts.bench_main_job [SWEEP.yaml] --compare REV [--rounds 1]
+
+Prints: the machine (CPU model, cores), float32 GFLOP/s of a 2048^3 matmul on 1 and 2 threads,
+the wall time of the whole sweep (warm start included), and where the report is. With --compare,
+the same main job at git revision REV (checked out to a temporary worktree) and at the working
+tree, alternating (REV first) for --rounds rounds in this one invocation, each with its own empty
+cache; then whether the two produced the same final evaluations (same results, only the time
+differs) and the time ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import json
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def matmul_gflops(threads: int, n: int = 2048, reps: int = 5) -> float:
+    code = (f"import torch, time; torch.set_num_threads({threads}); a = torch.randn({n}, {n}); b = torch.randn({n}, {n});"
+            f"a @ b; t = time.perf_counter()\nfor _ in range({reps}): a @ b\n"
+            f"print(2 * {n}**3 * {reps} / (time.perf_counter() - t) / 1e9)")
+    return float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run_main_job(tree: Path, sweep: str | None, out: Path, cache: Path) -> tuple[int, float, list[str]]:
+    """`python -m rbctl ablate` with the rbctl of `tree` (run from it, so its package is imported)."""
+    env = {**os.environ, "RBCTL_CACHE": str(cache)}  # an empty cache: the warm start is timed too
+    env.pop("PYTHONPATH", None)
+    cmd = [sys.executable, "-m", "rbctl", "ablate"] + ([str(Path(sweep).resolve())] if sweep else []) + ["-o", str(out)]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, cwd=tree, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return proc.returncode, time.perf_counter() - t0, proc.stdout.strip().splitlines()[-3:]
+
+
+def final_evals(sweep_dir: Path) -> dict[str, str]:
+    """Every run's final evaluation summary, by run folder (for a same-results check)."""
+    out = {}
+    from rbctl.store.rundir import EVAL_DIR, SUMMARY, step_dirs, sweep_runs
+
+    paths = [p for _, run in sweep_runs(sweep_dir) for _, d in step_dirs(run / EVAL_DIR) for p in d.glob(f"*/{SUMMARY}")]
+    for path in sorted(paths):
+        d = json.loads(path.read_text())
+        out[str(path.relative_to(sweep_dir))] = json.dumps([d["metrics"], d["per_problem"]], sort_keys=True)
+    return out
+
+
+def compare(rev: str, sweep: str | None, rounds: int) -> int:
+    sha = subprocess.run(["git", "rev-parse", "--short", rev], cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, capture_output=True,
+                                text=True).stdout.strip())
+    with tempfile.TemporaryDirectory() as tmp:
+        old_tree = Path(tmp) / "old"
+        subprocess.run(["git", "worktree", "add", "--detach", str(old_tree), sha], cwd=REPO, check=True, capture_output=True)
+        try:
+            times: dict[str, list[float]] = {"old": [], "new": []}
+            evals = {}
+            for rnd in range(rounds):
+                for name, tree in (("old", old_tree), ("new", REPO)):
+                    out, cache = Path(tmp) / f"{name}{rnd}", Path(tmp) / f"cache_{name}{rnd}"
+                    print(f"round {rnd + 1}/{rounds}: main job at {name} ({sha if name == 'old' else head + (' + changes' if dirty else '')})", flush=True)
+                    code, wall, tail = run_main_job(tree, sweep, out, cache)
+                    print("\n".join(f"  | {line}" for line in tail))
+                    if code != 0:
+                        print(f"main job at {name} failed (exit {code})")
+                        return code
+                    times[name].append(wall)
+                    evals[name] = final_evals(out)
+                    print(f"  {wall / 60:.2f} min wall", flush=True)
+                    shutil.rmtree(out, ignore_errors=True)
+                    shutil.rmtree(cache, ignore_errors=True)
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(old_tree)], cwd=REPO, capture_output=True)
+    same = evals["old"] == evals["new"] and bool(evals["new"])
+    o, n = min(times["old"]), min(times["new"])
+    print(f"main job wall time (warm start included), best of {rounds}: {sha} {o / 60:.2f} min, "
+          f"{head}{' + changes' if dirty else ''} {n / 60:.2f} min: {o / n:.2f}x ({(1 - n / o):.0%} less time)")
+    print(f"final evaluations of the {len(evals['new'])} runs: {'identical' if same else 'DIFFERENT'} at the two revisions")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m scripts.bench_main_job", description=__doc__.splitlines()[0])
+    ap.add_argument("sweep", nargs="?", default=None, help="sweep YAML (default: rbctl ablate's default sweep)")
+    ap.add_argument("--keep", type=Path, default=None, help="write the sweep here and keep it (default: a temporary folder)")
+    ap.add_argument("--compare", metavar="REV", help="also time the main job at git revision REV, alternating")
+    ap.add_argument("--rounds", type=int, default=1, help="with --compare: rounds of (REV, working tree)")
+    args = ap.parse_args(argv)
+    print(f"machine: {cpu_model()}, {os.cpu_count()} cores; {platform.platform()}")
+    print(f"float32 2048^3 matmul: {matmul_gflops(1):.0f} GFLOP/s on 1 thread, {matmul_gflops(2):.0f} on 2 threads")
+    if args.compare:
+        return compare(args.compare, args.sweep, args.rounds)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = args.keep or Path(tmp) / "sweep"
+        env = {**os.environ, "RBCTL_CACHE": str(Path(tmp) / "cache")}  # an empty cache: the warm start is timed too
+        cmd = [sys.executable, "-m", "rbctl", "ablate"] + ([args.sweep] if args.sweep else []) + ["-o", str(out)]
+        print("running:", " ".join(cmd), "(with an empty RBCTL_CACHE)", flush=True)
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        wall = time.perf_counter() - t0
+        tail = proc.stdout.strip().splitlines()[-3:]
+        print("\n".join(f"  | {line}" for line in tail))
+        print(f"main job: exit {proc.returncode}, {wall / 60:.1f} min wall (warm start included)")
+        if args.keep:
+            from rbctl.store.rundir import REPORT_DIR, REPORT_MD
+
+            print(f"report: {out / REPORT_DIR / REPORT_MD}")
+        return proc.returncode
