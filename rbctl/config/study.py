@@ -41,6 +41,16 @@ class Expect(Section):
     early_fraction: float = Field(0.25, gt=0.0, lt=1.0, description="The early window of the lagged test: the first fraction of each run's logged steps.")
 
 
+class Selection(Section):
+    """How a testbed's setting was chosen: a sweep over settings of plain X alone, run before any other
+    arm ran there, and the rule of docs/method.md ("Premature convergence"): the setting whose plain arm
+    passes all three plateau criteria, the smallest last-quarter change among several; if none passes,
+    the most criteria passed, then the smallest change."""
+
+    dir: str = Field(..., description="The settings sweep directory (relative to the current directory).")
+    kept: str = Field(..., description="The arm (setting) the testbed's claims sweep runs, as stated before that sweep ran; the document checks it against the rule.")
+
+
 class StudyConfig(Section):
     """A study: testbeds (sweep directories), optional long horizons and the main job, the families
     that answer its questions, and its expectations."""
@@ -48,15 +58,16 @@ class StudyConfig(Section):
     name: str = Field("study", description="The study's name (the document's title).")
     testbeds: dict[str, str] = Field(..., min_length=1, description="Testbed name -> its claims sweep directory (relative to the current directory).")
     long: dict[str, LongHorizon] = Field(default_factory=dict, description="Testbed name -> its long-horizon sweep.")
+    selection: dict[str, Selection] = Field(default_factory=dict, description="Testbed name -> the settings sweep its setting was chosen from.")
     main: Optional[str] = Field(None, description="The main job's sweep directory (its runs join claim (e)'s association), or null.")
     families: StudyFamilies = Field(default_factory=StudyFamilies, description="Which declared family holds each question.")
     expect: Expect = Field(default_factory=Expect, description="What the claims expect, stated before running.")
 
-    @field_validator("long")
+    @field_validator("long", "selection")
     @classmethod
-    def _long_names(cls, long, info):
+    def _long_names(cls, named, info):
         beds = (info.data or {}).get("testbeds") or {}
-        for name in long:
+        for name in named:
             if name not in beds:
-                raise ValueError(f"long horizon '{name}' names no testbed (testbeds: {', '.join(beds)})")
-        return long
+                raise ValueError(f"{info.field_name} '{name}' names no testbed (testbeds: {', '.join(beds)})")
+        return named

@@ -38,6 +38,7 @@ from rbctl.errors import UserError
 from rbctl.report.analyses.comparisons import (EQUIVALENT, HIGHER, INCONCLUSIVE, LOWER, Comparison, call,
                                                call_text)
 from rbctl.report.analyses.warm_starts import warm_start_level
+from rbctl.report.analyses.plateau import setting_by_rule
 from rbctl.report.data import ReportData, report_data
 from rbctl.report.load import Run
 from rbctl.report.power import units_for_tost
@@ -130,6 +131,7 @@ class Study:
     testbeds: tuple[Testbed, ...]
     long: tuple[tuple[Testbed, int, str], ...]  # (sweep, main step, family)
     main: Testbed | None
+    selection: tuple[tuple[str, Testbed, str], ...] = ()  # (testbed, its settings sweep, the setting kept)
 
 
 def load_study(path: Path, n_boot: int = 1000) -> Study:
@@ -138,7 +140,8 @@ def load_study(path: Path, n_boot: int = 1000) -> Study:
     beds = tuple(load_testbed(n, Path(d), n_boot) for n, d in cfg.testbeds.items())
     long = tuple((load_testbed(f"{n} (long)", Path(h.dir), n_boot), h.main_step, h.family) for n, h in cfg.long.items())
     main = load_testbed("main job", Path(cfg.main), n_boot) if cfg.main else None
-    return Study(cfg, Path(path), beds, long, main)
+    selection = tuple((n, load_testbed(f"{n} (setting)", Path(s.dir), n_boot), s.kept) for n, s in cfg.selection.items())
+    return Study(cfg, Path(path), beds, long, main, selection)
 
 
 # --- the tables ----------------------------------------------------------------------------------------
@@ -208,6 +211,32 @@ def plateau_rows(beds: tuple[Testbed, ...]) -> pd.DataFrame:
                          "plateau": "holds" if p.held_for(arm) else
                          "not tested: no stated ceiling (the sweep's ceiling:)" if v.held else "does not hold"})
     return pd.DataFrame(rows)
+
+
+def selection_lines(study: Study) -> list[str]:
+    """Per testbed with a settings sweep: every setting's plain arm by the plateau test, the setting the
+    rule keeps (`rbctl.report.analyses.plateau.setting_by_rule`) and the one the study file states."""
+    out = []
+    for name, sw, kept in study.selection:
+        p = sw.data.plateau
+        rows = []
+        for arm, v in p.plain.items():
+            show = lambda c, d: "–" if c.value is None or not math.isfinite(c.value) else f"{c.value:.{d}f} {'✓' if c.held else '✗'}"  # noqa: E731
+            rows.append({"setting (plain arm)": arm, "units": v.seeds, "stalled: change (< 2 points)": show(v.stalled, 2),
+                         "points below the ceiling (≥ 15)": show(v.below_ceiling, 1),
+                         "final entropy (< 1/3 of the warm start's)": show(v.entropy_collapsed, 3),
+                         "plateau": "holds" if p.held_for(arm) else "does not hold"})
+        rule = setting_by_rule(p.plain)
+        c = p.ceiling
+        ceiling = f"{100 * c.value:.1f}% ({c.source})" if c.value is not None else f"unknown ({c.source})"
+        out += [f"### How the {name} setting was chosen", "",
+                f"`{sw.path}`: plain {', '.join(sorted({sw.data.sweep.info[a][0] for a in p.plain})) or '–'} alone at each "
+                f"setting, before any other arm ran there; ceiling {ceiling}. The rule (docs/method.md): the setting "
+                "whose plain arm passes all three criteria, the smallest change among several; else the most criteria, "
+                "then the smallest change.", "", table(pd.DataFrame(rows), "No plain arm with evaluations."), "",
+                f"The rule keeps **{rule or '–'}**; the study file states `{kept}`"
+                + ("." if rule == kept else " — **they differ**: the claims sweep did not run the setting the rule keeps."), ""]
+    return out
 
 
 def design_rows(beds: tuple[Testbed, ...]) -> pd.DataFrame:
@@ -492,7 +521,7 @@ def claims_markdown(study: Study, command: str | None = None, today: dt.date | N
     """The claims document of ``study``."""
     cfg, beds = study.config, study.testbeds
     fams = cfg.families
-    every = [*beds, *(t for t, _, _ in study.long), *([study.main] if study.main else [])]
+    every = [*beds, *(t for t, _, _ in study.long), *(s for _, s, _ in study.selection), *([study.main] if study.main else [])]
     prov, commits = provenance_lines(every)
     same = same_training_code(commits)
     out = [f"# {cfg.name}: the study's claims", "",
@@ -507,11 +536,12 @@ def claims_markdown(study: Study, command: str | None = None, today: dt.date | N
            "higher, lower, equivalent within the stated margin (TOST), or inconclusive with its direction and the "
            "smallest effect its test could detect (docs/method.md, \"Comparing arms\"). Columns marked unadjusted "
            "are exploratory.", ""]
-    out += ["## 1. The testbeds", "", "Plateau test of plain GRPO (docs/method.md, \"Premature convergence\"): a claim "
-            "that speaks of the plateau is read only where it holds.", "", table(plateau_rows(beds)), "",
+    out += ["## 1. The testbeds", "", "Plateau test of each plain baseline X (docs/method.md, \"Premature convergence\"): "
+            "a claim that speaks of the plateau is read only where it holds.", "", table(plateau_rows(beds)), "",
             "Design of each declared family: the smallest |Δ| each member's test detects with its units and measured "
             "SD, at α/m.", "", table(design_rows(beds)), "",
-            "Loss aggregation each arm ran with (its runs' saved configs):", "", table(aggregation_rows(beds)), ""]
+            "Loss aggregation each arm ran with (its runs' saved configs):", "", table(aggregation_rows(beds)), "",
+            *selection_lines(study)]
     out += [f"## 2. The budget on every baseline (family `{fams.budget}` of each testbed)", "",
             "X + budget − X. The warm-start column takes each warm start's mean Δ as one unit (what generalises to "
             "another warm start; unadjusted). Escape RMST: the restricted mean step of leaving the shortcut (lower "

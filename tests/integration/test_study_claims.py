@@ -157,6 +157,34 @@ def test_the_plateau_test_of_every_plain_baseline(tmp_path: Path) -> None:
     assert "56.3 points" in rows["below the ceiling"][1]
 
 
+def test_the_setting_is_checked_against_the_rule_on_plain_arms(tmp_path: Path) -> None:
+    path = study_file(tmp_path)
+    study_yaml = yaml.safe_load(path.read_text())
+    # the testbed's own sweep stands in for a settings sweep: its plain arms grpo and rloo both plateau,
+    # both with a last-quarter change of 0 points, so the rule keeps the first by name
+    study_yaml["selection"] = {"fixpoint": {"dir": study_yaml["testbeds"]["fixpoint"], "kept": "rloo"}}
+    path.write_text(yaml.safe_dump(study_yaml))
+    study = claims.load_study(path, n_boot=50)
+    doc = "\n".join(claims.selection_lines(study))
+    assert "### How the fixpoint setting was chosen" in doc
+    assert "| grpo | 3 | 0.00 ✓ | 66.8 ✓ | 0.100 ✓ | holds |" in doc
+    assert "The rule keeps **grpo**; the study file states `rloo` — **they differ**" in doc
+
+
+def test_setting_by_rule_prefers_a_plateau_then_more_criteria_then_the_smaller_change() -> None:
+    from rbctl.report.analyses.plateau import Criterion, PlateauVerdict, setting_by_rule
+
+    def verdict(change, below, collapsed):
+        held = change < 2 and below and collapsed
+        return PlateauVerdict(Criterion("stalled", change < 2, change, 2.0, ""), Criterion("below_ceiling", below, 20.0, 15.0, ""),
+                              Criterion("entropy_collapsed", collapsed, 0.1, 0.2, ""), held, 3)
+
+    assert setting_by_rule({"a": verdict(1.5, True, True), "b": verdict(0.5, True, True)}) == "b"
+    assert setting_by_rule({"a": verdict(1.5, True, True), "b": verdict(0.5, False, True)}) == "a"
+    assert setting_by_rule({"a": verdict(3.0, True, False), "b": verdict(2.5, True, True)}) == "b"  # 2 criteria beat 1
+    assert setting_by_rule({}) is None
+
+
 def test_claim_e_counts_units_states_the_sign_and_tests_the_lag(tmp_path: Path) -> None:
     study = claims.load_study(study_file(tmp_path), n_boot=50)
     s = claims.sharpening(study.testbeds[0], study.config.expect)

@@ -273,6 +273,18 @@ def plain_table(plain: dict[str, PlateauVerdict]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def setting_by_rule(plain: dict[str, PlateauVerdict]) -> str | None:
+    """The setting a testbed keeps (docs/method.md, "Premature convergence"): among the plain arms whose
+    plateau test holds, the smallest last-quarter change; if none holds, the most criteria held, then
+    the smallest change. None without arms."""
+    def key(item):
+        arm, v = item
+        held = sum(bool(c.held) for c in v.criteria)
+        change = v.stalled.value if v.stalled.value is not None and math.isfinite(v.stalled.value) else math.inf
+        return (not v.held, -held, change, arm)
+    return min(plain.items(), key=key)[0] if plain else None
+
+
 def plateau(by_arm: dict[str, list[Run]], info: dict[str, tuple[str, str]], dirs: list[Path],
             benchmark: str | None) -> Plateau:
     """The plateau analysis of a report: the ceiling (`reachable_ceiling`), the test of the arm
