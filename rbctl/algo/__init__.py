@@ -11,8 +11,9 @@ import importlib as _importlib
 _EXPORTS = {
     "rbctl.algo.registry": ("ESTIMATORS", "METHODS", "POLICY_LOSSES", "Method", "MetricDoc", "Setting", "get_estimator",
                             "get_policy_loss", "keyword_params", "register", "setting"),
-    "rbctl.algo.advantages": ("STD_EPS", "budget_rewards", "compute_advantages"),
-    "rbctl.algo.policy_losses": ("PolicyLossResult", "compute_policy_loss"),
+    "rbctl.algo.advantages": ("STD_EPS", "budget_rewards"),
+    "rbctl.algo.dispatch": ("compute_advantages", "compute_policy_loss"),
+    "rbctl.algo.policy_losses": ("PolicyLossResult",),
     "rbctl.algo.sharpness": ("GroupStats", "advantage_gap", "group_stats", "kappa", "kappa_eff", "nanmean_or_none",
                              "sharpness_per_prompt"),
 }

@@ -1,7 +1,7 @@
 """Advantage estimators and reward budgeting (pure functions, no I/O).
 
 This module holds the estimators' functions; a user of another framework needs only
-`compute_advantages` (which dispatches by name through rbctl.algo.registry) or `budget_rewards`
+`compute_advantages` (rbctl.algo.dispatch: by name, through rbctl.algo.registry) or `budget_rewards`
 on a `[P, G]` tensor of rewards — P prompts, G rollouts each.
 Every formula here is the one in docs/method.md; the docstrings restate it.
 
@@ -18,7 +18,6 @@ import math
 
 import torch
 
-from rbctl.algo.registry import get_estimator, param_problems
 from rbctl.errors import UserError
 
 # docs/method.md: GRPO divides by (std + 1e-6); the same epsilon guards batch whitening.
@@ -170,37 +169,3 @@ def budget_rewards(rewards: torch.Tensor, budget: float, shift: float = 0.0) -> 
     earned = total > 0
     safe_total = torch.where(earned, total, torch.ones_like(total))
     return torch.where(earned, budget * shifted / safe_total, torch.zeros_like(shifted))
-
-
-def compute_advantages(
-    rewards: torch.Tensor,
-    estimator: str,
-    budget: float | None = None,
-    shift: float = 0.0,
-    **params: object,
-) -> torch.Tensor:
-    """Advantages [P, G] from rewards [P, G] with one of `ESTIMATORS`, optionally budgeted.
-
-    budget=None: the base estimator as docs/method.md's table defines it.
-    budget=B:   r̃ = budget_rewards(r, B, shift), then the base estimator's centring of r̃
-                without its per-group std scaling. An estimator whose `composes_with_budget` is
-                False refuses a budget.
-    params:     the estimator's own keyword parameters, exactly those in `Method.params`,
-                e.g. compute_advantages(r, "passk", k=4).
-    """
-    check_rewards(rewards)
-    est = get_estimator(estimator)
-    known = est.params
-    unknown, missing = param_problems(known, params)
-    if unknown:
-        takes = ", ".join(known) or "none"
-        raise UserError(f"estimator '{estimator}' has no parameter {', '.join(unknown)} (its parameters: {takes})")
-    if missing:
-        raise UserError(f"estimator '{estimator}' needs {', '.join(missing)}, e.g. compute_advantages(r, '{estimator}', "
-                        + ", ".join(f"{p}=..." for p in missing) + ")")
-    rewards = rewards.float()
-    if budget is None:
-        return est.fn(rewards, False, **params)
-    if not est.composes_with_budget:
-        raise UserError(f"estimator '{estimator}' does not compose with the budget ({est.no_budget}); set budget to null")
-    return est.fn(budget_rewards(rewards, budget, shift), True, **params)

@@ -1,5 +1,6 @@
 """Policy-loss variants as pure functions; the registry (rbctl.algo.registry, modelled on verl's
-`register_policy_loss`) names them, and the update loop picks one by name and never branches per method.
+`register_policy_loss`) names them, and the update loop picks one by name (`rbctl.algo.dispatch.compute_policy_loss`) and
+never branches per method.
 
 Every variant takes (logp [N, T], old_logp [N, T], advantages [N] or [N, T], mask [N, T], **params)
 and returns a `PolicyLossResult`: the per-token loss matrix [N, T] (to be aggregated with
@@ -29,7 +30,6 @@ from dataclasses import dataclass, field
 
 import torch
 
-from rbctl.algo.registry import get_policy_loss, param_problems
 from rbctl.errors import UserError
 
 # verl clamps the sequence log-ratio of GSPO at 10 before exp "for numerical stability".
@@ -207,19 +207,3 @@ def gspo_loss(logp, old_logp, advantages, mask, *, clip_low: float, clip_high: f
     unclipped = -adv * s
     clipped = -adv * torch.clamp(s, 1.0 - clip_low, 1.0 + clip_high)
     return PolicyLossResult(torch.maximum(unclipped, clipped), _clip_stats(s.detach(), adv, clip_low, clip_high))
-
-
-def compute_policy_loss(name: str, logp, old_logp, advantages, mask, **params) -> PolicyLossResult:
-    """The registered loss `name` with exactly its keyword parameters (unknown or missing ones are
-    a UserError naming them). logp, old_logp, mask [N, T]; advantages [N] or [N, T]."""
-    entry = get_policy_loss(name)
-    known = entry.params
-    unknown, missing = param_problems(known, params)
-    if unknown or missing:
-        parts = ([f"unknown parameter(s) {', '.join(unknown)}"] if unknown else []) + (
-            [f"missing {', '.join(missing)}"] if missing else [])
-        raise UserError(f"policy loss '{name}': {'; '.join(parts)} (its parameters: {', '.join(known)})")
-    if logp.shape != old_logp.shape or logp.shape != mask.shape:
-        raise UserError(f"logp, old_logp and mask must share one [N, T] shape, got "
-                        f"{tuple(logp.shape)}, {tuple(old_logp.shape)}, {tuple(mask.shape)}")
-    return entry.fn(logp, old_logp, advantages, mask, **params)

@@ -1,9 +1,11 @@
 """The method registry: every method an arm can turn on is one `Method` record, and nothing else in
 rbctl names a method.
 
-A record carries the function (pure, in this package), its kind, its settings (the function's
-keyword-only parameters, each with its default, description and bounds), whether it composes with
-the budget, its variant label, and the metrics it adds to a run's log. The trainer's objective
+A record carries the function (pure, in this package: imported on first call, so that reading the
+registry needs no torch), its kind, its settings (the function's keyword-only parameters, each with
+its default, description and bounds), what it needs of the trainer besides its kind's arguments
+(`needs`: fields of one `MethodContext`, passed as keyword arguments of the same names), whether
+it composes with the budget, its variant label, and the metrics it adds to a run's log. The trainer's objective
 (`rbctl.train.objective`), the config schema (`rbctl.config.methods` builds each method's block
 from its settings), the sweep's arm labels (`rbctl.config.sweep.arm_variant`), the metrics table
 (`rbctl.train.metric_names`) and the generated docs (docs/config.md, docs/metrics.md) all read
@@ -15,16 +17,21 @@ The kinds, and the contract of each kind's function (formulas and sources: docs/
 
 - `estimator`: (rewards [P, G], budgeted: bool, **settings) -> advantages [P, G]; `algo.estimator`
   selects one; it is the arm's baseline.
-- `policy_loss`: (logp, old_logp, advantages, mask, **settings) -> `PolicyLossResult` (per-token
-  loss [N, T], boolean token statistics, token counts); `algo.policy_loss` selects one.
+- `policy_loss`: (logp, old_logp, advantages, mask, **settings, **needs) -> `PolicyLossResult`
+  (per-token loss [N, T], boolean token statistics, token counts); `algo.policy_loss` selects one.
 - `reward_transform`: (rewards [P, G], seq_logp [P, G], **settings) -> rewards [P, G], applied
   before the estimator; seq_logp is each response's mean sampled-token log-prob under the old
   policy. Its block `algo.<name>` is null = off.
-- `token_mask`: (entropy [N, T], mask [N, T], **settings) -> bool [N, T]: the tokens that keep
+- `token_mask`: (entropy [N, T], mask [N, T], **settings, **needs) -> bool [N, T]: the tokens that keep
   their policy-gradient loss; logged as `tokens/frac_<name>`. Block `algo.<name>`, null = off.
 - `sampling_hook`: (correct [P, G]) -> bool [P]: the groups a step keeps; the trainer samples more
   prompts to fill P (up to `rollout.max_resample_rounds` rounds). Key `rollout.<name>`: a bool,
   since a hook has no settings.
+
+What a policy loss or a token mask may need (`MethodContext`, per micro-batch): the policy's
+per-token entropy, the reference's log-probs, the response lengths and a seeded generator. The
+trainer computes what the methods that are on need (an entropy pass, a frozen reference) and
+nothing else.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ import inspect
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from rbctl.errors import UserError
 
@@ -42,6 +50,33 @@ KINDS = ("estimator", "policy_loss", "reward_transform", "token_mask", "sampling
 SELECTED = ("estimator", "policy_loss")  # one is chosen by `algo.<kind>`; the others are switched on one by one
 OPTIONAL = ("token_mask", "reward_transform")  # a block `algo.<name>`, null = off (in this label order)
 REQUIRED = inspect.Parameter.empty
+NEEDS_KINDS = ("policy_loss", "token_mask")  # the kinds called per micro-batch, with a `MethodContext`
+
+
+@dataclass(frozen=True)
+class MethodContext:
+    """What the trainer hands a policy loss or a token mask besides its kind's arguments, per
+    micro-batch of n rows; a method receives the fields its record `needs`, as keyword arguments of
+    the same names. A field no method that is on needs is None."""
+
+    entropy: Any = None  # [n, T] the policy's per-token entropy (no gradient)
+    ref_logp: Any = None  # [n, T] the reference's log-probs (the frozen initial policy)
+    lengths: Any = None  # [n] response lengths (valid tokens)
+    generator: Any = None  # a torch.Generator seeded by (run seed, step, epoch, micro-batch)
+
+    def args_for(self, method: "Method") -> dict[str, Any]:
+        return {name: getattr(self, name) for name in method.needs}
+
+
+CONTEXT_FIELDS = tuple(MethodContext.__dataclass_fields__)
+
+
+@dataclass(frozen=True)
+class Lazy:
+    """A built-in method's function, imported on first call (`load()` returns it): the registry is
+    read without torch (the config schema, the report), and the import stays a line of code."""
+
+    load: Callable[[], Callable]
 
 
 @dataclass(frozen=True)
@@ -76,13 +111,13 @@ class Method:
     it composes). `loss_agg`: an estimator's default loss aggregation, or the one a policy loss
     forces. `binary_rewards`: the estimator is derived for 0/1 rewards, so no reward transform
     composes with it. `shared`: keyword parameters the function takes from the `algo` keys of the
-    same name (the PPO clip) unless its own settings hold them; `runtime`: ones the trainer passes
-    per call (a seeded `generator`). `check(settings) -> message or None` tests settings against
+    same name (the PPO clip) unless its own settings hold them; `needs`: ones the trainer passes
+    per call, fields of `MethodContext` (a policy loss or a token mask only). `check(settings) -> message or None` tests settings against
     each other (bounds of one setting go in its `Setting`)."""
 
     name: str
     kind: str
-    function: Callable | str  # the function, or its dotted path (imported on first use)
+    function: Callable | Lazy  # the function, or a `Lazy` import of it
     title: str
     settings: Mapping[str, Setting] = field(default_factory=dict)
     label: str | None = None
@@ -90,13 +125,13 @@ class Method:
     loss_agg: str | None = None
     binary_rewards: bool = False
     shared: tuple[str, ...] = ()
-    runtime: tuple[str, ...] = ()
+    needs: tuple[str, ...] = ()
     check: Callable[[Mapping[str, object]], str | None] | None = None
     metrics: tuple[MetricDoc, ...] = ()
 
     @property
     def fn(self) -> Callable:
-        return _resolve(self.function) if isinstance(self.function, str) else self.function
+        return self.function.load() if isinstance(self.function, Lazy) else self.function
 
     @property
     def params(self) -> dict[str, object]:
@@ -109,9 +144,9 @@ class Method:
 
     @property
     def source(self) -> str:
-        """The function's dotted path."""
-        f = self.function
-        return f if isinstance(f, str) else f"{f.__module__}.{f.__qualname__}"
+        """The function's dotted path (this imports it)."""
+        f = self.fn
+        return f"{f.__module__}.{f.__qualname__}"
 
     @property
     def config_key(self) -> str:
@@ -121,12 +156,6 @@ class Method:
     @property
     def variant(self) -> str:
         return (self.label or "{}").format(self.name)
-
-
-@functools.cache
-def _resolve(path: str) -> Callable:
-    module, _, name = path.rpartition(".")
-    return getattr(importlib.import_module(module), name)
 
 
 def keyword_params(fn: Callable) -> dict[str, object]:
@@ -159,12 +188,14 @@ def settings_problems(m: Method) -> list[str]:
     """What does not match between a record's settings and its function's keyword-only parameters
     (this imports the function)."""
     params = m.params
-    own = [p for p in params if p not in m.runtime and (p not in m.shared or p in m.settings)]
+    own = [p for p in params if p not in m.needs and (p not in m.shared or p in m.settings)]
     out = []
     if extra := sorted(set(m.settings) - set(params)):
         out.append(f"settings {', '.join(extra)} are not keyword-only parameters of {m.fn.__name__}")
     if missing := [p for p in own if p not in m.settings]:
         out.append(f"{m.fn.__name__} takes {', '.join(missing)}, which has no Setting")
+    if absent := [p for p in m.needs if p not in params]:
+        out.append(f"{m.fn.__name__} needs {', '.join(absent)} but takes no such keyword-only parameter")
     if twice := [p for p in m.settings if params.get(p, REQUIRED) is not REQUIRED]:
         out.append(f"{m.fn.__name__} declares a default for {', '.join(twice)}: the default belongs to its Setting")
     return out
@@ -198,11 +229,15 @@ def register(method: Method) -> Method:
     sampling hook with settings or a variant label already taken is a ValueError naming it; whether
     the settings match the function is checked when the config schema is built (`check_settings`)."""
     old = METHODS.get(method.name)
-    if old is not None and old.source != method.source:
+    if old is not None and _function_key(old) != _function_key(method):
         raise ValueError(f"method '{method.name}' is already registered ({old.source})")
     problems = []
     if method.kind not in KINDS:
         problems.append(f"kind {method.kind!r} is not one of {', '.join(KINDS)}")
+    if unknown := [n for n in method.needs if n not in CONTEXT_FIELDS]:
+        problems.append(f"needs {', '.join(unknown)}, not one of {', '.join(CONTEXT_FIELDS)}")
+    elif method.needs and method.kind not in NEEDS_KINDS:
+        problems.append(f"a {method.kind} gets no context (only a {' or a '.join(NEEDS_KINDS)} has needs)")
     if method.kind == "sampling_hook" and method.settings:
         problems.append("a sampling hook has no settings (its config key is a bool)")
     taken = {o.variant: o.name for o in METHODS.values() if _adds_label(o) and o.name != method.name}
@@ -213,6 +248,18 @@ def register(method: Method) -> Method:
     METHODS[method.name] = method
     {"estimator": ESTIMATORS, "policy_loss": POLICY_LOSSES}.get(method.kind, {})[method.name] = method
     return method
+
+
+def _function_key(m: Method) -> object:
+    """What makes two records of one name the same method: the same `Lazy`, or a function of the
+    same dotted path (a plug-in module imported twice)."""
+    f = m.function
+    return f if isinstance(f, Lazy) else f"{f.__module__}.{f.__qualname__}"
+
+
+def needed(methods: list[Method], what: str) -> bool:
+    """Whether one of `methods` needs `what` (a `MethodContext` field)."""
+    return any(what in m.needs for m in methods)
 
 
 def of_kind(kind: str) -> list[Method]:
@@ -234,37 +281,55 @@ def get_policy_loss(name: str) -> Method:
 
 
 # --- the registered methods ------------------------------------------------------------------------
+# Their functions' modules import torch: each is imported on a method's first call (`Lazy`).
+
+
+def _advantages():
+    from rbctl.algo import advantages
+    return advantages
+
+
+def _policy_losses():
+    from rbctl.algo import policy_losses
+    return policy_losses
+
+
+def _arms():
+    from rbctl.algo import arms
+    return arms
+
 
 AS_CLIP = "as `clip/frac_low`"
 
 for _name, _fn, _agg, _title in (
-    ("grpo", "rbctl.algo.advantages.grpo", "seq-mean-token-mean", "GRPO: group-centred, std-scaled rewards"),
-    ("dr_grpo", "rbctl.algo.advantages.dr_grpo", "seq-mean-token-sum-norm", "Dr.GRPO: group-centred rewards, no std scaling"),
-    ("rloo", "rbctl.algo.advantages.rloo", "token-mean", "RLOO: leave-one-out baseline"),
-    ("reinforce_pp", "rbctl.algo.advantages.reinforce_pp", "token-mean", "REINFORCE++ (baseline form): group-centred, batch-whitened"),
+    ("grpo", Lazy(lambda: _advantages().grpo), "seq-mean-token-mean", "GRPO: group-centred, std-scaled rewards"),
+    ("dr_grpo", Lazy(lambda: _advantages().dr_grpo), "seq-mean-token-sum-norm", "Dr.GRPO: group-centred rewards, no std scaling"),
+    ("rloo", Lazy(lambda: _advantages().rloo), "token-mean", "RLOO: leave-one-out baseline"),
+    ("reinforce_pp", Lazy(lambda: _advantages().reinforce_pp), "token-mean",
+     "REINFORCE++ (baseline form): group-centred, batch-whitened"),
 ):
     register(Method(_name, "estimator", _fn, _title, loss_agg=_agg))
 # Sequence scores summed over tokens, as in MaxRL's estimator: a constant divisor (Dr.GRPO's mode).
-register(Method("maxrl", "estimator", "rbctl.algo.advantages.maxrl", "MaxRL: rewards over the group's mean reward",
+register(Method("maxrl", "estimator", Lazy(lambda: _advantages().maxrl), "MaxRL: rewards over the group's mean reward",
                 loss_agg="seq-mean-token-sum-norm",
                 no_budget="maxrl already is the budget with B = G, and its division by mean(r) cancels any B"))
 # verl's default aggregation, the framework the Pass@k Training authors' code plugs into.
-register(Method("passk", "estimator", "rbctl.algo.advantages.passk", "Pass@k Training: the analytic pass@k advantages",
+register(Method("passk", "estimator", Lazy(lambda: _advantages().passk), "Pass@k Training: the analytic pass@k advantages",
                 settings={"k": setting(doc="k of pass@k (1 <= k <= rollout.group_size); required with algo.estimator passk.",
                                        at_most="rollout.group_size", ge=1)},
                 loss_agg="token-mean", binary_rewards=True,
                 no_budget="passk's advantages are derived for binary rewards and budgeted rewards are not binary"))
 
-register(Method(DEFAULT_POLICY_LOSS, "policy_loss", "rbctl.algo.policy_losses.clip_loss",
+register(Method(DEFAULT_POLICY_LOSS, "policy_loss", Lazy(lambda: _policy_losses().clip_loss),
                 "PPO's clipped surrogate with dual ε and verl's dual clip; its clip is algo.clip_low/clip_high",
                 shared=("clip_low", "clip_high", "clip_ratio_c")))
 register(Method(
-    "clip_cov", "policy_loss", "rbctl.algo.policy_losses.clip_cov_loss",
+    "clip_cov", "policy_loss", Lazy(lambda: _policy_losses().clip_cov_loss),
     "Clip-Cov (verl's compute_policy_loss_clip_cov); its PPO clip is algo.clip_low/clip_high",
     settings={"ratio": setting(2e-4, "Fraction of valid tokens whose gradient is detached (verl's clip_cov_ratio).", gt=0.0, le=1.0),
               "lb": setting(1.0, "Lower bound of the covariance window of candidate tokens (verl's clip_cov_lb)."),
               "ub": setting(5.0, "Upper bound of the covariance window of candidate tokens (verl's clip_cov_ub).")},
-    shared=("clip_low", "clip_high"), runtime=("generator",),
+    shared=("clip_low", "clip_high"), needs=("generator",),
     check=lambda s: None if s["lb"] < s["ub"] else f"lb must be < ub, got {s['lb']} and {s['ub']}",
     metrics=(MetricDoc("policy_loss/frac_cov_clipped",
                        f"fraction of valid tokens Clip-Cov detached (loss 0, no gradient), {AS_CLIP}: the realised "
@@ -277,7 +342,7 @@ register(Method(
                        "tokens while ratio·n < 1 in each of M mini-batches); `policy_loss/frac_cov_clipped` is below it "
                        "when a call had fewer candidates"))))
 register(Method(
-    "kl_cov", "policy_loss", "rbctl.algo.policy_losses.kl_cov_loss", "KL-Cov (verl's compute_policy_loss_kl_cov); no PPO clip",
+    "kl_cov", "policy_loss", Lazy(lambda: _policy_losses().kl_cov_loss), "KL-Cov (verl's compute_policy_loss_kl_cov); no PPO clip",
     settings={"ratio": setting(2e-4, "Fraction of valid tokens (largest covariance) that get the KL penalty (verl's kl_cov_ratio).", gt=0.0, le=1.0),
               "coef": setting(1.0, "Coefficient β of |log π − log π_old| (verl's ppo_kl_coef).", ge=0.0)},
     metrics=(MetricDoc("policy_loss/frac_kl_penalised",
@@ -285,28 +350,28 @@ register(Method(
                        f"{AS_CLIP}: the realised fraction, max(⌊ratio·n⌋, 1) of the n valid tokens of each call (as "
                        "`policy_loss/frac_cov_clipped`), so 1/n, not `ratio`, while ratio·n < 1"),)))
 register(Method(
-    "gspo", "policy_loss", "rbctl.algo.policy_losses.gspo_loss",
+    "gspo", "policy_loss", Lazy(lambda: _policy_losses().gspo_loss),
     "GSPO: the sequence ratio with its own ε in place of algo.clip_low/clip_high",
     settings={"clip_low": setting(3e-4, "ε_low of the sequence ratio (the paper's 3e-4).", ge=0.0, lt=1.0),
               "clip_high": setting(4e-4, "ε_high of the sequence ratio (the paper's 4e-4).", ge=0.0)},
     loss_agg="seq-mean-token-mean", shared=("clip_low", "clip_high")))
 
 register(Method(
-    "entropy_mask", "token_mask", "rbctl.algo.arms.high_entropy_mask",
+    "entropy_mask", "token_mask", Lazy(lambda: _arms().high_entropy_mask),
     "The high-entropy token mask (\"80/20\"): policy-gradient loss only on the top ρ fraction of tokens by entropy",
     settings={"rho": setting(0.2, "ρ: the policy-gradient loss is kept on the top ρ fraction of valid tokens by entropy, "
                                   "per micro-batch (the paper's 0.2).", gt=0.0, le=1.0)},
     metrics=(MetricDoc("tokens/frac_entropy_mask",
                        f"fraction of valid tokens the high-entropy mask kept (H_t ≥ the 1 − ρ quantile), {AS_CLIP}"),)))
 register(Method(
-    "unlikeliness", "reward_transform", "rbctl.algo.arms.unlikeliness_rewards",
+    "unlikeliness", "reward_transform", Lazy(lambda: _arms().unlikeliness_rewards),
     "The unlikeliness reward r·(1 − β·rank/G), a reward transform before the estimator",
     settings={"beta": setting(0.25, "β: r ← r·(1 − β·rank/G), rank by the sampler's mean token log-prob (the authors' "
                                     "release: 0.25).", gt=0.0, le=1.0)},
     metrics=(MetricDoc("reward/shaped_mean",
                        "mean of the rewards the estimator sees after the unlikeliness transform r·(1 − β·rank/G)"),)))
 register(Method(
-    "dynamic_sampling", "sampling_hook", "rbctl.algo.arms.dynamic_sampling_keep",
+    "dynamic_sampling", "sampling_hook", Lazy(lambda: _arms().dynamic_sampling_keep),
     "DAPO dynamic sampling: keep only groups with 0 < K < G correct and sample more prompts to fill P "
     "(docs/method.md, \"Other arms\"); equal compute is then counted in generated rollouts (`rollout/generated`).",
     metrics=(MetricDoc("rollout/rounds", "rounds of P prompts sampled this step (1 = no resampling), mean over ranks"),

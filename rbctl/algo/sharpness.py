@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 import torch
 
-from rbctl.algo.advantages import check_rewards, compute_advantages
+from rbctl.algo.advantages import check_rewards
+from rbctl.algo.dispatch import compute_advantages
 
 
 def sharpness_per_prompt(rewards: torch.Tensor, values: torch.Tensor) -> torch.Tensor:

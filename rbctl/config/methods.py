@@ -132,4 +132,4 @@ def method_params(a: BaseModel, name: str) -> dict[str, object]:
     m = registry.METHODS[name]
     block = getattr(a, name, None)
     own = block.model_dump() if isinstance(block, BaseModel) else {}
-    return {p: own[p] if p in own else getattr(a, p) for p in m.params if p not in m.runtime}
+    return {p: own[p] if p in own else getattr(a, p) for p in m.params if p not in m.needs}

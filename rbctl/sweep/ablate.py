@@ -206,7 +206,7 @@ def same_training(a: TrainConfig, b: TrainConfig) -> bool:
         return False
     import torch
 
-    from rbctl.algo.advantages import compute_advantages
+    from rbctl.algo.dispatch import compute_advantages
     from rbctl.config.methods import method_params
 
     probes = (torch.tensor([[1.0, 0, 0, 0, 1, 0, 0, 0], [1, 1, 1, 0, 0, 0, 0, 1]]),  # [P, G] binary

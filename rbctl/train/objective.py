@@ -9,8 +9,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+import dataclasses
+
 from rbctl import algo
 from rbctl.algo.policy_losses import PolicyLossResult
+from rbctl.algo.registry import MethodContext, needed
 from rbctl.config.methods import method_params, optional_on
 from rbctl.config.train import TrainConfig
 from rbctl.train import seeds
@@ -44,6 +47,18 @@ def sequence_logprobs(samples) -> torch.Tensor:
     return torch.tensor(rows, dtype=torch.float32)
 
 
+def update_methods(a) -> list:
+    """The methods an `algo` section has on that are called per micro-batch with a `MethodContext`:
+    the policy loss and the token masks."""
+    return [algo.get_policy_loss(a.policy_loss), *optional_on(a, "token_mask")]
+
+
+def keeps_reference(a) -> bool:
+    """Whether a run of `algo` section `a` keeps a frozen reference: a KL to it is penalised or
+    logged, or a method that is on needs its log-probs."""
+    return a.kl_coef > 0 or a.log_kl or needed(update_methods(a), "ref_logp")
+
+
 class Objective:
     """What one arm optimises, built once from the config."""
 
@@ -52,11 +67,12 @@ class Objective:
         self.seed = cfg.seed
         self.cfg = a
         self.loss_name = a.policy_loss
+        self.loss = algo.get_policy_loss(a.policy_loss)
         self.loss_params = method_params(a, a.policy_loss)  # its block + the PPO clip
-        self.seeded = "generator" in algo.get_policy_loss(a.policy_loss).params  # a loss's random pick
         self.estimator_params = method_params(a, a.estimator)
         self.transforms = [(m, method_params(a, m.name)) for m in optional_on(a, "reward_transform")]
         self.masks = [(m, method_params(a, m.name)) for m in optional_on(a, "token_mask")]
+        self.update_methods = update_methods(a)  # called per micro-batch with a context
 
     @property
     def shapes_rewards(self) -> bool:
@@ -65,8 +81,27 @@ class Objective:
 
     @property
     def needs_entropy(self) -> bool:
-        """A token mask needs every epoch's per-token entropy."""
-        return bool(self.masks)
+        """Every epoch's per-token entropy is needed: a token mask is on (its first argument), or the
+        policy loss needs it."""
+        return bool(self.masks) or needed(self.update_methods, "entropy")
+
+    @property
+    def needs_reference(self) -> bool:
+        """A method that is on needs the reference's log-probs."""
+        return needed(self.update_methods, "ref_logp")
+
+    def context(self, mask: torch.Tensor, entropy: torch.Tensor | None = None, ref_logp: torch.Tensor | None = None,
+                draw: tuple[int, ...] = ()) -> MethodContext:
+        """The context of one micro-batch (rows of `mask` [n, T]) holding what the methods that are
+        on need. `draw` (step, epoch, micro-batch) seeds the generator of a method's random choice,
+        so a resumed run makes the same choices and no other RNG stream moves."""
+        ms = self.update_methods
+        return MethodContext(
+            entropy=entropy.detach() if entropy is not None and needed(ms, "entropy") else None,
+            ref_logp=ref_logp if needed(ms, "ref_logp") else None,
+            lengths=mask.sum(-1) if needed(ms, "lengths") else None,
+            generator=(torch.Generator().manual_seed(seeds.policy_loss_seed(self.seed, draw))
+                       if needed(ms, "generator") else None))
 
     def shape_rewards(self, rewards: torch.Tensor, samples) -> torch.Tensor:
         """Rewards [P, G] as the estimator sees them (after the reward transforms, or unchanged)."""
@@ -81,21 +116,21 @@ class Objective:
         a = self.cfg
         return algo.compute_advantages(rewards, a.estimator, a.budget, a.shift, **self.estimator_params)
 
-    def token_masks(self, entropy: torch.Tensor | None, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    def token_masks(self, entropy: torch.Tensor | None, mask: torch.Tensor,
+                    ctx: MethodContext | None = None) -> dict[str, torch.Tensor]:
         """Each token mask's kept tokens, [N, T] bool, by its metric name; empty when none is on."""
-        return {mask_metric(m.name): m.fn(entropy.detach(), mask, **params) for m, params in self.masks}
+        ctx = ctx or MethodContext()
+        return {mask_metric(m.name): m.fn(entropy.detach(), mask, **params, **ctx.args_for(m)) for m, params in self.masks}
 
-    def policy_loss(self, logp, old_logp, adv, mask, entropy=None, draw: tuple[int, ...] = ()) -> PolicyLossResult:
-        """The configured policy loss per token [N, T], times each token mask that is on (its kept
-        tokens are a statistic under the mask's metric name). `draw` (step, epoch, micro-batch)
-        seeds a loss's random choice, so a resumed run makes the same choices and no other RNG
-        stream moves."""
-        params = dict(self.loss_params)
-        if self.seeded:
-            seed = seeds.policy_loss_seed(self.seed, draw)
-            params["generator"] = torch.Generator().manual_seed(seed)
-        out = algo.compute_policy_loss(self.loss_name, logp, old_logp, adv, mask, **params)
-        kept = self.token_masks(entropy, mask)
+    def policy_loss(self, logp, old_logp, adv, mask, entropy=None, ctx: MethodContext | None = None,
+                    draw: tuple[int, ...] = ()) -> PolicyLossResult:
+        """The configured policy loss per token [N, T], given what it needs from `ctx` (by default
+        `context(mask, entropy, draw=draw)`), times each token mask that is on (its kept tokens are
+        a statistic under the mask's metric name)."""
+        ctx = ctx or self.context(mask, entropy, draw=draw)
+        out = algo.compute_policy_loss(self.loss_name, logp, old_logp, adv, mask, **self.loss_params,
+                                       **ctx.args_for(self.loss))
+        kept = self.token_masks(entropy, mask, ctx)
         for name, keep in kept.items():
             out.loss_mat = out.loss_mat * keep.to(out.loss_mat.dtype)
             out.token_stats[name] = keep

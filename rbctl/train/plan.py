@@ -7,7 +7,7 @@ model, data, estimator, budget, P, G, steps, engine, and per step
     tokens          T = P · G · (mean prompt tokens + max_new_tokens)       (upper bound)
     rollout FLOPs   2 · N · T                                                (forward only)
     training FLOPs  6 · N · T · ppo_epochs                                   (forward + backward)
-    extra forwards  2 · N · T for the reference model (kl_coef > 0 or log_kl),
+    extra forwards  2 · N · T for the reference model (kl_coef > 0, log_kl, or a method that needs it),
                     2 · N · T / kappa_eff_every for κ_eff,
                     2 · N · T for the behaviour policy's log-probs with several mini-batches
 
@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rbctl.config.train import TrainConfig
+from rbctl.train.objective import keeps_reference
 
 # Parameter counts of models the recipes name, for when their config is not cached
 # (both computed from the published configs: embeddings + layers, tied or not).
@@ -363,7 +364,7 @@ def step_cost(cfg: TrainConfig, prompt_tokens: float, n_params: float | None) ->
     tokens = ro.prompts_per_step * ro.group_size * (prompt_tokens + ro.max_new_tokens)
     if n_params is None:
         return StepCost(prompt_tokens, tokens, None, None, None, None)
-    has_ref = a.kl_coef > 0 or a.log_kl
+    has_ref = keeps_reference(a)
     several = a.ppo_mini_batch_size is not None and a.ppo_mini_batch_size < ro.prompts_per_step
     return StepCost(
         prompt_tokens, tokens,
@@ -402,7 +403,7 @@ def _memory_line(cfg: TrainConfig, n_params: float) -> str:
         return (f"frozen base ≈ {_gb(n_params * load_bytes)} ({'bf16' if half else 'fp32'}); LoRA adapters, their "
                 f"gradients and AdamW state in float32 are small; {precision} (before activations and the rollout engine)")
     master = load_bytes if precision == "bf16-pure" else 4
-    ref = n_params * load_bytes if (cfg.algo.kl_coef > 0 or cfg.algo.log_kl) else 0.0
+    ref = n_params * load_bytes if keeps_reference(cfg.algo) else 0.0
     return (f"weights + grads + AdamW ≈ {_gb(n_params * master * 4)} ({precision})"
             + (f", reference copy {_gb(ref)}" if ref else "")
             + " (full-parameter training, before activations and the rollout engine)"

@@ -10,19 +10,27 @@ from __future__ import annotations
 import torch
 
 from rbctl import algo
+from rbctl.algo import registry
 from rbctl.train.batch import RolloutBatch
 from rbctl.train.distributed import DistContext
 
-# The order of a metrics.jsonl line; the policy losses' own statistics (policy_loss/*, tokens/*) follow.
-LINE_ORDER = (
+# The order of a metrics.jsonl line: the rollout batch's, with the metrics of the methods that act on
+# it (sampling hooks, then reward transforms: rbctl.algo.registry), then the update's and the step's;
+# the policy losses' and token masks' own statistics (policy_loss/*, tokens/*) follow as logged.
+BATCH_ORDER = (
     "reward/mean", "acc/mean", "kappa", "adv/gap", "adv/abs_mean", "groups/frac_all_correct",
     "groups/frac_all_wrong", "groups/frac_mixed", "response/len_mean", "response/frac_truncated",
-    "rollout/generated", "rollout/rounds", "rollout/topped_up", "reward/shaped_mean",
+    "rollout/generated",
+)
+STEP_ORDER = (
     "entropy", "kappa_eff", "clip/frac_low", "clip/frac_high", "clip/frac_dual", "kl", "loss/total",
     "entropy/alpha", "grad_norm", "nonfinite/skipped", "grader/failures", "lr",
     "time/step_s", "time/rollout_s", "time/train_s", "time/kappa_eff_s", "throughput/tokens_per_s",
     "rollout/logprob_diff",
 )
+LINE_ORDER = (*BATCH_ORDER,
+              *(d.key for kind in ("sampling_hook", "reward_transform") for m in registry.of_kind(kind) for d in m.metrics),
+              *STEP_ORDER)
 _POSITION = {k: i for i, k in enumerate(LINE_ORDER)}
 
 

@@ -21,7 +21,7 @@ from rbctl.tasks.prompting import resolve_template
 from rbctl.train.checkpoint import rng_state, set_rng_state
 from rbctl.train.data import load_training_problems, reward_function, task_spec, warm_start_spec
 from rbctl.train.distributed import init_from_env
-from rbctl.train.objective import Objective
+from rbctl.train.objective import Objective, keeps_reference
 from rbctl.train.optim import make_optimizer, schedule_record
 from rbctl.train.parallel import parallel_for
 from rbctl.train.precision import prepare_trainable, resolve_precision
@@ -53,7 +53,7 @@ class Trainer:
         torch.manual_seed(cfg.seed)
         # vLLM is built first (it checks that its share of GPU memory is free); hf once the policy is final
         self.engine = self._engine(base.model) if cfg.rollout.engine == "vllm" else None
-        self.use_ref = cfg.algo.kl_coef > 0 or cfg.algo.log_kl
+        self.use_ref = keeps_reference(cfg.algo)
         # with LoRA the reference is the adapter-disabled base; otherwise a frozen copy
         self.ref = copy.deepcopy(base.model).eval().requires_grad_(False) if self.use_ref and not self.lora else None
         self.resume_step, state, self.model = self._resume(base, candidates, warn)

@@ -233,10 +233,11 @@ def micro_batch_loss(state: TrainState, batch: RolloutBatch, rows, behaviour: Be
             behaviour.logp = logp.new_zeros(batch.response_mask.shape)
         behaviour.logp[rows] = logp.detach()  # behaviour policy = the model before any update
     old = behaviour.logp[rows]
-    # the arm's policy loss, restricted to its token mask if it has one
-    pg = state.objective.policy_loss(logp, old, batch.advantages.reshape(-1)[rows].to(dev), mask, ent, draw=draw)
-    engine_logp = batch.engine_logp[rows].to(dev) if batch.engine_logp is not None else None
     ref = behaviour.ref_logp[rows] if behaviour.ref_logp is not None else None
+    # the arm's policy loss, restricted to its token mask if it has one, given what its methods need
+    ctx = state.objective.context(mask, ent, ref, draw)
+    pg = state.objective.policy_loss(logp, old, batch.advantages.reshape(-1)[rows].to(dev), mask, ent, ctx)
+    engine_logp = batch.engine_logp[rows].to(dev) if batch.engine_logp is not None else None
     loss, kl = minibatch_loss(state.cfg, pg.loss_mat, logp, old, engine_logp, ref, ent,
                               aggregation_weights(mask, a.loss_agg, norm), alpha)
     # DDP averages gradients over ranks; the weights are already global, so undo the 1/world

@@ -15,7 +15,8 @@ import yaml
 from safetensors.torch import load_file
 
 from rbctl.algo.arms import dynamic_sampling_keep
-from rbctl.config.train import load_train_config
+from rbctl.algo import registry
+from rbctl.config.train import TrainConfig, load_train_config
 from rbctl.errors import UserError
 from rbctl.rollout.base import Sample
 from rbctl.sweep.ablate import COMPUTE_KEYS, load_sweep
@@ -38,18 +39,29 @@ def _weights(run_dir, step):
     return load_file(str(run_dir / "checkpoints" / f"step_{step:06d}" / "model" / "model.safetensors"))
 
 
-# Each arm: its overrides and the metrics it must log (besides every default one).
-ARMS = {
-    "clip_cov": ({"algo__policy_loss": "clip_cov", "algo__clip_cov__ratio": 0.2, "algo__clip_cov__lb": -5.0},
-                 ["policy_loss/frac_cov_clipped", "clip/frac_low"]),
-    "kl_cov": ({"algo__policy_loss": "kl_cov", "algo__kl_cov__ratio": 0.2}, ["policy_loss/frac_kl_penalised"]),
-    "gspo": ({"algo__policy_loss": "gspo"}, ["clip/frac_high"]),
-    "entropy_mask": ({"algo__entropy_mask__rho": 0.2}, ["tokens/frac_entropy_mask"]),
-    "passk": ({"algo__estimator": "passk", "algo__passk__k": 2}, []),
-    "maxrl": ({"algo__estimator": "maxrl"}, []),
-    "unlikeliness": ({"algo__unlikeliness__beta": 0.25}, ["reward/shaped_mean"]),
+# Settings that make a method act within two tiny steps (a method not here runs with its defaults; a
+# required setting without a value here is 2).
+ACTING = {"clip_cov": {"ratio": 0.2, "lb": -5.0}, "kl_cov": {"ratio": 0.2}, "entropy_mask": {"rho": 0.2}}
+
+
+def method_arm(m: registry.Method) -> tuple[dict, list[str]]:
+    """The overrides that turn registered method `m` on, and the metrics it must log (its records')."""
+    given = {k: 2 for k, s in m.settings.items() if s.default is registry.REQUIRED} | ACTING.get(m.name, {})
+    if m.kind == "sampling_hook":
+        overrides = {f"rollout__{m.name}": "true"}
+    elif m.kind in registry.SELECTED:
+        overrides = {f"algo__{m.kind}": m.name, **{f"algo__{m.name}__{k}": v for k, v in given.items()}}
+    else:  # an optional block: on with its settings (a first one given its default where none is set)
+        given = given or {k: s.default for k, s in list(m.settings.items())[:1]}
+        overrides = {f"algo__{m.name}__{k}": v for k, v in given.items()}
+    return overrides, [d.key for d in m.metrics]
+
+
+# One arm per registered method but the base (GRPO's advantages, PPO's clip), and arms that compose methods.
+ARMS = {m.name: method_arm(m) for m in registry.METHODS.values()
+        if m.name not in (registry.DEFAULT_POLICY_LOSS, TrainConfig().algo.estimator)}
+ARMS |= {
     "unlikeliness_budget": ({"algo__unlikeliness__beta": 0.25, "algo__budget": 1.0}, ["reward/shaped_mean"]),
-    "dynamic": ({"rollout__dynamic_sampling": "true"}, ["rollout/rounds", "rollout/topped_up"]),
     "mask_kl_cov_budget": ({"algo__entropy_mask__rho": 0.5, "algo__policy_loss": "kl_cov",
                             "algo__budget": 1.0, "algo__estimator": "rloo"}, ["tokens/frac_entropy_mask"]),
 }
@@ -63,7 +75,7 @@ def test_each_arm_trains_two_steps_without_nan_and_logs_its_metrics(arm, tiny_co
     lines = _lines(run)
     assert [r["step"] for r in lines] == [1, 2]
     for r in lines:
-        for k in ["loss/total", "grad_norm", "entropy", "kappa", "rollout/generated", *keys]:
+        for k in ["loss/total", "grad_norm", "entropy", "kappa", "rollout/generated", "clip/frac_low", "clip/frac_high", *keys]:
             assert r.get(k) is not None, (k, r)
         for k, v in r.items():
             assert not (isinstance(v, float) and math.isnan(v)), (k, v)

@@ -14,7 +14,7 @@ import yaml
 from rbctl import algo
 from rbctl.algo import registry
 from rbctl.algo.losses import LOSS_AGG
-from rbctl.algo.registry import Method, register, setting, settings_problems
+from rbctl.algo.registry import Method, MethodContext, register, setting, settings_problems
 from rbctl.config.base import Section
 from rbctl.config.methods import has_block, method_params
 from rbctl.config.sweep import arm_variant, variant_parts
@@ -26,15 +26,18 @@ from tests.conftest import TINY_TRAIN
 
 def test_the_choices_are_the_registrys_names():
     fields = AlgoCfg.model_fields
-    assert get_args(fields["estimator"].annotation) == ("grpo", "dr_grpo", "rloo", "reinforce_pp", "maxrl", "passk")
-    assert get_args(fields["policy_loss"].annotation) == ("clip", "clip_cov", "kl_cov", "gspo")
+    assert get_args(fields["estimator"].annotation) == tuple(registry.ESTIMATORS)
+    assert get_args(fields["policy_loss"].annotation) == tuple(registry.POLICY_LOSSES)
     assert get_args(get_args(fields["loss_agg"].annotation)[0]) == tuple(LOSS_AGG)
 
 
 def test_every_shipped_block_holds_exactly_its_functions_parameters():
     registry.check_settings()  # also runs when the schema is built; here it must not raise
     blocks = {n for n, m in registry.METHODS.items() if has_block(m)}
-    assert blocks == {"passk", "clip_cov", "kl_cov", "gspo", "entropy_mask", "unlikeliness"}
+    # a block for each optional method and each selectable one with settings; none for a sampling hook
+    assert blocks == {n for n, m in registry.METHODS.items()
+                      if m.kind in registry.OPTIONAL or (m.kind in registry.SELECTED and m.settings)}
+    assert blocks <= set(AlgoCfg.model_fields)
     for name in blocks:  # the defaults live in the records: no function declares one for a setting
         params = algo.keyword_params(registry.METHODS[name].fn)
         block = _section_in(AlgoCfg.model_fields[name].annotation)
@@ -66,7 +69,17 @@ def test_register_refuses_a_taken_name_label_or_kind():
         register(Method("budget2", "reward_transform", _loss, "a transform", label="budget"))
     with pytest.raises(ValueError, match="kind 'optimizer' is not one of"):
         register(Method("adam2", "optimizer", _loss, "not a kind"))
-    assert "mask2" not in registry.METHODS and "adam2" not in registry.METHODS
+    with pytest.raises(ValueError, match="needs hidden_states, not one of entropy, ref_logp, lengths, generator"):
+        register(Method("deep", "policy_loss", _loss, "a loss", needs=("hidden_states",)))
+    with pytest.raises(ValueError, match="a estimator gets no context"):
+        register(Method("est2", "estimator", _loss, "an estimator", needs=("entropy",)))
+    assert not {"mask2", "adam2", "deep", "est2"} & set(registry.METHODS)
+
+
+def test_a_need_is_a_keyword_parameter_and_no_setting():
+    m = Method("wide", "policy_loss", _loss, "a test loss", settings={"width": setting(1.0), "depth": setting()},
+               shared=("clip_low", "clip_high"), needs=("entropy",))
+    assert any("_loss needs entropy but takes no such keyword-only parameter" in p for p in settings_problems(m))
 
 
 def test_method_params_are_the_block_plus_the_ppo_clip_where_the_block_has_none():
@@ -86,12 +99,12 @@ def test_every_selectable_method_runs_with_its_resolved_defaults():
     mask = torch.ones(2, 2)
     for name in algo.POLICY_LOSSES:
         a = load_train_config(None, [f"algo.policy_loss={name}"]).algo
+        ctx = MethodContext(entropy=torch.rand(2, 2), ref_logp=logp, lengths=mask.sum(-1), generator=torch.Generator())
         out = algo.compute_policy_loss(name, logp, logp.detach(), torch.tensor([1.0, -1.0]), mask,
-                                       **method_params(a, name), **({"generator": torch.Generator()}
-                                                                    if "generator" in algo.get_policy_loss(name).params else {}))
+                                       **method_params(a, name), **ctx.args_for(algo.get_policy_loss(name)))
         assert out.loss_mat.shape == (2, 2)
-    for name in algo.ESTIMATORS:
-        extra = ["algo.passk.k=2"] if name == "passk" else []
+    for name, m in algo.ESTIMATORS.items():
+        extra = [f"algo.{name}.{k}=2" for k, s in m.settings.items() if s.default is registry.REQUIRED]  # k of pass@k
         a = load_train_config(None, [f"algo.estimator={name}", *extra]).algo
         adv = algo.compute_advantages(torch.tensor([[1.0, 0.0, 0.0, 1.0]]), name, **method_params(a, name))
         assert adv.shape == (1, 4)
