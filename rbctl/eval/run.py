@@ -289,6 +289,7 @@ def _evaluate_loaded(model: str, cfg: EvalConfig, out_dir: Path | None, candidat
     from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     from rbctl.rollout.models import load_first_intact, load_policy
+    from rbctl.tasks import builtin
 
     opts = dict(device=cfg.device, dtype=cfg.dtype, cpu_linear=cfg.cpu_linear, log=console.print)
     ckpt_step = None
@@ -296,7 +297,7 @@ def _evaluate_loaded(model: str, cfg: EvalConfig, out_dir: Path | None, candidat
         ck, policy = load_first_intact(candidates, **opts)
         ckpt_step = ck.step
     else:
-        policy = load_policy(model, **opts)
+        policy = load_policy(str(builtin.default_warm_start(console.print)) if model == "builtin" else model, **opts)
     if out_dir is None:
         out_dir = default_out_dir(model, ckpt_step)
         check_writable(out_dir, samples_bytes(cfg, problems))  # before the first sample: where it all goes

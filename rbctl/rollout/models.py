@@ -1,6 +1,6 @@
-"""Loading a policy and its tokenizer: a Hugging Face hub id, a local directory, a GGUF file,
-an rbctl run directory (its latest checkpoint), a checkpoint already chosen (`Checkpoint`), or
-`builtin` (the embedded default's warm start).
+"""Loading a policy and its tokenizer: a Hugging Face hub id, a local directory (a built-in task's
+warm start among them: `rbctl.tasks.builtin.warm_started`), a GGUF file, an rbctl run directory (its
+latest checkpoint) or a checkpoint already chosen (`Checkpoint`).
 
 A checkpoint's files are read through `rbctl.store.checkpoint`: its weights once, hashed as they are
 read, and the model is built from those tensors; its small files (config, tokenizer) are hashed,
@@ -192,34 +192,22 @@ def load_policy(
     *,
     device: str = "auto",
     dtype: str = "auto",
-    builtin_task=None,
-    builtin_warm_start=None,
-    builtin_shipped: str | None = None,
     step: int | None = None,
     cpu_linear: str = "auto",
     log=print,
 ) -> LoadedPolicy:
-    """Load model and tokenizer. `builtin` loads the shipped warm start `builtin_shipped`, or trains
-    (once) and loads the cached warm-started policy.
-
-    A run directory loads its checkpoint `step`, or its newest checkpoint that verifies as it is
+    """Load model and tokenizer. A run directory loads its checkpoint `step`, or its newest checkpoint that verifies as it is
     read (a corrupted one is skipped with a warning through `log`). A `Checkpoint` (chosen by the
     caller) is loaded as it is: a corrupted one raises `CorruptCheckpoint`. `cpu_linear`: the kernel
     of the float32 Linear layers on the CPU (`rbctl.rollout.cpu_linear`; resolved in the result)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    if isinstance(name_or_path, str) and name_or_path != "builtin" and is_run_dir(Path(name_or_path).expanduser()):
+    if isinstance(name_or_path, str) and is_run_dir(Path(name_or_path).expanduser()):
         candidates = run_checkpoints(Path(name_or_path).expanduser(), step, log)
         return load_first_intact(candidates, device=device, dtype=dtype, cpu_linear=cpu_linear, log=log)[1]
     gguf, ck = None, None
     if isinstance(name_or_path, Checkpoint):
         ck, src = name_or_path, str(name_or_path.model_dir)
-    elif name_or_path == "builtin":
-        from rbctl.tasks import builtin
-
-        spec = builtin_task or builtin.task("links").TaskSpec()
-        ws = builtin_warm_start or builtin.module_of(spec).WarmStartSpec()
-        src = str(builtin.warm_started(spec, ws, log=log, shipped=builtin_shipped))
     else:
         src, gguf = resolve_source(name_or_path, step)
     dev = resolve_device(device)

@@ -252,7 +252,7 @@ def _run_one(run_dir: str, cfg_dict: dict, meta: dict, eval_dict: dict, threads:
     quiet_libraries()
     key = run_key(meta["arm"], meta["seed"], meta.get("warm_start"))
     try:
-        from rbctl.train.loop import evaluate_final, train
+        from rbctl.train.loop import train
 
         cfg = TrainConfig.model_validate(cfg_dict)
         rd = Path(run_dir)
@@ -261,14 +261,12 @@ def _run_one(run_dir: str, cfg_dict: dict, meta: dict, eval_dict: dict, threads:
 
         def on_step(step, m):
             queue.put((key, "step", step, {"reward": m["reward/mean"], "entropy": m["entropy"]}))
+            if step == cfg.steps:  # the final evaluation follows the last step
+                queue.put((key, "eval", step, {}))
 
-        ecfg = for_run(SweepEval.model_validate(eval_dict), cfg)
-
-        def final_eval(tr):  # the final policy, in memory, through the run's own engine
-            queue.put((key, "eval", cfg.steps, {}))
-            evaluate_final(tr, ecfg)
-
-        train(cfg, rd, progress=False, log=lambda *a: None, on_step=on_step, after=final_eval)
+        # the final policy is evaluated in memory, through the run's own engine
+        train(cfg, rd, progress=False, log=lambda *a: None, on_step=on_step,
+              final_eval=for_run(SweepEval.model_validate(eval_dict), cfg))
         return {"key": key, "status": "done", "error": None}
     except Exception as e:  # a failed run is reported, never allowed to stop the sweep (SystemExit passes: submitit requeues that way)
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__

@@ -123,6 +123,12 @@ def warm_start_path(spec, ws) -> Path:
     return tiny.warm_start_path(spec.kind, spec, ws)
 
 
+def default_warm_start(log=print) -> Path:
+    """Path of the default built-in policy (`builtin` as a model name): the links task's warm start."""
+    spec = task("links").TaskSpec()
+    return warm_started(spec, module_of(spec).WarmStartSpec(), log=log)
+
+
 def warm_started(spec, ws, log=print, shipped: str | None = None) -> Path:
     """Path of the warm-started policy of `spec`'s task: the shipped warm start `shipped` (checked
     against `spec`, `ws` and its SHA-256s: rbctl.tasks.shipped), else the recipe's cached one,

@@ -142,6 +142,7 @@ def main() -> None:
 
     from rbctl.tasks import links as builtin
     from rbctl.rollout.models import load_policy
+    from rbctl.tasks.builtin import default_warm_start
 
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"machine: {os.cpu_count()} cores, torch {torch.__version__} with {torch.get_num_threads()} threads, "
@@ -149,7 +150,7 @@ def main() -> None:
     bench_grading()
 
     print("generation (hf engine, temperature 0.6, n=1):")
-    policy = load_policy("builtin", log=lambda m: print(f"  {m}"))
+    policy = load_policy(str(default_warm_start(log=lambda m: print(f"  {m}"))), log=lambda m: print(f"  {m}"))
     spec = builtin.TaskSpec()
     probs = [p.problem for p in builtin.problems(spec, "test")]
     bench_generation("builtin policy, 32 new tokens", policy, (probs * 4)[:1024], 32, batch_sizes, args.repeats)

@@ -32,6 +32,14 @@ def warm_start_spec(cfg: TrainConfig):
     return builtin.specs_from_config(cfg.data.builtin)[1]
 
 
+def base_model(cfg: TrainConfig, log=print) -> str:
+    """What `model.name` loads: a hub id or path as given, or for `builtin` the directory of the
+    built-in task's warm-started policy (`data.builtin`: shipped, cached, or trained once)."""
+    if cfg.model.name != "builtin":
+        return cfg.model.name
+    return str(builtin.warm_started(task_spec(cfg), warm_start_spec(cfg), log=log, shipped=cfg.data.builtin.warm_start))
+
+
 def reward_function(cfg: TrainConfig):
     """(completions, problems) -> (correct flags, grader failures), one problem per completion.
     Binary reward: 1 if correct.

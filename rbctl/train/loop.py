@@ -32,11 +32,12 @@ from rbctl.train.trainer import Trainer
 
 
 def train(cfg: TrainConfig, run_dir: Path, force: bool = False, progress: bool = True, log=print,
-          on_step=None, extend: bool = False, after=None) -> list[dict]:
+          on_step=None, extend: bool = False, final_eval: EvalConfig | None = None) -> list[dict]:
     """Train (or resume) the run in `run_dir`; returns the metrics of the steps run now. `force`
-    and `extend`: what a resume may change (`rbctl.train.rundir.check_run_dir`).
-    `after(trainer)` is called on rank 0 once the run is complete (also when it already was): a
-    sweep evaluates the final policy there, through the run's engine (`evaluate_final`).
+    and `extend`: what a resume may change (`rbctl.train.rundir.check_run_dir`). With `final_eval`
+    (a `for_run` evaluation config: a sweep's), rank 0 then evaluates the final policy with it,
+    through the run's engine, into RUN_DIR/eval/step_N/ (`evaluate_final`; also when the run was
+    already complete).
 
     Rank 0 holds RUN_DIR/.lock for the whole run: a second `rbctl train` on the same directory is
     refused (one writer per run directory)."""
@@ -46,8 +47,8 @@ def train(cfg: TrainConfig, run_dir: Path, force: bool = False, progress: bool =
     try:
         with DirLock(run_dir, "rbctl train", log=log) if main_rank else nullcontext():
             tr, done = _train(cfg, run_dir, force, extend, progress, log, on_step, main_rank)
-            if after is not None and main_rank:
-                after(tr)
+            if final_eval is not None and main_rank:
+                evaluate_final(tr, final_eval)
             return done
     except BaseException:
         if made is not None and not started(run_dir):  # failed before its first step: leave nothing behind

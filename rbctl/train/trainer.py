@@ -19,7 +19,7 @@ from rbctl.store.checkpoint import Checkpoint, checkpoints_to_try, first_intact,
 from rbctl.store.rundir import checkpoint_dir
 from rbctl.tasks.prompting import resolve_template
 from rbctl.train.checkpoint import rng_state, set_rng_state
-from rbctl.train.data import load_training_problems, reward_function, task_spec, warm_start_spec
+from rbctl.train.data import base_model, load_training_problems, reward_function
 from rbctl.train.distributed import init_from_env
 from rbctl.train.objective import Objective, keeps_reference
 from rbctl.train.optim import make_optimizer, schedule_record
@@ -84,10 +84,8 @@ class Trainer:
         if self.dist.enabled and torch.cuda.is_available() and device in ("auto", "cuda"):
             device = f"cuda:{self.dist.local_rank}"
         cpu_linear = "torch" if cfg.model.fsdp else cfg.model.cpu_linear  # FSDP's shards: torch's kernels
-        self.load_kwargs = dict(device=device, dtype=cfg.model.dtype, cpu_linear=cpu_linear, log=self.log,
-                                builtin_task=task_spec(cfg), builtin_warm_start=warm_start_spec(cfg),
-                                builtin_shipped=cfg.data.builtin.warm_start)
-        base = load_policy(cfg.model.name, **self.load_kwargs)
+        self.load_kwargs = dict(device=device, dtype=cfg.model.dtype, cpu_linear=cpu_linear, log=self.log)
+        base = load_policy(base_model(cfg, self.log), **self.load_kwargs)
         self.base_source, self.builtin, self.tokenizer = base.source, base.builtin, base.tokenizer
         self.cpu_linear = base.cpu_linear  # the Linear layers' CPU kernel, resolved (provenance.json)
         self.device = next(base.model.parameters()).device

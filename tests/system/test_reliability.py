@@ -41,10 +41,10 @@ def _warm(rbctl_cache, tmp_path):
     """Build the warm start in-process first so the subprocesses only train."""
     from rbctl.config.train import TrainConfig
     from rbctl.rollout.models import load_policy
-    from rbctl.train.data import task_spec, warm_start_spec
+    from rbctl.train.data import base_model
 
     cfg = TrainConfig.model_validate(TINY_TRAIN)
-    load_policy("builtin", builtin_task=task_spec(cfg), builtin_warm_start=warm_start_spec(cfg), log=lambda *a: None)
+    load_policy(base_model(cfg, log=lambda *a: None), log=lambda *a: None)
 
 
 @pytest.mark.slow

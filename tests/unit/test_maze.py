@@ -232,7 +232,7 @@ def test_tiny_warm_start_trains_and_emits_task_words(rbctl_cache):
     spec = maze.TaskSpec(size=7, train_size=8, test_size=8)
     ws = maze.WarmStartSpec(steps=100, batch_size=16, lr=3e-3, hidden_size=32, layers=1, heads=2, kv_heads=1,
                             intermediate_size=64)
-    policy = load_policy("builtin", builtin_task=spec, builtin_warm_start=ws, log=lambda *a: None)
+    policy = load_policy(str(builtin.warm_started(spec, ws, log=lambda *a: None)), log=lambda *a: None)
     assert policy.builtin == "maze" and builtin.task_spec_of(Path(policy.source)) == spec
     # DONE stops sampling; the saved tokenizer reloads with AutoTokenizer and encodes the same ids
     done = policy.tokenizer.convert_tokens_to_ids("DONE")
