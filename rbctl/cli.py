@@ -4,6 +4,7 @@ library function; no algorithm lives here."""
 from __future__ import annotations
 
 import errno
+import os
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -141,7 +142,8 @@ def train(
     if dry_run:
         from rbctl.train.plan import dry_run as plan
 
-        typer.echo(plan(cfg))
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")  # belt and braces: the plan reads caches only
+        typer.echo(plan(cfg, source=str(config)), nl=False)
         return
     if out is None:
         raise UserError("rbctl train needs --out/-o RUN_DIR, the run directory (only --dry-run goes without one)")

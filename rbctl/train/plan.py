@@ -16,13 +16,12 @@ number comes from is printed beside it: N from the cached model config (exact co
 device), else a table of known sizes; prompt tokens from the cached tokenizer on cached data,
 else ≈ 4 characters per token of the cached data, else a stated assumption.
 
-    python -m rbctl.train.plan configs/paper_qwen3_8b.yaml [--set key=value ...]
+    rbctl train configs/paper_qwen3_8b.yaml --dry-run [--set key=value ...]
 """
 
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -485,26 +484,3 @@ def dry_run(cfg: TrainConfig, *, source: str | None = None, cache_dir: str | Pat
     if r.warnings:
         lines += ["", "warnings"] + [f"  - {w}" for w in r.warnings]
     return "\n".join(lines) + "\n"
-
-
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    from rbctl.config.train import load_train_config
-    from rbctl.errors import UserError
-
-    ap = argparse.ArgumentParser(prog="python -m rbctl.train.plan", description="Print a training recipe's plan, offline.")
-    ap.add_argument("config", type=Path)
-    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    args = ap.parse_args(argv)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # belt and braces: nothing here should touch the network
-    try:
-        print(dry_run(load_train_config(args.config, args.overrides), source=str(args.config)), end="")
-    except UserError as e:
-        print(f"error: {e}")
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

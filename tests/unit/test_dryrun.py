@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from rbctl.config.train import TrainConfig, load_train_config
-from rbctl.train.plan import ASSUMED_PROMPT_TOKENS, KNOWN_SIZES, dry_run, main, step_cost
+from rbctl.train.plan import ASSUMED_PROMPT_TOKENS, KNOWN_SIZES, dry_run, step_cost
 from tests.conftest import tiny_llama
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -141,13 +141,15 @@ def test_cached_data_without_tokenizer_uses_four_chars_per_token_and_flags_field
     assert "data records lack field(s) nope; they have: question, final" in dry_run(bad, cache_dir=cache)
 
 
-def test_cli_entry_prints_the_plan_and_reports_bad_configs(tmp_path, capsys):
-    assert main([str(CONFIGS / "paper_llama32_3b.yaml"), "--set", "rollout.group_size=16"]) == 0
+def test_the_cli_prints_the_plan_and_reports_bad_configs(tmp_path, capsys):
+    from rbctl.cli import run
+
+    assert run(["train", str(CONFIGS / "paper_llama32_3b.yaml"), "--dry-run", "--set", "rollout.group_size=16"]) == 0
     assert "G = 16 rollouts" in capsys.readouterr().out
     bad = tmp_path / "bad.yaml"
     bad.write_text("rollout:\n  group_sise: 4\n")
-    assert main([str(bad)]) == 2
-    assert "unknown config key 'rollout.group_sise'" in capsys.readouterr().out
+    assert run(["train", str(bad), "--dry-run"]) == 2
+    assert "unknown config key 'rollout.group_sise'" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("name", ["paper_qwen3_8b", "paper_llama32_3b"])
