@@ -25,7 +25,7 @@ from rbctl.store.rundir import (BUILTIN_MARKER, EVAL_LINES, METRICS, MODEL, PROV
                                 final_eval_dir, periodic_eval_dir)
 from rbctl.store.write import write_provenance
 from rbctl.train.data import task_spec
-from rbctl.train.rundir import check_run_dir, provenance, started, write_config
+from rbctl.train.run_setup import check_run_dir, provenance, started, write_config
 from rbctl.store.jsonl import append_jsonl, read_log, truncate_jsonl
 from rbctl.train.tracking import Tracker
 from rbctl.train.trainer import Trainer
@@ -34,7 +34,7 @@ from rbctl.train.trainer import Trainer
 def train(cfg: TrainConfig, run_dir: Path, force: bool = False, progress: bool = True, log=print,
           on_step=None, extend: bool = False, final_eval: EvalConfig | None = None) -> list[dict]:
     """Train (or resume) the run in `run_dir`; returns the metrics of the steps run now. `force`
-    and `extend`: what a resume may change (`rbctl.train.rundir.check_run_dir`). With `final_eval`
+    and `extend`: what a resume may change (`rbctl.train.run_setup.check_run_dir`). With `final_eval`
     (a `for_run` evaluation config: a sweep's), rank 0 then evaluates the final policy with it,
     through the run's engine, into RUN_DIR/eval/step_N/ (`evaluate_final`; also when the run was
     already complete).

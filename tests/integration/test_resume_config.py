@@ -56,7 +56,7 @@ def test_a_changed_steps_under_cosine_or_another_schedule_is_refused_in_one_line
 
 
 def test_extend_keeps_the_first_steps_schedule_and_holds_its_last_lr(tiny_config, tmp_path):
-    from rbctl.train.rundir import check_run_dir
+    from rbctl.train.run_setup import check_run_dir
 
     straight = tmp_path / "straight"
     train(tiny_config(steps=4, **COSINE), straight, **QUIET)

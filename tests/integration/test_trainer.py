@@ -119,7 +119,7 @@ def test_existing_run_dir_with_another_config_is_refused(tiny_config, tmp_path):
 
 def test_a_run_dir_left_by_a_failed_start_takes_the_corrected_config(tiny_config, tmp_path):
     from rbctl.errors import UserError
-    from rbctl.train.rundir import check_run_dir, write_config
+    from rbctl.train.run_setup import check_run_dir, write_config
 
     run = tmp_path / "run"
     write_config(tiny_config(algo__budget=1.0), run, 0)  # then the start failed: config.yaml only

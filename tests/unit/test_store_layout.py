@@ -82,7 +82,7 @@ def test_a_header_of_another_format_version_is_refused_in_one_line_naming_file_a
 
 
 def test_resuming_a_run_directory_of_another_format_version_is_refused(tmp_path):
-    from rbctl.train.rundir import check_run_dir
+    from rbctl.train.run_setup import check_run_dir
 
     cfg = TrainConfig.model_validate(TINY_TRAIN)
     (tmp_path / CONFIG).write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
