@@ -18,7 +18,7 @@ from rbctl.rollout.models import load_policy, lora_policy
 from rbctl.store.checkpoint import Checkpoint, checkpoints_to_try, first_intact, load_state
 from rbctl.store.rundir import checkpoint_dir
 from rbctl.tasks.prompting import resolve_template
-from rbctl.train.checkpoint import rng_state, set_rng_state
+from rbctl.train.rng_state import rng_state, set_rng_state
 from rbctl.train.data import base_model, load_training_problems, reward_function
 from rbctl.train.distributed import init_from_env
 from rbctl.train.objective import Objective, keeps_reference
