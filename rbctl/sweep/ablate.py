@@ -82,7 +82,7 @@ def load_sweep(path: Path, seed_offset: int = 0, arms: list[str] | None = None, 
     _check_family_configs(path, sweep, configs)
     if sweep.warm_starts:  # each warm start must fit every arm's task settings (one-line error otherwise)
         from rbctl.tasks.shipped import shipped_warm_start
-        from rbctl.train.data import task_spec, warm_start_spec
+        from rbctl.train.training_data import task_spec, warm_start_spec
 
         for ws in sweep.warm_starts:
             for arm, cfg in configs.items():
@@ -384,7 +384,7 @@ def _prepare_shared(configs: dict[str, TrainConfig], log) -> None:
     that other processes shared (docs/maze_task.md §7)."""
     import torch
 
-    from rbctl.train.data import task_spec, warm_start_spec
+    from rbctl.train.training_data import task_spec, warm_start_spec
 
     from rbctl.tasks import builtin
 

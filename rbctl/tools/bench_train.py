@@ -29,7 +29,7 @@ def main() -> None:
 
     from rbctl.tasks import builtin
     from rbctl.config.train import load_train_config
-    from rbctl.train.data import task_spec, warm_start_spec
+    from rbctl.train.training_data import task_spec, warm_start_spec
     from rbctl.train.loop import train
 
     overrides = ["eval.every=0"] + ([f"steps={args.steps}"] if args.steps else [])

@@ -97,7 +97,7 @@ def run_rbctl(steps: int, threads: int, log_kl: bool) -> dict:
     from rbctl.tasks.builtin import warm_started
     from rbctl.tasks.prompting import encode_prompts
     from rbctl.rollout.kvcache import prefix_cache_supported
-    from rbctl.train.data import load_training_problems, task_spec, warm_start_spec
+    from rbctl.train.training_data import load_training_problems, task_spec, warm_start_spec
     from rbctl.train.sampling import prompt_order
     from rbctl.train.loop import train
 
@@ -193,7 +193,7 @@ def run_trl(steps: int, threads: int) -> dict:
 
     from rbctl.tasks.builtin import warm_started
     from rbctl.tasks.links import check, format_problem
-    from rbctl.train.data import load_training_problems, task_spec, warm_start_spec
+    from rbctl.train.training_data import load_training_problems, task_spec, warm_start_spec
 
     _set_threads(threads)
     cfg = workload_config(steps, threads, log_kl=False)
@@ -409,7 +409,7 @@ def main() -> None:
     except ImportError:
         sys.exit('TRL is not installed; it is an optional extra: pip install -e ".[trl]"')
     from rbctl.tasks.builtin import warm_started
-    from rbctl.train.data import task_spec, warm_start_spec
+    from rbctl.train.training_data import task_spec, warm_start_spec
 
     cfg = workload_config(args.steps, args.threads, args.log_kl)
     warm_started(task_spec(cfg), warm_start_spec(cfg))  # built once and cached, outside the timings

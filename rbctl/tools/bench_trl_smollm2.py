@@ -94,7 +94,7 @@ def rbctl_config(args, model_dir: Path, bf16_sampling: bool = False):
 def prompt_plan(cfg, tok) -> list[dict]:
     """rbctl's prompts for steps 1 … steps, in its order, as rows for TRL's dataset."""
     from rbctl.tasks.prompting import render_prompt
-    from rbctl.train.data import load_training_problems
+    from rbctl.train.training_data import load_training_problems
     from rbctl.train.sampling import prompt_order
 
     problems = load_training_problems(cfg)
@@ -179,7 +179,7 @@ def run_trl(args, model_dir: Path) -> dict:
     from trl import GRPOTrainer
 
     from rbctl.tasks.registry import Problem
-    from rbctl.train.data import reward_function
+    from rbctl.train.training_data import reward_function
 
     _set_threads(args.threads)
     cfg = rbctl_config(args, model_dir)

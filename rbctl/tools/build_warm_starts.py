@@ -68,7 +68,7 @@ def make(config: Path, seeds: list[int], cache: Path | None = None) -> None:
 
     from rbctl.config.train import load_train_config
     from rbctl.tasks.shipped import INDEX, SHIPPED_DIR, file_hashes, index
-    from rbctl.train.data import task_spec, warm_start_spec
+    from rbctl.train.training_data import task_spec, warm_start_spec
 
     torch.set_num_threads(1)
     cfg = load_train_config(config)

@@ -112,7 +112,7 @@ def main() -> None:
 
     from rbctl.config.train import load_train_config
     from rbctl.rollout.models import load_policy
-    from rbctl.train.data import task_spec
+    from rbctl.train.training_data import task_spec
 
     torch.set_num_threads(1)
     cfg = load_train_config(Path(a.config), a.set)

@@ -24,7 +24,7 @@ from rbctl.store.lock import DirLock
 from rbctl.store.rundir import (BUILTIN_MARKER, EVAL_LINES, METRICS, MODEL, PROVENANCE, SAMPLES, checkpoint_dir,
                                 final_eval_dir, periodic_eval_dir)
 from rbctl.store.write import write_provenance
-from rbctl.train.data import task_spec
+from rbctl.train.training_data import task_spec
 from rbctl.train.run_setup import check_run_dir, provenance, started, write_config
 from rbctl.store.jsonl import append_jsonl, read_log, truncate_jsonl
 from rbctl.train.tracking import Tracker

@@ -99,7 +99,7 @@ STEP_METRICS: tuple[Metric, ...] = (
     Metric("nonfinite/skipped", f"how many of {PPO_STEPS} were skipped because the loss or the gradient was "
            "not finite", UPDATE),
     Metric("grader/failures", "rollouts whose math-grader call timed out or errored this step (scored wrong, never "
-           "string-compared); 0 for the built-in tasks' checker", "rbctl.train.data.reward_function"),
+           "string-compared); 0 for the built-in tasks' checker", "rbctl.train.training_data.reward_function"),
     Metric("lr", "the learning rate of this step's optimizer steps", STEP),
     Metric("time/step_s", "wall seconds of the step (rollout + update + κ_eff)", STEP),
     Metric("time/rollout_s", "wall seconds of the step's sampling and grading", STEP),

@@ -206,7 +206,7 @@ def _resolve_model(cfg: TrainConfig, r: Resolved, cache_dir) -> None:
     name = expand_model_name(cfg.model.name)  # a package's file (pkg:PACKAGE/FILE): its path here
     if name == "builtin":
         from rbctl.tasks import builtin
-        from rbctl.train.data import task_spec, warm_start_spec
+        from rbctl.train.training_data import task_spec, warm_start_spec
 
         spec, ws = task_spec(cfg), warm_start_spec(cfg)
         r.tokenizer = builtin.build_tokenizer(spec)
@@ -265,7 +265,7 @@ def _resolve_data(cfg: TrainConfig, r: Resolved, cache_dir) -> None:
     d = cfg.data
     if d.source == "builtin":
         from rbctl.tasks import builtin
-        from rbctl.train.data import task_spec
+        from rbctl.train.training_data import task_spec
 
         spec = task_spec(cfg)
         # prompts measured on the test split: drawn like the training pool, and cheap to make (a pool

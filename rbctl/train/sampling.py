@@ -90,7 +90,7 @@ def collect_groups(sample_round: Callable[[int], Groups], share: int, hooks: Seq
 class Sampler:
     """Samples and grades this process's rollout groups of a step: the prompt pool (each prompt
     encoded once, with the run's template), the engine and the sampling precision, the grader
-    (`rbctl.train.data.reward_function`) and the run's rollout settings."""
+    (`rbctl.train.training_data.reward_function`) and the run's rollout settings."""
 
     cfg: TrainConfig
     engine: Engine

@@ -19,7 +19,7 @@ from rbctl.store.checkpoint import Checkpoint, checkpoints_to_try, first_intact,
 from rbctl.store.rundir import checkpoint_dir
 from rbctl.tasks.prompting import resolve_template
 from rbctl.train.rng_state import rng_state, set_rng_state
-from rbctl.train.data import base_model, load_training_problems, reward_function
+from rbctl.train.training_data import base_model, load_training_problems, reward_function
 from rbctl.train.distributed import init_from_env
 from rbctl.train.objective import Objective, keeps_reference
 from rbctl.train.optim import make_optimizer, schedule_record

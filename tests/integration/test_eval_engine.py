@@ -98,7 +98,7 @@ def test_the_final_evaluation_of_a_sweep_matches_a_fresh_evaluation_of_the_check
     the same samples."""
     from rbctl.eval.pipeline import evaluate_policy, load_problems
     from rbctl.rollout.models import load_policy
-    from rbctl.train.data import task_spec
+    from rbctl.train.training_data import task_spec
 
     section = {"benchmarks": ["builtin"], "n": 3, "limit": 6}
     cfg, summary = _run_sweep_run(tmp_path, {**TINY_TRAIN, "steps": 2}, section)

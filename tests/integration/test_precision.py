@@ -28,7 +28,7 @@ def _changed_fraction(start: dict, end: dict) -> float:
 def test_ten_steps_at_lr_1e6_move_the_weights_only_with_fp32_master_weights(tiny_config, tmp_path, mode, at_least, at_most):
     """The paper recipes' settings (weights loaded in bf16, AdamW at lr 1e-6, decay 0.01) on CPU, with
     bf16 autocast on CPU standing in for CUDA's."""
-    from rbctl.train.data import task_spec, warm_start_spec
+    from rbctl.train.training_data import task_spec, warm_start_spec
 
     cfg = tiny_config(steps=10, save_every=10, kappa_eff_every=0, model__precision=mode,
                       **{k.split("=")[0].replace(".", "__"): k.split("=")[1] for k in RECIPE_PRECISION})

@@ -100,7 +100,7 @@ def test_two_gloo_ranks_update_like_one_process_on_the_global_batch(tiny_config,
 def test_lora_trains_adapters_only_with_the_base_as_reference(tiny_config, tmp_path):
     pytest.importorskip("peft")
     from rbctl.rollout.models import load_policy
-    from rbctl.train.data import task_spec, warm_start_spec
+    from rbctl.train.training_data import task_spec, warm_start_spec
 
     cfg = tiny_config(model__lora="{r: 4, alpha: 8, target_modules: all-linear}", steps=3, save_every=3)
     run = tmp_path / "lora"

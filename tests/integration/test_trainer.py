@@ -31,7 +31,7 @@ def _weights(run_dir, step):
 
 
 def test_smoke_run_changes_parameters_and_logs_every_metric(tiny_config, tmp_path):
-    from rbctl.train.data import task_spec, warm_start_spec
+    from rbctl.train.training_data import task_spec, warm_start_spec
 
     cfg = tiny_config()
     run = tmp_path / "run"

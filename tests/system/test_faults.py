@@ -247,7 +247,7 @@ def _sweep_file(tmp_path: Path, arms: dict, steps: int, jobs: int, seeds=(0,)) -
 def _prewarm(tiny_config):
     """Build the cached warm start here, so the subprocesses only train."""
     from rbctl.rollout.models import load_policy
-    from rbctl.train.data import base_model
+    from rbctl.train.training_data import base_model
 
     cfg = tiny_config()
     load_policy(base_model(cfg, log=lambda *a: None), log=lambda *a: None)

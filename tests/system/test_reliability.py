@@ -41,7 +41,7 @@ def _warm(rbctl_cache, tmp_path):
     """Build the warm start in-process first so the subprocesses only train."""
     from rbctl.config.train import TrainConfig
     from rbctl.rollout.models import load_policy
-    from rbctl.train.data import base_model
+    from rbctl.train.training_data import base_model
 
     cfg = TrainConfig.model_validate(TINY_TRAIN)
     load_policy(base_model(cfg, log=lambda *a: None), log=lambda *a: None)

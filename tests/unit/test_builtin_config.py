@@ -13,7 +13,7 @@ import pytest
 from rbctl.config.train import TrainConfig, load_train_config
 from rbctl.errors import UserError
 from rbctl.tasks import builtin, fixpoint, links, maze
-from rbctl.train.data import task_spec, warm_start_spec
+from rbctl.train.training_data import task_spec, warm_start_spec
 from tests.conftest import TINY_TRAIN
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"

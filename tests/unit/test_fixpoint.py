@@ -7,7 +7,7 @@ from rbctl.config.train import load_train_config
 from rbctl.tasks import builtin
 from rbctl.tasks import fixpoint as fp
 from rbctl.tasks import links
-from rbctl.train.data import task_spec, warm_start_spec
+from rbctl.train.training_data import task_spec, warm_start_spec
 
 
 def test_forest_depth_and_a_clean_walk_is_right():

@@ -57,7 +57,7 @@ def test_checker_names_each_outcome(completion, kind):
 
 
 def test_benchmark_and_reward_grade_with_the_checker(tiny_config):
-    from rbctl.train.data import reward_function
+    from rbctl.train.training_data import reward_function
 
     spec = maze.TaskSpec(size=7, train_size=8, test_size=4)
     bench = maze.benchmark(spec)
@@ -127,7 +127,7 @@ def test_a_split_larger_than_the_mazes_that_exist_is_a_config_error():
 
 def test_config_section_holds_the_task_defaults_and_checks():
     from rbctl.config.train import load_train_config
-    from rbctl.train.data import task_spec, warm_start_spec
+    from rbctl.train.training_data import task_spec, warm_start_spec
 
     cfg = load_train_config(None, ["data.builtin.task=maze"])
     assert task_spec(cfg) == maze.TaskSpec() and warm_start_spec(cfg) == maze.WarmStartSpec()
@@ -158,7 +158,7 @@ def test_tokenizer_round_trips_a_prompt():
 def test_planner_counts_the_paper_model_on_the_meta_device(tmp_path):
     from rbctl.config.train import load_train_config
     from rbctl.tasks import builtin
-    from rbctl.train.data import task_spec, warm_start_spec
+    from rbctl.train.training_data import task_spec, warm_start_spec
     from rbctl.train.plan import dry_run
 
     cfg = load_train_config(CONFIGS / "maze_17.yaml")
