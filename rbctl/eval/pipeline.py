@@ -42,12 +42,12 @@ from typing import TYPE_CHECKING
 from rbctl.config.eval import BUILTIN_MAX_NEW_TOKENS, DEFAULT_MAX_NEW_TOKENS, EvalConfig
 from rbctl.rollout.base import Engine, SamplingParams
 from rbctl.rollout.factory import build_engine, default_batch_size, default_max_batch_tokens
-from rbctl.tasks.registry import benchmark_for, is_custom_spec
+from rbctl.tasks.benchmarks import benchmark_for, is_custom_spec
 
 if TYPE_CHECKING:
     from rich.progress import Progress
 
-    from rbctl.tasks.registry import Problem
+    from rbctl.tasks.benchmarks import Problem
     from rbctl.grading.verify import GradeResult
     from rbctl.rollout.models import LoadedPolicy
 
@@ -63,7 +63,7 @@ def load_problems(cfg: EvalConfig, task_spec=None) -> dict[str, list[Problem]]:
     ``task_spec``: the built-in task's settings of the policy under evaluation (default settings
     when None), so that ``builtin`` is the test split of the task the policy was trained on."""
     from rbctl.tasks import builtin
-    from rbctl.tasks.registry import get_benchmark, load_benchmark
+    from rbctl.tasks.benchmarks import get_benchmark, load_benchmark
 
     builtin.register_benchmark(task_spec)  # so that `builtin` is also listed among the valid names
     for name in cfg.benchmarks:  # every name is checked before any data is read

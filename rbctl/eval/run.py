@@ -86,7 +86,7 @@ def check_model(model: str) -> None:
     first = Path(model.split("/")[0]).expanduser()
     if model.startswith((".", "/", "~")) or model.count("/") > 1 or ("/" in model and first.is_dir()):
         raise UserError(f"model {model}: not a run directory, a model directory or a GGUF file ({path} does not exist)")
-    from rbctl.tasks.registry import hf_offline, hub_reachable
+    from rbctl.tasks.benchmarks import hf_offline, hub_reachable
 
     if _hub_cached(model) or (not hf_offline() and hub_reachable()):
         return

@@ -1,7 +1,7 @@
 """Run logs as JSON lines: appended and flushed one line at a time, so a crash leaves at most a torn
 last line (no newline after it), which readers drop (`read_log` says which); any other invalid line
 is a one-line error naming the file and line. (User data files are read strictly instead:
-`rbctl.tasks.registry`.)"""
+`rbctl.tasks.benchmarks`.)"""
 
 from __future__ import annotations
 

@@ -95,7 +95,7 @@ def benchmark(spec):
 
 def register_benchmark(spec=None) -> None:
     """Register `spec`'s test split as the benchmark `builtin` (the links task's defaults if None)."""
-    from rbctl.tasks.registry import register
+    from rbctl.tasks.benchmarks import register
 
     register(benchmark(spec if spec is not None else task("links").TaskSpec()), replace=True)
 

@@ -48,7 +48,7 @@ from typing import ClassVar
 # the links task's letters, alphabet (so its tokenizer), prompt format and checker serve this task too
 from rbctl.tasks.links import alphabet, check, extract_answer, format_problem, keys  # noqa: F401
 from rbctl.tasks.links import llama_config
-from rbctl.tasks.registry import Benchmark, Problem
+from rbctl.tasks.benchmarks import Benchmark, Problem
 from rbctl.tasks.settings import setting
 
 KIND = "fixpoint"

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from rbctl.tasks.settings import setting
-from rbctl.tasks.registry import Benchmark, Problem
+from rbctl.tasks.benchmarks import Benchmark, Problem
 
 LETTERS = "abcdefghijklmnop"
 KIND = "links"

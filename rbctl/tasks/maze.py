@@ -51,7 +51,7 @@ from typing import ClassVar
 
 from rbctl.errors import UserError
 from rbctl.tasks.settings import setting
-from rbctl.tasks.registry import Benchmark, Problem
+from rbctl.tasks.benchmarks import Benchmark, Problem
 
 KIND = "maze"
 MOVES = {"UP": (-1, 0), "DOWN": (1, 0), "LEFT": (0, -1), "RIGHT": (0, 1)}

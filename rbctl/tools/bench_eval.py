@@ -32,7 +32,7 @@ def _shared_dir() -> Path | None:
 
 
 def _golds() -> tuple[list[str], str]:
-    from rbctl.tasks.registry import load_benchmark
+    from rbctl.tasks.benchmarks import load_benchmark
 
     shared = _shared_dir()
     if shared is None:  # no data: integers and fractions of the same shapes

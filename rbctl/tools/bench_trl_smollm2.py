@@ -178,7 +178,7 @@ def run_trl(args, model_dir: Path) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOTrainer
 
-    from rbctl.tasks.registry import Problem
+    from rbctl.tasks.benchmarks import Problem
     from rbctl.train.training_data import reward_function
 
     _set_threads(args.threads)

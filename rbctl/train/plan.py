@@ -114,7 +114,7 @@ def _read_some(path: Path, limit: int) -> list[dict]:
 
 
 def _get_field(record: dict, dotted: str):
-    from rbctl.tasks.registry import _get_field
+    from rbctl.tasks.benchmarks import _get_field
 
     return _get_field(record, dotted)
 

@@ -30,7 +30,7 @@ def benchmark_problems(benchmarks: list[str], cfg: TrainConfig, key: str = "eval
     (or .jsonl/.parquet paths) that do not exist. Registered benchmarks' data is looked for when the
     evaluation runs (a data dir, else the Hub), not here: a dry run downloads nothing."""
     from rbctl.tasks import builtin
-    from rbctl.tasks.registry import _split_fields, get_benchmark, is_custom_spec
+    from rbctl.tasks.benchmarks import _split_fields, get_benchmark, is_custom_spec
     from rbctl.train.training_data import task_spec
 
     builtin.register_benchmark(task_spec(cfg))  # `builtin` = the run's own task, listed among the valid names

@@ -9,7 +9,7 @@ from rbctl.tasks import builtin
 
 
 def load_training_problems(cfg: TrainConfig):
-    from rbctl.tasks import registry as benchmarks
+    from rbctl.tasks import benchmarks
 
     d = cfg.data
     if d.source == "builtin":

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rbctl.tasks import registry as benchmarks
+from rbctl.tasks import benchmarks
 from rbctl.tasks import links as builtin
 from rbctl.errors import UserError
 from rbctl.config.eval import build_config

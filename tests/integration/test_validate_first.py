@@ -110,7 +110,7 @@ def test_a_sweep_that_cannot_run_is_refused_before_its_directory_naming_the_arm(
 def test_a_run_whose_first_evaluation_finds_no_data_leaves_no_directory(tmp_path, capsys, monkeypatch):
     """The check of a benchmark's data is the run's own (a dry run downloads nothing): the run sets up,
     fails at its step-0 evaluation, and removes the folders it made, lock included."""
-    from rbctl.tasks import registry
+    from rbctl.tasks import benchmarks as registry
 
     monkeypatch.delenv("RBCTL_DATA_DIR", raising=False)
     monkeypatch.setattr(registry, "_hub_records_or_reason", lambda *a: (None, "offline"))

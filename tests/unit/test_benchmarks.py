@@ -1,4 +1,4 @@
-"""Tests of rbctl.tasks.registry. The Hugging Face Hub is never contacted: its loader is replaced."""
+"""Tests of rbctl.tasks.benchmarks. The Hugging Face Hub is never contacted: its loader is replaced."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from rbctl.tasks import registry as benchmarks
-from rbctl.tasks.registry import Benchmark, Problem, load_benchmark, register
+from rbctl.tasks import benchmarks
+from rbctl.tasks.benchmarks import Benchmark, Problem, load_benchmark, register
 from rbctl.errors import UserError
 from rbctl.grading.verify import grade_detailed
 from tests.conftest import SHARED_BENCHMARKS as SHARED, SHARED_MISSING

@@ -68,7 +68,7 @@ def test_a_policy_folder_records_its_task(tmp_path):
         k: getattr(spec, k) for k in ("num_keys", "num_roots", "depth1_frac", "max_hops", "train_size", "test_size", "seed")}}))
     assert builtin.task_spec_of(tmp_path) == spec
     builtin.register_benchmark(spec)
-    from rbctl.tasks.registry import get_benchmark
+    from rbctl.tasks.benchmarks import get_benchmark
 
     bench = get_benchmark("builtin")
     assert "fixed-point" in bench.description and bench.extract_answer("iBbB#B") == "B"

@@ -11,7 +11,7 @@ import pytest
 
 from rbctl.errors import UserError
 from rbctl.tasks import maze
-from rbctl.tasks.registry import Problem
+from rbctl.tasks.benchmarks import Problem
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 

@@ -74,7 +74,7 @@ def test_every_option_a_train_hint_names_exists():
 
 def test_the_missing_benchmark_data_hint_names_options_each_command_has(tmp_path, monkeypatch):
     from rbctl.errors import UserError
-    from rbctl.tasks import registry
+    from rbctl.tasks import benchmarks as registry
 
     monkeypatch.setattr(registry, "_hub_records_or_reason", lambda *a: (None, "offline"))
     with pytest.raises(UserError) as err:
