@@ -15,7 +15,7 @@ from pydantic import Field, create_model, field_validator, model_validator
 from rbctl import algo
 from rbctl.algo.losses import LOSS_AGG
 from rbctl.config.base import Section, apply_overrides, read_yaml, validate
-from rbctl.config.builtin import TASK_DOC, BuiltinCfg, default_section
+from rbctl.config.data_builtin import TASK_DOC, BuiltinCfg, default_section
 from rbctl.config.eval import CPU_LINEAR_KERNELS, EvalConfig, EvalSection
 from rbctl.config.methods import at_most_problems, block_fields, check_selection, fill_selected, hook_fields
 from rbctl.config.presets import SWEEP_KEYS, is_sweep, resolve_config

@@ -12,7 +12,7 @@ per character; a tuple: one per word), `model_config(spec, ws, vocab_size)` and
 `rbctl.tasks.tiny` (imported, with torch, only when a policy is built).
 
 A task's settings are defined once, in its dataclasses: a field made with `setting(...)` is a key of
-the training config's `data.builtin` section (rbctl.config.builtin builds each task's section from
+the training config's `data.builtin` section (rbctl.config.data_builtin builds each task's section from
 them: the default, the one-line description and the bounds come from here), and the spec's
 `__post_init__` checks are config errors; the other fields keep their defaults and are recorded in
 the policy's marker.

@@ -1,5 +1,5 @@
 """How a built-in task declares the settings the config sets: `setting(...)` fields of its TaskSpec
-and WarmStartSpec dataclasses (read by `rbctl.tasks.builtin.config_keys` and `rbctl.config.builtin`).
+and WarmStartSpec dataclasses (read by `rbctl.tasks.builtin.config_keys` and `rbctl.config.data_builtin`).
 No rbctl imports, so every task module can use it without importing the registry of tasks."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The `data.builtin` section (rbctl/config/builtin.py): each built-in task's keys and defaults come
+"""The `data.builtin` section (rbctl/config/data_builtin.py): each built-in task's keys and defaults come
 from the task's own dataclasses; the warm-start cache folders and the problems of the shipped configs
 are those of the release before (when the section was flat, with the links task's defaults)."""
 
@@ -70,7 +70,7 @@ def test_keys_are_validated_against_the_selected_task(overrides, message):
 
 
 def test_section_keys_come_from_the_task_dataclasses():
-    from rbctl.config.builtin import SECTIONS
+    from rbctl.config.data_builtin import SECTIONS
 
     for kind, section in SECTIONS.items():
         keys = builtin.config_keys(kind)
