@@ -140,7 +140,7 @@ def train(
 
     cfg = load_train_config(config, set_ or [])
     if dry_run:
-        from rbctl.train.plan import dry_run as plan
+        from rbctl.train.dry_run import dry_run as plan
 
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # belt and braces: the plan reads caches only
         typer.echo(plan(cfg, source=str(config)), nl=False)

@@ -159,7 +159,7 @@ def test_planner_counts_the_paper_model_on_the_meta_device(tmp_path):
     from rbctl.config.train import load_train_config
     from rbctl.tasks import builtin
     from rbctl.train.training_data import task_spec, warm_start_spec
-    from rbctl.train.plan import dry_run
+    from rbctl.train.dry_run import dry_run
 
     cfg = load_train_config(CONFIGS / "maze_17.yaml")
     spec, ws = task_spec(cfg), warm_start_spec(cfg)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from rbctl.config.train import load_train_config
-from rbctl.train.plan import dry_run, gguf_parameter_count
+from rbctl.train.dry_run import dry_run, gguf_parameter_count
 from tests.conftest import cli_options
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -89,7 +89,7 @@ def test_the_missing_benchmark_data_hint_names_options_each_command_has(tmp_path
 
 
 def test_a_paper_config_gets_a_labelled_gpu_hours_estimate():
-    from rbctl.train.plan import GPU_PEAK_FLOPS, GPU_UTILISATION, gpu_hours_line
+    from rbctl.train.dry_run import GPU_PEAK_FLOPS, GPU_UTILISATION, gpu_hours_line
 
     # 2.89e19 FLOPs (Qwen3-8B, 200 steps) at 989e12 × 0.3 FLOP/s: 9.74e4 s = 27 hours
     assert gpu_hours_line(2.89e19).startswith("≈ 27 GPU-hours (an assumption, not measured: 989 TFLOP/s")
