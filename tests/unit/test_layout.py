@@ -3,7 +3,9 @@
 - no module imports the CLI (`rbctl.cli`) but `rbctl/__main__.py` (scripts/ included);
 - no import cycle between rbctl modules, counting imports at module level, inside functions and
   under `if TYPE_CHECKING:` (the drawn import graph);
-- no arrow back up: a package imports only packages of lower layers (`LAYERS`);
+- no arrow back up: a package imports only packages of lower layers (`LAYERS`, the floors the
+  imports draw: each package one floor above the highest package it imports);
+- no two modules share a file name (a package's `__init__.py` and `base.py` aside);
 - `rbctl.algo.*` imports nothing from rbctl but `rbctl.errors` and `rbctl.algo.*`; `rbctl.store.*`
   nothing but `rbctl.errors` and `rbctl.store.*`;
 - `rbctl.grading.*` and `rbctl.report.*` import no torch or transformers, in their own files or
@@ -210,9 +212,11 @@ def test_no_import_cycles():
     assert not cycles, "import cycles (module-level and function-level imports):\n" + "\n".join(shown)
 
 
-# The packages from the bottom up: a package may import its own modules and those of lower layers only.
-LAYERS = (("errors", "console"), ("algo",), ("grading",), ("store",), ("tasks",), ("config",), ("rollout",),
-          ("eval",), ("train",), ("sweep",), ("report",), ("integrations",), ("tools",), ("cli", "__main__"))
+# The packages from the bottom up, as the imports place them: each package one floor above the highest
+# package it imports (the floors `drawn_layers` computes). A package may import its own modules and
+# those of lower layers only; packages of one layer import nothing of each other.
+LAYERS = (("console", "errors", "grading"), ("algo", "store"), ("integrations", "tasks"), ("config",),
+          ("report", "rollout"), ("eval",), ("train",), ("sweep", "tools"), ("cli",), ("__main__",))
 
 
 def _layer(module: str) -> int | None:
@@ -225,10 +229,50 @@ def _layer(module: str) -> int | None:
 def test_every_package_sits_in_a_layer_and_imports_no_higher_one():
     graph = _graph()
     assert {m.split(".")[1] for m in graph if "." in m} == {p for names in LAYERS for p in names}
-    bad = [f"{rel(modules()[m])}:{line} imports {t} ({LAYERS[_layer(t)][0]} is above {LAYERS[_layer(m)][0]})"
+    bad = [f"{rel(modules()[m])}:{line} imports {t} ({_package(t)} is not below {_package(m)})"
            for m, targets in graph.items() for t, line in targets.items()
-           if _layer(m) is not None and _layer(t) is not None and _layer(t) > _layer(m)]
-    assert not bad, "imports from a lower layer to a higher one:\n" + "\n".join(sorted(bad))
+           if _layer(m) is not None and _layer(t) is not None and _package(t) != _package(m) and _layer(t) >= _layer(m)]
+    assert not bad, "imports from a lower layer to a higher one or within a layer:\n" + "\n".join(sorted(bad))
+
+
+def _package(module: str) -> str:
+    return module.split(".")[1]
+
+
+def drawn_layers(graph: dict[str, dict[str, int]]) -> tuple[tuple[str, ...], ...]:
+    """The packages by floor, from the imports: a package that imports no other sits on the first
+    floor, any other one floor above the highest package it imports."""
+    deps: dict[str, set[str]] = {}
+    for m, targets in graph.items():
+        if "." in m:
+            deps.setdefault(_package(m), set()).update(_package(t) for t in targets if "." in t and _package(t) != _package(m))
+    floor: dict[str, int] = {}
+
+    def floor_of(p: str) -> int:
+        if p not in floor:
+            floor[p] = 1 + max((floor_of(q) for q in deps[p]), default=0)
+        return floor[p]
+
+    for p in deps:
+        floor_of(p)
+    return tuple(tuple(sorted(p for p in floor if floor[p] == n)) for n in range(1, max(floor.values()) + 1))
+
+
+def test_the_layers_are_the_floors_the_imports_draw():
+    """`LAYERS` is the structure as the imports place it: no package sits higher than it needs to, so a
+    change of the structure shows as a change of this list."""
+    assert LAYERS == drawn_layers(_graph())
+
+
+def test_no_two_modules_share_a_file_name():
+    """A module's file name says its role: no two modules of the package share one (a package's
+    `__init__.py` and `base.py` aside)."""
+    by_name: dict[str, list[str]] = {}
+    for path in modules().values():
+        if path.name not in ("__init__.py", "base.py"):
+            by_name.setdefault(path.name, []).append(rel(path))
+    twice = {name: paths for name, paths in by_name.items() if len(paths) > 1}
+    assert not twice, "module file names used twice: " + "; ".join(f"{n}: {', '.join(p)}" for n, p in sorted(twice.items()))
 
 
 @pytest.mark.parametrize("package", ["rbctl.algo", "rbctl.store"])
