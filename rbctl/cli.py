@@ -175,68 +175,59 @@ def train(
         raise typer.Exit(130)
 
 
-def _run_default(key: str) -> str:
-    return f"Default: a run directory's {key}, else"
+def _eval_help(name: str, run_key: str | None = None) -> str:
+    """The help of `rbctl eval`'s option for `EvalConfig` field `name`: the field's description and
+    default as the config model states them, and the config key of a run directory's protocol that
+    the option overrides (`run_key`)."""
+    from pydantic_core import PydanticUndefined
+
+    from rbctl.config.eval import EvalConfig
+
+    field = EvalConfig.model_fields[name]
+    text = field.description
+    default = field.default
+    if field.default_factory is not None and not field.default_factory_takes_validated_data:
+        default = field.default_factory()
+    if isinstance(default, (list, tuple)):
+        default = ",".join(map(str, default))
+    if isinstance(default, str) and " " in default:
+        default = f'"{default}"'
+    if default is not None and default is not PydanticUndefined and "default" not in text.lower():
+        text += f" Default: {default}."
+    text = text.replace("<", "\\<")  # the help is markdown: <name> is not a tag
+    return text + (f" A run directory's {run_key} unless given." if run_key else "")
 
 
 @app.command("eval", cls=_Command)
 def eval_(
     model: str = typer.Argument(..., metavar="MODEL", help="Hub id, local model dir, GGUF file, rbctl run directory, or 'builtin'."),
-    benchmarks: Optional[str] = typer.Option(
-        None, "--benchmarks", "-b",
-        help="Comma-separated: amc23, aime24, aime25, gsm8k, builtin, or custom file:PATH.jsonl, "
-        "hf:DATASET_ID:CONFIG:SPLIT (optionally followed by @PROBLEM_FIELD,ANSWER_FIELD). "
-        f"{_run_default('eval.benchmarks')} amc23,aime24,aime25.",
-    ),
-    n: Optional[int] = typer.Option(None, "--n", help=f"Samples per problem. {_run_default('eval.n')} 1."),
+    benchmarks: Optional[str] = typer.Option(None, "--benchmarks", "-b",
+                                             help="Comma-separated. " + _eval_help("benchmarks", "eval.benchmarks")),
+    n: Optional[int] = typer.Option(None, "--n", help=_eval_help("n", "eval.n")),
     out: Optional[Path] = typer.Option(
         None, "--out", "-o",
         help="Output folder (default: RUN_DIR/eval/step_XXXXXX for a run directory, else runs/eval/MODEL).",
     ),
     step: Optional[int] = typer.Option(None, "--step", help="Checkpoint step of a run directory (default: latest)."),
-    temperature: Optional[float] = typer.Option(
-        None, "--temperature", help=f"Sampling temperature, 0 = greedy. {_run_default('eval.temperature')} 0 if n=1 and 0.6 if n>1.",
-    ),
-    top_p: Optional[float] = typer.Option(None, "--top-p", help=f"Nucleus mass. {_run_default('eval.top_p')} 1.0 if greedy, 0.95 otherwise."),
+    temperature: Optional[float] = typer.Option(None, "--temperature", help=_eval_help("temperature", "eval.temperature")),
+    top_p: Optional[float] = typer.Option(None, "--top-p", help=_eval_help("top_p", "eval.top_p")),
     max_new_tokens: Optional[int] = typer.Option(
-        None, "--max-new-tokens",
-        help=f"Most generated tokens per sample. {_run_default('eval.max_new_tokens (or rollout.max_new_tokens)')} 1024 "
-        "(32 for the built-in policy).",
-    ),
-    seed: Optional[int] = typer.Option(None, "--seed", help=f"Sampling seed. {_run_default('seed')} 0."),
-    template: Optional[str] = typer.Option(None, "--template", help=f"auto, chat, plain or builtin. {_run_default('data.template')} auto."),
-    instruction: Optional[str] = typer.Option(
-        None, "--instruction", help=f"Appended to each problem. {_run_default('data.instruction')} the \\boxed{{}} instruction.",
-    ),
-    extraction: Optional[str] = typer.Option(
-        None, "--extraction", help=f"final or last_number: how the math grader finds an answer. {_run_default('data.extraction')} final.",
-    ),
-    limit: Optional[int] = typer.Option(None, "--limit", help=f"Only the first LIMIT problems of each benchmark. {_run_default('eval.limit')} all."),
-    data_dir: Optional[Path] = typer.Option(
-        None, "--data-dir", envvar="RBCTL_DATA_DIR", help="Folder with BENCHMARK.jsonl files."
-    ),
-    engine: Optional[str] = typer.Option(None, "--engine", help="hf or vllm (default: hf)."),
-    batch_size: Optional[int] = typer.Option(
-        None, "--batch-size", help="hf: most sequences per generate call (default: 256 GPU, 64 CPU)."
-    ),
-    max_batch_tokens: Optional[int] = typer.Option(
-        None, "--max-batch-tokens",
-        help="hf: most sequences × (prompt + max new tokens) per generate call (default: half the free device "
-        "memory over the model's KV-cache bytes per token).",
-    ),
-    threads: Optional[int] = typer.Option(
-        None, "--threads", help=f"torch CPU threads. {_run_default('threads')} torch's, one per core (on a busy machine "
-        "fewer can be much faster).",
-    ),
-    device: Optional[str] = typer.Option(None, "--device", help=f"auto, cpu, cuda, cuda:N. {_run_default('model.device')} auto."),
+        None, "--max-new-tokens", help=_eval_help("max_new_tokens", "eval.max_new_tokens (or rollout.max_new_tokens)")),
+    seed: Optional[int] = typer.Option(None, "--seed", help=_eval_help("seed", "seed")),
+    template: Optional[str] = typer.Option(None, "--template", help=_eval_help("template", "data.template")),
+    instruction: Optional[str] = typer.Option(None, "--instruction", help=_eval_help("instruction", "data.instruction")),
+    extraction: Optional[str] = typer.Option(None, "--extraction", help=_eval_help("extraction", "data.extraction")),
+    limit: Optional[int] = typer.Option(None, "--limit", help=_eval_help("limit", "eval.limit")),
+    data_dir: Optional[Path] = typer.Option(None, "--data-dir", envvar="RBCTL_DATA_DIR", help=_eval_help("data_dir")),
+    engine: Optional[str] = typer.Option(None, "--engine", help=_eval_help("engine")),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", help=_eval_help("batch_size")),
+    max_batch_tokens: Optional[int] = typer.Option(None, "--max-batch-tokens", help=_eval_help("max_batch_tokens")),
+    threads: Optional[int] = typer.Option(None, "--threads", help=_eval_help("threads", "threads")),
+    device: Optional[str] = typer.Option(None, "--device", help=_eval_help("device", "model.device")),
     dtype: Optional[str] = typer.Option(
-        None, "--dtype", help="auto, float32, bfloat16, float16. Default: a run directory's weights as it trained them "
-        "(float32 master weights, generation under its model.precision's autocast), else auto.",
-    ),
-    cpu_linear: Optional[str] = typer.Option(
-        None, "--cpu-linear", help=f"auto, torch, onednn: the kernel of float32 Linear layers on the CPU. "
-        f"{_run_default('model.cpu_linear')} auto = oneDNN for a pretrained model on an AMD CPU, else torch's.",
-    ),
+        None, "--dtype", help=_eval_help("dtype", "weights as it trained them (float32 master weights, generation under "
+                                                  "its model.precision's autocast)")),
+    cpu_linear: Optional[str] = typer.Option(None, "--cpu-linear", help=_eval_help("cpu_linear", "model.cpu_linear")),
     force: bool = typer.Option(
         False, "--force", help="Evaluate again where the run directory already holds this protocol's result for the "
         "step (its training's last evaluation, or an earlier one), and start over what an interrupted one kept.",

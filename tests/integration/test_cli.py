@@ -219,3 +219,21 @@ def test_version_prints_the_package_metadata_version(capsys):
 
     assert run(["--version"]) == 0
     assert capsys.readouterr().out == f"rbctl {metadata.version('rbctl')}\n"
+
+
+def test_eval_option_help_is_the_config_models_own():
+    """Each `rbctl eval` option that sets an EvalConfig field shows that field's description and
+    default, as the config model states them (written once there, never restated in the CLI)."""
+    import typer
+
+    from rbctl.cli import app
+    from rbctl.config.eval import EvalConfig
+
+    command = typer.main.get_command(app).commands["eval"]
+    shown = {p.name: p.help for p in command.params}
+    fields = [name for name in shown if name in EvalConfig.model_fields]
+    assert len(fields) >= 15  # every sampling, prompt, engine and loading option
+    for name in fields:
+        assert EvalConfig.model_fields[name].description.replace("<", "\\<") in shown[name], name
+    assert "Default: 0." in shown["seed"] and "Default: amc23,aime24,aime25." in shown["benchmarks"]
+    assert "A run directory's eval.n unless given." in shown["n"]
