@@ -1,5 +1,5 @@
-"""The population calculation of docs/plateau_task.md, §6.2 ("Why plain GRPO locks in"): the exact
-expected first-token gradient of one logit shared by the walk and the shortcut, per estimator,
+"""The population calculation of the plateau task's first design (CHANGELOG.md, "Why plain GRPO locks
+in"): the exact expected first-token gradient of one logit shared by the walk and the shortcut, per estimator,
 enumerating every outcome of a group of G = 8 rollouts.
 
 A rollout walks with probability w (the walk share); a walk at depth d is right with probability
