@@ -10,7 +10,9 @@ forward and backward in `micro_batch_loss`), the loss itself, a pure function of
 
 from __future__ import annotations
 
+
 import contextlib
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -301,8 +303,22 @@ def update(state: TrainState, batch: RolloutBatch, alpha: float) -> UpdateResult
 
 @torch.no_grad()
 def logratio_sums(p: TrainState, batch: RolloutBatch, old_logp: torch.Tensor) -> torch.Tensor:
-    """d_i = Σ_t (log π_new − log π_old) over each rollout's response tokens, as [P, G]."""
-    # eval mode, as the old ones; a measurement only, so the lean log-probs (rounding apart, the same)
-    new_logp = eval_logp(p, p.model, batch, micro_batches(p.cfg, batch.n), lean=True)
-    d = ((new_logp - old_logp) * batch.response_mask.to(p.device)).sum(-1).cpu()
-    return p.dist.gather_rows(d.reshape(batch.rewards.shape))
+    """d_i = Σ_t (log π_new − log π_old) over each rollout's response tokens, as [P, G], for the
+    rollouts of mixed prompts (rewards not all equal) only: κ_eff is defined over those
+    (docs/method.md, "Sharpness"), so the others are not forwarded and their d is NaN."""
+    rewards = batch.rewards
+    mean = rewards.double().mean(dim=1, keepdim=True)
+    mixed = ((rewards > mean).any(dim=1) & (rewards < mean).any(dim=1)).nonzero().flatten()  # as sharpness_per_prompt
+    d = torch.full(tuple(rewards.shape), float("nan"), dtype=torch.float32)
+    if len(mixed):
+        g = rewards.shape[1]
+        rows = (mixed[:, None] * g + torch.arange(g)).flatten()  # whole groups, prompt-major as the batch
+        sub = dataclasses.replace(batch, input_ids=batch.input_ids[rows], attention_mask=batch.attention_mask[rows],
+                                  response_ids=batch.response_ids[rows], response_mask=batch.response_mask[rows],
+                                  rewards=rewards[mixed], correct=batch.correct[mixed],
+                                  advantages=batch.advantages[mixed], engine_logp=None, shaped_rewards=None)
+        # eval mode, as the old ones; a measurement only, so the lean log-probs (rounding apart, the same)
+        new_logp = eval_logp(p, p.model, sub, micro_batches(p.cfg, sub.n), lean=True)
+        rows_dev = rows.to(old_logp.device)
+        d[mixed] = ((new_logp - old_logp[rows_dev]) * sub.response_mask.to(p.device)).sum(-1).float().cpu().reshape(-1, g)
+    return p.dist.gather_rows(d)

@@ -3,6 +3,7 @@ log-probs under dropout, and top_p < 1 refused for training."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from rbctl.train import update as update_mod
@@ -66,3 +67,27 @@ def test_top_p_below_one_is_refused_for_training_with_the_reason():
     assert "full distribution" in TOP_P_REFUSED
     assert load_train_config(None, ["rollout.top_p=1.0"]).rollout.top_p == 1.0
     assert load_train_config(None, ["eval.top_p=0.95"]).eval.top_p == 0.95  # evaluation may truncate
+
+
+def test_kappa_eff_forwards_only_the_mixed_prompts_rollouts_and_keeps_its_value(tiny_config, tmp_path, monkeypatch):
+    from rbctl.algo import kappa_eff, nanmean_or_none
+    from rbctl.train.update import eval_logp, logratio_sums
+
+    tr = Trainer(tiny_config(kappa_eff_every=1), tmp_path / "run", log=lambda *a: None)
+    batch = rollout_batch(tr.state, tr.sampler, 1)
+    batch.rewards[0] = 1.0  # prompt 0 all correct, prompt 1 all wrong, the rest as sampled (made mixed below)
+    batch.rewards[1] = 0.0
+    batch.rewards[2:, 0], batch.rewards[2:, 1] = 1.0, 0.0
+    result = update(tr.state, batch, 0.0)
+    seen = []
+    real = update_mod.eval_logp
+    monkeypatch.setattr(update_mod, "eval_logp", lambda p, m, b, *a, **k: seen.append(b.n) or real(p, m, b, *a, **k))
+    d = logratio_sums(tr.state, batch, result.old_logp)
+    g = batch.rewards.shape[1]
+    assert seen == [batch.n - 2 * g]  # the two uniform groups never reach the forward pass
+    assert torch.isnan(d[:2]).all() and torch.isfinite(d[2:]).all()
+    # the whole batch's d, as before: equal on the mixed prompts up to float32 rounding of a smaller GEMM
+    full_logp = eval_logp(tr.state, tr.state.model, batch, micro_batches(tr.state.cfg, batch.n), lean=True)
+    full = ((full_logp - result.old_logp) * batch.response_mask).sum(-1).reshape(batch.rewards.shape)
+    assert torch.allclose(d[2:], full[2:], rtol=0, atol=1e-5)
+    assert nanmean_or_none(kappa_eff(batch.rewards, d)) == pytest.approx(nanmean_or_none(kappa_eff(batch.rewards, full)), abs=1e-5)
