@@ -37,8 +37,8 @@ from rbctl.config.study import StudyConfig
 from rbctl.errors import UserError
 from rbctl.report.analyses.comparisons import (EQUIVALENT, HIGHER, INCONCLUSIVE, LOWER, Comparison, call,
                                                call_text)
-from rbctl.report.analyses.warm_starts import warm_start_level
 from rbctl.report.analyses.plateau import setting_by_rule
+from rbctl.report.analyses.warm_starts import warm_start_level
 from rbctl.report.data import ReportData, report_data
 from rbctl.report.load import Run
 from rbctl.report.power import units_for_tost
@@ -46,6 +46,7 @@ from rbctl.report.provenance import cpu_description, provenance, same_training_c
 from rbctl.report.render.tables import delta, markdown_table, pct, pval
 from rbctl.report.series import at_step, final_heldout, final_metric, run_series
 from rbctl.report.stats import DELTA_BOUNDS, finite, holm, paired_delta, pearson_ci, t_interval, tail_mean
+from rbctl.store.read import read_sweep_state
 
 BASELINES = (("grpo", "GRPO"), ("dr_grpo", "Dr.GRPO"), ("rloo", "RLOO"), ("reinforce_pp", "REINFORCE++"))
 ENTROPY = "entropy_static"
@@ -124,6 +125,18 @@ def load_testbed(name: str, path: Path, n_boot: int) -> Testbed:
     return Testbed(name, path, report_data([path], n_boot))
 
 
+def unfinished(path: Path) -> str | None:
+    """Why a sweep directory cannot join the document yet (missing, or runs not all done), else None."""
+    path = Path(path)
+    if not path.is_dir():
+        return f"`{path}` does not exist yet"
+    state = read_sweep_state(path)
+    done = sum(r.get("status") == "done" for r in state.values())
+    if state and done < len(state):
+        return f"`{path}`: {done} of {len(state)} runs finished"
+    return None
+
+
 @dataclass(frozen=True)
 class Study:
     config: StudyConfig
@@ -132,16 +145,30 @@ class Study:
     long: tuple[tuple[Testbed, int, str], ...]  # (sweep, main step, family)
     main: Testbed | None
     selection: tuple[tuple[str, Testbed, str], ...] = ()  # (testbed, its settings sweep, the setting kept)
+    pending: tuple[tuple[str, str], ...] = ()  # (what, why) of every sweep the study names that is not finished
 
 
 def load_study(path: Path, n_boot: int = 1000) -> Study:
     """Read a study file and the report data of every sweep it names."""
     cfg = validate(StudyConfig, read_yaml(path), str(path))
-    beds = tuple(load_testbed(n, Path(d), n_boot) for n, d in cfg.testbeds.items())
-    long = tuple((load_testbed(f"{n} (long)", Path(h.dir), n_boot), h.main_step, h.family) for n, h in cfg.long.items())
-    main = load_testbed("main job", Path(cfg.main), n_boot) if cfg.main else None
-    selection = tuple((n, load_testbed(f"{n} (setting)", Path(s.dir), n_boot), s.kept) for n, s in cfg.selection.items())
-    return Study(cfg, Path(path), beds, long, main, selection)
+    pending = []
+
+    def ready(what: str, d: str) -> bool:
+        why = unfinished(Path(d))
+        if why:
+            pending.append((what, why))
+        return why is None
+
+    beds = tuple(load_testbed(n, Path(d), n_boot) for n, d in cfg.testbeds.items() if ready(f"testbed {n}", d))
+    if not beds:
+        raise UserError(f"{path}: no testbed's sweep has finished ({'; '.join(why for _, why in pending)})")
+    done = {tb.name for tb in beds}
+    long = tuple((load_testbed(f"{n} (long)", Path(h.dir), n_boot), h.main_step, h.family) for n, h in cfg.long.items()
+                 if n in done and ready(f"long horizon {n}", h.dir))
+    main = load_testbed("main job", Path(cfg.main), n_boot) if cfg.main and ready("main job", cfg.main) else None
+    selection = tuple((n, load_testbed(f"{n} (setting)", Path(s.dir), n_boot), s.kept) for n, s in cfg.selection.items()
+                      if n in done and ready(f"setting sweep {n}", s.dir))
+    return Study(cfg, Path(path), beds, long, main, selection, tuple(pending))
 
 
 # --- the tables ----------------------------------------------------------------------------------------
@@ -528,6 +555,8 @@ def claims_markdown(study: Study, command: str | None = None, today: dt.date | N
            f"Generated on {(today or dt.date.today()).isoformat()} by `{command or f'rbctl report {study.source}'}` "
            f"from the study file `{study.source}`; do not edit by hand.", "",
            f"Machine (where this document was generated): {cpu_description(cpuinfo)}.", "",
+           *(["Not in this document yet (the study file names them; each sweep resumes where it stopped): "
+              + "; ".join(f"{what} ({why})" for what, why in study.pending) + ".", ""] if study.pending else []),
            f"Code: {', '.join(f'`{c}`' for c in commits) or 'unknown'}"
            + (f" ({same})" if same else " (one commit)" if len(commits) == 1 else "") + ".", "", "Runs:", *prov, "",
            "Held-out pass@1 is avg@n of the final evaluation; Δ is paired over units (a (warm start, seed) pair, or a "

@@ -13,6 +13,7 @@ import scipy.stats as sps
 import yaml
 
 from rbctl.algo.sharpness import finite_g_check, kappa_by_k
+from rbctl.errors import UserError
 from rbctl.report import claims
 from rbctl.report.analyses.comparisons import EQUIVALENT, HIGHER, INCONCLUSIVE, call
 from rbctl.report.power import mde_paired
@@ -169,6 +170,30 @@ def test_the_setting_is_checked_against_the_rule_on_plain_arms(tmp_path: Path) -
     assert "### How the fixpoint setting was chosen" in doc
     assert "| grpo | 3 | 0.00 ✓ | 66.8 ✓ | 0.100 ✓ | holds |" in doc
     assert "The rule keeps **grpo**; the study file states `rloo` — **they differ**" in doc
+
+
+def test_a_study_with_unfinished_sweeps_documents_the_finished_ones_and_names_the_rest(tmp_path: Path) -> None:
+    path = study_file(tmp_path)
+    study_yaml = yaml.safe_load(path.read_text())
+    study_yaml["testbeds"]["maze"] = str(tmp_path / "not_run")  # no directory yet
+    study_yaml["long"] = {"fixpoint": {"dir": str(tmp_path / "long_half"), "main_step": 100}}
+    half = tmp_path / "long_half"
+    half.mkdir()
+    (half / "state.json").write_text(json.dumps({"runs": {"grpo/seed_0": {"status": "done", "error": None},
+                                                          "grpo/seed_1": {"status": "pending", "error": None}}}))
+    path.write_text(yaml.safe_dump(study_yaml))
+    study = claims.load_study(path, n_boot=50)
+    assert [tb.name for tb in study.testbeds] == ["fixpoint"] and study.long == ()
+    assert study.pending == (("testbed maze", f"`{tmp_path / 'not_run'}` does not exist yet"),
+                             ("long horizon fixpoint", f"`{half}`: 1 of 2 runs finished"))
+    doc = claims.claims_markdown(study, command="rbctl report study.yaml")
+    assert "Not in this document yet (the study file names them; each sweep resumes where it stopped): testbed maze" in doc
+    # no testbed finished: refused, naming why
+    study_yaml["testbeds"] = {"maze": str(tmp_path / "not_run")}
+    study_yaml.pop("long")
+    path.write_text(yaml.safe_dump(study_yaml))
+    with pytest.raises(UserError, match="no testbed's sweep has finished"):
+        claims.load_study(path, n_boot=50)
 
 
 def test_setting_by_rule_prefers_a_plateau_then_more_criteria_then_the_smaller_change() -> None:
