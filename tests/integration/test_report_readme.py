@@ -15,7 +15,7 @@ from tests.integration.test_report import CORRECT, make_run
 # avg@n Δ per seed .1875, .25, .3125: mean .25, sd .0625, t = .25/(.0625/√3) = 4√3 on 2 df, where
 # p = 1 − t/√(2 + t²) = 1 − 4√3/√50 = .0202; t-interval .25 ± 4.3027 · .0361 = [9.5, 40.5] points.
 # pass@4 Δ .25, .25, 0: mean .1667, sd .1443, t = 2 on 2 df: p = 1 − 2/√6 = .1835.
-# Holm over the 2: .0404 -> 0.040 (higher), max(.0404, .1835) -> 0.184 (no difference).
+# Holm over the 2: .0404 -> 0.040 (higher), max(.0404, .1835) -> 0.184 (inconclusive).
 SEEDS3 = {**CORRECT, ("grpo", 2): [3, 1, 1, 1], ("grpo_budget", 2): [4, 3, 2, 2]}
 CPUINFO = "processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu avx2 avx512f sse\nprocessor\t: 1\nmodel name\t: AMD EPYC\n"
 

@@ -21,9 +21,9 @@ def test_side_by_side_calls():
     a = pd.DataFrame([row]).set_index(key)
     table, same = side_by_side(a, a)
     assert same and list(table["same call"]) == ["yes"] and table["A: Δ [95% t-CI]"][0] == "+5.0 [+1.0, +9.0]"
-    b = pd.DataFrame([{**row, "p_holm": 0.2, "significant": False, "verdict": "no difference"}]).set_index(key)
+    b = pd.DataFrame([{**row, "p_holm": 0.2, "significant": False, "verdict": "inconclusive"}]).set_index(key)
     table, same = side_by_side(a, b)
-    assert not same and table["same call"][0] == "no (higher / no difference)"
+    assert not same and table["same call"][0] == "no (higher / inconclusive)"
     table, same = side_by_side(a, b.iloc[:0])
     assert not same and table["same call"][0] == "no (higher / missing)"
 
@@ -37,7 +37,7 @@ def test_two_disjoint_seed_sets(tmp_path, capsys):
         d = [final_correct(sweep, "grpo_budget", f"seed_{s}").mean() / N - final_correct(sweep, "grpo", f"seed_{s}").mean() / N
              for s in seeds]
         p = sps.ttest_1samp(d, 0).pvalue
-        calls.append("no difference" if p > 0.05 else ("higher" if np.mean(d) > 0 else "lower"))
+        calls.append("inconclusive" if p > 0.05 else ("higher" if np.mean(d) > 0 else "lower"))
     rc = main([str(a), str(b)])
     out = capsys.readouterr().out
     assert "| grpo_budget − grpo | builtin | avg@n |" in out
