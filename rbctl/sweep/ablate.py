@@ -384,9 +384,7 @@ def _prepare_shared(configs: dict[str, TrainConfig], log) -> None:
     that other processes shared (docs/maze_task.md §7)."""
     import torch
 
-    from rbctl.train.training_data import task_spec, warm_start_spec
-
-    from rbctl.tasks import builtin
+    from rbctl.train.training_data import base_model
 
     done, before = set(), torch.get_num_threads()
     try:
@@ -396,7 +394,7 @@ def _prepare_shared(configs: dict[str, TrainConfig], log) -> None:
             if cfg.model.name == "builtin" and key not in done:
                 done.add(key)
                 torch.set_num_threads(cfg.threads or before)
-                builtin.warm_started(task_spec(cfg), warm_start_spec(cfg), log=log, shipped=b.warm_start)
+                base_model(cfg, log=log)  # the built-in task's warm start: shipped, cached, or trained once
     finally:
         torch.set_num_threads(before)
 
