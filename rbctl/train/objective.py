@@ -9,8 +9,6 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-import dataclasses
-
 from rbctl import algo
 from rbctl.algo.policy_losses import PolicyLossResult
 from rbctl.algo.registry import MethodContext, needed
