@@ -146,8 +146,10 @@ def test_variant_parts_are_off_at_the_schema_defaults_and_cover_every_optional_m
     parts = variant_parts()
     for label, key, off in parts:
         assert _schema_default(key) == off, key
-    assert [label for label, _, _ in parts] == ["budget", "entropy_{}", "{}", "entropy_mask", "unlikeliness",
-                                                "dynamic_sampling"]
+    # the budget, the entropy bonus, the policy loss; then every token mask, reward transform and sampling hook
+    optional = [m.variant for kind in ("token_mask", "reward_transform", "sampling_hook") for m in registry.of_kind(kind)]
+    assert [label for label, _, _ in parts] == ["budget", "entropy_{}", "{}", *optional]
+    assert {"entropy_mask", "unlikeliness", "dynamic_sampling"} <= set(optional)
     assert arm_variant(load_train_config(None, []).algo.model_dump()) == "base"
 
 
