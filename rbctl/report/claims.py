@@ -166,8 +166,9 @@ def load_study(path: Path, n_boot: int = 1000) -> Study:
     long = tuple((load_testbed(f"{n} (long)", Path(h.dir), n_boot), h.main_step, h.family) for n, h in cfg.long.items()
                  if n in done and ready(f"long horizon {n}", h.dir))
     main = load_testbed("main job", Path(cfg.main), n_boot) if cfg.main and ready("main job", cfg.main) else None
+    # a setting sweep joins even before its testbed's sweep finished: how the setting was chosen stands alone
     selection = tuple((n, load_testbed(f"{n} (setting)", Path(s.dir), n_boot), s.kept) for n, s in cfg.selection.items()
-                      if n in done and ready(f"setting sweep {n}", s.dir))
+                      if ready(f"setting sweep {n}", s.dir))
     return Study(cfg, Path(path), beds, long, main, selection, tuple(pending))
 
 
