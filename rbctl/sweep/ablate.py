@@ -80,6 +80,7 @@ def load_sweep(path: Path, seed_offset: int = 0, arms: list[str] | None = None, 
     if not sweep.same_labels:
         _check_labels(path, configs)
     _check_family_configs(path, sweep, configs)
+    _check_escape_signal(path, sweep)
     if sweep.warm_starts:  # each warm start must fit every arm's task settings (one-line error otherwise)
         from rbctl.tasks.shipped import shipped_warm_start
         from rbctl.train.training_data import task_spec, warm_start_spec
@@ -192,6 +193,16 @@ def _check_family_configs(path: Path, sweep: SweepConfig, configs: dict[str, Tra
                                     "(configs equal but for the estimator's name, whose advantages agree), so they are "
                                     "one arm counted twice: make them differ (e.g. each estimator's own algo.loss_agg) "
                                     "or keep one")
+
+
+def _check_escape_signal(path: Path, sweep: SweepConfig) -> None:
+    """Refuse an escape signal no run logs: label shares (`label/…`) come from the periodic evaluation
+    only (rbctl.train.metric_names), so `escape.signal: train` on one would give no escape time."""
+    e = sweep.escape
+    if e is not None and e.signal == "train" and e.metric.startswith("label/"):
+        raise UserError(f"{path}: escape.signal: train with escape.metric '{e.metric}': label shares are logged by "
+                        "the periodic evaluation only, not by training steps; use escape.signal: eval (and an "
+                        "eval.every as fine as the escape times need)")
 
 
 def same_training(a: TrainConfig, b: TrainConfig) -> bool:

@@ -42,3 +42,16 @@ def test_grpo_and_dr_grpo_with_the_budget_and_one_aggregation_are_one_arm(tmp_pa
                          ids=lambda p: p.name)
 def test_no_shipped_sweep_holds_one_treatment_twice_in_a_family(path: Path) -> None:
     load_sweep(path)  # raises on two arms of one family that train identically
+
+
+def test_an_escape_signal_no_run_logs_is_refused(tmp_path: Path) -> None:
+    path = _sweep(tmp_path, None)
+    data = yaml.safe_load(path.read_text())
+    data["escape"] = {"metric": "label/strategy/walk", "signal": "train"}
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(UserError, match="escape.signal: train with escape.metric 'label/strategy/walk': label shares "
+                                        "are logged by the periodic evaluation only"):
+        load_sweep(path)
+    data["escape"]["signal"] = "eval"
+    path.write_text(yaml.safe_dump(data))
+    load_sweep(path)

@@ -79,7 +79,8 @@ def escape(data: ReportData, page: Page) -> None:
     doc.heading(2, "Escape time")
     sign = "≥" if spec.direction == "above" else "≤"
     if not len(rows):
-        doc.para(f"No run logged `{spec.metric}` on {bench} in its periodic evaluation.")
+        where = "training metrics (escape.signal: train)" if spec.signal == "train" else f"periodic evaluation on {bench}"
+        doc.para(f"No run logged `{spec.metric}` in its {where}: no escape times.")
         return
     page.data_file(rows, "escape_times.csv")
     table, curves, tau = e.table, e.curves, e.tau
