@@ -142,8 +142,13 @@ def train(
     if dry_run:
         from rbctl.train.dry_run import dry_run as plan
 
+        was = os.environ.get("HF_HUB_OFFLINE")
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # belt and braces: the plan reads caches only
-        typer.echo(plan(cfg, source=str(config)), nl=False)
+        try:
+            typer.echo(plan(cfg, source=str(config)), nl=False)
+        finally:  # the setting is the plan's, not the caller's (a process that runs more afterwards)
+            if was is None:
+                os.environ.pop("HF_HUB_OFFLINE", None)
         return
     if out is None:
         raise UserError("rbctl train needs --out/-o RUN_DIR, the run directory (only --dry-run goes without one)")

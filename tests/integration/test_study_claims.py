@@ -276,7 +276,7 @@ def test_rbctl_report_of_a_study_file_writes_the_claims_document(tmp_path: Path,
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({"testbeds": {"fixpoint": str(tmp_path / "nowhere")}}))
     assert run(["report", str(bad)]) == 2
-    assert f"study testbed 'fixpoint': {tmp_path / 'nowhere'} is not a directory" in capsys.readouterr().err
+    assert f"no testbed's sweep has finished (`{tmp_path / 'nowhere'}` does not exist yet)" in capsys.readouterr().err
 
 
 def test_a_row_prints_the_same_holm_p_in_the_sweeps_report_and_in_the_claims_document(tmp_path: Path) -> None:

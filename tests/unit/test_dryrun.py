@@ -4,6 +4,8 @@ off (HF_HUB_OFFLINE=1 and sockets that refuse to connect): a lookup that tried i
 
 from __future__ import annotations
 
+import os
+
 import json
 import socket
 from pathlib import Path
@@ -141,11 +143,13 @@ def test_cached_data_without_tokenizer_uses_four_chars_per_token_and_flags_field
     assert "data records lack field(s) nope; they have: question, final" in dry_run(bad, cache_dir=cache)
 
 
-def test_the_cli_prints_the_plan_and_reports_bad_configs(tmp_path, capsys):
+def test_the_cli_prints_the_plan_and_reports_bad_configs(tmp_path, capsys, monkeypatch):
     from rbctl.cli import run
 
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     assert run(["train", str(CONFIGS / "paper_llama32_3b.yaml"), "--dry-run", "--set", "rollout.group_size=16"]) == 0
     assert "G = 16 rollouts" in capsys.readouterr().out
+    assert "HF_HUB_OFFLINE" not in os.environ  # the plan's offline setting does not outlive it (it leaked into later tests)
     bad = tmp_path / "bad.yaml"
     bad.write_text("rollout:\n  group_sise: 4\n")
     assert run(["train", str(bad), "--dry-run"]) == 2
