@@ -4,9 +4,8 @@ off (HF_HUB_OFFLINE=1 and sockets that refuse to connect): a lookup that tried i
 
 from __future__ import annotations
 
-import os
-
 import json
+import os
 import socket
 from pathlib import Path
 
