@@ -654,6 +654,8 @@ def readme_block(study: Study) -> str:
             out.append(f"- **{name} + budget vs {name}** — " + "; ".join(parts))
     for tb, main_step, family in study.long:
         out += [f"- Long horizon: {line}" for line in long_rows(tb, main_step, family)[1]]
+    if study.pending:
+        out.append("- Not in these lines yet: " + "; ".join(f"{what} ({why})" for what, why in study.pending))
     return "\n".join(out)
 
 

@@ -188,6 +188,8 @@ def test_a_study_with_unfinished_sweeps_documents_the_finished_ones_and_names_th
                              ("long horizon fixpoint", f"`{half}`: 1 of 2 runs finished"))
     doc = claims.claims_markdown(study, command="rbctl report study.yaml")
     assert "Not in this document yet (the study file names them; each sweep resumes where it stopped): testbed maze" in doc
+    assert claims.readme_block(study).endswith(f"- Not in these lines yet: testbed maze (`{tmp_path / 'not_run'}` does "
+                                              f"not exist yet); long horizon fixpoint (`{half}`: 1 of 2 runs finished)")
     # no testbed finished: refused, naming why
     study_yaml["testbeds"] = {"maze": str(tmp_path / "not_run")}
     study_yaml.pop("long")
