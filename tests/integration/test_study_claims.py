@@ -335,3 +335,18 @@ def test_several_baselines_needs_two_baselines(tmp_path: Path) -> None:
     study.write_text(yaml.safe_dump({"testbeds": {"fixpoint": str(fix)}}))
     s = claims.load_study(study, n_boot=50)
     assert claims.claim_a(s.testbeds, "principal")[1].startswith("not tested: one baseline run (GRPO: ")
+
+
+def test_the_sweep_report_tests_every_plain_arm(tmp_path: Path, capsys) -> None:
+    import pandas as pd
+
+    from rbctl.cli import run
+    from rbctl.store.rundir import REPORT_DIR, REPORT_MD, REPORT_TABLES
+
+    sweep = Path(yaml.safe_load(study_file(tmp_path).read_text())["testbeds"]["fixpoint"])
+    assert run(["report", str(sweep)]) == 0
+    capsys.readouterr()
+    table = pd.read_csv(sweep / REPORT_DIR / REPORT_TABLES / "plateau_arms.csv")
+    assert list(table["arm"]) == ["grpo", "rloo"] and list(table["plateau"]) == [True, True]
+    assert table["below_ceiling_value"].tolist() == pytest.approx([98 - 31.25, 98 - 100 * (0.375 + 0.4375 + 0.4375) / 3])
+    assert "Every plain arm (no budget, no bonus, no other variant)" in (sweep / REPORT_DIR / REPORT_MD).read_text()
