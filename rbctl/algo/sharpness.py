@@ -14,6 +14,19 @@ from rbctl.algo.advantages import check_rewards
 from rbctl.algo.dispatch import compute_advantages
 
 
+def reward_sides(rewards: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """[P, G] -> (above, below): the rollouts whose reward is above / below their group's mean."""
+    rewards = rewards.double()
+    mean = rewards.mean(dim=1, keepdim=True)
+    return rewards > mean, rewards < mean
+
+
+def mixed_prompts(rewards: torch.Tensor) -> torch.Tensor:
+    """[P, G] -> [P] bool: the prompts whose rewards are not all equal, where κ and κ_eff are defined."""
+    above, below = reward_sides(rewards)
+    return above.any(dim=1) & below.any(dim=1)
+
+
 def sharpness_per_prompt(rewards: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
     """Per-prompt sharpness: how much of a reward gap becomes a gap in `values`.
 
@@ -27,9 +40,7 @@ def sharpness_per_prompt(rewards: torch.Tensor, values: torch.Tensor) -> torch.T
     check_rewards(rewards)
     rewards = rewards.double()
     values = values.double()
-    mean = rewards.mean(dim=1, keepdim=True)
-    above = rewards > mean
-    below = rewards < mean
+    above, below = reward_sides(rewards)
     mixed = above.any(dim=1) & below.any(dim=1)
 
     def masked_mean(x: torch.Tensor, m: torch.Tensor) -> torch.Tensor:

@@ -21,6 +21,7 @@ import torch
 
 from rbctl.algo.losses import (BatchNorm, aggregation_weights, at_tokens, entropy_of_logprobs, k3_kl, lean_token_logprobs,
                                token_entropy, vocab_logprobs)
+from rbctl.algo.sharpness import mixed_prompts
 from rbctl.config.train import TrainConfig
 from rbctl.rollout.base import Engine
 from rbctl.rollout.logprobs import logprob_mismatch, tis_weights
@@ -307,8 +308,7 @@ def logratio_sums(p: TrainState, batch: RolloutBatch, old_logp: torch.Tensor) ->
     rollouts of mixed prompts (rewards not all equal) only: κ_eff is defined over those
     (docs/method.md, "Sharpness"), so the others are not forwarded and their d is NaN."""
     rewards = batch.rewards
-    mean = rewards.double().mean(dim=1, keepdim=True)
-    mixed = ((rewards > mean).any(dim=1) & (rewards < mean).any(dim=1)).nonzero().flatten()  # as sharpness_per_prompt
+    mixed = mixed_prompts(rewards).nonzero().flatten()
     d = torch.full(tuple(rewards.shape), float("nan"), dtype=torch.float32)
     if len(mixed):
         g = rewards.shape[1]
