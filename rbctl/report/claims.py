@@ -43,7 +43,7 @@ from rbctl.report.data import ReportData, report_data
 from rbctl.report.load import Run
 from rbctl.report.power import units_for_tost
 from rbctl.report.provenance import cpu_description, provenance, same_training_code
-from rbctl.report.render.tables import delta, markdown_table, pct, pval
+from rbctl.report.render.tables import criterion_cell, delta, markdown_table, pct, pval
 from rbctl.report.series import at_step, final_heldout, final_metric, run_series
 from rbctl.report.stats import DELTA_BOUNDS, finite, holm, paired_delta, pearson_ci, t_interval, tail_mean
 from rbctl.store.read import read_sweep_state
@@ -249,7 +249,7 @@ def selection_lines(study: Study) -> list[str]:
         p = sw.data.plateau
         rows = []
         for arm, v in p.plain.items():
-            show = lambda c, d: "–" if c.value is None or not math.isfinite(c.value) else f"{c.value:.{d}f} {'✓' if c.held else '✗'}"  # noqa: E731
+            show = lambda c, d: criterion_cell(c.value, c.held, d)  # noqa: E731
             rows.append({"setting (plain arm)": arm, "units": v.seeds, "stalled: change (< 2 points)": show(v.stalled, 2),
                          "points below the ceiling (≥ 15)": show(v.below_ceiling, 1),
                          "final entropy (< 1/3 of the warm start's)": show(v.entropy_collapsed, 3),

@@ -12,7 +12,7 @@ import pandas as pd
 from rbctl.report.data import ReportData
 from rbctl.report.render.figures import plot_survival
 from rbctl.report.render.page import Page
-from rbctl.report.render.tables import num, pct, plural, pval, yes_no
+from rbctl.report.render.tables import criterion_cell, num, pct, plural, pval, yes_no
 
 
 def fmt_step(v: float) -> str:
@@ -61,12 +61,10 @@ def plain_arms(data: ReportData, page: Page) -> None:
     doc.para("Every plain arm (no budget, no bonus, no other variant), by the same test and ceiling: the "
              "last-quarter change of held-out pass@1 (points), the distance below the ceiling (points), the "
              "final token entropy beside the threshold (1/3 of the warm start's).")
-    crit = lambda v, h, d=1: "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{num(v, d)} {'✓' if h else '✗'}"  # noqa: E731
+    cells = lambda key, d: [criterion_cell(v, h, d) for v, h in zip(table[f"{key}_value"], table[f"{key}_held"])]  # noqa: E731
     shown = pd.DataFrame({
-        "arm": table["arm"], "units": table["units"],
-        "stalled (< 2)": [crit(v, h, 2) for v, h in zip(table["stalled_value"], table["stalled_held"])],
-        "below the ceiling (≥ 15)": [crit(v, h) for v, h in zip(table["below_ceiling_value"], table["below_ceiling_held"])],
-        "final entropy (collapsed)": [crit(v, h, 3) for v, h in zip(table["entropy_collapsed_value"], table["entropy_collapsed_held"])],
+        "arm": table["arm"], "units": table["units"], "stalled (< 2)": cells("stalled", 2),
+        "below the ceiling (≥ 15)": cells("below_ceiling", 1), "final entropy (collapsed)": cells("entropy_collapsed", 3),
         "plateau": [yes_no(h) for h in table["plateau"]]})
     page.table(table, shown, "plateau_arms")
 

@@ -29,6 +29,11 @@ def yes_no(held) -> str:
     return "not evaluated" if held is None else ("yes" if held else "no")
 
 
+def criterion_cell(value, held, digits: int = 1) -> str:
+    """A plateau criterion's measured value and whether it held ("0.96 ✓"); "–" when not measured."""
+    return "–" if not finite(value) else f"{num(value, digits)} {'✓' if held else '✗'}"
+
+
 def pct(v) -> str:
     """A fraction in percent, one decimal; "–" when not a finite number."""
     return f"{100 * float(v):.1f}" if finite(v) else "–"
