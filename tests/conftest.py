@@ -11,7 +11,10 @@ The tests are laid out by kind:
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -111,3 +114,13 @@ def cli_options() -> dict[str, set[str]]:
 
     group = typer.main.get_command(app)
     return {name: {o for p in cmd.params for o in p.opts if o.startswith("-")} for name, cmd in group.commands.items()}
+
+
+def run_with_methods(module: str, script: str, *args: str) -> dict:
+    """Run ``python -c script *args`` in a fresh interpreter that registers the test plug-in ``module``
+    (RBCTL_METHODS), and return the JSON object its last line prints."""
+    env = {**os.environ, "RBCTL_METHODS": module, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, "-c", script, *args], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])

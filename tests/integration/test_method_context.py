@@ -7,12 +7,7 @@ rbctl.config is first imported."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
-from tests.conftest import REPO
+from tests.conftest import run_with_methods
 
 SCRIPT = r'''
 import copy, dataclasses, functools, importlib, json, sys
@@ -70,11 +65,7 @@ print(json.dumps(out))
 
 
 def test_a_method_that_needs_entropy_and_reference_logprobs_trains_with_no_package_edit(tmp_path):
-    env = {**os.environ, "RBCTL_METHODS": "tests.plugins.entropy_ref_loss", "PYTHONPATH": str(REPO)}
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / "run")], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = run_with_methods("tests.plugins.entropy_ref_loss", SCRIPT, str(tmp_path / "run"))
     assert "algo.entropy_ref.max_drift" in out["refused"] and "greater than 0" in out["refused"]
     assert out["keeps_reference"]  # the loss needs the reference: kept with log_kl false
     assert out["variant"] == "entropy_ref"

@@ -4,12 +4,11 @@ since the schema is built from the registry when rbctl.config is first imported.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 
-from tests.conftest import REPO
+from tests.conftest import REPO, run_with_methods
 
 SCRIPT = r'''
 import copy, json, sys
@@ -41,11 +40,7 @@ print(json.dumps(out))
 
 
 def test_a_method_in_its_own_module_is_trained_labelled_validated_and_documented(tmp_path):
-    env = {**os.environ, "RBCTL_METHODS": "tests.plugins.first_tokens", "PYTHONPATH": str(REPO)}
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / "run")], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = run_with_methods("tests.plugins.first_tokens", SCRIPT, str(tmp_path / "run"))
     assert "algo.first_tokens.n" in out["refused"] and "greater than or equal to 1" in out["refused"]
     assert out["variant"] == "first_tokens"
     fracs = [line["tokens/frac_first_tokens"] for line in out["lines"]]
