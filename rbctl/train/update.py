@@ -306,9 +306,12 @@ def update(state: TrainState, batch: RolloutBatch, alpha: float) -> UpdateResult
 def logratio_sums(p: TrainState, batch: RolloutBatch, old_logp: torch.Tensor) -> torch.Tensor:
     """d_i = Σ_t (log π_new − log π_old) over each rollout's response tokens, as [P, G], for the
     rollouts of mixed prompts (rewards not all equal) only: κ_eff is defined over those
-    (docs/method.md, "Sharpness"), so the others are not forwarded and their d is NaN."""
+    (docs/method.md, "Sharpness"), so the others are not forwarded and their d is NaN. With more
+    than one process every rank forwards all its prompts: a sharded model's forward is a collective,
+    so ranks with different numbers of mixed prompts would fall out of step."""
     rewards = batch.rewards
-    mixed = mixed_prompts(rewards).nonzero().flatten()
+    is_mixed = mixed_prompts(rewards)
+    mixed = (torch.ones_like(is_mixed) if p.dist.enabled else is_mixed).nonzero().flatten()
     d = torch.full(tuple(rewards.shape), float("nan"), dtype=torch.float32)
     if len(mixed):
         g = rewards.shape[1]
@@ -321,4 +324,5 @@ def logratio_sums(p: TrainState, batch: RolloutBatch, old_logp: torch.Tensor) ->
         new_logp = eval_logp(p, p.model, sub, micro_batches(p.cfg, sub.n), lean=True)
         rows_dev = rows.to(old_logp.device)
         d[mixed] = ((new_logp - old_logp[rows_dev]) * sub.response_mask.to(p.device)).sum(-1).float().cpu().reshape(-1, g)
+        d[~is_mixed] = float("nan")
     return p.dist.gather_rows(d)
