@@ -1,9 +1,10 @@
 """The study file (`rbctl report STUDY.yaml`): several sweeps that answer one question together —
 testbeds, long horizons, the main job — which of their sweep files' declared families holds each
 question, and what the claims expect, stated before the runs (docs/method.md, "Comparing arms",
-studies). The study declares no family of its own: every comparison it prints is a member of a
-family its sweep file declares, so each row has the same Holm p in the sweep's report and in the
-study's document.
+studies). Every comparison of the final level it prints is a member of a family its sweep file
+declares, so each row has the same Holm p in the sweep's report and in the study's document. The one
+family the study declares itself is escape (`EscapeFamily`): how soon each X + budget leaves the
+shortcut against X, a measure no sweep report calls.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Literal, Optional
 from pydantic import Field, field_validator
 
 from rbctl.config.base import Section
+from rbctl.config.sweep import Escape
 
 
 class LongHorizon(Section):
@@ -51,6 +53,19 @@ class Selection(Section):
     kept: str = Field(..., description="The arm (setting) the testbed's claims sweep runs, as stated before that sweep ran; the document checks it against the rule.")
 
 
+class EscapeFamily(Section):
+    """Escape (speed) as the study's own family, beside the final level (docs/method.md, "Premature
+    convergence", escape time): on every testbed and long sweep whose runs log the setting's signal,
+    X + budget − X in the restricted escape step min(T, τ) per unit (τ: the last step every run of that
+    sweep reached; a run that never escapes counts τ), paired by unit, Holm-adjusted over all members and
+    called like a final level (lower = sooner), with the log-rank test stratified by warm start beside it."""
+
+    setting: Escape = Field(default_factory=Escape, description="The escape signal, threshold and hold, applied to every sweep's runs (the sweeps' own `escape` settings are not read).")
+    margin: Optional[float] = Field(None, gt=0.0, description="Equivalence margin in steps: a member is called equivalent when TOST rejects |Δ| ≥ margin (null = never equivalent).")
+    alpha: float = Field(0.05, gt=0.0, lt=1.0, description="Family-wise error rate (Holm–Bonferroni over the members).")
+    power: float = Field(0.8, gt=0.0, lt=1.0, description="Power at which an inconclusive member's detectable effect is stated.")
+
+
 class StudyConfig(Section):
     """A study: testbeds (sweep directories), optional long horizons and the main job, the families
     that answer its questions, and its expectations."""
@@ -62,6 +77,7 @@ class StudyConfig(Section):
     main: Optional[str] = Field(None, description="The main job's sweep directory (its runs join claim (e)'s association), or null.")
     families: StudyFamilies = Field(default_factory=StudyFamilies, description="Which declared family holds each question.")
     expect: Expect = Field(default_factory=Expect, description="What the claims expect, stated before running.")
+    escape: Optional[EscapeFamily] = Field(None, description="Escape as the study's own declared family (null = not asked).")
 
     @field_validator("long", "selection")
     @classmethod

@@ -35,8 +35,9 @@ import pandas as pd
 from rbctl.config.base import read_yaml, validate
 from rbctl.config.study import StudyConfig
 from rbctl.errors import UserError
-from rbctl.report.analyses.comparisons import (EQUIVALENT, HIGHER, INCONCLUSIVE, LOWER, Comparison, call,
-                                               call_text)
+from rbctl.report.analyses.comparisons import (EQUIVALENT, HIGHER, INCONCLUSIVE, LOWER, Comparison, apply_family,
+                                               call, call_text)
+from rbctl.report.analyses.escape_time import escape_rows, logrank_rows
 from rbctl.report.analyses.plateau import setting_by_rule
 from rbctl.report.analyses.warm_starts import warm_start_level
 from rbctl.report.data import ReportData, report_data
@@ -175,10 +176,10 @@ def load_study(path: Path, n_boot: int = 1000) -> Study:
 # --- the tables ----------------------------------------------------------------------------------------
 
 
-def family_rows(beds: tuple[Testbed, ...], family: str | None, question: str, escape: bool = True) -> pd.DataFrame:
+def family_rows(beds: tuple[Testbed, ...], family: str | None, question: str) -> pd.DataFrame:
     """One row per member of ``family`` on each testbed: the sweep's Δ, Holm p, TOST and call, the
-    test with the warm start as the unit (unadjusted), the reference's distance to the stated
-    ceiling, and the escape RMST of both arms (exploratory)."""
+    test with the warm start as the unit (unadjusted), and the reference's distance to the stated
+    ceiling."""
     rows = []
     for tb in beds:
         for c in tb.members(family, question):
@@ -195,20 +196,101 @@ def family_rows(beds: tuple[Testbed, ...], family: str | None, question: str, es
                                                                  if over is not None else "–"),
                    "reference to ceiling (points)": (f"{100 * (tb.ceiling - c.ref_score):.1f}" if tb.ceiling is not None
                                                      else "no stated ceiling")}
-            if escape:
-                row["escape RMST reference / arm (unadj.)"] = f"{rmst_cell(tb, c.ref)} / {rmst_cell(tb, c.arm)}"
             rows.append(row)
     return pd.DataFrame(rows)
 
 
-def rmst_cell(tb: Testbed, arm: str) -> str:
-    """An arm's restricted mean escape step with its interval and τ, from the sweep report's escape
-    analysis (one τ for every arm), or "–" without an escape setting or a run that logged it."""
-    esc = tb.data.escape
-    if esc is None or not len(esc.table) or arm not in set(esc.table["arm"]):
-        return "–"
-    t = esc.table[esc.table["arm"] == arm].iloc[0]
-    return f"{t['rmst']:.0f} [{t['rmst_lo']:.0f}, {t['rmst_hi']:.0f}] of τ {esc.tau:.0f}"
+# --- escape: the study's own family ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EscapeMember:
+    """One member of the escape family: X + budget − X in the restricted escape step on one sweep."""
+
+    sweep: str
+    comparison: Comparison  # Δ in steps (arm − reference; < 0: the arm leaves the shortcut sooner)
+    tau: float
+    escaped_arm: int
+    escaped_ref: int
+    logrank_p: float  # stratified by warm start, unadjusted
+
+
+def budget_pairs(info: dict[str, tuple[str, str]]) -> list[tuple[str, str]]:
+    """(X + budget, X) for every baseline X with both arms."""
+    return [(arm, ref) for arm, (b, v) in sorted(info.items()) if v == "budget"
+            for ref, (b2, v2) in sorted(info.items()) if b2 == b and v2 == "base"]
+
+
+def escape_family(study: Study) -> list[EscapeMember]:
+    """The study's escape family (`rbctl.config.study.EscapeFamily`): X + budget − X in min(T, τ) per
+    unit on every testbed and long sweep whose runs log the signal, Holm over all members, called with
+    the family's margin (steps)."""
+    spec = study.config.escape
+    if spec is None:
+        return []
+    members = []
+    for tb in [*study.testbeds, *(t for t, _, _ in study.long)]:
+        rows = escape_rows(tb.runs, spec.setting, spec.setting.benchmark or tb.benchmark)
+        if not len(rows):
+            continue
+        tau = float(rows["last_step"].min())
+        rows = rows.assign(restricted=rows["time"].clip(upper=tau))
+        info = tb.data.sweep.info
+        for arm, ref in budget_pairs(info):
+            a, b = rows[rows["arm"] == arm], rows[rows["arm"] == ref]
+            if not len(a) or not len(b):
+                continue
+            d = paired_delta(dict(zip(a["unit"], a["restricted"])), dict(zip(b["unit"], b["restricted"])))
+            c = Comparison("escape", "escape", info[arm][0], arm, ref, tb.benchmark, "escape step", 0,
+                           float(a["restricted"].mean()), float(b["restricted"].mean()), d)
+            lr = logrank_rows(rows, [(arm, ref)])
+            members.append(EscapeMember(tb.name, c, tau, int(a["event"].sum()), int(b["event"].sum()),
+                                        float(lr["p"].iloc[0]) if len(lr) else math.nan))
+    apply_family([m.comparison for m in members], spec.alpha, spec.margin, spec.power)
+    return members
+
+
+SOONER = {HIGHER: "later", LOWER: "sooner"}
+
+
+def escape_call(c: Comparison) -> str:
+    """The member's call in steps, "lower"/"higher" read as sooner/later."""
+    text = call_text(c, 1.0, "steps")
+    word = call(c)
+    return text.replace(word, SOONER[word], 1) if word in SOONER else text
+
+
+def escape_table(members: list[EscapeMember]) -> pd.DataFrame:
+    rows = []
+    for m in members:
+        c, d = m.comparison, m.comparison.delta
+        rows.append({"baseline": label(c.baseline), "sweep": m.sweep, "comparison": c.label, "units": d.n,
+                     "escaped reference / arm": f"{m.escaped_ref} / {m.escaped_arm} of {d.n}",
+                     "τ (step)": f"{m.tau:.0f}",
+                     "restricted mean escape step reference / arm": f"{c.ref_score:.1f} / {c.arm_score:.1f}",
+                     "Δ steps [95% CI]": f"{d.mean:+.1f} [{d.lo:+.1f}, {d.hi:+.1f}]" if d.testable else f"{d.mean:+.1f}",
+                     "Holm p": pval(c.p_holm, "–"),
+                     "TOST Holm p": (f"±{c.margin:g}: {pval(c.p_tost_holm, '–')}" if math.isfinite(c.margin)
+                                     else "no margin"),
+                     "call": escape_call(c), "log-rank p (stratified, unadj.)": pval(m.logrank_p, "–")})
+    return pd.DataFrame(rows)
+
+
+def escape_lines(study: Study, members: list[EscapeMember]) -> list[str]:
+    spec = study.config.escape
+    if spec is None:
+        return []
+    s = spec.setting
+    where = ("the periodic held-out evaluation" if s.signal == "eval" else "the training batch, every step")
+    return ["## 2b. Escape: how soon the budget leaves the shortcut (the study's family `escape`)", "",
+            f"The escape step T of a run: the first point of {where} where `{s.metric}` is {s.direction} {s.threshold:g} "
+            f"and stays so for the next {s.hold} points (docs/method.md, \"Premature convergence\"). Per unit the "
+            "restricted step min(T, τ) (τ: the last step every run of that sweep reached; a run that never escapes "
+            "counts τ), so the mean is the restricted mean escape time (RMST) and Δ pairs the units; Holm over every "
+            f"member at α {spec.alpha:g}"
+            + (f", equivalence by TOST within ±{spec.margin:g} steps" if spec.margin else ", no equivalence margin")
+            + ". Lower is sooner. The evaluation grid bounds the resolution: T falls on the sweep's `eval.every`.", "",
+            table(escape_table(members), "No sweep logs the escape signal."), ""]
 
 
 def aggregation_rows(beds: tuple[Testbed, ...]) -> pd.DataFrame:
@@ -574,13 +656,14 @@ def claims_markdown(study: Study, command: str | None = None, today: dt.date | N
             *selection_lines(study)]
     out += [f"## 2. The budget on every baseline (family `{fams.budget}` of each testbed)", "",
             "X + budget − X. The warm-start column takes each warm start's mean Δ as one unit (what generalises to "
-            "another warm start; unadjusted). Escape RMST: the restricted mean step of leaving the shortcut (lower "
-            "is sooner; exploratory).", "", table(family_rows(beds, fams.budget, "budget"), "No member has runs."), ""]
+            "another warm start; unadjusted).", "", table(family_rows(beds, fams.budget, "budget"), "No member has runs."), ""]
+    escapes = escape_family(study)
+    out += escape_lines(study, escapes)
     for key, title in (("entropy_vs_budget", "The entropy bonus against the budget"),
                        ("entropy_vs_base", "The entropy bonus against the baseline")):
         name = getattr(fams, key)
         if name:
-            out += [f"## {title} (family `{name}`)", "", table(family_rows(beds, name, key, escape=False),
+            out += [f"## {title} (family `{name}`)", "", table(family_rows(beds, name, key),
                                                                 "No member has runs."), ""]
     ent = []
     for tb in beds:
@@ -617,7 +700,12 @@ def claims_markdown(study: Study, command: str | None = None, today: dt.date | N
     f_m, f_v = claim_f()
     g = [f"{tb.name}: " + "; ".join(pass_at_k_lines(tb)) for tb, _, _ in study.long if pass_at_k_lines(tb)]
     plateau_beds = [tb.name for tb in beds if tb.plateau_held]  # (g) compares GRPO ± budget
+    speed = "; ".join(f"{label(m.comparison.baseline)} on {m.sweep}: {call(m.comparison) if call(m.comparison) not in SOONER else SOONER[call(m.comparison)]}"
+                      for m in escapes)
     rows = [("(a) The budget improves several RL baselines", f"§2, family `{fams.budget}` per testbed", a_m, a_v),
+            *([("(a, speed) The budget leaves the shortcut sooner", "§2b, the study's family `escape`",
+                speed or "no sweep logs the escape signal", "each member called in §2b (not a claim of the paper)")]
+              if cfg.escape is not None else []),
             ("(b) Raising entropy does not reliably move the plateau",
              (f"family `{fams.entropy_vs_base}` where the plateau holds and entropy rose" if fams.entropy_vs_base
               else "no family named for X + entropy − X"), b_m, b_v),

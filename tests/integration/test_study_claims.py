@@ -350,3 +350,36 @@ def test_the_sweep_report_tests_every_plain_arm(tmp_path: Path, capsys) -> None:
     assert list(table["arm"]) == ["grpo", "rloo"] and list(table["plateau"]) == [True, True]
     assert table["below_ceiling_value"].tolist() == pytest.approx([98 - 31.25, 98 - 100 * (0.375 + 0.4375 + 0.4375) / 3])
     assert "Every plain arm (no budget, no bonus, no other variant)" in (sweep / REPORT_DIR / REPORT_MD).read_text()
+
+
+# held-out walk share at steps 0, 20, …, 100 per seed; the escape lasts 2 more evaluations (hold 2)
+WALK = {"grpo": ([.1, .1, .1, .1, .1, .6], [.1] * 6, [.1, .1, .1, .6, .6, .6]),  # T 100, never (100), 60
+        "grpo_budget": ([.1, .6, .6, .6, .6, .6], [.1, .1, .6, .6, .6, .6], [.1, .6, .1, .6, .6, .6]),  # 20, 40, 60
+        "rloo": ([.1, .1, .6, .6, .6, .6],) * 3,  # 40, 40, 40
+        "rloo_budget": ([.1, .6, .6, .6, .6, .6], [.1, .6, .6, .6, .6, .6], [.1, .1, .6, .6, .6, .6])}  # 20, 20, 40
+
+
+def test_escape_is_the_studys_own_family_in_restricted_steps(tmp_path: Path) -> None:
+    periodic = {(a, s): [{"step": 20 * i, "avg@n": 0.3, "label/strategy/walk": w} for i, w in enumerate(ws)]
+                for a, per_seed in WALK.items() for s, ws in enumerate(per_seed)}
+    fix = make_sweep(tmp_path / "fix", {a: CORRECT[a] for a in WALK}, {"principal": BUDGET}, steps=100,
+                     periodic=periodic)
+    study = {"name": "toy", "testbeds": {"fixpoint": str(fix)},
+             "escape": {"setting": {"metric": "label/strategy/walk", "threshold": 0.5, "signal": "eval", "hold": 2},
+                        "margin": 60}}
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(study))
+    members = {m.comparison.arm: m for m in claims.escape_family(claims.load_study(path, n_boot=50))}
+    g, r = members["grpo_budget"].comparison, members["rloo_budget"].comparison
+    # GRPO: Δ = 20 − 100, 40 − 100, 60 − 60 (the crossing at 20 did not last); RLOO: −20, −20, 0
+    assert g.delta.deltas == pytest.approx((-80.0, -60.0, 0.0)) and r.delta.deltas == pytest.approx((-20.0, -20.0, 0.0))
+    assert (g.ref_score, g.arm_score, members["grpo_budget"].tau) == pytest.approx((260 / 3, 40.0, 100.0))
+    assert (members["grpo_budget"].escaped_ref, members["grpo_budget"].escaped_arm) == (2, 3)
+    p_g, p_r = p_two_sided([-80, -60, 0]), p_two_sided([-20, -20, 0])
+    assert sorted([g.p_holm, r.p_holm]) == pytest.approx([2 * min(p_g, p_r), max(2 * min(p_g, p_r), p_g, p_r)])  # Holm, m = 2
+    # TOST at ±60: RLOO's p = P(T2 > (−13.33 + 60) / 6.667) = P(T2 > 7.0); GRPO's P(T2 > (−46.67 + 60) / 24.04)
+    tost_r = float(sps.t.sf((-40 / 3 + 60) / (20 / 3 / math.sqrt(3) * math.sqrt(3)), 2))
+    tost_g = float(sps.t.sf((-140 / 3 + 60) / (math.sqrt(5200 / 3) / math.sqrt(3)), 2))
+    assert r.p_tost_holm == pytest.approx(2 * tost_r) and g.p_tost_holm == pytest.approx(tost_g)
+    assert claims.escape_call(r) == "equivalent within ±60"
+    assert claims.escape_call(g).startswith("inconclusive (Δ < 0; detectable ≥ ") and claims.escape_call(g).endswith(" steps)")

@@ -213,20 +213,21 @@ def call(c: Comparison) -> str:
     return call_word(c.delta, c.significant, c.equivalent)
 
 
-def call_text(c: Comparison) -> str:
+def call_text(c: Comparison, scale: float = 100.0, unit: str = "points") -> str:
     """The call as a row prints it: "higher", "lower", "equivalent within ±5" (points), or
     "inconclusive (Δ < 0; detectable ≥ 16.3 points)": the direction of the observed Δ and the smallest
     |Δ| the design detects with these units (`Comparison.detectable`); a significant member that is
-    also equivalent adds "(within ±δ)"."""
+    also equivalent adds "(within ±δ)". Δ, margin and detectable effect are printed × ``scale`` in
+    ``unit`` (points of a fraction by default; a comparison of steps passes 1 and "steps")."""
     word = call(c)
-    margin = f"±{100 * c.margin:g}" if math.isfinite(c.margin) else ""
+    margin = f"±{scale * c.margin:g}" if math.isfinite(c.margin) else ""
     if word == EQUIVALENT:
         return f"equivalent within {margin}"
     if word in (HIGHER, LOWER) and c.equivalent:
         return f"{word} (within {margin})"
     if word == INCONCLUSIVE:
         sign = "Δ > 0" if c.delta.mean > 0 else "Δ < 0" if c.delta.mean < 0 else "Δ = 0"
-        det = f"detectable ≥ {100 * c.detectable:.1f} points" if math.isfinite(c.detectable) else "detectable effect unknown"
+        det = f"detectable ≥ {scale * c.detectable:.1f} {unit}" if math.isfinite(c.detectable) else "detectable effect unknown"
         return f"inconclusive ({sign}; {det})"
     return word
 
