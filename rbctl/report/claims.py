@@ -631,8 +631,10 @@ def claims_markdown(study: Study, command: str | None = None, today: dt.date | N
     """The claims document of ``study``."""
     cfg, beds = study.config, study.testbeds
     fams = cfg.families
-    every = [*beds, *(t for t, _, _ in study.long), *(s for _, s, _ in study.selection), *([study.main] if study.main else [])]
-    prov, commits = provenance_lines(every)
+    claims_sweeps = [*beds, *(t for t, _, _ in study.long), *(s for _, s, _ in study.selection)]
+    prov, commits = provenance_lines(claims_sweeps)  # the claims' own sweeps: one commit's answer, printed once
+    if study.main:
+        prov += provenance_lines([study.main])[0]  # the main job keeps its own commits (its line says which)
     same = same_training_code(commits)
     out = [f"# {cfg.name}: the study's claims", "",
            f"Generated on {(today or dt.date.today()).isoformat()} by `{command or f'rbctl report {study.source}'}` "
@@ -640,7 +642,7 @@ def claims_markdown(study: Study, command: str | None = None, today: dt.date | N
            f"Machine (where this document was generated): {cpu_description(cpuinfo)}.", "",
            *(["Not in this document yet (the study file names them; each sweep resumes where it stopped): "
               + "; ".join(f"{what} ({why})" for what, why in study.pending) + ".", ""] if study.pending else []),
-           f"Code: {', '.join(f'`{c}`' for c in commits) or 'unknown'}"
+           f"Code of the claims sweeps (testbeds, settings, long horizons): {', '.join(f'`{c}`' for c in commits) or 'unknown'}"
            + (f" ({same})" if same else " (one commit)" if len(commits) == 1 else "") + ".", "", "Runs:", *prov, "",
            "Held-out pass@1 is avg@n of the final evaluation; Δ is paired over units (a (warm start, seed) pair, or a "
            "seed) with a 95% t-interval clipped to [−100, +100]. Every call is the sweep's own: each comparison is a "

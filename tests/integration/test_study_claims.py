@@ -111,7 +111,7 @@ def test_the_budget_family_is_the_sweep_files_and_claim_a_reads_its_calls(tmp_pa
     # the same Holm p as the sweep's own report prints for the row
     assert "| GRPO | fixpoint | grpo_budget − grpo | 3 | 31.2 | 58.3 | +27.1 [" in doc
     assert f"| {100 * (0.98 - 0.3125):.1f} |" in doc  # GRPO's distance to the stated ceiling: 98 − 31.25 points
-    assert "token-mean" in doc and "Code: `0123abc` (one commit)." in doc
+    assert "token-mean" in doc and "Code of the claims sweeps (testbeds, settings, long horizons): `0123abc` (one commit)." in doc
 
 
 def test_claim_a_fails_when_the_others_are_equivalent_within_the_stated_margin(tmp_path: Path) -> None:
