@@ -253,11 +253,14 @@ def escape_family(study: Study) -> list[EscapeMember]:
 SOONER = {HIGHER: "later", LOWER: "sooner"}
 
 
+def escape_word(c: Comparison) -> str:
+    """The member's call word, "lower"/"higher" read as sooner/later."""
+    return SOONER.get(call(c), call(c))
+
+
 def escape_call(c: Comparison) -> str:
-    """The member's call in steps, "lower"/"higher" read as sooner/later."""
-    text = call_text(c, 1.0, "steps")
-    word = call(c)
-    return text.replace(word, SOONER[word], 1) if word in SOONER else text
+    """The member's call as a row prints it, in steps (`escape_word` for the word)."""
+    return call_text(c, 1.0, "steps").replace(call(c), escape_word(c), 1)
 
 
 def escape_table(members: list[EscapeMember]) -> pd.DataFrame:
@@ -702,8 +705,7 @@ def claims_markdown(study: Study, command: str | None = None, today: dt.date | N
     f_m, f_v = claim_f()
     g = [f"{tb.name}: " + "; ".join(pass_at_k_lines(tb)) for tb, _, _ in study.long if pass_at_k_lines(tb)]
     plateau_beds = [tb.name for tb in beds if tb.plateau_held]  # (g) compares GRPO ± budget
-    speed = "; ".join(f"{label(m.comparison.baseline)} on {m.sweep}: {call(m.comparison) if call(m.comparison) not in SOONER else SOONER[call(m.comparison)]}"
-                      for m in escapes)
+    speed = "; ".join(f"{label(m.comparison.baseline)} on {m.sweep}: {escape_word(m.comparison)}" for m in escapes)
     rows = [("(a) The budget improves several RL baselines", f"§2, family `{fams.budget}` per testbed", a_m, a_v),
             *([("(a, speed) The budget leaves the shortcut sooner", "§2b, the study's family `escape`",
                 speed or "no sweep logs the escape signal", "each member called in §2b (not a claim of the paper)")]
