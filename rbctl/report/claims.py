@@ -36,7 +36,7 @@ from rbctl.config.base import read_yaml, validate
 from rbctl.config.study import StudyConfig
 from rbctl.errors import UserError
 from rbctl.report.analyses.comparisons import (EQUIVALENT, HIGHER, INCONCLUSIVE, LOWER, Comparison, apply_family,
-                                               call, call_text)
+                                               call, call_text, stated_pairs)
 from rbctl.report.analyses.escape_time import escape_rows, logrank_rows
 from rbctl.report.analyses.plateau import setting_by_rule
 from rbctl.report.analyses.warm_starts import warm_start_level
@@ -215,12 +215,6 @@ class EscapeMember:
     logrank_p: float  # stratified by warm start, unadjusted
 
 
-def budget_pairs(info: dict[str, tuple[str, str]]) -> list[tuple[str, str]]:
-    """(X + budget, X) for every baseline X with both arms."""
-    return [(arm, ref) for arm, (b, v) in sorted(info.items()) if v == "budget"
-            for ref, (b2, v2) in sorted(info.items()) if b2 == b and v2 == "base"]
-
-
 def escape_family(study: Study) -> list[EscapeMember]:
     """The study's escape family (`rbctl.config.study.EscapeFamily`): X + budget − X in min(T, τ) per
     unit on every testbed and long sweep whose runs log the signal, Holm over all members, called with
@@ -236,7 +230,7 @@ def escape_family(study: Study) -> list[EscapeMember]:
         tau = float(rows["last_step"].min())
         rows = rows.assign(restricted=rows["time"].clip(upper=tau))
         info = tb.data.sweep.info
-        for arm, ref in budget_pairs(info):
+        for arm, ref in ((arm, ref) for kind, _, arm, ref in stated_pairs(info) if kind == "budget_vs_base"):
             a, b = rows[rows["arm"] == arm], rows[rows["arm"] == ref]
             if not len(a) or not len(b):
                 continue
