@@ -41,7 +41,7 @@ def sharpness_per_prompt(rewards: torch.Tensor, values: torch.Tensor) -> torch.T
     rewards = rewards.double()
     values = values.double()
     above, below = reward_sides(rewards)
-    mixed = above.any(dim=1) & below.any(dim=1)
+    mixed = mixed_prompts(rewards)
 
     def masked_mean(x: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
         return (x * m).sum(dim=1) / m.sum(dim=1).clamp(min=1)
