@@ -53,6 +53,90 @@ def lean_token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature:
     return out
 
 
+EXP_FLOOR = -80.0  # exp(−80) ≈ 1.8e-35, a normal float32 (below ≈ −87.3 exp is denormal)
+
+
+def _tail_free_exp(d: torch.Tensor) -> torch.Tensor:
+    """exp(d) in place of d, with exactly 0 where d < EXP_FLOOR (a new tensor's worth of work, no denormal)."""
+    tail = d < EXP_FLOOR
+    return d.clamp_(min=EXP_FLOOR).exp_().masked_fill_(tail, 0.0)
+
+
+def _chunk_rows(v: int) -> int:
+    """Token rows per chunk of a [rows, V] pass: about 1 MiB of float32, so a chunk's temporaries stay in cache."""
+    return max(1, (1 << 18) // max(v, 1))
+
+
+class _FusedTokenLogprobs(torch.autograd.Function):
+    """(log π(y_t), H_t) from logits [n, T, V] in chunks of token rows: z = logits/τ, lse = logsumexp(z),
+    log π(y) = z_y − lse, H = lse − Σ_v π_v z_v; saved for the backward are the logits themselves and lse
+    [n·T] (no [n, T, V] log-softmax is formed or kept), and the backward forms ∂/∂z = (onehot(y) − π)·g/τ
+    chunk by chunk. Terms whose exponent is below EXP_FLOOR are exactly 0: each is < 1.8e-35 (< 1e-30 over
+    a 49k vocabulary), far below a float32 ulp of a sum ≥ 1, and a CPU's exp and products on denormal
+    floats (which such terms, and their gradients, would be) take a slow path (on SmolLM2's logits most of the vocabulary lies
+    more than 87 nats below the maximum: torch's log-softmax backward took ~3 s for 16 × 64 tokens
+    on one thread, against ~0.15 s on random logits). H has no gradient."""
+
+    @staticmethod
+    def forward(ctx, logits, tokens, temperature, with_entropy):
+        v = logits.shape[-1]
+        flat, tok = logits.reshape(-1, v), tokens.reshape(-1)
+        lse = flat.new_empty(flat.shape[0], dtype=torch.float32)
+        logp = torch.empty_like(lse)
+        ent = torch.empty_like(lse) if with_entropy else None
+        step = _chunk_rows(v)
+        for i in range(0, flat.shape[0], step):
+            z = scaled(flat[i:i + step], temperature)
+            m = z.amax(-1, keepdim=True)
+            e = _tail_free_exp(z - m)
+            total = e.sum(-1)
+            lse[i:i + step] = m.squeeze(-1) + total.log()
+            logp[i:i + step] = z.gather(-1, tok[i:i + step, None]).squeeze(-1) - lse[i:i + step]
+            if with_entropy:  # Σ π z over the terms kept (a −inf logit's term is 0, not NaN)
+                ent[i:i + step] = lse[i:i + step] - e.mul_(z.masked_fill(e == 0, 0.0)).sum(-1) / total
+        ctx.save_for_backward(logits, lse, tok)
+        ctx.temperature = temperature
+        shape = tokens.shape
+        if ent is None:
+            ent = logp.new_zeros(0)
+        else:
+            ent = ent.reshape(shape)
+        ctx.mark_non_differentiable(ent)
+        return logp.reshape(shape), ent
+
+    @staticmethod
+    def backward(ctx, g_logp, _g_ent):
+        logits, lse, tok = ctx.saved_tensors
+        t = ctx.temperature
+        v = logits.shape[-1]
+        flat = logits.reshape(-1, v)
+        g = (g_logp.reshape(-1) / t).float()
+        out = torch.empty(flat.shape, dtype=torch.float32, device=flat.device)
+        step = _chunk_rows(v)
+        for i in range(0, flat.shape[0], step):
+            z = scaled(flat[i:i + step], t)
+            gi = g[i:i + step, None]
+            p = _tail_free_exp(z - lse[i:i + step, None])
+            o = out[i:i + step]
+            torch.mul(p, gi.neg(), out=o)
+            o.scatter_add_(-1, tok[i:i + step, None], gi)
+        return out.reshape(logits.shape).to(logits.dtype), None, None, None
+
+
+def fused_token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0,
+                         with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`token_logprobs` and, where `with_entropy`, the token entropy (no gradient), without the
+    [N, T, V] log-softmax (`_FusedTokenLogprobs`): equal to `token_logprobs` and `entropy_of_logprobs`
+    up to float rounding (tests/unit/test_losses.py), their gradient too."""
+    logp, ent = _FusedTokenLogprobs.apply(logits, tokens, temperature, with_entropy)
+    return logp, (ent if with_entropy else None)
+
+
+def resolve_logprobs(kind: str, builtin: bool) -> bool:
+    """`algo.logprobs` → whether training forwards use `fused_token_logprobs` (auto: for a pretrained model)."""
+    return kind == "fused" or (kind == "auto" and not builtin)
+
+
 @torch.no_grad()
 def entropy_of_logprobs(vocab_logp: torch.Tensor) -> torch.Tensor:
     """H_t = −Σ_v π(v) log π(v) from log-probabilities [N, T, V] -> [N, T], without gradient: the

@@ -9,8 +9,9 @@ differ from MKL's by summation-order rounding (≤ 1.1e-6 of the largest output 
 
 - `torch`: every Linear calls `torch.nn.functional.linear`.
 - `onednn`: a model's Linear layers call oneDNN (`torch.ops.mkldnn._linear_pointwise`) for float32 CPU
-  inputs outside autocast, with their gradients by oneDNN too (`_OneDNNLinear`); anything else (bf16,
-  CUDA, autocast) falls back to `torch.nn.functional.linear` at the call.
+  inputs outside autocast, the input's gradient by oneDNN too and the weight's by torch.mm
+  (`_OneDNNLinear`); anything else (bf16, CUDA, autocast) falls back to `torch.nn.functional.linear`
+  at the call.
 - `auto`: `onednn` for a pretrained model on an AMD CPU, else `torch`. The built-in policies stay on
   `torch`: their layers are 64–1024 wide, where oneDNN's ~20 µs call overhead costs more than it saves
   at decode time, and their documented results stay reproducible as they were measured.
@@ -72,13 +73,19 @@ class _OneDNNLinear(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
+        """gx = g W by oneDNN; gW = gᵀ x by torch.mm, whose gemm reads a transposed operand in place.
+        oneDNN wants its input contiguous: given gᵀ it first copies it transposed (for the LM head's
+        [1008, 49,152] gradient of a SmolLM2 step, ~2.5 s on one thread, then a ~7 s gemm), and given
+        the strided view of a last-position slice (`logits_to_keep`) it fell back to a reference
+        kernel (~4 s for 4 rows). Both operands are made contiguous rows first (a copy only where
+        they are not). The same products; the rounding is torch.mm's for gW."""
         x, w = ctx.saved_tensors
-        g = grad.reshape(-1, grad.shape[-1])
+        g = grad.reshape(-1, grad.shape[-1]).contiguous()
         gx = gw = gb = None
         if ctx.needs_input_grad[0]:
             gx = onednn_gemm(g, w.t(), None).reshape(x.shape)  # g W
         if ctx.needs_input_grad[1]:
-            gw = onednn_gemm(g.t(), x.reshape(-1, x.shape[-1]).t(), None)  # gᵀ x
+            gw = torch.mm(g.t(), x.reshape(-1, x.shape[-1]).contiguous())  # gᵀ x
         if ctx.has_bias and ctx.needs_input_grad[2]:
             gb = g.sum(0)
         return gx, gw, gb

@@ -140,7 +140,7 @@ def run_rbctl(args, model_dir: Path, bf16_sampling: bool = False) -> dict:
 
     def on_step(step, m):
         ends.append(time.perf_counter())
-        rows.append({"rollout_s": m["time/rollout_s"], "kappa_eff_s": m["time/kappa_eff_s"],
+        rows.append({"rollout_s": m["time/rollout_s"], "train_s": m["time/train_s"], "kappa_eff_s": m["time/kappa_eff_s"],
                      "rollout_tokens": round(m["response/len_mean"] * P * G), "reward": m["reward/mean"],
                      "logprob_diff": m.get("rollout/logprob_diff")})
 

@@ -83,7 +83,8 @@ def _train(cfg: TrainConfig, run_dir: Path, force: bool, extend: bool, progress:
         for name in (METRICS, SAMPLES, EVAL_LINES):
             truncate_jsonl(run_dir / name, lambda r: start > 0 and r.get("step", 0) <= start)
         if start == 0 or not (run_dir / PROVENANCE).exists():
-            prov = {**provenance(cfg, tr.device), "world_size": tr.dist.world, "cpu_linear": tr.cpu_linear}
+            prov = {**provenance(cfg, tr.device), "world_size": tr.dist.world, "cpu_linear": tr.cpu_linear,
+                    "logprobs": "fused" if tr.state.fused_logprobs else "softmax"}
             write_provenance(run_dir, prov)
     if start >= cfg.steps:
         log(f"run {run_dir} is already complete ({start} steps)")

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from rbctl.algo.losses import resolve_logprobs
 from rbctl.config.train import TrainConfig
 from rbctl.errors import UserError
 from rbctl.rollout.factory import build_engine
@@ -72,7 +73,8 @@ class Trainer:
         if not self.engine.record_logprobs() and cfg.algo.tis_cap is not None:
             raise UserError(f"algo.tis_cap needs the sampler's log-probs; the {cfg.rollout.engine} engine gives none")
         self.state = TrainState(cfg, self.model, self.train_model, self.ref, self.opt, self.sched, self.objective,
-                                self.dist, self.engine, self.device, self.precision, self.lora, self.use_ref)
+                                self.dist, self.engine, self.device, self.precision, self.lora, self.use_ref,
+                                fused_logprobs=resolve_logprobs(cfg.algo.logprobs, builtin=self.builtin is not None))
         self.sampler = Sampler(cfg, self.engine, self.precision, self.dist, self.problems, self.reward_fn,
                                self.tokenizer, self.template, self.prompt_task)
 

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from rbctl.algo.losses import (BatchNorm, aggregation_weights, at_tokens, entropy_of_logprobs, k3_kl, lean_token_logprobs,
-                               token_entropy, vocab_logprobs)
+from rbctl.algo.losses import (BatchNorm, aggregation_weights, at_tokens, entropy_of_logprobs, fused_token_logprobs, k3_kl,
+                               lean_token_logprobs, token_entropy, vocab_logprobs)
 from rbctl.algo.sharpness import mixed_prompts
 from rbctl.config.train import TrainConfig
 from rbctl.rollout.base import Engine
@@ -51,6 +51,7 @@ class TrainState:
     precision: Precision
     lora: bool
     use_ref: bool  # a KL to the reference is penalised or logged
+    fused_logprobs: bool = False  # algo.logprobs resolved: log-probs by `fused_token_logprobs`
 
 
 @dataclass
@@ -94,6 +95,8 @@ def forward_logp(p: TrainState, model, batch: RolloutBatch, sl, with_entropy: bo
     tokens = batch.response_ids[sl].to(dev)
     if lean and not with_entropy and not torch.is_grad_enabled():  # no [n, Lr, V] log-softmax is formed
         return lean_token_logprobs(logits, tokens, t), None
+    if p.fused_logprobs and not entropy_grad:  # no [n, Lr, V] log-softmax either, gradient or not
+        return fused_token_logprobs(logits, tokens, t, with_entropy)
     vocab_logp = vocab_logprobs(logits, t)
     logp = at_tokens(vocab_logp, tokens)
     ent = None

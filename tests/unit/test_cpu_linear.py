@@ -38,6 +38,23 @@ def test_onednn_linear_gives_torch_values_and_gradients(bias: bool, transposed: 
     assert outs[1][0].abs().max() > 1.0  # not all zeros
 
 
+def test_onednn_gradients_of_a_last_position_slice_and_a_sliced_upstream_gradient() -> None:
+    """The layouts of the LM head under the shared-prompt forward: the input is a strided slice of
+    the last position (`logits_to_keep`) and the gradient reaching it a slice of a larger one."""
+    g = torch.Generator().manual_seed(1)
+    h0, w0 = torch.randn(4, 9, 24, generator=g), torch.randn(300, 24, generator=g)
+    up = torch.randn(4, 3, 300, generator=g)
+    grads = []
+    for fn in (F.linear, cl.linear):
+        h, w = h0.clone().requires_grad_(), w0.clone().requires_grad_()
+        y = fn(h[:, -1:], w, None)  # [4, 1, 300] from a strided [4, 1, 24] view
+        (torch.cat([y, y, y], dim=1) * up).sum().backward()  # the gradient reaching y is a slice
+        grads.append((h.grad, w.grad))
+    for ref, got in zip(*grads):
+        torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
+    assert grads[1][1].abs().max() > 1.0
+
+
 def test_onednn_linear_falls_back_outside_float32_cpu_and_under_autocast() -> None:
     x, w = torch.randn(4, 8), torch.randn(6, 8)
     assert torch.equal(cl.linear(x.bfloat16(), w.bfloat16(), None), F.linear(x.bfloat16(), w.bfloat16()))

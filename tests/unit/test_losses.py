@@ -18,6 +18,8 @@ from rbctl.algo.losses import (
     at_tokens,
     k3_kl,
     entropy_of_logprobs,
+    fused_token_logprobs,
+    resolve_logprobs,
     token_entropy,
     token_logprobs,
     vocab_logprobs,
@@ -208,6 +210,49 @@ def test_token_logprobs_match_slow_log_softmax(temperature: float) -> None:
         token_logprobs(logits, tokens, temperature),
         torch.log_softmax(logits / temperature, dim=-1).gather(-1, tokens[..., None])[..., 0],
     )
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.6])
+def test_fused_log_probs_entropy_and_gradient_equal_the_log_softmax_path(temperature: float) -> None:
+    """On logits spread as a trained LM's are (most of the vocabulary far below the maximum, where
+    exp is a denormal float) and over more rows than one chunk: the fused values, the logged
+    entropy and the logits' gradient are the log-softmax path's up to float rounding."""
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randn(3, 70, 5000, generator=g) * 25  # 210 token rows: 4 chunks of 52
+    tokens = torch.randint(0, 5000, (3, 70), generator=g)
+    up = torch.randn(3, 70, generator=g)
+    grads = []
+    for path in ("fused", "softmax"):
+        x = logits.clone().requires_grad_()
+        if path == "fused":
+            logp, ent = fused_token_logprobs(x, tokens, temperature, with_entropy=True)
+        else:
+            lsm = vocab_logprobs(x, temperature)
+            logp, ent = at_tokens(lsm, tokens), entropy_of_logprobs(lsm.detach())
+        (logp * up).sum().backward()
+        grads.append((logp.detach(), ent, x.grad))
+    (lp1, h1, g1), (lp2, h2, g2) = grads
+    assert lp2.min() < -150  # the far tail is really there (exp of it is 0 in float32)
+    assert_close(lp1, lp2, rtol=1e-6, atol=1e-4)
+    assert_close(h1, h2, rtol=1e-5, atol=1e-4)
+    assert_close(g1, g2, rtol=1e-5, atol=1e-6)
+    assert g2.abs().max() > 0.1
+
+
+def test_fused_log_probs_with_a_masked_vocabulary_and_without_entropy() -> None:
+    logits = logits_case()
+    logits[0, 0, 4] = float("-inf")  # a masked token (never the sampled one)
+    tokens = torch.tensor([[0, 6, 3], [2, 2, 5]])
+    logp, ent = fused_token_logprobs(logits, tokens, 0.6, with_entropy=True)
+    assert_close(logp, token_logprobs(logits, tokens, 0.6))
+    assert torch.isfinite(ent).all()
+    assert_close(ent, token_entropy(logits, 0.6))
+    assert fused_token_logprobs(logits, tokens, 0.6)[1] is None
+
+
+def test_auto_log_probs_are_fused_for_a_pretrained_model_only() -> None:
+    assert resolve_logprobs("auto", builtin=False) and not resolve_logprobs("auto", builtin=True)
+    assert resolve_logprobs("fused", builtin=True) and not resolve_logprobs("softmax", builtin=False)
 
 
 # --- PPO surrogate (rbctl.algo.policy_losses.clip_loss) -------------------------------------------------------------------------------
