@@ -19,6 +19,7 @@ differ from MKL's by summation-order rounding (≤ 1.1e-6 of the largest output 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import torch
@@ -102,10 +103,37 @@ def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Te
 
 
 class OneDNNLinear(torch.nn.Linear):
-    """An `nn.Linear` whose forward is `linear` above (what `use_cpu_linear` swaps a layer's class to)."""
+    """An `nn.Linear` whose forward is `linear` above (what `use_cpu_linear` swaps a layer's class to);
+    inside `packed_weights`, no-grad float32 calls read oneDNN's blocked copy of the weight."""
+
+    _packed = None  # oneDNN's blocked layout of the weight while `packed_weights` holds
 
     def forward(self, x):
+        if self._packed is not None and not torch.is_grad_enabled() and x.dtype == torch.float32 and x.is_cpu \
+                and x.numel() and not torch.is_autocast_enabled("cpu"):
+            return torch.ops.mkldnn._linear_pointwise(x, self._packed, self.bias, "none", [], "")
         return linear(x, self.weight, self.bias)
+
+
+@contextlib.contextmanager
+def packed_weights(model: torch.nn.Module, rows: int):
+    """Inside, the no-grad forwards of `model`'s oneDNN layers read each weight in oneDNN's blocked
+    layout, reordered once on entry (`torch.ops.mkldnn._reorder_linear_weight`, for `rows` input
+    rows) instead of at every call: a decoding loop of SmolLM2 calls each layer once per token on
+    16 rows, where that per-call reorder cost ~25% of the gemm (`python -m scripts.bench_cpu_linear`).
+    The same gemm reads the same values: outputs are bit-identical for 4 rows or more (1–3 rows
+    take another kernel: rounding apart). The weights must not change inside (the sampler's do
+    not); the blocked copies (the float32 weights' size again) are dropped on exit."""
+    layers = [m for m in model.modules()
+              if type(m) is OneDNNLinear and m.weight.dtype == torch.float32 and m.weight.is_cpu]
+    try:
+        with torch.no_grad():
+            for m in layers:
+                m._packed = torch.ops.mkldnn._reorder_linear_weight(m.weight.detach(), max(1, rows))
+        yield len(layers)
+    finally:
+        for m in layers:
+            m._packed = None
 
 
 def use_cpu_linear(model: torch.nn.Module, kernel: str) -> int:

@@ -34,6 +34,7 @@ import torch
 
 from rbctl.algo.losses import scaled
 from rbctl.rollout.base import Sample, SamplingParams, _cut_at_eos, _eos_ids
+from rbctl.rollout.cpu_linear import packed_weights
 from rbctl.rollout.kvcache import (forward_with_cache, left_pad, new_cache, position_ids, prefix_cache_supported,
                                    reserve_cache)
 
@@ -196,7 +197,8 @@ class HFEngine:
                 chunk = prompts[start:start + per_call]
                 meter = TokenMeter(progress, len(chunk) * params.n, params.max_new_tokens)
                 if self.fast:
-                    responses, logps = self._sample(model, chunk, params, device, gen, meter)
+                    with packed_weights(model, len(chunk) * params.n):  # oneDNN layers: weights reordered once
+                        responses, logps = self._sample(model, chunk, params, device, gen, meter)
                 else:
                     responses, logps = self._hf_generate(model, chunk, params, device, gen, meter)
                 meter.close()

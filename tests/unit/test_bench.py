@@ -89,8 +89,15 @@ def test_real_model_bench_gives_trl_the_work_rbctl_does(tmp_path):
     assert (t.beta, t.num_iterations, t.loss_type) == (0.0, cfg.algo.ppo_epochs, "grpo")
     assert cfg.algo.kl_coef == 0 and not cfg.algo.log_kl and cfg.algo.estimator == "grpo" and cfg.algo.budget is None
     assert cfg.algo.loss_agg == "seq-mean-token-mean" and cfg.kappa_eff_every == 1
-    # the config's micro-batches hold whole groups (the shared-prompt forward) and split the batch
-    assert cfg.algo.micro_batch_size == 8 and 8 % cfg.rollout.group_size == 0 and t.per_device_train_batch_size % 8 == 0
+    # rbctl's shipped micro-batching (the whole batch), not the config file's 8, and TRL's layout the same
+    assert cfg.algo.micro_batch_size == 0 and (t.per_device_train_batch_size, t.gradient_accumulation_steps) == (16, 1)
+    assert real.layout(cfg)["sequences per forward/backward"] == 16 and real.layout(cfg)["sequences sampled at once"] == 16
+    # --micro-batch 8: forwards of 8 in both, TRL accumulating two of them per optimizer step, generating 16 at once
+    args.micro_batch = 8
+    cfg8 = real.rbctl_config(args, tmp_path / "model")
+    t8 = real.trl_config(cfg8, str(tmp_path / "trl8"))
+    assert cfg8.algo.micro_batch_size == 8 and (t8.per_device_train_batch_size, t8.gradient_accumulation_steps) == (8, 2)
+    assert t8.generation_batch_size == 16 and real.layout(cfg8)["forwards/backwards per optimizer step"] == 2
 
 
 def test_the_decode_compute_limit_counts_every_weight_a_token_passes_through(tmp_path):

@@ -4,6 +4,9 @@ pretrained model on an AMD CPU."""
 
 from __future__ import annotations
 
+import contextlib
+import unittest.mock as mock
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -82,6 +85,37 @@ def test_a_model_routed_through_onednn_keeps_its_logits_gradients_and_state_dict
         torch.testing.assert_close(grads[1][1][name], gref, atol=1e-5, rtol=1e-5, msg=name)
     assert cl.use_cpu_linear(model, "torch") == 0
     assert all(type(m) is not cl.OneDNNLinear for m in model.modules())
+
+
+def test_packed_weights_give_the_same_logits_and_the_same_samples_and_are_dropped_on_exit() -> None:
+    from rbctl.rollout.base import SamplingParams
+    from rbctl.rollout.hf import HFEngine
+    class Tok:
+        pad_token_id, eos_token_id = 0, 49
+
+        def decode(self, ids, skip_special_tokens=True):
+            return " ".join(map(str, ids))
+
+    model = tiny_llama(50, seed=0, pad_token_id=0, eos_token_id=49).eval()
+    cl.use_cpu_linear(model, "onednn")
+    ids = torch.randint(0, 50, (4, 7), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        plain = model(input_ids=ids).logits
+        with cl.packed_weights(model, 4) as n:
+            assert n == sum(type(m) is cl.OneDNNLinear for m in model.modules()) > 0
+            packed = model(input_ids=ids).logits
+    assert torch.equal(packed, plain)  # the same gemm on the same values: bit-identical at ≥ 4 rows
+    assert all(m._packed is None for m in model.modules() if type(m) is cl.OneDNNLinear)
+    out = model(input_ids=ids).logits  # with gradient: the ordinary path
+    out.sum().backward()
+    assert all(p.grad is not None for p in model.parameters())
+    engine = HFEngine(model, Tok())
+    assert engine.fast
+    params = SamplingParams(n=4, max_new_tokens=6, temperature=1.0, seed=3)
+    got = engine.generate([[1, 2, 3], [4, 5]], params)
+    with mock.patch("rbctl.rollout.hf.packed_weights", lambda m, rows: contextlib.nullcontext(0)):
+        ref = engine.generate([[1, 2, 3], [4, 5]], params)
+    assert [[s.token_ids for s in g] for g in got] == [[s.token_ids for s in g] for g in ref]
 
 
 def test_lora_adapters_wrap_a_routed_model() -> None:
