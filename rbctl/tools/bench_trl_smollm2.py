@@ -371,7 +371,9 @@ def report(args, model_dir: Path, table) -> None:
                       for b, t in zip(res[fw], res["trl"])]
             return f"{med(res['trl'], 'step_s') / med(res[fw], 'step_s'):.2f}x ({', '.join(f'{x:.2f}' for x in rounds)})"
 
-        rss = " / ".join(f"{max(r['peak_rss_mib'] for r in res[fw]) / 1024:.1f}" if fw in res else "–" for fw in FRAMEWORKS)
+        peak = {fw: max(r["peak_rss_mib"] for r in res[fw]) for fw in res}
+        rss = " / ".join(f"{peak[fw] / 1024:.2f}" if fw in res else "–" for fw in FRAMEWORKS) \
+            + f" (rbctl {peak['rbctl'] / peak['trl']:.3f} of TRL's)"
         roll = " / ".join(f"{med(res[fw], 'rollout_s'):.1f}" if fw in res else "–" for fw in FRAMEWORKS)
         bf16 = f"{med(res['rbctl_bf16'], 'step_s'):.1f}" if "rbctl_bf16" in res else "–"
         print(f"| {threads} | {med(res['rbctl'], 'step_s'):.1f} | {bf16} | "
