@@ -251,9 +251,33 @@ def run_trl(args, model_dir: Path) -> dict:
 
 
 def run_matmul(args) -> dict:
-    """GFLOP/s of a 2048³ torch.mm in float32 and in bfloat16, and of oneDNN's float32 gemm."""
+    """GFLOP/s of a 2048³ torch.mm in float32 and in bfloat16, and of oneDNN's float32 gemm; and the
+    memory bandwidth (GB/s) a copy of 512 MiB reaches (bytes read + written)."""
     rates = {dtype: bench_trl.run_matmul(args.threads, dtype=dtype)["flops"] / 1e9 for dtype in ("float32", "bfloat16")}
-    return rates | {"onednn_float32": bench_trl.run_matmul(args.threads, kernel="onednn")["flops"] / 1e9}
+    return rates | {"onednn_float32": bench_trl.run_matmul(args.threads, kernel="onednn")["flops"] / 1e9,
+                    "copy_gbps": copy_bandwidth(args.threads)}
+
+
+def copy_bandwidth(threads: int, mib: int = 512, reps: int = 5) -> float:
+    """GB/s of `dst.copy_(src)` over `mib` MiB of float32 (read and write counted), median of `reps`."""
+    import torch
+
+    _set_threads(threads)
+    src = torch.randn(mib * 2**18)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        dst.copy_(src)
+        times.append(time.perf_counter() - t)
+    return 2 * src.numel() * 4 / statistics.median(times) / 1e9
+
+
+def decode_memory_limit(model_dir: Path, rows: int, gbps: float) -> float:
+    """Tokens/s of decoding `rows` sequences when each step must read every matmul weight once in
+    float32 (half the FLOP a token, × 4 bytes) at `gbps` GB/s: the bound that holds at few rows."""
+    return rows * gbps * 1e9 / (decode_flops_per_token(model_dir) / 2 * 4)
 
 
 def decode_flops_per_token(model_dir: Path) -> float:
@@ -385,10 +409,15 @@ def report(args, model_dir: Path, table) -> None:
     for threads, res, mm in table:  # the sampling rate against the matmul-bound limit of decoding
         rates = " / ".join(f"{statistics.median(m[k] for m in mm) * 1e9 / per_token:.0f}" if all(k in m for m in mm) else "–"
                            for k in ("float32", "onednn_float32"))
+        mem = ""
+        if all("copy_gbps" in m for m in mm):
+            gbps = statistics.median(m["copy_gbps"] for m in mm)
+            mem = (f"; memory limit of decoding {decode_memory_limit(model_dir, P * G, gbps):.0f} tok/s ({P * G} rows, "
+                   f"every float32 weight read once a step at the copy rate of {gbps:.1f} GB/s)")
         print(f"threads {threads}: sampling rbctl {med(res['rbctl'], 'rollout_tokens') / med(res['rbctl'], 'rollout_s'):.0f} "
               f"tok/s, TRL {med(res['trl'], 'rollout_tokens') / med(res['trl'], 'rollout_s'):.0f} tok/s (rollout phase: "
               f"prefill, decoding and grading); compute limit of decoding {rates} tok/s at the float32 matmul rate of "
-              f"torch.mm / oneDNN ({per_token / 1e9:.2f} GFLOP a token)")
+              f"torch.mm / oneDNN ({per_token / 1e9:.2f} GFLOP a token){mem}")
     for threads, res, _ in table:
         print(f"threads {threads}: rollout tokens per step " + ", ".join(f"{LABELS[fw]} {med(res[fw], 'rollout_tokens'):.0f}" for fw in res)
               + f"; TRL prompt tokens per step {med(res['trl'], 'prompt_tokens'):.0f}, rbctl's prompts at every step: "

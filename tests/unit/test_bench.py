@@ -111,3 +111,15 @@ def test_the_decode_compute_limit_counts_every_weight_a_token_passes_through(tmp
     # per layer q, o 576² + k, v 576·192 + gate, up, down 576·1536; the tied LM head 576·49152
     assert decode_flops_per_token(tmp_path) == 2 * (30 * (2 * 576**2 + 2 * 576 * 192 + 3 * 576 * 1536) + 576 * 49152)
     assert round(decode_flops_per_token(tmp_path) / 1e9, 3) == 0.269
+
+
+def test_the_decode_memory_limit_reads_every_float32_weight_once_a_step(tmp_path):
+    import json
+
+    from rbctl.tools.bench_trl_smollm2 import decode_memory_limit
+
+    (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 4, "intermediate_size": 8, "num_hidden_layers": 1,
+                                                      "vocab_size": 10, "num_attention_heads": 2}))
+    weights = 2 * 16 + 2 * 16 + 3 * 32 + 40  # q, o; k, v (no GQA); gate, up, down; the LM head
+    # 16 rows a step at 1 GB/s: 16 tokens per (weights × 4 bytes) / 1e9 seconds
+    assert decode_memory_limit(tmp_path, 16, 1.0) == 16 * 1e9 / (weights * 4)
