@@ -14,6 +14,8 @@ a draw by inverse CDF (`draw`; argmax when greedy), stop at EOS or max_new_token
    later decoding steps run only the unfinished sequences;
 3. the cache has room reserved for max_new_tokens after the prefill (`reserve_cache`), so each
    step writes its keys and values in place instead of copying the whole cache.
+4. a model whose Linear layers run on oneDNN (`model.cpu_linear`) has its float32 weights reordered
+   into oneDNN's blocked layout once per call (`cpu_linear.packed_weights`), not at every decode step.
 Random draws are spread over rows differently than in `generate`, so a seed gives other (equally
 distributed) samples than `generate` would; greedy decoding gives the same tokens.
 
