@@ -92,27 +92,25 @@ class _OneDNNLinear(torch.autograd.Function):
         return gx, gw, gb
 
 
-def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
-    """`F.linear(x, w, b)`, by oneDNN where x and w are float32 CPU tensors outside autocast."""
+def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, packed: torch.Tensor | None = None) -> torch.Tensor:
+    """`F.linear(x, w, b)`, by oneDNN where x and w are float32 CPU tensors outside autocast; without
+    autograd, from `packed` (w in oneDNN's blocked layout, `packed_weights`) where given."""
     if (x.dtype != torch.float32 or w.dtype != torch.float32 or not x.is_cpu or not w.is_cpu or x.numel() == 0
             or (b is not None and b.dtype != torch.float32) or torch.is_autocast_enabled("cpu")):
         return F.linear(x, w, b)
     if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad or (b is not None and b.requires_grad)):
         return _OneDNNLinear.apply(x, w, b)
-    return onednn_gemm(x, w, b)
+    return onednn_gemm(x, w if packed is None else packed, b)
 
 
 class OneDNNLinear(torch.nn.Linear):
     """An `nn.Linear` whose forward is `linear` above (what `use_cpu_linear` swaps a layer's class to);
-    inside `packed_weights`, no-grad float32 calls read oneDNN's blocked copy of the weight."""
+    inside `packed_weights`, calls without autograd read oneDNN's blocked copy of the weight."""
 
     _packed = None  # oneDNN's blocked layout of the weight while `packed_weights` holds
 
     def forward(self, x):
-        if self._packed is not None and not torch.is_grad_enabled() and x.dtype == torch.float32 and x.is_cpu \
-                and x.numel() and not torch.is_autocast_enabled("cpu"):
-            return torch.ops.mkldnn._linear_pointwise(x, self._packed, self.bias, "none", [], "")
-        return linear(x, self.weight, self.bias)
+        return linear(x, self.weight, self.bias, self._packed)
 
 
 @contextlib.contextmanager

@@ -194,23 +194,25 @@ class HFEngine:
         out: list[list[Sample]] = []
         was_training = model.training
         model.eval()
+        # a oneDNN model's weights reordered once for the whole call: they do not change within it
+        packed = packed_weights(model, min(per_call, len(prompts)) * params.n) if self.fast else contextlib.nullcontext()
         try:
-            for start in range(0, len(prompts), per_call):
-                chunk = prompts[start:start + per_call]
-                meter = TokenMeter(progress, len(chunk) * params.n, params.max_new_tokens)
-                if self.fast:
-                    with packed_weights(model, len(chunk) * params.n):  # oneDNN layers: weights reordered once
+            with packed:
+                for start in range(0, len(prompts), per_call):
+                    chunk = prompts[start:start + per_call]
+                    meter = TokenMeter(progress, len(chunk) * params.n, params.max_new_tokens)
+                    if self.fast:
                         responses, logps = self._sample(model, chunk, params, device, gen, meter)
-                else:
-                    responses, logps = self._hf_generate(model, chunk, params, device, gen, meter)
-                meter.close()
-                for j, resp in enumerate(responses):
-                    p = start + j // params.n
-                    if j % params.n == 0:
-                        out.append([])
-                    toks, finished = _cut_at_eos(resp, self.eos_ids)
-                    text = self.tokenizer.decode(toks, skip_special_tokens=True)
-                    out[-1].append(Sample(p, toks, text, finished, logps[j][: len(toks)] if logps is not None else None))
+                    else:
+                        responses, logps = self._hf_generate(model, chunk, params, device, gen, meter)
+                    meter.close()
+                    for j, resp in enumerate(responses):
+                        p = start + j // params.n
+                        if j % params.n == 0:
+                            out.append([])
+                        toks, finished = _cut_at_eos(resp, self.eos_ids)
+                        text = self.tokenizer.decode(toks, skip_special_tokens=True)
+                        out[-1].append(Sample(p, toks, text, finished, logps[j][: len(toks)] if logps is not None else None))
         finally:
             model.train(was_training)
         return out
