@@ -30,7 +30,8 @@ Each framework runs in its own process (peak RSS is its own), alternating for --
 each thread count. Per run, the first step (warm-up) and the last (rbctl writes its checkpoint
 there) are left out; figures are medians over the rest. Printed per thread count: seconds per step,
 its rollout phase, peak RSS, and the TRL/rbctl ratio per round; with the machine's float32 and bf16
-matmul rates.
+matmul rates; and rbctl's decoding alone (its sampling loop less the prefill) against decoding's
+compute limit at those rates.
 """
 
 from __future__ import annotations
@@ -145,6 +146,7 @@ def run_rbctl(args, model_dir: Path, bf16_sampling: bool = False) -> dict:
         self.eos_ids = []
 
     hf.HFEngine.__init__ = full_length
+    clock = sampling_clock()
     made = {}  # the optimizer the trainer really built, for the printed settings
     make_optimizer = trainer.make_optimizer
 
@@ -161,7 +163,9 @@ def run_rbctl(args, model_dir: Path, bf16_sampling: bool = False) -> dict:
         ends.append(time.perf_counter())
         rows.append({"rollout_s": m["time/rollout_s"], "train_s": m["time/train_s"], "kappa_eff_s": m["time/kappa_eff_s"],
                      "rollout_tokens": round(m["response/len_mean"] * P * G), "reward": m["reward/mean"],
-                     "logprob_diff": m.get("rollout/logprob_diff")})
+                     "logprob_diff": m.get("rollout/logprob_diff"),
+                     "decode_s": clock["sample_s"] - clock["prefill_s"] if clock["sample_s"] else None})
+        clock.update(sample_s=0.0, prefill_s=0.0)
 
     with tempfile.TemporaryDirectory() as d:
         start = time.perf_counter()
@@ -287,6 +291,42 @@ def decode_flops_per_token(model_dir: Path) -> float:
     h, i, layers, v = c["hidden_size"], c["intermediate_size"], c["num_hidden_layers"], c["vocab_size"]
     kv = h // c["num_attention_heads"] * c.get("num_key_value_heads", c["num_attention_heads"])
     return 2.0 * (layers * (2 * h * h + 2 * h * kv + 3 * h * i) + h * v)
+
+
+def sampling_clock() -> dict:
+    """From now on in this process, the hf engine's sampling loops add their wall time to the returned
+    dict's "sample_s" and their prefill forwards' (inputs wider than one token; decoding feeds one a
+    row) to "prefill_s"; the caller reads and resets them."""
+    import rbctl.rollout.hf as hf
+
+    clock = {"sample_s": 0.0, "prefill_s": 0.0}
+    sample, forward = hf.HFEngine._sample, hf.forward_with_cache
+
+    def timed_sample(self, *a, **kw):
+        t = time.perf_counter()
+        try:
+            return sample(self, *a, **kw)
+        finally:
+            clock["sample_s"] += time.perf_counter() - t
+
+    def timed_forward(model, input_ids, *a, **kw):
+        t = time.perf_counter()
+        try:
+            return forward(model, input_ids, *a, **kw)
+        finally:
+            if input_ids.shape[1] > 1:
+                clock["prefill_s"] += time.perf_counter() - t
+
+    hf.HFEngine._sample, hf.forward_with_cache = timed_sample, timed_forward
+    return clock
+
+
+def decode_rate(runs: list[dict]) -> float | None:
+    """rbctl's decoding rate (tok/s) over `runs`: per step, the tokens decoded after each sequence's
+    first (which the prefill's logits give) over the sampling loop's time less its prefill forward;
+    the median over the measured steps. None when no step timed its decoding."""
+    rates = [(s["rollout_tokens"] - P * G) / s["decode_s"] for r in runs for s in measured(r) if s.get("decode_s")]
+    return statistics.median(rates) if rates else None
 
 
 def spawn(kind: str, args, model_dir: Path) -> dict:
@@ -418,6 +458,14 @@ def report(args, model_dir: Path, table) -> None:
               f"tok/s, TRL {med(res['trl'], 'rollout_tokens') / med(res['trl'], 'rollout_s'):.0f} tok/s (rollout phase: "
               f"prefill, decoding and grading); compute limit of decoding {rates} tok/s at the float32 matmul rate of "
               f"torch.mm / oneDNN ({per_token / 1e9:.2f} GFLOP a token){mem}")
+        for fw in ("rbctl", "rbctl_bf16"):
+            rate = decode_rate(res.get(fw, []))
+            if rate is not None:
+                share = " / ".join(f"{rate / (statistics.median(m[k] for m in mm) * 1e9 / per_token):.0%}"
+                                   if all(k in m for m in mm) else "–" for k in ("float32", "onednn_float32"))
+                print(f"threads {threads}: decoding alone, {LABELS[fw]}: {rate:.0f} tok/s = {share} of that limit "
+                      f"(the tokens after each sequence's first, over the sampling loop's time less its prefill "
+                      f"forward: no weight reorder, tokenizing or grading)")
     for threads, res, _ in table:
         print(f"threads {threads}: rollout tokens per step " + ", ".join(f"{LABELS[fw]} {med(res[fw], 'rollout_tokens'):.0f}" for fw in res)
               + f"; TRL prompt tokens per step {med(res['trl'], 'prompt_tokens'):.0f}, rbctl's prompts at every step: "

@@ -123,3 +123,42 @@ def test_the_decode_memory_limit_reads_every_float32_weight_once_a_step(tmp_path
     weights = 2 * 16 + 2 * 16 + 3 * 32 + 40  # q, o; k, v (no GQA); gate, up, down; the LM head
     # 16 rows a step at 1 GB/s: 16 tokens per (weights × 4 bytes) / 1e9 seconds
     assert decode_memory_limit(tmp_path, 16, 1.0) == 16 * 1e9 / (weights * 4)
+
+
+def test_the_sampling_clock_splits_the_loop_into_its_prefill_and_decoding(monkeypatch):
+    import rbctl.rollout.hf as hf
+    import rbctl.tools.bench_trl_smollm2 as real
+    from rbctl.rollout.base import SamplingParams
+    from tests.conftest import tiny_llama
+
+    monkeypatch.setattr(hf.HFEngine, "_sample", hf.HFEngine._sample)  # restored after the test
+    monkeypatch.setattr(hf, "forward_with_cache", hf.forward_with_cache)
+    widths = []
+    forward = hf.forward_with_cache
+    monkeypatch.setattr(hf, "forward_with_cache", lambda m, ids, *a, **kw: widths.append(ids.shape[1]) or forward(m, ids, *a, **kw))
+
+    class Tok:
+        pad_token_id, eos_token_id = 0, 2
+
+        def decode(self, ids, skip_special_tokens=True):
+            return " ".join(map(str, ids))
+
+    clock = real.sampling_clock()
+    engine = hf.HFEngine(tiny_llama(12, pad_token_id=0, bos_token_id=1, eos_token_id=2).eval(), Tok())
+    engine.eos_ids = []  # full length, as the bench samples
+    assert engine.fast
+    engine.generate([[1, 5, 6], [1, 3, 4]], SamplingParams(n=2, max_new_tokens=6, temperature=1.0, seed=0))
+    assert widths == [3] + [1] * 5  # one prefill of the two prompts, then 5 one-token decoding forwards
+    assert 0 < clock["prefill_s"] < clock["sample_s"]
+
+
+def test_the_decoding_rate_leaves_out_each_sequences_first_token_and_the_unmeasured_steps():
+    import rbctl.tools.bench_trl_smollm2 as real
+
+    def step(decode_s):
+        return {"rollout_tokens": 1024, "decode_s": decode_s}
+
+    # warm-up and checkpoint steps are left out; 1008 tokens after the 16 first ones
+    runs = [{"steps": [step(100.0), step(8.0), step(6.0), step(7.0), step(100.0)]}]
+    assert real.decode_rate(runs) == pytest.approx(1008 / 7.0)
+    assert real.decode_rate([{"steps": [step(None)] * 4}]) is None
