@@ -9,11 +9,17 @@ that adds no logits processor of its own, `hf` runs its own sampling loop instea
 `model.generate`. It samples from the same distribution — the same forward pass with a KV cache,
 logits in float32, `TemperatureLogitsWarper` then `TopPLogitsWarper` (transformers' own), softmax,
 a draw by inverse CDF (`draw`; argmax when greedy), stop at EOS or max_new_tokens — and does less work:
-1. each prompt is run once, not n times: its KV cache is repeated n times after the prefill;
+1. each prompt is run once, not n times. Sampling in float32 from a model of plain full attention
+   (Llama, Qwen2/3, Mistral without a sliding window: `shared_prefix_supported`), its keys and
+   values are then held once for its n samples, and decoding attends over them and each sample's
+   own tokens (rbctl.rollout.shared_prefix; one SmolLM2 rollout of 16 × 64 tokens on one thread
+   decoded at 137 against 127 tok/s, medians of 4 alternating calls of a profiling script);
+   otherwise its KV cache is repeated n times after the prefill;
 2. a sequence that has emitted EOS leaves the batch (its rows are dropped from the cache), so
    later decoding steps run only the unfinished sequences;
-3. the cache has room reserved for max_new_tokens after the prefill (`reserve_cache`), so each
-   step writes its keys and values in place instead of copying the whole cache.
+3. the cache has room reserved for max_new_tokens after the prefill (`reserve_cache`; the shared
+   cache's response buffer likewise), so each step writes its keys and values in place instead of
+   copying the whole cache.
 4. a model whose Linear layers run on oneDNN (`model.cpu_linear`) has its float32 weights reordered
    into oneDNN's blocked layout once per call (`cpu_linear.packed_weights`), not at every decode step.
 Random draws are spread over rows differently than in `generate`, so a seed gives other (equally
@@ -39,6 +45,7 @@ from rbctl.rollout.base import Sample, SamplingParams, _cut_at_eos, _eos_ids
 from rbctl.rollout.cpu_linear import packed_weights
 from rbctl.rollout.kvcache import (forward_with_cache, left_pad, new_cache, position_ids, prefix_cache_supported,
                                    reserve_cache)
+from rbctl.rollout.shared_prefix import SharedPrefixCache, decoding_attention, shared_prefix_supported
 
 
 # Generation-config keys that add no logits processor (or that every call overrides), and settings
@@ -141,6 +148,7 @@ class HFEngine:
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else _eos_ids(model, tokenizer)[0]
         self.eos_ids = _eos_ids(model, tokenizer)
         self.fast = self._fast_path_ok()
+        self.shared_prefix = self.fast and shared_prefix_supported(model)
         self._generator: torch.Generator | None = None  # made on the model's device at the first call
 
     # -- the Engine protocol besides generate --
@@ -153,6 +161,7 @@ class HFEngine:
             self.model = model
             self._replica = None
             self.fast = self._fast_path_ok()
+            self.shared_prefix = self.fast and shared_prefix_supported(model)
 
     def sampling_context(self, precision):
         """The training forward's autocast: the sampler and the trainer compute one distribution one way."""
@@ -246,8 +255,13 @@ class HFEngine:
         ids, mask = ids.to(device), mask.to(device)
         cache = new_cache(model)
         logits = forward_with_cache(model, ids, mask, position_ids(mask), cache, logits_to_keep=1)[:, -1]
-        cache.batch_repeat_interleave(n)  # [B, …] -> [B·n, …]: prompt b's rows are b·n … b·n+n−1
-        reserve_cache(cache, params.max_new_tokens)
+        # float32 only: in bf16 (a bf16 sampler, or under autocast) sdpa accumulates in float32 and this would not
+        shared = self.shared_prefix and n > 1 and model.dtype == torch.float32 and not torch.is_autocast_enabled("cpu")
+        if shared:  # each prompt's keys and values held once (rbctl.rollout.shared_prefix)
+            cache = SharedPrefixCache(cache, n, mask, params.max_new_tokens)
+        else:
+            cache.batch_repeat_interleave(n)  # [B, …] -> [B·n, …]: prompt b's rows are b·n … b·n+n−1
+            reserve_cache(cache, params.max_new_tokens)
         logits, mask = logits.repeat_interleave(n, 0), mask.repeat_interleave(n, 0)
         pos = mask.sum(-1, keepdim=True)  # position of the first response token, [B·n, 1]
         tokens = torch.full((len(chunk) * n, params.max_new_tokens), self.pad_id, dtype=torch.long, device=device)
@@ -267,11 +281,17 @@ class HFEngine:
                 keep = (~done).nonzero().squeeze(1)
                 if keep.numel() == 0:
                     break
-                cache.batch_select_indices(keep)
+                cache.keep(keep) if shared else cache.batch_select_indices(keep)
                 rows, nxt, mask, pos = rows[keep], nxt[keep], mask[keep], pos[keep]
             meter.tick(t + 1, len(rows))
-            mask = torch.cat([mask, mask.new_ones(len(rows), 1)], dim=1)
-            logits = forward_with_cache(model, nxt[:, None], mask, pos, cache, logits_to_keep=1)[:, -1]
+            if shared:  # the attention masks the prompts' padding itself: no mask is built
+                with decoding_attention(model):
+                    logits = forward_with_cache(model, nxt[:, None], None, pos, cache, logits_to_keep=1,
+                                                shared_prefix=cache)[:, -1]
+                cache.advance()
+            else:
+                mask = torch.cat([mask, mask.new_ones(len(rows), 1)], dim=1)
+                logits = forward_with_cache(model, nxt[:, None], mask, pos, cache, logits_to_keep=1)[:, -1]
             pos = pos + 1
         return tokens.tolist(), (logps.tolist() if sampled else None)
 

@@ -152,9 +152,10 @@ def prefix_cache_supported(model) -> bool:
     return all(type(layer) in plain for layer in getattr(new_cache(model), "layers", []))
 
 
-def forward_with_cache(model, input_ids, attention_mask, positions, cache, logits_to_keep: int = 0):
-    """One forward pass that reads and extends `cache`; `attention_mask` covers cache + input."""
-    kwargs = {_cache_kwarg(model): cache, "use_cache": True}
+def forward_with_cache(model, input_ids, attention_mask, positions, cache, logits_to_keep: int = 0, **forward):
+    """One forward pass that reads and extends `cache`; `attention_mask` covers cache + input;
+    `forward`: further arguments of the model's forward (which it hands to its attention function)."""
+    kwargs = {_cache_kwarg(model): cache, "use_cache": True, **forward}
     if logits_to_keep and "logits_to_keep" in _forward_params(type(_inner(model))):
         kwargs["logits_to_keep"] = logits_to_keep
         if input_ids.shape[1] > logits_to_keep and model.dtype != torch.float32:

@@ -88,6 +88,7 @@ def test_reserved_cache_samples_the_same_tokens_as_a_growing_cache(monkeypatch):
     model = _tiny_llama(2)
     params = SamplingParams(n=3, temperature=1.0, max_new_tokens=10, seed=5)
     engine = HFEngine(model, _Tok(), logprobs=True)
+    engine.shared_prefix = False  # the repeated cache (the shared prompt cache has its own: test_shared_prefix.py)
     reserved = engine.generate(PROMPTS, params)
     monkeypatch.setattr(hf, "reserve_cache", lambda cache, room: None)
     growing = engine.generate(PROMPTS, params)
