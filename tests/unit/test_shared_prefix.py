@@ -118,3 +118,26 @@ def test_a_bfloat16_sampler_keeps_the_repeated_cache(monkeypatch):
     assert called == []
     HFEngine(_gqa_llama(1), _Tok()).generate(PROMPTS, SamplingParams(n=2, temperature=1.0, max_new_tokens=5, seed=0))
     assert called  # the float32 one takes it
+
+
+@pytest.mark.parametrize("kind", ["qwen2", "qwen3", "mistral"])
+def test_the_other_plain_attention_models_decode_as_with_the_repeated_cache(kind):
+    """Each listed model type hands the forward's `shared_prefix` argument down to its attention:
+    greedy tokens and sampled log-probs equal the repeated cache's."""
+    import transformers
+
+    name = {"qwen2": "Qwen2", "qwen3": "Qwen3", "mistral": "Mistral"}[kind]
+    cfg = getattr(transformers, f"{name}Config")(
+        vocab_size=12, hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=4, pad_token_id=0, bos_token_id=1, eos_token_id=EOS, initializer_range=0.5,
+        **({"sliding_window": None} if kind == "mistral" else {}))
+    torch.manual_seed(0)
+    engine = HFEngine(getattr(transformers, f"{name}ForCausalLM")(cfg).eval(), _Tok(), logprobs=True)
+    assert engine.shared_prefix
+    params = SamplingParams(n=3, temperature=1.0, max_new_tokens=8, seed=2)
+    shared = engine.generate(PROMPTS, params)
+    engine.shared_prefix = False
+    plain = engine.generate(PROMPTS, params)
+    assert [[s.token_ids for s in g] for g in shared] == [[s.token_ids for s in g] for g in plain]
+    assert [x for g in shared for s in g for x in s.logprobs] == \
+        pytest.approx([x for g in plain for s in g for x in s.logprobs], abs=1e-5)
