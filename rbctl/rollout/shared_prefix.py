@@ -1,8 +1,7 @@
 """Decoding attention that holds each prompt's keys and values once for its n samples (the hf engine's CPU loop).
 
 After the prefill, the plain loop repeats each prompt's KV cache n times, so every decoding step
-reads each prompt's keys and values n times over (×3 again where transformers repeats grouped KV
-heads). Here a prompt's keys and values stay as the prefill left them, [P, kv heads, Lp, d], and each
+reads each prompt's keys and values n times over. Here a prompt's keys and values stay as the prefill left them, [P, kv heads, Lp, d], and each
 sample's own response tokens go to a buffer of P·n rows. At a decoding step, for sample (p, j) and
 query head h (served by KV head h // g, g = heads / KV heads):
 
