@@ -17,8 +17,8 @@ output's scale (tests/unit/test_shared_prefix.py).
 A sample that has emitted EOS leaves the batch (`keep`): its slot in the P·n grid is computed on with
 a zero query and dropped, so the prompt part stays one batched product whatever rows remain.
 
-Used only for models whose every layer is plain causal full attention (`shared_prefix_supported`):
-no sliding window, no logit soft-capping, no attention sinks or biases beyond the padding mask. The
+Used only with transformers ≥ 5.19 and for models whose every layer is plain causal full attention
+(`shared_prefix_supported`): no sliding window, no logit soft-capping, no attention sinks or biases beyond the padding mask. The
 attention function is registered with transformers (`AttentionInterface`) under `NAME` and switched
 on for the decoding forwards only (`decoding_attention`); the prefill runs the model's own attention.
 """
@@ -36,12 +36,22 @@ NAME = "rbctl_shared_prefix"
 # Model types whose attention module calls the registered attention function with (module, query,
 # key, value, mask, scaling=..., **forward kwargs) and whose cache update is `cache.update(k, v, layer_idx, ...)`.
 _PLAIN_ATTENTION_MODELS = frozenset({"llama", "qwen2", "qwen3", "mistral"})
+# The transformers versions this was tested on (5.19, 5.24) and later: older ones pass arguments to
+# attention and to the cache differently, and keep the repeated cache.
+MIN_TRANSFORMERS = (5, 19)
+
+
+@functools.cache
+def _transformers_new_enough() -> bool:
+    import transformers
+
+    return tuple(int(x) for x in transformers.__version__.split(".")[:2] if x.isdigit()) >= MIN_TRANSFORMERS
 
 
 def shared_prefix_supported(model) -> bool:
     """Whether `model` (a transformers causal LM) attends as the shared-prefix decoding assumes."""
     cfg = getattr(_inner(model), "config", None)
-    if cfg is None or getattr(cfg, "model_type", None) not in _PLAIN_ATTENTION_MODELS:
+    if not _transformers_new_enough() or cfg is None or getattr(cfg, "model_type", None) not in _PLAIN_ATTENTION_MODELS:
         return False
     if any(t != "full_attention" for t in (getattr(cfg, "layer_types", None) or [])):
         return False

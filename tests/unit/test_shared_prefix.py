@@ -141,3 +141,18 @@ def test_the_other_plain_attention_models_decode_as_with_the_repeated_cache(kind
     assert [[s.token_ids for s in g] for g in shared] == [[s.token_ids for s in g] for g in plain]
     assert [x for g in shared for s in g for x in s.logprobs] == \
         pytest.approx([x for g in plain for s in g for x in s.logprobs], abs=1e-5)
+
+
+def test_older_transformers_keep_the_repeated_cache(monkeypatch):
+    import transformers
+
+    import rbctl.rollout.shared_prefix as sp
+
+    sp._transformers_new_enough.cache_clear()
+    monkeypatch.setattr(transformers, "__version__", "4.57.1")
+    try:
+        assert not shared_prefix_supported(_gqa_llama())
+    finally:
+        sp._transformers_new_enough.cache_clear()
+    monkeypatch.undo()
+    assert shared_prefix_supported(_gqa_llama())
