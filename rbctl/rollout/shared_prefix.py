@@ -120,14 +120,16 @@ def attention(module, query, key, value, attention_mask, scaling=None, dropout=0
         full[c.rows] = q
         q = full
 
-    def to_rows(x):  # [P, kvh, n·g, …] (a prompt's queries together) -> [P·n, kvh, g, …]
+    def to_grid(x):  # [P·n, kvh, g, …] -> [P, kvh, n·g, …]: a prompt's queries together
+        return x.view(p, n, kvh, g, *x.shape[3:]).transpose(1, 2).reshape(p, kvh, n * g, *x.shape[3:])
+
+    def to_rows(x):  # the inverse of to_grid
         return x.unflatten(2, (n, g)).transpose(1, 2).reshape(rows_all, kvh, g, *x.shape[3:])
 
-    qg = q.view(p, n, kvh, g, d).transpose(1, 2).reshape(p, kvh, n * g, d)
-    s_prompt = torch.matmul(qg, kp.transpose(-1, -2)).mul_(scale).add_(c.bias)  # [P, kvh, n·g, Lp]
+    s_prompt = torch.matmul(to_grid(q), kp.transpose(-1, -2)).mul_(scale).add_(c.bias)  # [P, kvh, n·g, Lp]
     s_resp = torch.matmul(q, key.transpose(-1, -2)).mul_(scale)  # [P·n, kvh, g, t]
     top = torch.maximum(to_rows(s_prompt.amax(-1, keepdim=True)), s_resp.amax(-1, keepdim=True))
-    e_prompt = s_prompt.sub_(top.view(p, n, kvh, g, 1).transpose(1, 2).reshape(p, kvh, n * g, 1)).exp_()
+    e_prompt = s_prompt.sub_(to_grid(top)).exp_()
     e_resp = s_resp.sub_(top).exp_()
     total = to_rows(e_prompt.sum(-1, keepdim=True)).add_(e_resp.sum(-1, keepdim=True))
     out = torch.matmul(e_resp, value).add_(to_rows(torch.matmul(e_prompt, vp))).div_(total)
