@@ -447,8 +447,10 @@ def report(args, model_dir: Path, table) -> None:
     print()
     per_token = decode_flops_per_token(model_dir)
     for threads, res, mm in table:  # the sampling rate against the matmul-bound limit of decoding
-        rates = " / ".join(f"{statistics.median(m[k] for m in mm) * 1e9 / per_token:.0f}" if all(k in m for m in mm) else "–"
-                           for k in ("float32", "onednn_float32"))
+        # tokens/s at the float32 matmul rate of torch.mm and of oneDNN (None where a rate was not measured)
+        limits = [statistics.median(m[k] for m in mm) * 1e9 / per_token if all(k in m for m in mm) else None
+                  for k in ("float32", "onednn_float32")]
+        rates = " / ".join(f"{x:.0f}" if x else "–" for x in limits)
         mem = ""
         if all("copy_gbps" in m for m in mm):
             gbps = statistics.median(m["copy_gbps"] for m in mm)
@@ -461,8 +463,7 @@ def report(args, model_dir: Path, table) -> None:
         for fw in ("rbctl", "rbctl_bf16"):
             rate = decode_rate(res.get(fw, []))
             if rate is not None:
-                share = " / ".join(f"{rate / (statistics.median(m[k] for m in mm) * 1e9 / per_token):.0%}"
-                                   if all(k in m for m in mm) else "–" for k in ("float32", "onednn_float32"))
+                share = " / ".join(f"{rate / x:.0%}" if x else "–" for x in limits)
                 print(f"threads {threads}: decoding alone, {LABELS[fw]}: {rate:.0f} tok/s = {share} of that limit "
                       f"(the tokens after each sequence's first, over the sampling loop's time less its prefill "
                       f"forward: no weight reorder, tokenizing or grading)")

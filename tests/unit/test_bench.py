@@ -162,3 +162,29 @@ def test_the_decoding_rate_leaves_out_each_sequences_first_token_and_the_unmeasu
     runs = [{"steps": [step(100.0), step(8.0), step(6.0), step(7.0), step(100.0)]}]
     assert real.decode_rate(runs) == pytest.approx(1008 / 7.0)
     assert real.decode_rate([{"steps": [step(None)] * 4}]) is None
+
+
+def test_the_report_prints_the_decoding_rate_as_a_share_of_each_limit(tmp_path, capsys):
+    import argparse
+    import json
+
+    import rbctl.tools.bench_trl_smollm2 as real
+
+    (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 4, "intermediate_size": 8, "num_hidden_layers": 1,
+                                                      "vocab_size": 10, "num_attention_heads": 2}))
+    per_token = real.decode_flops_per_token(tmp_path)  # 2 × 200 weights: 400 FLOP a token
+    lay = {"sequences per forward/backward": 16, "sequences sampled at once": 16}
+
+    def run(step_s, decode_s=None):
+        steps = [{"step_s": step_s, "rollout_s": 1.0, "kappa_eff_s": 0.0, "rollout_tokens": 1024, "reward": 0.0,
+                  "logprob_diff": 1e-5, "decode_s": decode_s, "prompt_tokens": 410, "same_prompts": True}] * 3
+        return {"steps": steps, "peak_rss_mib": 1024, "layout": lay, "settings": {}}
+
+    res = {"rbctl": [run(10.0, decode_s=8.0)], "trl": [run(30.0)]}
+    mm = [{"float32": 252 * per_token / 1e9, "bfloat16": 1.0, "onednn_float32": 504 * per_token / 1e9}]
+    args = argparse.Namespace(steps=3, rounds=1, rbctl_set=None)
+    real.report(args, tmp_path, [(1, res, mm)])
+    out = capsys.readouterr().out
+    # 1008 tokens after the first 16 in 8 s: 126 tok/s, half of 252 and a quarter of 504
+    assert "compute limit of decoding 252 / 504 tok/s" in out
+    assert "decoding alone, rbctl: 126 tok/s = 50% / 25% of that limit" in out
