@@ -205,13 +205,14 @@ def _eval_help(name: str, run_key: str | None = None) -> str:
 
 @app.command("eval", cls=_Command)
 def eval_(
-    model: str = typer.Argument(..., metavar="MODEL", help="Hub id, local model dir, GGUF file, rbctl run directory, or 'builtin'."),
+    model: str = typer.Argument(..., metavar="MODEL", help="Hub id, local model dir, GGUF file, rbctl run directory (or a checkpoint folder of one), or 'builtin'."),
     benchmarks: Optional[str] = typer.Option(None, "--benchmarks", "-b",
                                              help="Comma-separated. " + _eval_help("benchmarks", "eval.benchmarks")),
     n: Optional[int] = typer.Option(None, "--n", help=_eval_help("n", "eval.n")),
     out: Optional[Path] = typer.Option(
         None, "--out", "-o",
-        help="Output folder (default: RUN_DIR/eval/step_XXXXXX for a run directory, else runs/eval/MODEL).",
+        help="Output folder (default: the protocol's folder RUN_DIR/eval/step_XXXXXX/protocol_X for a run directory, "
+        "else runs/eval/MODEL/protocol_X; one folder per protocol, so none replaces another).",
     ),
     step: Optional[int] = typer.Option(None, "--step", help="Checkpoint step of a run directory (default: latest)."),
     temperature: Optional[float] = typer.Option(None, "--temperature", help=_eval_help("temperature", "eval.temperature")),
@@ -246,7 +247,10 @@ def eval_(
     the score compares with the run's curve, and with its seed, threads, device and precision; any other
     model with the published defaults (greedy at n=1; temperature 0.6, top-p 0.95 at n>1). Options override
     either. Where the run already holds a result of the same protocol for the step (the evaluation training
-    ran at its last step, or an earlier `rbctl eval`), it is reused and said so; `--force` evaluates again. Writes
+    ran at its last step, or an earlier `rbctl eval`), it is reused and said so; `--force` evaluates again. A
+    checkpoint folder of a run (RUN/checkpoints/step_N/model) is evaluated as the run at step N: its task,
+    protocol and settings. Another protocol than the run's own is a side evaluation, kept in its own folder
+    and never the run's final score. Writes
     OUT/BENCHMARK/summary.json (avg@n, pass@k, maj@k with 95% intervals, protocol) and
     OUT/BENCHMARK/samples.jsonl (appended as samples are graded), and prints a table with the
     protocol of its scores. OUT is checked for write access and space before the first sample. An
@@ -255,7 +259,7 @@ def eval_(
 
     Examples: `rbctl eval runs/first`; `rbctl eval runs/first --n 16 --force`;
     `rbctl eval Qwen/Qwen2.5-Math-1.5B -b gsm8k --limit 100`."""
-    from rbctl.eval.run import EvalInterrupted, eval_config, run_eval
+    from rbctl.eval.run import EvalInterrupted, eval_target, run_eval
 
     options = dict(
         n=n, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, seed=seed, template=template,
@@ -263,7 +267,7 @@ def eval_(
         batch_size=batch_size, max_batch_tokens=max_batch_tokens, threads=threads, device=device, dtype=dtype,
         cpu_linear=cpu_linear, benchmarks=[b.strip() for b in benchmarks.split(",") if b.strip()] if benchmarks is not None else None,
     )
-    cfg, note = eval_config(model, {k: v for k, v in options.items() if v is not None})
+    model, step, cfg, note = eval_target(model, step, {k: v for k, v in options.items() if v is not None})
     precision = None
     if cfg.precision is not None:  # a run's training precision: its autocast while generating
         from rbctl.rollout.models import resolve_device

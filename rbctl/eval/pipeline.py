@@ -9,7 +9,8 @@ For each benchmark, ``OUT/<benchmark>/`` receives:
   math grader; ``task``, ``none`` for a benchmark with its own extractor); ``labels`` (share of each
   value of the benchmark's per-sample labels, where it has any, e.g. the fixpoint task's
   ``{"strategy": {"walk": 0.16, "shortcut": 0.84}}``); ``protocol`` (everything that decides the
-  figures: engine, sampling, template and an example prompt, the grader and its ``extraction``
+  figures: engine and its ``sampler`` (the hf engine's own sampling loop, or transformers'
+  ``generate``), sampling, template and an example prompt, the grader and its ``extraction``
   policy, versions, device, dtype, threads); ``time_s``, ``tokens_per_s``.
 - ``samples.jsonl``: one line per sample (problem id, sample index, completion, extracted answer
   and how it was found, gold, correct, grade status, finished), appended and flushed as each
@@ -122,7 +123,7 @@ def evaluate_policy(
     )
     param = next(policy.model.parameters())
     protocol = {
-        "engine": engine.name,
+        "engine": engine.name, "sampler": getattr(engine, "sampler", engine.name),
         "n": params.n, "temperature": params.temperature, "top_p": params.top_p,
         "max_new_tokens": params.max_new_tokens, "seed": params.seed, "batch_size": batch_size,
         "max_batch_tokens": max_batch_tokens,

@@ -1,7 +1,13 @@
 """`rbctl eval MODEL`: choose the protocol (a run directory's own, else the published defaults),
-load a model (hub id, folder, GGUF file, run directory, or `builtin`), evaluate it with
-`rbctl.eval.pipeline`, print the table with the protocol it used and what to doubt, say where the
-results are."""
+load a model (hub id, folder, GGUF file, run directory, a checkpoint folder of a run, or `builtin`),
+evaluate it with `rbctl.eval.pipeline`, print the table with the protocol it used and what to doubt,
+say where the results are.
+
+A checkpoint folder inside a run (``RUN/checkpoints/step_N`` or its ``model/``) is evaluated as the
+run at step N (`eval_target`): the run's task (its config's ``data.builtin``, whose test split and
+grader `builtin` names), protocol, seed, threads, device and precision, and the run's folders, so
+that it gives the run's own result, through the same engine path. Results are kept per protocol
+(`rbctl.eval.protocols`): ``RUN/eval/step_N/protocol_X/BENCH/``."""
 
 from __future__ import annotations
 
@@ -10,10 +16,12 @@ from pathlib import Path
 from rbctl.console import PlainProgress
 from rbctl.config.eval import BUILTIN_MAX_NEW_TOKENS, DEFAULT_MAX_NEW_TOKENS, EvalConfig, build_config
 from rbctl.errors import UserError
+from rbctl.eval import protocols
 from rbctl.eval.pipeline import evaluate_policy, load_problems, protocol_text, sanitize, summary_warnings
 from rbctl.rollout.factory import engine_class
 from rbctl.store.atomic import check_writable
-from rbctl.store.rundir import CONFIG, EVAL_DIR, RUNS_ROOT, final_eval_dir, is_run_dir
+from rbctl.store.rundir import (BUILTIN_MARKER, CHECKPOINTS, CONFIG, EVAL_DIR, MODEL, RUNS_ROOT, final_eval_dir, is_run_dir,
+                                protocol_dir_name, protocol_eval_dir, step_of)
 
 # What `rbctl eval` takes from a run directory's training config (its periodic evaluation, `for_run`)
 # when the command line does not say otherwise: so that the score and the run's curve are measured
@@ -56,6 +64,68 @@ def eval_config(model: str, options: dict) -> tuple[EvalConfig, str]:
     if settings:
         note += "\n" + "settings: the run's " + ", ".join(f"{k} {v}" for k, v in settings.items())
     return cfg, note
+
+
+def eval_target(model: str, step: int | None, options: dict) -> tuple[str, int | None, EvalConfig, str]:
+    """(model, step, config, note) of `rbctl eval MODEL [--step N]` given `options`: a checkpoint
+    folder inside a run is the run at that step (`enclosing_run`), then `eval_config`."""
+    model, step, where = enclosing_run(model, step)
+    cfg, note = eval_config(model, options)
+    return model, step, cfg, f"{where}\n{note}" if where else note
+
+
+def enclosing_run(model: str, step: int | None) -> tuple[str, int | None, str | None]:
+    """A checkpoint folder inside a run directory (``RUN/checkpoints/step_N`` or its ``model/``) as
+    (RUN, N, a line saying so); anything else as it is given (no line). A --step naming another
+    checkpoint than the folder's is a one-line error."""
+    path = Path(model).expanduser()
+    if model == "builtin" or not path.is_dir():
+        return model, step, None
+    ck = path.parent if path.name == MODEL else path
+    n, run = step_of(ck.name), ck.parent.parent
+    if n is None or ck.parent.name != CHECKPOINTS or not is_run_dir(run):
+        return model, step, None
+    if step is not None and step != n:
+        raise UserError(f"{model} is checkpoint {n} of run {run}; --step {step} names another (drop --step)")
+    return str(run), n, f"{model}: checkpoint {n} of run {run}, evaluated as the run's (its task, protocol and settings)"
+
+
+def _run_config(run_dir: Path):
+    """The run's validated training config, or None where it has none or it does not validate."""
+    from rbctl.config.train import read_run_config
+
+    try:
+        return read_run_config(Path(run_dir) / CONFIG) if (Path(run_dir) / CONFIG).is_file() else None
+    except UserError:
+        return None
+
+
+def run_task(run_dir: Path | None, policy_dir: Path | None, benchmarks: list[str]):
+    """The built-in task (`TaskSpec`) a policy is evaluated on, whose test split is `builtin`: a
+    run's own (its config's ``data.builtin``: what its periodic evaluation used), else the task its
+    folder's marker records, else None (a pretrained model). A checkpoint whose marker names another
+    task than its run's config, or whose task cannot be told where `builtin` is asked for (no
+    readable config, no marker), is refused in one line: another task's test split and grader
+    would measure something else."""
+    from rbctl.tasks.builtin import specs_from_config, task_spec_of
+
+    marked = task_spec_of(policy_dir) if policy_dir is not None else None
+    if run_dir is None:
+        return marked
+    run_cfg = _run_config(run_dir)
+    if run_cfg is not None:
+        if run_cfg.data.source != "builtin":
+            return marked
+        spec = specs_from_config(run_cfg.data.builtin)[0]
+        if marked is not None and marked.kind != spec.kind:
+            raise UserError(f"{policy_dir}/{BUILTIN_MARKER} records the {marked.kind} task, its run's "
+                            f"{Path(run_dir) / CONFIG} the {spec.kind} task: cannot tell which to evaluate")
+        return spec
+    if "builtin" in benchmarks and policy_dir is not None and not (Path(policy_dir) / BUILTIN_MARKER).is_file():
+        raise UserError(f"benchmark builtin: cannot tell which built-in task {policy_dir} was trained on "
+                        f"({Path(run_dir) / CONFIG} is missing or invalid and it has no {BUILTIN_MARKER}); "
+                        f"restore the run's {CONFIG} or name the benchmarks (-b)")
+    return marked
 
 
 def run_settings(run_cfg) -> dict:
@@ -114,32 +184,48 @@ def samples_bytes(cfg: EvalConfig, problems: dict) -> int:
     return sum(len(p) for p in problems.values()) * cfg.n * (8 * tokens + 512) + (1 << 20)
 
 
-def kept_text(out_dir: Path, cfg: EvalConfig, problems: dict) -> str:
-    """What an interrupted evaluation left in `out_dir`, in words: "kept amc23 complete, 48 of 256
-    gsm8k problems graded in OUT", one clause per benchmark started."""
+def kept_text(out_dir: Path, cfg: EvalConfig, problems: dict, protocol: dict) -> str:
+    """What an interrupted evaluation under `protocol` left in `out_dir`, in words: "kept amc23
+    complete, 48 of 256 gsm8k problems graded under n=4, … in OUT", one clause per benchmark started
+    under this protocol (a benchmark folder holding another protocol's samples is not counted)."""
     from rbctl.eval.partial import kept_problems
     from rbctl.eval.pipeline import bench_dir_name
 
     parts = []
     for name, probs in problems.items():
         bench = Path(out_dir) / bench_dir_name(name)
-        if not bench.is_dir():
+        if not bench.is_dir() or not _holds(bench, protocol):
             continue
         kept = kept_problems(bench, cfg.n)
         parts.append(f"{name} complete" if kept is None else f"{min(kept, len(probs))} of {len(probs)} {name} problems graded")
-    return f"kept {', '.join(parts) or 'nothing yet'} in {out_dir}"
+    return f"kept {', '.join(parts) or 'nothing yet'} under {protocols.words(protocol)} in {out_dir}"
 
 
-def default_out_dir(model: str, step: int | None) -> Path:
-    """``RUN_DIR/eval/step_XXXXXX`` for a run directory (where `rbctl report` looks), else
-    ``runs/eval/<model name>``."""
+def _holds(bench: Path, protocol: dict) -> bool:
+    """Whether a benchmark folder holds samples of `protocol`: its partial evaluation's key, else its
+    summary, records it."""
+    import json
+
+    from rbctl.store.rundir import EVAL_PARTIAL, SUMMARY
+
+    try:
+        if (bench / EVAL_PARTIAL).is_file():
+            return protocols.summary_matches(json.loads((bench / EVAL_PARTIAL).read_text())["key"], protocol)
+        return protocols.summary_matches(json.loads((bench / SUMMARY).read_text()), protocol)
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def default_out_dir(model: str, step: int | None, protocol: dict) -> Path:
+    """The folder of `protocol` (`rbctl.store.rundir.protocol_eval_dir`) in ``RUN_DIR/eval/step_XXXXXX``
+    for a run directory, else in ``runs/eval/<model name>``."""
     path = Path(model).expanduser()
     if is_run_dir(path):
         if step is None:
             raise UserError(f"cannot tell the checkpoint step of {model}; pass --out")
-        return final_eval_dir(path, step)
+        return protocol_eval_dir(final_eval_dir(path, step), protocol)
     name = path.name.removesuffix(".gguf") if path.exists() else model
-    return Path(RUNS_ROOT) / EVAL_DIR / sanitize(name.replace("/", "_"))
+    return protocol_eval_dir(Path(RUNS_ROOT) / EVAL_DIR / sanitize(name.replace("/", "_")), protocol)
 
 
 def results_table(results: dict[str, dict]):
@@ -184,18 +270,23 @@ def same_protocol(summary: dict, cfg: EvalConfig, step: int, problems: list) -> 
     return all(checks)
 
 
-def existing_results(run_dir: Path, step: int, cfg: EvalConfig, problems: dict) -> dict[str, tuple[dict, Path]]:
+def existing_results(run_dir: Path, step: int, cfg: EvalConfig, problems: dict,
+                     protocol: dict | None = None) -> dict[str, tuple[dict, Path]]:
     """{benchmark: (summary, its folder)} of each benchmark the run already holds a complete result of
-    for checkpoint `step` under `cfg`'s protocol (`same_protocol`): an earlier `rbctl eval` or a
-    sweep's final evaluation (RUN_DIR/eval/step_N/), or the run's own periodic evaluation at that
-    step (RUN_DIR/eval/periodic/step_N/: the last step's is the final held-out score training printed)."""
+    for checkpoint `step` under `cfg`'s protocol (`same_protocol`): a sweep's final evaluation (or an
+    older `rbctl eval`'s, RUN_DIR/eval/step_N/), an earlier `rbctl eval` of `protocol` (its folder
+    RUN_DIR/eval/step_N/protocol_X/), or the run's own periodic evaluation at that step
+    (RUN_DIR/eval/periodic/step_N/: the last step's is the final held-out score training printed)."""
     from rbctl.eval.pipeline import bench_dir_name
     from rbctl.store.read import read_json
     from rbctl.store.rundir import EVAL_PARTIAL, SUMMARY, periodic_eval_dir
 
     found = {}
+    places = [final_eval_dir(run_dir, step), periodic_eval_dir(run_dir, step)]
+    if protocol is not None:
+        places.insert(1, protocol_eval_dir(final_eval_dir(run_dir, step), protocol))
     for name, probs in problems.items():
-        for where in (final_eval_dir(run_dir, step), periodic_eval_dir(run_dir, step)):
+        for where in places:
             bench = where / bench_dir_name(name)
             if not (bench / SUMMARY).is_file() or (bench / EVAL_PARTIAL).exists():
                 continue
@@ -216,15 +307,20 @@ def run_eval(
     """Load ``model`` (hub id, dir, GGUF file, run directory, or ``builtin``) and evaluate it.
 
     For a run directory, ``step`` picks the checkpoint (default: the newest whose files verify as
-    they are read; a corrupted one is skipped with a warning) and the default ``out_dir`` is
-    ``RUN_DIR/eval/step_XXXXXX``. The checkpoint is chosen once, here, and handed to the loader.
-    ``note``: where the protocol came from (`eval_config`), printed once the benchmarks are known
-    to exist. After the table: the protocol of each score and a warning per benchmark whose samples
-    were often cut off or answerless (`summary_warnings`).
+    they are read; a corrupted one is skipped with a warning) and the default ``out_dir`` is the
+    protocol's folder ``RUN_DIR/eval/step_XXXXXX/protocol_X`` (`default_out_dir`; a model outside a
+    run: ``runs/eval/NAME/protocol_X``), with its protocol.json (`rbctl.eval.protocols.record`).
+    The checkpoint is chosen once, here, and handed to the loader; the task is the run's
+    (`run_task`). ``note``: where the protocol came from (`eval_config`), printed once the
+    benchmarks are known to exist; then, for a run, whether this is its own declared protocol or a
+    side evaluation. After the table: the protocol of each score and a warning per benchmark whose
+    samples were often cut off or answerless (`summary_warnings`).
 
     A run directory evaluated into its default folder reuses, and says so, each benchmark the run
     already holds with the same protocol at that step (`existing_results`: its training's own
-    evaluation, or an earlier one); ``force`` evaluates every benchmark again, from the start.
+    evaluation, or an earlier one); ``force`` evaluates every benchmark again, from the start. An
+    ``out_dir`` given that holds another protocol's complete result of a benchmark is refused
+    before the model loads (``force``: replaced).
     ``precision``: a run's training precision (`rbctl.train.precision.Precision` of ``cfg.precision``,
     resolved by the caller: training is a layer above evaluation), under whose autocast generation
     runs; None: none.
@@ -235,7 +331,6 @@ def run_eval(
 
     from rbctl.rollout.models import expand_model_name
     from rbctl.store.checkpoint import run_checkpoints
-    from rbctl.tasks.builtin import task_spec_of
 
     model = expand_model_name(model)  # a package's file (pkg:PACKAGE/FILE): its path here
     console = console or Console()
@@ -244,31 +339,39 @@ def run_eval(
     engine_class(cfg.engine)
     check_model(model)
     path = Path(model).expanduser()
-    candidates = run_checkpoints(path, step, log=console.print) if model != "builtin" and is_run_dir(path) else []
-    # the task a built-in policy records (a small marker file), so that bad benchmark names and data
-    # fail before the model loads
+    in_run = model != "builtin" and is_run_dir(path)
+    candidates = run_checkpoints(path, step, log=console.print) if in_run else []
+    # the task of a built-in policy (its run's, or a small marker file), so that bad benchmark names
+    # and data fail before the model loads
     policy_dir = candidates[0].model_dir if candidates else path if model != "builtin" and path.is_dir() else None
-    task_spec = task_spec_of(policy_dir) if policy_dir is not None else None
+    task_spec = run_task(path if in_run else None, policy_dir, cfg.benchmarks)
     if task_spec is not None and cfg.max_new_tokens is None:  # room for the task's longest answer (the maze's)
         from rbctl.tasks.builtin import module_of
 
         longest = module_of(task_spec).max_answer_tokens(task_spec)
         cfg = cfg.model_copy(update={"max_new_tokens": max(BUILTIN_MAX_NEW_TOKENS, longest)})
     problems = load_problems(cfg, task_spec)  # bad names/data fail before the model loads
+    protocol = protocols.identity(cfg, task_spec is not None or model == "builtin")
     if out_dir is not None:  # a folder that cannot take the results fails before the model loads, too
         check_writable(out_dir, samples_bytes(cfg, problems))
+        if not force:
+            _refuse_other_protocol(Path(out_dir), problems, protocol)
     if note:
         console.print(note, highlight=False)
+    record = _protocol_record(path, in_run, protocol, task_spec is not None)
+    if in_run and (path / CONFIG).is_file():
+        console.print(_role_line(record, cfg.benchmarks), highlight=False)
     reused: dict[str, tuple[dict, Path]] = {}
     if candidates and out_dir is None and not force:
-        reused = existing_results(path, candidates[0].step, cfg, problems)
+        reused = existing_results(path, candidates[0].step, cfg, problems, protocol)
         for name, (_, where) in reused.items():
             console.print(f"{name}: the run already holds this protocol's result for step {candidates[0].step} "
                           f"({where}): reused; --force evaluates again", highlight=False)
     results = {name: summary for name, (summary, _) in reused.items()}
     todo = {name: probs for name, probs in problems.items() if name not in reused}
     if todo:
-        out_dir, evaluated = _evaluate_loaded(model, cfg, out_dir, candidates, todo, console, not force, precision)
+        out_dir, evaluated = _evaluate_loaded(model, cfg, out_dir, candidates, todo, console, not force, precision,
+                                              protocol, record, task_spec)
         results.update(evaluated)
     results = {name: results[name] for name in problems}  # in the benchmarks' order
     console.print(results_table(results))
@@ -282,13 +385,62 @@ def run_eval(
     return results
 
 
+def _refuse_other_protocol(out_dir: Path, problems: dict, protocol: dict) -> None:
+    """A benchmark folder of `out_dir` holding another protocol's complete result is a one-line error:
+    evaluating into it would replace that result."""
+    import json
+
+    from rbctl.eval.partial import kept_problems
+    from rbctl.eval.pipeline import bench_dir_name
+    from rbctl.store.rundir import SUMMARY
+
+    for name in problems:
+        bench = out_dir / bench_dir_name(name)
+        if (bench / SUMMARY).is_file() and kept_problems(bench, 1) is None and not _holds(bench, protocol):
+            try:
+                theirs = protocol_text(json.loads((bench / SUMMARY).read_text()))
+            except (OSError, ValueError, KeyError, TypeError):
+                theirs = "unreadable"
+            raise UserError(f"{bench} holds a complete evaluation under another protocol ({theirs}); this one "
+                            f"({protocols.words(protocol)}) would replace it: write elsewhere (--out) or pass --force")
+
+
+def _protocol_record(path: Path, in_run: bool, protocol: dict, builtin: bool) -> dict:
+    """protocol.json of this evaluation's folder: whether `protocol` is the run's own declared one
+    (the protocol `eval_config` takes from the run with no option given)."""
+    declared = None
+    if in_run and (path / CONFIG).is_file():
+        own_cfg, _ = eval_config(str(path), {})
+        if not own_cfg.max_new_tokens and builtin:
+            own_cfg = own_cfg.model_copy(update={"max_new_tokens": protocol["max_new_tokens"]})
+        declared = own_cfg if protocols.identity(own_cfg, builtin) == protocol else None
+    return protocols.record(protocol, protocol_dir_name(protocol), declared is not None,
+                            declared.benchmarks if declared is not None else [])
+
+
+def _role_line(record: dict, benchmarks: list[str]) -> str:
+    """Whether an evaluation of a run is its own declared one (what the report scores at its last
+    step) or a side evaluation (kept beside it, never its final score)."""
+    own = [b for b in benchmarks if b in record["run_benchmarks"]]
+    side = [b for b in benchmarks if b not in own]
+    if not side:
+        return "the run's own evaluation protocol (its config's eval:)"
+    what = ", ".join(side) + (" (benchmarks its config does not declare)" if record["run_protocol"] else "")
+    return (f"side evaluation of {what}: kept under its protocol ({record['text']}), beside the run's own; "
+            "the run's final score stays its own evaluation")
+
+
 def _evaluate_loaded(model: str, cfg: EvalConfig, out_dir: Path | None, candidates: list, problems: dict, console,
-                     resume: bool, precision) -> tuple[Path, dict[str, dict]]:
+                     resume: bool, precision, protocol: dict, record: dict, task_spec) -> tuple[Path, dict[str, dict]]:
     """Load the model (the first intact of a run's `candidates`, else `model`) and evaluate it on
-    `problems` into `out_dir` (default: `default_out_dir`); returns the folder and the summaries."""
+    `problems` into `out_dir` (default: `default_out_dir`, with its protocol.json `record`) as a
+    policy of `task_spec`'s task where there is one; returns the folder and the summaries."""
+    from dataclasses import replace
+
     from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     from rbctl.rollout.models import load_first_intact, load_policy
+    from rbctl.store.write import write_protocol
     from rbctl.tasks import builtin
 
     opts = dict(device=cfg.device, dtype=cfg.dtype, cpu_linear=cfg.cpu_linear, log=console.print)
@@ -298,9 +450,12 @@ def _evaluate_loaded(model: str, cfg: EvalConfig, out_dir: Path | None, candidat
         ckpt_step = ck.step
     else:
         policy = load_policy(str(builtin.default_warm_start(console.print)) if model == "builtin" else model, **opts)
+    if task_spec is not None and policy.builtin != task_spec.kind:  # a checkpoint without its marker: the run's task
+        policy = replace(policy, builtin=task_spec.kind)
     if out_dir is None:
-        out_dir = default_out_dir(model, ckpt_step)
+        out_dir = default_out_dir(model, ckpt_step, protocol)
         check_writable(out_dir, samples_bytes(cfg, problems))  # before the first sample: where it all goes
+        write_protocol(out_dir, record)
     out_dir = Path(out_dir)
     columns = (TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TextColumn("{task.fields[detail]}"),
                TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
@@ -311,5 +466,5 @@ def _evaluate_loaded(model: str, cfg: EvalConfig, out_dir: Path | None, candidat
                                       precision=precision, resume=resume,
                                       log=lambda line: console.print(line, highlight=False))
     except KeyboardInterrupt:
-        raise EvalInterrupted(kept_text(out_dir, cfg, problems)) from None
+        raise EvalInterrupted(kept_text(out_dir, cfg, problems, protocol)) from None
     return out_dir, results

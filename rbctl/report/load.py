@@ -2,7 +2,8 @@
 
 A run directory (`rbctl.store.rundir`) gives the metrics log, run.json (arm, seed, baseline,
 variant, warm start), the resolved config, the periodic held-out evaluation (one line per (step,
-benchmark); step 0 is the warm start) and its final evaluations. A sweep directory holds
+benchmark); step 0 is the warm start), its final evaluation (the one its config or sweep declares,
+at its last step) and its side evaluations (`rbctl eval` under other protocols: named, never scored). A sweep directory holds
 ``runs/<arm>/seed_<s>/`` or, crossing warm starts, ``runs/<arm>/<warm start>/seed_<s>/``, its
 state file, its resolved sweep file, and optionally a ceiling file (read by `rbctl.report.analyses.plateau`).
 """
@@ -38,6 +39,8 @@ class Run:
     evals: list[dict]  # eval.jsonl, one record per (step, benchmark)
     final_step: int | None  # step of the final evaluation used
     finals: dict[str, dict] = field(default_factory=dict)  # benchmark -> its final evaluation summary
+    # evaluations that are not its final score (another protocol, benchmark or step; `rbctl.store.read.side_evaluations`)
+    side_evals: list[dict] = field(default_factory=list)
     group_size: int | None = None  # G (rollout.group_size of the config)
     sweep_dir: Path | None = None
     warm_start: str | None = None  # the warm start, when the sweep crosses warm starts with seeds
@@ -106,6 +109,7 @@ def load_run(path: Path, sweep: str | None = None, status: str = "", sweep_dir: 
         evals=data["evals"],
         final_step=data["final_step"],
         finals=data["finals"],
+        side_evals=data["side_evals"],
         group_size=int(g) if isinstance(g, int) else None,
         sweep_dir=sweep_dir,
         warm_start=str(ws) if ws else None,

@@ -185,6 +185,12 @@ class HFEngine:
             self._generator.seed()
         return self._generator
 
+    @property
+    def sampler(self) -> str:
+        """How this engine samples the model it holds (recorded in evaluation summaries,
+        ``protocol.sampler``): "sampling loop" (its own, module docstring) or "generate" (transformers')."""
+        return "sampling loop" if self.fast else "generate"
+
     def _fast_path_ok(self) -> bool:
         if next(self.model.parameters()).device.type != "cpu":
             return False  # measured on CPU only; on GPUs `generate` (or vLLM) is used

@@ -20,9 +20,11 @@ from rbctl.store.rundir import (
     CONFIG,
     EVAL_DIR,
     EVAL_LINES,
+    EVAL_PARTIAL,
     FORMAT_VERSION,
     METRICS,
     PERIODIC_DIR,
+    PROTOCOL_FILE,
     PROVENANCE,
     REPORT_DATA,
     REPORT_DIR,
@@ -36,6 +38,7 @@ from rbctl.store.rundir import (
     SWEEP_STATE,
     TENSORBOARD,
     WANDB,
+    protocol_dirs,
     step_dir_name,
     step_dirs,
     sweep_runs,
@@ -127,25 +130,118 @@ def final_summaries(run_dir: Path, last_step: int | None = None) -> tuple[int | 
     return step, summaries
 
 
+def _summaries(files) -> dict[str, dict]:
+    out = {}
+    for f in files:
+        s = read_json(f)
+        out[str(s.get("benchmark", f.parent.name))] = s
+    return out
+
+
+def read_protocol(folder: Path) -> dict:
+    """A protocol folder's protocol.json: ``{"format_version", "id", "protocol": identity, "text",
+    "run_protocol": whether it is the run's own declared protocol, "run_benchmarks": the benchmarks
+    that protocol declares}`` (rbctl.eval.run writes it)."""
+    path = Path(folder) / PROTOCOL_FILE
+    return check_format(read_json(path), path)
+
+
+def protocol_evaluations(run_dir: Path) -> list[dict]:
+    """Every `rbctl eval` of a run kept per protocol (``RUN/eval/step_N/protocol_X/``), by step then
+    folder: ``{"step", "path", "protocol": protocol.json, "summaries": {benchmark: summary}}``
+    (complete benchmarks only)."""
+    out = []
+    for step, d in step_dirs(Path(run_dir) / EVAL_DIR):
+        for folder in protocol_dirs(d):
+            out.append({"step": step, "path": folder, "protocol": read_protocol(folder),
+                        "summaries": _summaries(_complete(folder))})
+    return out
+
+
+def _complete(folder: Path) -> list[Path]:
+    """The summaries of the complete benchmarks of an evaluation folder (no partial.json beside them)."""
+    return [f for f in sorted(Path(folder).glob(f"*/{SUMMARY}")) if not (f.parent / EVAL_PARTIAL).exists()]
+
+
+def _declares(declared: dict | None, summary: dict) -> bool:
+    """Whether a summary in a run's final-evaluation folder measured what the run's config declares
+    (`eval:` of config.yaml: its benchmarks, n): an older `rbctl eval` wrote side evaluations there
+    too. A config that names neither accepts any."""
+    declared = declared if isinstance(declared, dict) else {}
+    benches, n = declared.get("benchmarks"), declared.get("n")
+    return (not benches or summary.get("benchmark") in benches) and (n is None or summary.get("n") == n)
+
+
+def own_final_summaries(run_dir: Path, steps: int, declared: dict | None = None) -> tuple[int | None, dict[str, dict]]:
+    """The final score of a run `rbctl train` made: the evaluation its config declares (`declared`,
+    the config's ``eval:``) at its last step `steps`, by benchmark, from (first found wins) the
+    periodic evaluation training ran there (``RUN/eval/periodic/step_N``), an `rbctl eval` under the
+    run's own protocol (a protocol folder whose protocol.json says so, its declared benchmarks only),
+    or a summary an older `rbctl eval` wrote into ``RUN/eval/step_N/BENCH`` that matches the
+    declared benchmarks and n. A side evaluation (another protocol, other benchmarks, another step)
+    never is: `side_evaluations` lists them. (None, {}) when there is none."""
+    run_dir, finals = Path(run_dir), {}
+    for bench, s in _summaries(_complete(Path(run_dir) / EVAL_DIR / PERIODIC_DIR / step_dir_name(steps))).items():
+        finals.setdefault(bench, s)
+    for ev in protocol_evaluations(run_dir):
+        p = ev["protocol"]
+        if ev["step"] == steps and p.get("run_protocol"):
+            for bench, s in ev["summaries"].items():
+                if bench in (p.get("run_benchmarks") or []):
+                    finals.setdefault(bench, s)
+    for bench, s in _summaries(_complete(Path(run_dir) / EVAL_DIR / step_dir_name(steps))).items():
+        if _declares(declared, s):
+            finals.setdefault(bench, s)
+    return (steps, finals) if finals else (None, {})
+
+
+def side_evaluations(run_dir: Path, final_step: int | None, finals: dict[str, dict]) -> list[dict]:
+    """The evaluations of a run that are not its final score (`finals` at `final_step`): each
+    protocol folder's benchmarks that are not among them, and the summaries of its final-evaluation
+    folders (``RUN/eval/step_N/BENCH``) that are not; ``{"step", "benchmarks", "protocol": words,
+    "path"}``, by step."""
+    out = []
+    for ev in protocol_evaluations(run_dir):
+        benches = sorted(b for b, s in ev["summaries"].items() if not (ev["step"] == final_step and finals.get(b) == s))
+        if benches:
+            out.append({"step": ev["step"], "benchmarks": benches, "protocol": ev["protocol"].get("text", ""),
+                        "path": ev["path"]})
+    for step, d in step_dirs(Path(run_dir) / EVAL_DIR):
+        direct = _summaries(_complete(d))
+        benches = sorted(b for b, s in direct.items() if not (step == final_step and finals.get(b) == s))
+        if benches:
+            n = sorted({str(direct[b].get("n")) for b in benches})
+            out.append({"step": step, "benchmarks": benches, "protocol": f"n={', '.join(n)}", "path": d})
+    return sorted(out, key=lambda e: e["step"])
+
+
 def read_run(path: Path, periodic_final: bool = False) -> dict:
     """Everything the report reads from one run directory, as plain data:
     ``{"meta": run.json, "config": config.yaml, "provenance": provenance.json, "metrics": [lines],
-    "evals": [eval.jsonl lines], "final_step": int | None, "finals": {benchmark: summary}}``
-    (absent files give {} or []; a header of another format version is refused, `check_format`).
-    ``periodic_final``: a run outside a sweep, whose final score may be its periodic evaluation at its
-    last step (`final_summaries`); a sweep's runs keep the sweep's own final evaluation protocol."""
+    "evals": [eval.jsonl lines], "final_step": int | None, "finals": {benchmark: summary},
+    "side_evals": [side_evaluations]}`` (absent files give {} or []; a header of another format
+    version is refused, `check_format`). ``periodic_final``: a run outside a sweep. A run `rbctl
+    train` made (no run.json) is scored by its own declared evaluation at its last step
+    (`own_final_summaries`); a sweep's run by its sweep's final evaluation (`final_summaries`; given
+    on its own, its periodic evaluation at its last step where it has none)."""
     path = Path(path)
     config = read_yaml_file(path / CONFIG)
+    meta = read_header(path / RUN_META)
     steps = config.get("steps") if isinstance(config, dict) else None
-    final_step, finals = final_summaries(path, steps if periodic_final and isinstance(steps, int) else None)
+    steps = steps if isinstance(steps, int) and not isinstance(steps, bool) else None
+    if periodic_final and not meta and steps is not None:
+        final_step, finals = own_final_summaries(path, steps, config.get("eval"))
+    else:
+        final_step, finals = final_summaries(path, steps if periodic_final else None)
     return {
-        "meta": read_header(path / RUN_META),
+        "meta": meta,
         "config": config,
         "provenance": read_header(path / PROVENANCE),
         "metrics": read_lines(path / METRICS),
         "evals": read_lines(path / EVAL_LINES),
         "final_step": final_step,
         "finals": finals,
+        "side_evals": side_evaluations(path, final_step, finals),
     }
 
 

@@ -16,9 +16,14 @@ and the sweep state `rbctl.store.write`'s.
         COMPLETE              written last: {"step", "files": {path: {"sha256", "size"}} of every other file}
       run.json                written by `rbctl ablate`: format_version, arm, seed, baseline, variant (warm_start)
       error.txt               written by `rbctl ablate` when the run failed: its traceback
-      eval/step_NNNNNN/BENCH/ final evaluation (summary.json, samples.jsonl; partial.json while
+      eval/step_NNNNNN/BENCH/ the run's own final evaluation at step NNNNNN: the one its sweep declares,
+                              written by `rbctl ablate` (summary.json, samples.jsonl; partial.json while
                               incomplete: rbctl.eval.partial)
-      eval/periodic/step_NNNNNN/BENCH/
+      eval/step_NNNNNN/protocol_XXXXXXXXXX/
+        protocol.json         an `rbctl eval` of checkpoint NNNNNN under one protocol: its identity
+                              (`protocol_dir_name`), whether it is the run's own declared protocol
+        BENCH/                as above, one folder per benchmark
+      eval/periodic/step_NNNNNN/BENCH/  the periodic evaluation training ran (the run's config's `eval:`)
       .lock                   held while `rbctl train` runs (rbctl.store.lock)
       tb/, wandb/             TensorBoard and W&B logs, when enabled
 
@@ -40,6 +45,7 @@ No torch here: `rbctl report` reads run directories without it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass
@@ -63,6 +69,8 @@ PERIODIC_DIR = "periodic"
 SUMMARY = "summary.json"  # one benchmark's evaluation: metrics, per-problem counts, protocol
 EVAL_SAMPLES = "samples.jsonl"  # one benchmark's graded samples, appended as they are graded
 EVAL_PARTIAL = "partial.json"  # beside them while the benchmark is not complete: what resumes it
+PROTOCOL_PREFIX = "protocol_"  # an evaluation's folder per protocol: protocol_XXXXXXXXXX (`protocol_dir_name`)
+PROTOCOL_FILE = "protocol.json"  # in it: the protocol it was evaluated with
 CHECKPOINTS = "checkpoints"
 STEP_PREFIX = "step_"  # step folders: step_NNNNNN
 TMP_SUFFIX = ".tmp"  # a checkpoint folder while it is written
@@ -89,7 +97,7 @@ REPORT_DATA = "data"
 RUNS_ROOT = "runs"
 
 NAMES = (CONFIG, PROVENANCE, METRICS, SAMPLES, EVAL_LINES, RUN_META, ERROR_LOG, LOCK, TENSORBOARD, WANDB, EVAL_DIR,
-         PERIODIC_DIR, SUMMARY, EVAL_SAMPLES, EVAL_PARTIAL, CHECKPOINTS, STEP_PREFIX, TMP_SUFFIX, CKPT_DONE, MODEL,
+         PERIODIC_DIR, SUMMARY, EVAL_SAMPLES, EVAL_PARTIAL, PROTOCOL_PREFIX, PROTOCOL_FILE, CHECKPOINTS, STEP_PREFIX, TMP_SUFFIX, CKPT_DONE, MODEL,
          TRAINER_STATE, BUILTIN_MARKER, SWEEP_FILE, SWEEP_STATE, SWEEP_RUNS, CEILING, SWEEP_LOCK, SUBMITIT,
          SEED_PREFIX, REPORT_DIR, REPORT_MD, REPORT_HTML, REPORT_TABLES, REPORT_FIGURES, REPORT_DATA, RUNS_ROOT)
 """Every file and folder name of a run, sweep or report directory (and the prefixes of its step and
@@ -133,6 +141,26 @@ def final_eval_dir(run_dir: Path, step: int) -> Path:
 
 def periodic_eval_dir(run_dir: Path, step: int) -> Path:
     return Path(run_dir) / EVAL_DIR / PERIODIC_DIR / step_dir_name(step)
+
+
+def protocol_dir_name(identity: dict) -> str:
+    """The folder of an evaluation under one protocol: ``protocol_`` and the first 10 hex digits of
+    the SHA-256 of `identity` (what decides the samples and their grading: n, sampling, token limit,
+    seed, extraction, …; JSON with sorted keys). Two protocols never share a folder, so an
+    evaluation under one never deletes another's results."""
+    text = json.dumps(identity, sort_keys=True, ensure_ascii=False, default=str)
+    return PROTOCOL_PREFIX + hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
+def protocol_eval_dir(parent: Path, identity: dict) -> Path:
+    """``PARENT/protocol_XXXXXXXXXX``: where an evaluation under `identity` goes below `parent` (a
+    run's ``eval/step_N``, or a bare model's folder under ``runs/eval/``)."""
+    return Path(parent) / protocol_dir_name(identity)
+
+
+def protocol_dirs(parent: Path) -> list[Path]:
+    """Every protocol folder of `parent` (one holding a protocol.json), sorted by name."""
+    return sorted(p for p in Path(parent).glob(f"{PROTOCOL_PREFIX}*") if (p / PROTOCOL_FILE).is_file())
 
 
 def step_dirs(parent: Path) -> list[tuple[int, Path]]:

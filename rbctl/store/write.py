@@ -1,5 +1,5 @@
 """Writing the files of run and sweep directories that are not logs or checkpoints: the run's header
-(provenance.json), run.json, the resolved sweep (sweep.yaml), the sweep's state (state.json), the
+(provenance.json), run.json, an evaluation's protocol.json, the resolved sweep (sweep.yaml), the sweep's state (state.json), the
 ceiling file and a failed run's traceback. Every write is atomic (`rbctl.store.atomic`); the headers
 carry the layout's `format_version` (`rbctl.store.rundir.FORMAT_VERSION`).
 """
@@ -12,7 +12,8 @@ from pathlib import Path
 import yaml
 
 from rbctl.store.atomic import write_atomic
-from rbctl.store.rundir import CEILING, ERROR_LOG, FORMAT_VERSION, PROVENANCE, RUN_META, SWEEP_FILE, SWEEP_STATE
+from rbctl.store.rundir import (CEILING, ERROR_LOG, FORMAT_VERSION, PROTOCOL_FILE, PROVENANCE, RUN_META, SWEEP_FILE,
+                                SWEEP_STATE)
 
 
 def versioned(data: dict) -> dict:
@@ -28,6 +29,11 @@ def write_provenance(run_dir: Path, provenance: dict) -> None:
 def write_run_meta(run_dir: Path, meta: dict) -> None:
     """run.json of a sweep's run: arm, seed, sweep, baseline, variant (warm start)."""
     write_atomic(Path(run_dir) / RUN_META, json.dumps(versioned(meta), indent=2))
+
+
+def write_protocol(folder: Path, record: dict) -> None:
+    """protocol.json of an evaluation's protocol folder (read back by `rbctl.store.read.read_protocol`)."""
+    write_atomic(Path(folder) / PROTOCOL_FILE, json.dumps(versioned(record), indent=2, ensure_ascii=False) + "\n")
 
 
 def write_error(run_dir: Path, traceback: str) -> None:

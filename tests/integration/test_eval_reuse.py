@@ -64,15 +64,27 @@ def test_the_run_precision_of_a_gpu_run_loads_master_weights_and_keeps_a_lora_ba
     assert run_settings(lora)["dtype"] == "bfloat16"
 
 
+def _protocol_folder(run_dir: Path, step: int, n: int) -> Path:
+    """The folder `rbctl eval` kept its evaluation at n samples per problem in (one per protocol)."""
+    found = [p for p in (run_dir / "eval" / f"step_{step:06d}").glob("protocol_*")
+             if json.loads((p / "protocol.json").read_text())["protocol"]["n"] == n]
+    assert len(found) == 1, found
+    return found[0]
+
+
 def test_the_result_training_left_is_reused_and_force_evaluates_again(tmp_path, monkeypatch):
     import rbctl.rollout.models as models
 
     run_dir = _run_dir_with_checkpoint(tmp_path, RUN_CONFIG)
-    final = run_dir / "eval" / "step_000007" / "builtin"
     out = _eval(str(run_dir))  # nothing yet: evaluated, with the run's threads and seed
+    own = _protocol_folder(run_dir, 7, 2)
+    final = own / "builtin"
     first = json.loads((final / "summary.json").read_text())
     assert (first["protocol"]["threads"], first["protocol"]["seed"], first["n"], first["num_problems"]) == (1, 3, 2, 4)
-    assert "reused" not in out
+    assert "reused" not in out and "the run's own evaluation protocol" in out
+    record = json.loads((own / "protocol.json").read_text())
+    assert record["run_protocol"] and record["run_benchmarks"] == ["builtin"]
+    assert record["text"] == "n=2, temperature 1.0, top-p 1.0, at most 5 new tokens, seed 3, engine hf, first 4 problems"
     # what training leaves: its evaluation at the last step, under eval/periodic/
     periodic = run_dir / "eval" / "periodic" / "step_000007" / "builtin"
     periodic.parent.mkdir(parents=True)
@@ -89,14 +101,17 @@ def test_the_result_training_left_is_reused_and_force_evaluates_again(tmp_path, 
     assert not final.exists()  # nothing written
     monkeypatch.undo()
 
-    # another protocol (n) is not the run's result: evaluated
+    # another protocol (n) is not the run's result: evaluated, into its own folder, a side evaluation
     out = _eval(str(run_dir), "--n", "1")
-    assert "reused" not in out and json.loads((final / "summary.json").read_text())["n"] == 1
+    side = _protocol_folder(run_dir, 7, 1)
+    assert "reused" not in out and json.loads((side / "builtin" / "summary.json").read_text())["n"] == 1
+    assert "side evaluation of builtin" in out and not json.loads((side / "protocol.json").read_text())["run_protocol"]
     # --force: evaluated again although the periodic result has this protocol
     out = _eval(str(run_dir), "--force")
     again = json.loads((final / "summary.json").read_text())
     assert "reused" not in out and again["n"] == 2
     assert again["metrics"] == first["metrics"]  # same seed, same samples
+    assert (side / "builtin" / "summary.json").is_file()  # the other protocol's result is still there
 
 
 def test_same_protocol_compares_what_decides_the_score(tmp_path):

@@ -241,7 +241,8 @@ def test_cli_on_run_dir_writes_under_the_checkpoint_step(tmp_path: Path) -> None
     result = CliRunner().invoke(app, ["eval", str(run_dir), "-b", "builtin", "--limit", "2", "--n", "2",
                                       "--max-new-tokens", "4", "--device", "cpu"])
     assert result.exit_code == 0, result.output
-    summary = json.loads((run_dir / "eval" / "step_000007" / "builtin" / "summary.json").read_text())
+    folder, = (run_dir / "eval" / "step_000007").glob("protocol_*")  # the protocol's own folder
+    summary = json.loads((folder / "builtin" / "summary.json").read_text())
     assert (summary["step"], summary["n"], summary["num_problems"], summary["model"]) == (7, 2, 2, str(ckpt))
     assert (summary["protocol"]["temperature"], summary["protocol"]["max_new_tokens"]) == (0.6, 4)
     assert "avg@n" in result.output
@@ -347,7 +348,10 @@ def test_cli_on_a_run_directory_uses_its_periodic_protocol_and_says_so(tmp_path:
     said = " ".join(result.output.split())
     assert f"the run's periodic evaluation ({run_dir / 'config.yaml'}, eval:)" in said
     assert "top_p, max_new_tokens, template, instruction, extraction, limit;" in said
-    summary = json.loads((run_dir / "eval" / "step_000007" / "builtin" / "summary.json").read_text())
+    folder, = (run_dir / "eval" / "step_000007").glob("protocol_*")  # the protocol's own folder
+    assert json.loads((folder / "protocol.json").read_text())["run_protocol"]  # the run's own declared protocol
+    assert "the run's own evaluation protocol (its config's eval:)" in said
+    summary = json.loads((folder / "builtin" / "summary.json").read_text())
     proto = summary["protocol"]
     # eval.max_new_tokens null = rollout.max_new_tokens 9; the run's limit of 8 problems (its curve's subset),
     # not the test split's 256

@@ -118,7 +118,8 @@ def test_a_corrupted_checkpoint_fails_its_integrity_check_and_the_previous_one_i
     assert cli(["eval", str(run), "-b", "builtin", "--limit", "2", "--n", "1", "--max-new-tokens", "4"]) == 0
     squeeze = lambda text: re.sub(r"\s+", "", text)  # noqa: E731 (rich wraps long lines)
     assert squeeze(warning) in squeeze(capsys.readouterr().out)
-    assert (run / "eval" / "step_000002" / "builtin" / "summary.json").exists() and not (run / "eval" / "step_000004").exists()
+    assert list((run / "eval" / "step_000002").glob("protocol_*/builtin/summary.json"))  # kept under its protocol
+    assert not (run / "eval" / "step_000004").exists()
     assert cli(["eval", str(run), "-b", "builtin", "--limit", "2", "--step", "4"]) == 2
     err = [x for x in capsys.readouterr().err.splitlines() if x.startswith("error:")]
     assert len(err) == 1 and "step_000004 fails its integrity check (model/model.safetensors)" in err[0], err
@@ -175,7 +176,7 @@ def test_eval_and_report_on_a_live_run_read_only_sealed_checkpoints_and_complete
     with open(run / "metrics.jsonl", "a") as f:
         f.write('{"step": 5, "reward/me')
     assert cli(["eval", str(run), "-b", "builtin", "--limit", "2", "--n", "1", "--max-new-tokens", "4"]) == 0
-    assert (run / "eval" / "step_000002" / "builtin" / "summary.json").exists()  # the sealed step-2 checkpoint
+    assert list((run / "eval" / "step_000002").glob("protocol_*/builtin/summary.json"))  # the sealed step-2 checkpoint
     assert not (run / "eval" / "step_000004").exists()
     out = tmp_path / "report"
     assert cli(["report", str(run), "-o", str(out)]) == 0

@@ -233,6 +233,8 @@ def runs(data: ReportData, page: Page) -> None:
             notes.append(f"stopped at step {r.last_step} of {r.config_steps}")
         if r.final_step is not None and r.final_step < r.last_step:
             notes.append(f"final evaluation at step {r.final_step}")
+        notes += [f"side evaluation at step {e['step']} ({', '.join(e['benchmarks'])}; {e['protocol']}): not scored"
+                  for e in r.side_evals]
         rows.append({"run": r.name, "arm": r.arm, "warm_start": r.warm_start or "", "seed": r.seed,
                      "baseline": r.baseline, "variant": r.variant, "sweep": r.sweep or "", "status": r.status,
                      "last_step": r.last_step, "config_steps": r.config_steps,
