@@ -195,8 +195,9 @@ def test_sigint_to_eval_keeps_the_graded_samples_and_the_same_command_resumes_to
     lines = [x for x in err.splitlines() if x.startswith("interrupted")]
     kept = len(samples.read_text().splitlines()) // 64
     assert 1 <= kept < 24 and not (out / "builtin" / "summary.json").exists()
-    assert lines == [f"interrupted: kept {kept} of 24 builtin problems graded in {out}; resume with: rbctl eval "
-                     + " ".join(cmd[4:])], err
+    protocol = "n=64, temperature 2.0, top-p 0.95, at most 24 new tokens, seed 0, engine hf, first 24 problems"
+    assert lines == [f"interrupted: kept {kept} of 24 builtin problems graded under {protocol} in {out}; resume with: "
+                     "rbctl eval " + " ".join(cmd[4:])], err
     resumed = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr
     assert f"builtin: resuming in {out / 'builtin'}: {kept} of 24 problems already graded" in " ".join(resumed.stdout.split())
