@@ -20,8 +20,8 @@ from rbctl.eval import protocols
 from rbctl.eval.pipeline import evaluate_policy, load_problems, protocol_text, sanitize, summary_warnings
 from rbctl.rollout.factory import engine_class
 from rbctl.store.atomic import check_writable
-from rbctl.store.rundir import (BUILTIN_MARKER, CHECKPOINTS, CONFIG, EVAL_DIR, MODEL, RUNS_ROOT, final_eval_dir, is_run_dir,
-                                protocol_dir_name, protocol_eval_dir, step_of)
+from rbctl.store.rundir import (BUILTIN_MARKER, CHECKPOINTS, CONFIG, EVAL_DIR, MODEL, RUNS_ROOT, final_eval_dir,
+                                is_run_dir, protocol_dir_name, protocol_eval_dir, step_of)
 
 # What `rbctl eval` takes from a run directory's training config (its periodic evaluation, `for_run`)
 # when the command line does not say otherwise: so that the score and the run's curve are measured
@@ -345,20 +345,21 @@ def run_eval(
     # and data fail before the model loads
     policy_dir = candidates[0].model_dir if candidates else path if model != "builtin" and path.is_dir() else None
     task_spec = run_task(path if in_run else None, policy_dir, cfg.benchmarks)
-    if task_spec is not None and cfg.max_new_tokens is None:  # room for the task's longest answer (the maze's)
+    builtin = model == "builtin" or task_spec is not None or (policy_dir is not None and (policy_dir / BUILTIN_MARKER).is_file())
+    if builtin and cfg.max_new_tokens is None:  # room for the task's longest answer (the maze's)
         from rbctl.tasks.builtin import module_of
 
-        longest = module_of(task_spec).max_answer_tokens(task_spec)
+        longest = module_of(task_spec).max_answer_tokens(task_spec) if task_spec is not None else 0
         cfg = cfg.model_copy(update={"max_new_tokens": max(BUILTIN_MAX_NEW_TOKENS, longest)})
     problems = load_problems(cfg, task_spec)  # bad names/data fail before the model loads
-    protocol = protocols.identity(cfg, task_spec is not None or model == "builtin")
+    protocol = protocols.identity(cfg, builtin)
     if out_dir is not None:  # a folder that cannot take the results fails before the model loads, too
         check_writable(out_dir, samples_bytes(cfg, problems))
         if not force:
             _refuse_other_protocol(Path(out_dir), problems, protocol)
     if note:
         console.print(note, highlight=False)
-    record = _protocol_record(path, in_run, protocol, task_spec is not None)
+    record = _protocol_record(path, in_run, protocol, builtin)
     if in_run and (path / CONFIG).is_file():
         console.print(_role_line(record, cfg.benchmarks), highlight=False)
     reused: dict[str, tuple[dict, Path]] = {}

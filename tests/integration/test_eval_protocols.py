@@ -234,3 +234,31 @@ def test_a_step_that_names_another_checkpoint_than_the_folder_is_refused(runs, c
     assert cli("eval", str(ckpt), "--step", "2") == 2
     assert re.fullmatch(rf"error: {re.escape(str(ckpt))} is checkpoint 4 of run .*first; --step 2 names another "
                         r"\(drop --step\)", capsys.readouterr().err.strip())
+
+
+def test_a_sweep_runs_final_score_is_its_sweeps_evaluation_and_never_a_protocol_folder(tmp_path):
+    """A sweep's run is scored by the final evaluation `rbctl ablate` wrote (RUN/eval/step_N/BENCH);
+    an `rbctl eval` of it under any protocol, its own included, is listed beside it, never scored."""
+    from rbctl.store.read import final_summaries, read_run
+    from rbctl.store.rundir import protocol_dir_name
+
+    run = tmp_path / "run"
+    final = run / "eval" / "step_000004" / "builtin"
+    final.mkdir(parents=True)
+    (final / "summary.json").write_text(json.dumps({"benchmark": "builtin", "step": 4, "n": 8}))
+    (run / "run.json").write_text(json.dumps({"arm": "grpo", "seed": 0}))
+    (run / "config.yaml").write_text("steps: 4\n")
+    (run / "metrics.jsonl").write_text("")
+    protocol = {"n": 2, "temperature": 1.0}
+    name = protocol_dir_name(protocol)
+    assert name == protocol_dir_name(dict(reversed(protocol.items())))  # key order does not matter
+    assert name != protocol_dir_name({"n": 4, "temperature": 1.0}) and re.fullmatch(r"protocol_[0-9a-f]{10}", name)
+    side = run / "eval" / "step_000004" / name
+    (side / "builtin").mkdir(parents=True)
+    (side / "protocol.json").write_text(json.dumps({"id": name, "protocol": protocol, "text": "n=2",
+                                                    "run_protocol": True, "run_benchmarks": ["builtin"]}))
+    (side / "builtin" / "summary.json").write_text(json.dumps({"benchmark": "builtin", "step": 4, "n": 2}))
+    assert final_summaries(run) == (4, {"builtin": {"benchmark": "builtin", "step": 4, "n": 8}})
+    data = read_run(run, periodic_final=True)  # given on its own: still its sweep's evaluation
+    assert data["finals"]["builtin"]["n"] == 8
+    assert [(e["step"], e["benchmarks"], e["protocol"]) for e in data["side_evals"]] == [(4, ["builtin"], "n=2")]
