@@ -100,32 +100,31 @@ def _run_config(run_dir: Path):
         return None
 
 
-def run_task(run_dir: Path | None, policy_dir: Path | None, benchmarks: list[str]):
-    """The built-in task (`TaskSpec`) a policy is evaluated on, whose test split is `builtin`: a
-    run's own (its config's ``data.builtin``: what its periodic evaluation used), else the task its
-    folder's marker records, else None (a pretrained model). A checkpoint whose marker names another
-    task than its run's config, or whose task cannot be told where `builtin` is asked for (no
-    readable config, no marker), is refused in one line: another task's test split and grader
+def run_task(run_dir: Path | None, policy_dir: Path | None, benchmarks: list[str]) -> tuple:
+    """(the built-in task's `TaskSpec` a policy is evaluated on, whose test split is `builtin`; the
+    task kind of the policy's own prompt format where it is a built-in policy), each or both None.
+    The task: a run's own (its config's ``data.builtin``: what its periodic evaluation used), else
+    the one its folder's marker records. The policy is built in where its folder has the marker or
+    its run trained `builtin` (a checkpoint that lost its marker). A checkpoint whose marker names
+    another task than its run's config, or whose task cannot be told where `builtin` is asked for
+    (no readable config, no marker), is refused in one line: another task's test split and grader
     would measure something else."""
     from rbctl.tasks.builtin import specs_from_config, task_spec_of
 
     marked = task_spec_of(policy_dir) if policy_dir is not None else None
-    if run_dir is None:
-        return marked
-    run_cfg = _run_config(run_dir)
-    if run_cfg is not None:
-        if run_cfg.data.source != "builtin":
-            return marked
+    has_marker = policy_dir is not None and (Path(policy_dir) / BUILTIN_MARKER).is_file()
+    run_cfg = _run_config(run_dir) if run_dir is not None else None
+    if run_cfg is not None and run_cfg.data.source == "builtin":
         spec = specs_from_config(run_cfg.data.builtin)[0]
         if marked is not None and marked.kind != spec.kind:
             raise UserError(f"{policy_dir}/{BUILTIN_MARKER} records the {marked.kind} task, its run's "
                             f"{Path(run_dir) / CONFIG} the {spec.kind} task: cannot tell which to evaluate")
-        return spec
-    if "builtin" in benchmarks and policy_dir is not None and not (Path(policy_dir) / BUILTIN_MARKER).is_file():
+        return spec, spec.kind if has_marker or run_cfg.model.name == "builtin" else None
+    if run_dir is not None and run_cfg is None and "builtin" in benchmarks and policy_dir is not None and not has_marker:
         raise UserError(f"benchmark builtin: cannot tell which built-in task {policy_dir} was trained on "
                         f"({Path(run_dir) / CONFIG} is missing or invalid and it has no {BUILTIN_MARKER}); "
                         f"restore the run's {CONFIG} or name the benchmarks (-b)")
-    return marked
+    return marked, marked.kind if marked is not None else None
 
 
 def run_settings(run_cfg) -> dict:
@@ -344,8 +343,8 @@ def run_eval(
     # the task of a built-in policy (its run's, or a small marker file), so that bad benchmark names
     # and data fail before the model loads
     policy_dir = candidates[0].model_dir if candidates else path if model != "builtin" and path.is_dir() else None
-    task_spec = run_task(path if in_run else None, policy_dir, cfg.benchmarks)
-    builtin = model == "builtin" or task_spec is not None or (policy_dir is not None and (policy_dir / BUILTIN_MARKER).is_file())
+    task_spec, kind = run_task(path if in_run else None, policy_dir, cfg.benchmarks)
+    builtin = model == "builtin" or kind is not None or (policy_dir is not None and (policy_dir / BUILTIN_MARKER).is_file())
     if builtin and cfg.max_new_tokens is None:  # room for the task's longest answer (the maze's)
         from rbctl.tasks.builtin import module_of
 
@@ -372,7 +371,7 @@ def run_eval(
     todo = {name: probs for name, probs in problems.items() if name not in reused}
     if todo:
         out_dir, evaluated = _evaluate_loaded(model, cfg, out_dir, candidates, todo, console, not force, precision,
-                                              protocol, record, task_spec)
+                                              protocol, record, kind)
         results.update(evaluated)
     results = {name: results[name] for name in problems}  # in the benchmarks' order
     console.print(results_table(results))
@@ -432,10 +431,10 @@ def _role_line(record: dict, benchmarks: list[str]) -> str:
 
 
 def _evaluate_loaded(model: str, cfg: EvalConfig, out_dir: Path | None, candidates: list, problems: dict, console,
-                     resume: bool, precision, protocol: dict, record: dict, task_spec) -> tuple[Path, dict[str, dict]]:
+                     resume: bool, precision, protocol: dict, record: dict, kind: str | None) -> tuple[Path, dict[str, dict]]:
     """Load the model (the first intact of a run's `candidates`, else `model`) and evaluate it on
-    `problems` into `out_dir` (default: `default_out_dir`, with its protocol.json `record`) as a
-    policy of `task_spec`'s task where there is one; returns the folder and the summaries."""
+    `problems` into `out_dir` (default: `default_out_dir`, with its protocol.json `record`), as a
+    built-in policy of task `kind` where it is one (`run_task`); returns the folder and the summaries."""
     from dataclasses import replace
 
     from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -451,8 +450,8 @@ def _evaluate_loaded(model: str, cfg: EvalConfig, out_dir: Path | None, candidat
         ckpt_step = ck.step
     else:
         policy = load_policy(str(builtin.default_warm_start(console.print)) if model == "builtin" else model, **opts)
-    if task_spec is not None and policy.builtin != task_spec.kind:  # a checkpoint without its marker: the run's task
-        policy = replace(policy, builtin=task_spec.kind)
+    if kind is not None and policy.builtin != kind:  # a checkpoint without its marker: the run's task
+        policy = replace(policy, builtin=kind)
     if out_dir is None:
         out_dir = default_out_dir(model, ckpt_step, protocol)
         check_writable(out_dir, samples_bytes(cfg, problems))  # before the first sample: where it all goes
