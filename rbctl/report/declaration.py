@@ -1,0 +1,172 @@
+"""When each declaration a document reads came into force, from the version histories rbctl keeps in
+the sweep directory (`rbctl.store.history`): a family, margin or claim is "declared before the first
+result" only when the version of the file that first stated it, unchanged since, was recorded before
+any run of the sweep had finished (docs/method.md, "What a sweep directory records").
+
+The declaration of a key (a dotted path into the file's data: ``comparisons.margin``,
+``comparisons.families.budget``, ``claims.NAME``) is the earliest recorded version from which the
+key's value equals its value in the latest version in every version up to the latest; its
+``runs_finished`` says how many runs had finished when it was first seen. Also the write side of a
+study's history (`declare_study`), which `rbctl report STUDY.yaml` runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from rbctl.store.history import read_history, record_version
+from rbctl.store.read import read_sweep_state
+from rbctl.store.rundir import SWEEP_HISTORY, study_history_path
+
+_MISSING = object()  # a key a version does not have
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """When ``key`` took the value it has now: the time its version was first seen, how many of how
+    many runs had finished then, and whether that was before the first result (None: no record).
+    ``absent``: the latest version has no such key (nothing is declared)."""
+
+    key: str
+    first_seen: str | None
+    finished_before: int | None
+    total: int | None
+    in_force_before_first: bool | None
+    absent: bool = False
+
+    @property
+    def text(self) -> str:
+        if self.absent:
+            return f"not declared (no {self.key} in the recorded file)"
+        if self.in_force_before_first is None:
+            return "no declaration record (sweep run before rbctl kept one)"
+        if self.in_force_before_first:
+            return "declared before the first result"
+        return f"declared after {self.finished_before} of {self.total} runs had finished"
+
+
+def lookup(data: Any, key: str) -> Any:
+    """The value at dotted ``key`` in nested dicts, or `_MISSING`. A name that itself holds dots (a
+    family ``a.b``) is found: at each level the longest run of parts that is a key is taken."""
+    parts = key.split(".") if key else []
+    while parts:
+        if not isinstance(data, dict):
+            return _MISSING
+        for n in range(len(parts), 0, -1):
+            name = ".".join(parts[:n])
+            if name in data:
+                data, parts = data[name], parts[n:]
+                break
+        else:
+            return _MISSING
+    return data
+
+
+def declaration_of(history: list[dict], key: str, value_of: Callable[[dict], Any] | None = None) -> Declaration:
+    """The declaration of ``key`` over ``history`` (oldest first); ``value_of(content)`` computes the
+    value compared across versions (default: the value at ``key``)."""
+    value_of = value_of or (lambda content: lookup(content, key))
+    if not history:
+        return Declaration(key, None, None, None, None)
+    values = [value_of(h.get("content") or {}) for h in history]
+    if values[-1] is _MISSING:
+        return Declaration(key, None, None, None, None, absent=True)
+    i = len(values) - 1
+    while i > 0 and values[i - 1] == values[-1]:
+        i -= 1
+    h = history[i]
+    finished = h.get("runs_finished")
+    return Declaration(key, h.get("first_seen"), finished, h.get("runs_total"),
+                       None if finished is None else finished == 0)
+
+
+def latest(declarations: list[Declaration]) -> Declaration:
+    """Of several declarations that one thing depends on, the one that came into force last (most runs
+    finished before it; a missing record wins, as nothing is then known)."""
+    unknown = [d for d in declarations if d.in_force_before_first is None and not d.absent]
+    if unknown:
+        return unknown[0]
+    present = [d for d in declarations if not d.absent] or declarations
+    return max(present, key=lambda d: (d.finished_before or 0, d.first_seen or ""))
+
+
+def sweep_declaration(sweep_dir: Path, key: str) -> Declaration:
+    """The declaration of ``key`` of the sweep file, from ``SWEEP/sweep_history.jsonl``."""
+    return declaration_of(read_history(Path(sweep_dir) / SWEEP_HISTORY), key)
+
+
+def family_declaration(sweep_dir: Path, family: str) -> Declaration:
+    """The declaration of a family of the sweep file (``principal`` or a name under
+    ``comparisons.families``) as the report calls it: every value it resolves to (its pairs, metric,
+    benchmark, α, margin and design, with the principal family's values where it leaves a key null,
+    `rbctl.config.sweep.Comparisons.families_declared`) unchanged since that version."""
+    from rbctl.config.sweep import PRINCIPAL_FAMILY
+
+    key = "comparisons.principal" if family == PRINCIPAL_FAMILY else f"comparisons.families.{family}"
+    return declaration_of(read_history(Path(sweep_dir) / SWEEP_HISTORY), key, lambda c: _resolved_family(c, family))
+
+
+def _resolved_family(content: dict, family: str):
+    from pydantic import ValidationError
+
+    from rbctl.config.sweep import Comparisons
+
+    raw = content.get("comparisons")
+    if not isinstance(raw, dict):
+        return _MISSING
+    try:
+        specs = Comparisons.model_validate(raw).families_declared()
+    except ValidationError:  # a version an older schema wrote: compared as written
+        return lookup(raw, "principal" if family == "principal" else f"families.{family}")
+    spec = next((s for s in specs if s.name == family), None)
+    return _MISSING if spec is None else spec
+
+
+def study_declaration(study_path: Path, sweep_dir: Path, key: str) -> Declaration:
+    """The declaration of ``key`` of a study file (``claims.NAME``, ``families.NAME``) as recorded in
+    one sweep directory it reads (``SWEEP/study_history/<study>.jsonl``, `declare_study`)."""
+    return declaration_of(read_history(study_history_path(sweep_dir, study_name(study_path))), key)
+
+
+def study_name(study_path: Path) -> str:
+    """The name a study's history goes by: its file name without .yaml (the file, not its `name:`,
+    is what was declared; two studies may share a `name:`)."""
+    return Path(study_path).stem
+
+
+def runs_finished(sweep_dir: Path) -> tuple[int, int]:
+    """(runs recorded done, all runs) of a sweep directory's state.json ((0, 0) without one)."""
+    runs = read_sweep_state(sweep_dir) if Path(sweep_dir).is_dir() else {}
+    return sum(1 for r in runs.values() if (r or {}).get("status") == "done"), len(runs)
+
+
+def declare_study(study_path: Path, content: dict, sweep_dirs: list[Path]) -> list[Path]:
+    """Record the study file's version ``content`` (its validated data) in every sweep directory it
+    reads (made if it does not exist yet: a study may be declared before its sweeps run), each with
+    that directory's finished runs; return the history files a new version was written to."""
+    written = []
+    for d in dict.fromkeys(Path(d) for d in sweep_dirs):
+        done, total = runs_finished(d)
+        path = study_history_path(d, study_name(study_path))
+        if record_version(path, content, str(study_path), done, total) is not None:
+            written.append(path)
+    return written
+
+
+def study_sweep_dirs(cfg) -> list[Path]:
+    """Every sweep directory a study reads (`rbctl.config.study.StudyConfig`): testbeds, long
+    horizons, settings sweeps and the main job."""
+    dirs = [*cfg.testbeds.values(), *(lh.dir for lh in cfg.long.values()), *(s.dir for s in cfg.selection.values())]
+    return [Path(d) for d in dict.fromkeys(dirs + ([cfg.main] if cfg.main else []))]
+
+
+def declare_study_file(study_path: Path) -> list[Path]:
+    """`declare_study` for the study file at ``study_path`` (validated first: an invalid file is a
+    one-line error and records nothing)."""
+    from rbctl.config.base import read_yaml, validate
+    from rbctl.config.study import StudyConfig
+
+    cfg = validate(StudyConfig, read_yaml(Path(study_path)), str(study_path))
+    return declare_study(Path(study_path), cfg.model_dump(mode="json"), study_sweep_dirs(cfg))
