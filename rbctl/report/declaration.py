@@ -27,7 +27,8 @@ _MISSING = object()  # a key a version does not have
 class Declaration:
     """When ``key`` took the value it has now: the time its version was first seen, how many of how
     many runs had finished then, and whether that was before the first result (None: no record).
-    ``absent``: the latest version has no such key (nothing is declared)."""
+    ``absent``: the latest version has no such key (nothing is declared). ``sha256``: the version's
+    hash (`rbctl.store.history.content_sha256`), what a document names the version by."""
 
     key: str
     first_seen: str | None
@@ -35,6 +36,7 @@ class Declaration:
     total: int | None
     in_force_before_first: bool | None
     absent: bool = False
+    sha256: str | None = None
 
     @property
     def text(self) -> str:
@@ -79,7 +81,7 @@ def declaration_of(history: list[dict], key: str, value_of: Callable[[dict], Any
     h = history[i]
     finished = h.get("runs_finished")
     return Declaration(key, h.get("first_seen"), finished, h.get("runs_total"),
-                       None if finished is None else finished == 0)
+                       None if finished is None else finished == 0, sha256=h.get("sha256"))
 
 
 def latest(declarations: list[Declaration]) -> Declaration:
@@ -90,6 +92,24 @@ def latest(declarations: list[Declaration]) -> Declaration:
         return unknown[0]
     present = [d for d in declarations if not d.absent] or declarations
     return max(present, key=lambda d: (d.finished_before or 0, d.first_seen or ""))
+
+
+def declaration_sentence(dirs: list[Path], family: str) -> str:
+    """The report's line on when a family of the sweep file was declared (`family_declaration`), for
+    the sweep directories its runs come from: ``Declaration (recorded by rbctl ablate): declared
+    before the first result (sweep-file version `1a2b3c4`, first seen 2026-12-04T21:40:12Z).``"""
+    def one(d: Declaration) -> str:
+        where = f" (sweep-file version `{d.sha256[:7]}`, first seen {d.first_seen})" if d.sha256 else ""
+        return d.text + where
+
+    dirs = list(dict.fromkeys(Path(d) for d in dirs))
+    if not dirs:
+        return "Declaration: no sweep directory, so no declaration record."
+    found = [(d, family_declaration(d, family)) for d in dirs]
+    if len(found) == 1:
+        return f"Declaration (recorded by rbctl ablate in {SWEEP_HISTORY}): {one(found[0][1])}."
+    return (f"Declaration (recorded by rbctl ablate in each sweep's {SWEEP_HISTORY}): "
+            + "; ".join(f"`{d}`: {one(x)}" for d, x in found) + ".")
 
 
 def sweep_declaration(sweep_dir: Path, key: str) -> Declaration:

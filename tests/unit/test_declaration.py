@@ -44,7 +44,8 @@ def test_a_version_is_appended_only_when_it_differs_from_the_latest(tmp_path):
 def test_a_margin_changed_after_a_run_finished_is_declared_after_it_and_an_unchanged_family_before(tmp_path):
     d = _history(tmp_path, [(_comparisons(margin=None), 0, 4), (_comparisons(margin=3.0), 1, 4)])
     margin = sweep_declaration(d, "comparisons.margin")
-    assert margin == Declaration("comparisons.margin", "2026-12-02T00:00:00Z", 1, 4, False)
+    second = read_history(d / SWEEP_HISTORY)[1]
+    assert margin == Declaration("comparisons.margin", "2026-12-02T00:00:00Z", 1, 4, False, sha256=second["sha256"])
     assert margin.text == "declared after 1 of 4 runs had finished"
     budget = sweep_declaration(d, "comparisons.families.budget")
     assert budget.in_force_before_first is True and budget.first_seen == "2026-12-01T00:00:00Z"
@@ -113,3 +114,33 @@ def test_declaring_a_study_file_validates_it_and_records_every_sweep_it_names(tm
     path.write_text(yaml.safe_dump({"name": "x"}))
     with pytest.raises(UserError, match="testbeds"):
         declare_study_file(path)
+
+
+def test_rbctl_report_declare_records_the_study_and_writes_no_document(tmp_path, monkeypatch, capsys):
+    from rbctl.cli import run
+
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "study_q.yaml"
+    path.write_text(yaml.safe_dump({"name": "q", "testbeds": {"quick": "runs/quick"}}))
+    assert run(["report", str(path), "--declare"]) == 0
+    assert capsys.readouterr().out.strip() == f"declared: {study_history_path('runs/quick', 'study_q')}"
+    assert not (tmp_path / "runs" / "q").exists()  # no document
+    assert run(["report", str(path), "--declare"]) == 0
+    assert "recorded already" in capsys.readouterr().out
+    assert study_declaration(path, tmp_path / "runs" / "quick", "testbeds.quick").text == "declared before the first result"
+    assert run(["report", str(tmp_path), "--declare"]) == 2  # a directory is no study file
+    assert "--declare records a study file's version" in capsys.readouterr().err
+
+
+def test_the_reports_sentence_names_the_version_and_each_sweep(tmp_path):
+    from rbctl.report.declaration import declaration_sentence
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    _history(a, [(_comparisons(), 0, 2)])
+    sha = read_history(a / SWEEP_HISTORY)[0]["sha256"][:7]
+    assert declaration_sentence([a, a], "budget") == (
+        "Declaration (recorded by rbctl ablate in sweep_history.jsonl): declared before the first result "
+        f"(sweep-file version `{sha}`, first seen 2026-12-01T00:00:00Z).")
+    assert declaration_sentence([a, b], "budget").endswith(
+        f"`{b}`: no declaration record (sweep run before rbctl kept one).")
+    assert declaration_sentence([], "principal") == "Declaration: no sweep directory, so no declaration record."
