@@ -42,6 +42,9 @@ class Declaration:
     def text(self) -> str:
         if self.absent:
             return f"not declared (no {self.key} in the recorded file)"
+        if self.in_force_before_first is None and self.finished_before:
+            return (f"first recorded after {self.finished_before} of {self.total} runs had finished (the sweep "
+                    "started before rbctl kept a record, so when it was declared is unknown)")
         if self.in_force_before_first is None:
             return "no declaration record (sweep run before rbctl kept one)"
         if self.in_force_before_first:
@@ -66,9 +69,14 @@ def lookup(data: Any, key: str) -> Any:
     return data
 
 
-def declaration_of(history: list[dict], key: str, value_of: Callable[[dict], Any] | None = None) -> Declaration:
+def declaration_of(history: list[dict], key: str, value_of: Callable[[dict], Any] | None = None,
+                   kept_from_start: bool = True) -> Declaration:
     """The declaration of ``key`` over ``history`` (oldest first); ``value_of(content)`` computes the
-    value compared across versions (default: the value at ``key``)."""
+    value compared across versions (default: the value at ``key``). ``kept_from_start``: the history
+    is written when the directory's first run starts (a sweep's, by `rbctl ablate`), so a first
+    record made after runs had finished means the directory predates it and that version's
+    declaration time is unknown; a study's history starts whenever the study is first declared or
+    reported, which is its declaration."""
     value_of = value_of or (lambda content: lookup(content, key))
     if not history:
         return Declaration(key, None, None, None, None)
@@ -80,18 +88,10 @@ def declaration_of(history: list[dict], key: str, value_of: Callable[[dict], Any
         i -= 1
     h = history[i]
     finished = h.get("runs_finished")
-    return Declaration(key, h.get("first_seen"), finished, h.get("runs_total"),
-                       None if finished is None else finished == 0, sha256=h.get("sha256"))
-
-
-def latest(declarations: list[Declaration]) -> Declaration:
-    """Of several declarations that one thing depends on, the one that came into force last (most runs
-    finished before it; a missing record wins, as nothing is then known)."""
-    unknown = [d for d in declarations if d.in_force_before_first is None and not d.absent]
-    if unknown:
-        return unknown[0]
-    present = [d for d in declarations if not d.absent] or declarations
-    return max(present, key=lambda d: (d.finished_before or 0, d.first_seen or ""))
+    # the first record made after runs had finished: the directory predates its history, so whether
+    # this value was in force before them is not known
+    before = None if finished is None or (kept_from_start and i == 0 and finished > 0) else finished == 0
+    return Declaration(key, h.get("first_seen"), finished, h.get("runs_total"), before, sha256=h.get("sha256"))
 
 
 def declaration_sentence(dirs: list[Path], family: str) -> str:
@@ -147,7 +147,8 @@ def _resolved_family(content: dict, family: str):
 def study_declaration(study_path: Path, sweep_dir: Path, key: str) -> Declaration:
     """The declaration of ``key`` of a study file (``claims.NAME``, ``families.NAME``) as recorded in
     one sweep directory it reads (``SWEEP/study_history/<study>.jsonl``, `declare_study`)."""
-    return declaration_of(read_history(study_history_path(sweep_dir, study_name(study_path))), key)
+    return declaration_of(read_history(study_history_path(sweep_dir, study_name(study_path))), key,
+                          kept_from_start=False)
 
 
 def study_name(study_path: Path) -> str:

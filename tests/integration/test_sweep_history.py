@@ -67,7 +67,11 @@ def test_a_margin_edited_after_one_run_is_recorded_and_a_changed_run_is_refused(
 
     fake_runs["n"] = None
     _write(tmp_path, margin=3.0)  # the principal margin, after grpo/seed_0 had finished
-    ablate.run_sweep(path, out, progress=False, log=lambda *a: None)
+    said = []
+    ablate.run_sweep(path, out, progress=False, log=said.append)
+    assert said[0] == ("the sweep file changed since this directory's last start (comparisons.margin): recorded as "
+                       "a new version after 1 of 2 runs had finished (sweep_history.jsonl); the report prints each "
+                       "family's declaration from these records")
     second = read_history(out / SWEEP_HISTORY)[1]
     assert (second["runs_finished"], second["runs_total"]) == (1, 2)
     assert second["content"]["comparisons"]["margin"] == 3.0

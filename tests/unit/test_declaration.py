@@ -70,6 +70,16 @@ def test_an_inherited_value_changes_the_family_that_inherits_it(tmp_path):
     assert sweep_declaration(d, "comparisons.families.budget").text == "declared before the first result"  # its own block
 
 
+def test_changed_keys_compare_versions_key_by_key():
+    from rbctl.store.history import changed_keys
+
+    old = {"seeds": [0, 1], "comparisons": {"margin": None, "families": {"a": {"margin": 5.0}, "b": {}}}}
+    new = {"seeds": [0, 1], "comparisons": {"margin": 3.0, "families": {"a": {"margin": 4.0}}}, "escape": None}
+    assert changed_keys(old, new) == ["comparisons.margin", "comparisons.families.a.margin", "comparisons.families.b",
+                                      "escape"]
+    assert changed_keys(new, new) == []
+
+
 def test_no_history_and_an_absent_key(tmp_path):
     none = sweep_declaration(tmp_path, "comparisons.margin")
     assert none == Declaration("comparisons.margin", None, None, None, None)
@@ -78,6 +88,17 @@ def test_no_history_and_an_absent_key(tmp_path):
     missing = sweep_declaration(d, "comparisons.families.escape")
     assert missing.absent and missing.text.startswith("not declared")
     assert family_declaration(d, "escape").absent
+
+
+def test_a_sweep_whose_history_began_after_runs_had_finished_is_unknown_there(tmp_path):
+    # a directory made before rbctl kept histories, resumed with 3 of 4 runs done: that first version's
+    # declaration time is unknown; a later change is dated by the record
+    d = _history(tmp_path, [(_comparisons(margin=None), 3, 4), (_comparisons(margin=2.0), 4, 4)])
+    budget = sweep_declaration(d, "comparisons.families.budget")
+    assert (budget.in_force_before_first, budget.finished_before) == (None, 3)
+    assert budget.text == ("first recorded after 3 of 4 runs had finished (the sweep started before rbctl kept a "
+                           "record, so when it was declared is unknown)")
+    assert sweep_declaration(d, "comparisons.margin").text == "declared after 4 of 4 runs had finished"
 
 
 def test_lookup_finds_names_with_dots():
