@@ -163,12 +163,16 @@ def runs_finished(sweep_dir: Path) -> tuple[int, int]:
     return sum(1 for r in runs.values() if (r or {}).get("status") == "done"), len(runs)
 
 
-def declare_study(study_path: Path, content: dict, sweep_dirs: list[Path]) -> list[Path]:
+def declare_study(study_path: Path, content: dict, sweep_dirs: list[Path], create: bool = True) -> list[Path]:
     """Record the study file's version ``content`` (its validated data) in every sweep directory it
-    reads (made if it does not exist yet: a study may be declared before its sweeps run), each with
-    that directory's finished runs; return the history files a new version was written to."""
+    reads, each with that directory's finished runs; return the history files a new version was
+    written to. ``create``: make a directory that does not exist yet (a study declared before its
+    sweeps run, `rbctl report STUDY.yaml --declare`); otherwise (reporting it) such a directory is
+    skipped, so a report does not leave folders that look like sweeps."""
     written = []
     for d in dict.fromkeys(Path(d) for d in sweep_dirs):
+        if not create and not d.is_dir():
+            continue
         done, total = runs_finished(d)
         path = study_history_path(d, study_name(study_path))
         if record_version(path, content, str(study_path), done, total) is not None:
@@ -183,11 +187,11 @@ def study_sweep_dirs(cfg) -> list[Path]:
     return [Path(d) for d in dict.fromkeys(dirs + ([cfg.main] if cfg.main else []))]
 
 
-def declare_study_file(study_path: Path) -> list[Path]:
+def declare_study_file(study_path: Path, create: bool = True) -> list[Path]:
     """`declare_study` for the study file at ``study_path`` (validated first: an invalid file is a
     one-line error and records nothing)."""
     from rbctl.config.base import read_yaml, validate
     from rbctl.config.study import StudyConfig
 
     cfg = validate(StudyConfig, read_yaml(Path(study_path)), str(study_path))
-    return declare_study(Path(study_path), cfg.model_dump(mode="json"), study_sweep_dirs(cfg))
+    return declare_study(Path(study_path), cfg.model_dump(mode="json"), study_sweep_dirs(cfg), create)

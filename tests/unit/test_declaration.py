@@ -118,6 +118,9 @@ def test_a_study_is_declared_in_each_sweep_it_reads_before_its_runs(tmp_path):
                                                                study_history_path(main, "my_study")]
     assert declare_study(study, content, [bed, main]) == []  # the same version: nothing new
     assert study_declaration(study, bed, "claims.c1").text == "declared before the first result"  # bed made, no runs
+    other = tmp_path / "not_yet"
+    assert declare_study(tmp_path / "s2.yaml", content, [other, main], create=False) == [study_history_path(main, "s2")]
+    assert not other.exists()  # a report records only where a sweep directory exists
     declared = study_declaration(study, main, "claims.c1")
     assert (declared.finished_before, declared.total) == (1, 2)
     assert declared.text == "declared after 1 of 2 runs had finished"
@@ -149,6 +152,12 @@ def test_rbctl_report_declare_records_the_study_and_writes_no_document(tmp_path,
     assert run(["report", str(path), "--declare"]) == 0
     assert "recorded already" in capsys.readouterr().out
     assert study_declaration(path, tmp_path / "runs" / "quick", "testbeds.quick").text == "declared before the first result"
+    # reporting it records the version it reads first (here the sweep has no runs yet, so no document)
+    path.write_text(yaml.safe_dump({"name": "q2", "testbeds": {"quick": "runs/quick"}}))
+    assert run(["report", str(path)]) == 2
+    history = read_history(study_history_path(tmp_path / "runs" / "quick", "study_q"))
+    assert [h["content"]["name"] for h in history] == ["q", "q2"]
+    capsys.readouterr()
     assert run(["report", str(tmp_path), "--declare"]) == 2  # a directory is no study file
     assert "--declare records a study file's version" in capsys.readouterr().err
 
