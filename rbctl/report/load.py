@@ -5,6 +5,9 @@ variant, warm start), the resolved config, the periodic held-out evaluation (one
 benchmark); step 0 is the warm start) and its final evaluations. A sweep directory holds
 ``runs/<arm>/seed_<s>/`` or, crossing warm starts, ``runs/<arm>/<warm start>/seed_<s>/``, its
 state file, its resolved sweep file, and optionally a ceiling file (read by `rbctl.report.analyses.plateau`).
+A runs manifest (`rbctl.config.manifest`) goes wherever a sweep directory goes: its runs, trained with
+TRL, verl or any tracker, are read by `rbctl.report.sources` into the same `Run`, the manifest playing
+the sweep file's part (``Run.sweep_dir`` is the manifest's path).
 """
 
 from __future__ import annotations
@@ -155,11 +158,18 @@ def find_runs(dirs: list[Path]) -> tuple[list[Run], list[Issue]]:
     When two runs share an arm name and a seed (the same arm in two sweeps), those arms are
     qualified by their sweep: ``sweep:arm``.
     """
+    from rbctl.report import sources
+
     runs: dict[Path, Run] = {}
     issues: list[Issue] = []
     for d in map(Path, dirs):
+        if sources.is_manifest(d):
+            r, i = sources.load_manifest(d)
+            runs.update({x.path.resolve(): x for x in r})
+            issues += [x for x in i if x not in issues]
+            continue
         if not d.is_dir():
-            raise UserError(f"{d} is not a directory")
+            raise UserError(f"{d} is not a directory or a runs manifest (a YAML file with `runs_from:`)")
         r, i, found = _collect(d, 0)
         if not found:
             raise UserError(f"no run or sweep directory under {d} (a run holds a metrics log; a sweep holds "
@@ -180,7 +190,12 @@ def find_runs(dirs: list[Path]) -> tuple[list[Run], list[Issue]]:
 
 
 def default_out(dirs: list[Path]) -> Path:
-    """``DIR/report`` for a single input directory (a run or a sweep); several need an explicit one."""
+    """``DIR/report`` for a single input directory (a run or a sweep), ``runs/NAME`` for a single runs
+    manifest (as for a study file); several need an explicit one."""
+    from rbctl.report import sources
+
+    if len(dirs) == 1 and sources.is_manifest(dirs[0]):
+        return Path("runs") / sources.read_manifest(dirs[0]).name
     if len(dirs) == 1:
         return Path(dirs[0]) / REPORT_DIR
     raise UserError(f"pass -o OUT: the output folder defaults to DIR/{REPORT_DIR} only for a single input directory")
@@ -190,8 +205,15 @@ def sweep_settings(runs: list[Run]) -> tuple[Comparisons | None, Escape | None, 
     """The report settings of the runs' sweep file (its resolved copy in the sweep directory): the
     principal comparisons, the escape-time setting and the evaluation benchmarks. (None, None, [])
     for runs outside a sweep; runs of several sweeps with different settings are an error."""
+    from rbctl.report import sources
+
     found = {}
     for d in dict.fromkeys(r.sweep_dir for r in runs if r.sweep_dir):
+        if sources.is_manifest(d):
+            m = sources.read_manifest(d)
+            found[str(d)] = (m.comparisons, m.escape, sorted({e["benchmark"] for r in runs if r.sweep_dir == d
+                                                              for e in r.evals}))
+            continue
         sweep = read.read_sweep_file(d)
         if not sweep:
             continue
@@ -204,3 +226,15 @@ def sweep_settings(runs: list[Run]) -> tuple[Comparisons | None, Escape | None, 
         raise UserError("the runs come from sweeps with different comparisons or escape settings ("
                         + ", ".join(found) + "); report them separately")
     return next(iter(found.values()), (None, None, []))
+
+
+def data_remarks(runs: list[Run]) -> list[str]:
+    """What the runs of each runs manifest do not log or do unlike each other, one line each
+    (`rbctl.report.sources.remarks`); [] for rbctl's own runs, whose logs hold every role."""
+    from rbctl.report import sources
+
+    out = []
+    for d in dict.fromkeys(r.sweep_dir for r in runs if r.sweep_dir):
+        if sources.is_manifest(d):
+            out += sources.remarks(sources.read_manifest(d), [r for r in runs if r.sweep_dir == d])
+    return out
