@@ -20,7 +20,7 @@ MANIFEST_KEY = "runs_from"  # the top-level key that tells a manifest from a swe
 
 class Roles(Section):
     """The framework's metric names for what rbctl analyses (docs/metrics.md's names on the right).
-    A name may hold placeholders: ``{benchmark}`` (the benchmark, e.g. verl's data source), ``{n}``
+    A name may hold placeholders: ``{benchmark}`` (the benchmark, e.g. verl's data source, slashes and all), ``{n}``
     (samples per problem; the largest logged wins) and any other ``{x}`` (one path segment). A role
     set to null is not read: the report says it is not logged."""
 

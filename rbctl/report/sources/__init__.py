@@ -52,12 +52,13 @@ def read_manifest(path: Path) -> RunsManifest:
 
 
 def _regex(pattern: str) -> re.Pattern:
-    """A role's name as a regex: {benchmark} and {n} captured, any other {x} one path segment."""
+    """A role's name as a regex: {benchmark} captured (it may hold slashes: verl's data source
+    `openai/gsm8k`), {n} captured (digits), any other {x} one path segment."""
     out, pos = "", 0
     for m in re.finditer(r"{(\w+)}", pattern):
         out += re.escape(pattern[pos:m.start()])
         name = m.group(1)
-        out += (r"(?P<n>\d+)" if name == "n" else r"(?P<benchmark>[^/]+)" if name == "benchmark" else r"[^/]+")
+        out += (r"(?P<n>\d+)" if name == "n" else r"(?P<benchmark>.+?)" if name == "benchmark" else r"[^/]+")
         pos = m.end()
     return re.compile(out + re.escape(pattern[pos:]) + r"\Z")
 
