@@ -40,6 +40,11 @@ def numbers(d: dict) -> dict[str, float]:
     return {str(k): x for k, v in d.items() if (x := _number(v)) is not None}
 
 
+def _cut(e: json.JSONDecodeError, text: str) -> str:
+    """" (truncated)" when the text ends where the parser still wanted more (a write cut short)."""
+    return " (truncated)" if e.pos >= len(text.rstrip()) or e.msg.startswith("Unterminated string") else ""
+
+
 def read_json_file(path: Path):
     """A whole JSON file; invalid or truncated JSON is a `UserError` naming the file and line."""
     path = refuse_pickle(path)
@@ -47,8 +52,7 @@ def read_json_file(path: Path):
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
-        cut = " (truncated)" if e.pos >= len(text.rstrip()) else ""
-        raise UserError(f"{path} line {e.lineno}: invalid JSON{cut} ({e.msg})") from None
+        raise UserError(f"{path} line {e.lineno}: invalid JSON{_cut(e, text)} ({e.msg})") from None
 
 
 def read_json_lines(path: Path) -> list[tuple[int, dict]]:
@@ -64,7 +68,7 @@ def read_json_lines(path: Path) -> list[tuple[int, dict]]:
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as e:
-            cut = " (truncated)" if i == len(lines) and e.pos >= len(line.rstrip()) else ""
+            cut = _cut(e, line) if i == len(lines) else ""
             raise UserError(f"{path} line {i}: invalid JSON{cut} ({e.msg})") from None
         if not isinstance(obj, dict):
             raise UserError(f"{path} line {i}: expected a JSON object, got {type(obj).__name__}")
