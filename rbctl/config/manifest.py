@@ -13,6 +13,7 @@ from pydantic import Field, field_validator, model_validator
 
 from rbctl.config.base import Section
 from rbctl.config.sweep import Ceiling, Comparisons, Escape
+from rbctl.store.rundir import run_key
 
 FORMATS = ("trl", "verl", "tensorboard", "table")
 MANIFEST_KEY = "runs_from"  # the top-level key that tells a manifest from a sweep or study file
@@ -79,7 +80,7 @@ class RunsManifest(Section):
     runs: list[RunEntry] = Field(default_factory=list, description="Runs named one by one (then arms × seeds through `path` is not used).")
     table: Optional[str] = Field(None, description="runs_from table: the CSV or JSON-lines file, relative to `root`.")
     steps: Optional[int] = Field(None, ge=1, description="The steps each run was meant to train (null = what the runs record, TRL's max_steps).")
-    roles: Roles = Field(default_factory=Roles, description="The runs' metric names for rbctl's roles; a key given here replaces the preset's.")
+    roles: Roles = Field(default_factory=Roles, description="The runs' metric names for rbctl's roles: the preset's (`names`; docs/your_runs.md lists them), a key given here, null included, replacing its own.")
     comparisons: Optional[Comparisons] = Field(None, description="Principal comparisons and further families, stated before running (a sweep file's `comparisons`).")
     escape: Optional[Escape] = Field(None, description="Escape-time analysis (a sweep file's `escape`; its metric is a name the runs log).")
     ceiling: Optional[Ceiling] = Field(None, description="A reachable held-out score for the plateau test (null = unknown).")
@@ -133,9 +134,10 @@ class RunsManifest(Section):
         return Roles(**{**PRESETS.get(self.preset(), {}), **given})
 
     def pattern(self) -> str:
+        """`path`, else a sweep's layout of run folders (`rbctl.store.rundir.run_key`)."""
         if self.path is not None:
             return self.path
-        return "{arm}/{warm_start}/seed_{seed}" if self.warm_starts else "{arm}/seed_{seed}"
+        return run_key("{arm}", "{seed}", "{warm_start}" if self.warm_starts else None)
 
     def entries(self) -> list[RunEntry]:
         """Every run the manifest names: `runs`, else each arm × warm start × seed through `pattern`."""

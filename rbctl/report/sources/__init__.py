@@ -1,5 +1,5 @@
-"""Runs trained elsewhere, read into the report's `rbctl.report.load.Run`: one adapter per format
-(`trl`, `verl`, `tensorboard`, `table`) turns a run's files into records by step, and
+"""Runs trained elsewhere, read into the report's `rbctl.report.runs.Run`: one adapter per format
+(`trainer_state` for TRL, `verl_log`, `event_files` for TensorBoard, `long_table`) turns a run's files into records by step, and
 `load_manifest` maps their metric names to rbctl's (the manifest's roles, `rbctl.config.manifest`).
 Nothing above this layer knows where a run came from.
 
@@ -23,8 +23,9 @@ import yaml
 from rbctl.config.base import read_yaml, validate
 from rbctl.config.manifest import MANIFEST_KEY, Roles, RunEntry, RunsManifest
 from rbctl.errors import UserError
-from rbctl.report.load import Issue, Run
-from rbctl.report.sources import table, tensorboard, trl, verl
+from rbctl.report.runs import Issue, Run
+from rbctl.report.sources import event_files, long_table, trainer_state, verl_log
+from rbctl.store.rundir import run_key
 
 # role -> rbctl's name for it in a run's metrics (docs/metrics.md); "heldout" -> the evals' avg@n
 ROLE_NAMES = {"entropy": "entropy", "kappa": "kappa", "kappa_eff": "kappa_eff", "adv_gap": "adv/gap",
@@ -95,7 +96,7 @@ def _records(m: RunsManifest, root: Path, entry: RunEntry, tables: dict) -> tupl
     if m.runs_from == "table":
         source = root / m.table
         if "rows" not in tables:
-            tables["rows"] = table.read_table(source)
+            tables["rows"] = long_table.read_table(source)
         rows = tables["rows"]
         if entry.path not in rows:
             return None
@@ -104,10 +105,10 @@ def _records(m: RunsManifest, root: Path, entry: RunEntry, tables: dict) -> tupl
     if not path.exists():
         return None
     if m.runs_from == "trl":
-        return (path, *trl.read(path))
+        return (path, *trainer_state.read(path))
     if m.runs_from == "verl":
-        return (path, *verl.read(path))
-    return (path, *tensorboard.read(path, trl_names=m.preset() == "trl"))
+        return (path, *verl_log.read(path))
+    return (path, *event_files.read(path, trl_names=m.preset() == "trl"))
 
 
 def _check_heldout(key: str, v: float, run: str, step: int) -> float:
@@ -121,7 +122,7 @@ def to_run(m: RunsManifest, entry: RunEntry, path: Path, records: dict[int, dict
            source: Path) -> tuple[Run, list[Issue]]:
     """One run's records as the report's `Run` (the module docstring says what becomes what)."""
     roles, arm = m.resolved_roles(), m.arms[entry.arm]
-    label = f"{entry.arm}/{entry.warm_start + '/' if entry.warm_start else ''}seed_{entry.seed}"
+    label = run_key(entry.arm, entry.seed, entry.warm_start)
     esc = m.escape
     metrics, evals = [], []
     taken = set(ROLE_NAMES.values())
@@ -165,7 +166,7 @@ def load_manifest(path: Path) -> tuple[list[Run], list[Issue]]:
     m = read_manifest(path)
     root, runs, issues, tables = Path(m.root), [], [], {}
     for entry in m.entries():
-        label = f"{entry.arm}/{entry.warm_start + '/' if entry.warm_start else ''}seed_{entry.seed}"
+        label = run_key(entry.arm, entry.seed, entry.warm_start)
         found = _records(m, root, entry, tables)
         if found is None:
             where = f"no run {entry.path!r} in {root / m.table}" if m.runs_from == "table" else f"{root / entry.path} does not exist"

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rbctl.errors import UserError
-from rbctl.report.sources.files import as_step, numbers, read_json_file
+from rbctl.report.sources.safe_read import as_step, numbers, read_json_file
 
 STATE = "trainer_state.json"
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rbctl.errors import UserError
-from rbctl.report.sources.files import as_float, as_step, read_csv_rows, read_json_lines
+from rbctl.report.sources.safe_read import as_float, as_step, read_csv_rows, read_json_lines
 
 COLUMNS = ("run", "step", "key", "value")
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rbctl.errors import UserError
-from rbctl.report.sources.files import refuse_pickle
+from rbctl.report.sources.safe_read import refuse_pickle
 
 EVENTS = "events.out.tfevents.*"
 
@@ -27,10 +27,10 @@ def event_files(path: Path) -> list[Path]:
 
 def trl_name(tag: str) -> str:
     """The name TRL logged that transformers' `rewrite_logs` turned into ``tag``."""
-    for prefix, back in (("eval/", "eval_"), ("test/", "test_"), ("train/", "")):
-        if tag.startswith(prefix):
-            return back + tag[len(prefix):]
-    return tag
+    head, _, rest = tag.partition("/")
+    if rest and head in ("eval", "test"):
+        return f"{head}_{rest}"
+    return rest if rest and head == "train" else tag
 
 
 def _scalar(value) -> float | None:

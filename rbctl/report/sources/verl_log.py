@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rbctl.errors import UserError
-from rbctl.report.sources.files import as_step, numbers, read_json_lines
+from rbctl.report.sources.safe_read import as_step, numbers, read_json_lines
 
 
 def log_file(path: Path) -> Path:
