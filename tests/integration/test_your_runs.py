@@ -229,3 +229,15 @@ def test_a_study_takes_a_manifest_as_a_testbed(tmp_path: Path) -> None:
     doc = claims.claims_markdown(s, command="rbctl report study.yaml")
     assert "| GRPO | imported | grpo_budget − grpo | 3 |" in doc
     assert np.isfinite(grpo.delta.mean)
+
+
+def test_escape_reads_a_signal_the_runs_log_and_names_one_they_do_not(tmp_path: Path) -> None:
+    table = wandb_export(tmp_path)
+    setting = {"metric": "train/reward", "threshold": 0.25, "signal": "train", "hold": 1}
+    data = report_data([table_manifest(tmp_path, table, escape=setting)], n_boot=50)
+    # train/reward = 0.1·step: first ≥ 0.25 at step 3, held at step 4 -> every run escapes at step 3
+    rows = data.escape.rows
+    assert len(rows) == 12 and set(rows.time) == {3.0} and set(rows.event) == {1}
+    data = report_data([table_manifest(tmp_path, table, escape={**setting, "metric": "train/walk_share"})], n_boot=50)
+    assert "escape signal: not logged by these runs (no `train/walk_share` in their training records)" in data.sweep.remarks
+    assert not len(data.escape.rows)
