@@ -197,6 +197,7 @@ def test_a_torn_jsonl_line_a_pickled_table_and_a_bad_value_are_refused(tmp_path:
         report_data([table_manifest(tmp_path, bad)])
 
 
+@pytest.mark.slow  # a whole report with its figures (~12 s)
 def test_the_cli_tells_a_manifest_by_its_content_and_writes_runs_name(tmp_path: Path, monkeypatch, capsys) -> None:
     manifest = table_manifest(tmp_path, wandb_export(tmp_path))
     odd = tmp_path / "my_runs.yml"  # any name: the content (`runs_from:`) decides
