@@ -242,3 +242,16 @@ def test_escape_reads_a_signal_the_runs_log_and_names_one_they_do_not(tmp_path: 
     data = report_data([table_manifest(tmp_path, table, escape={**setting, "metric": "train/walk_share"})], n_boot=50)
     assert "escape signal: not logged by these runs (no `train/walk_share` in their training records)" in data.sweep.remarks
     assert not len(data.escape.rows)
+
+
+def test_a_run_folder_without_records_is_missing_and_no_run_at_all_is_an_error(tmp_path: Path) -> None:
+    _trl_run(tmp_path / "a" / "seed_0")
+    (tmp_path / "a" / "seed_1").mkdir()  # crashed before TRL wrote any state
+    m = tmp_path / "m.yaml"
+    m.write_text(yaml.safe_dump({"runs_from": "trl", "root": str(tmp_path), "arms": {"a": {}}, "seeds": [0, 1, 2]}))
+    issues = {i.name: (i.status, i.detail) for i in report_data([m], n_boot=20).sweep.issues}
+    assert issues["imported/a/seed_1"][0] == "missing" and "no trainer_state.json" in issues["imported/a/seed_1"][1]
+    assert issues["imported/a/seed_2"] == ("missing", f"{tmp_path / 'a' / 'seed_2'} does not exist (the manifest {m} names it)")
+    m.write_text(yaml.safe_dump({"runs_from": "trl", "root": str(tmp_path), "arms": {"b": {}}, "seeds": [0]}))
+    with pytest.raises(UserError, match=rf"^{m}: none of the 1 runs it names was found \(first: .*b/seed_0 does not exist"):
+        report_data([m])

@@ -25,6 +25,7 @@ from rbctl.config.manifest import MANIFEST_KEY, Roles, RunEntry, RunsManifest
 from rbctl.errors import UserError
 from rbctl.report.runs import Issue, Run
 from rbctl.report.sources import event_files, long_table, trainer_state, verl_log
+from rbctl.report.sources.safe_read import NoRecords
 from rbctl.store.rundir import run_key
 
 # role -> rbctl's name for it in a run's metrics (docs/metrics.md); "heldout" -> the evals' avg@n
@@ -153,6 +154,9 @@ def to_run(m: RunsManifest, entry: RunEntry, path: Path, records: dict[int, dict
         else:
             issues.append(Issue(label, "no final evaluation", f"{bench}: its last held-out evaluation is at step "
                                 f"{e['step']}, its last logged step is {last} (an earlier evaluation is not a final score)"))
+    if not evals:
+        issues.append(Issue(label, "no final evaluation", f"no held-out score in its records (roles.heldout: "
+                            f"{'`' + roles.heldout + '`' if roles.heldout else 'not named'})"))
     steps = m.steps or meta.get("max_steps")
     run = Run(path=path, arm=entry.arm, seed=entry.seed, baseline=arm.baseline, variant=arm.variant, sweep=m.name,
               status="", config_steps=steps, metrics=metrics, evals=evals, final_step=final_step, finals=finals,
@@ -167,7 +171,11 @@ def load_manifest(path: Path) -> tuple[list[Run], list[Issue]]:
     root, runs, issues, tables = Path(m.root), [], [], {}
     for entry in m.entries():
         label = run_key(entry.arm, entry.seed, entry.warm_start)
-        found = _records(m, root, entry, tables)
+        try:
+            found = _records(m, root, entry, tables)
+        except NoRecords as e:
+            issues.append(Issue(f"{m.name}/{label}", "missing", f"{e} (the manifest {path} names it)"))
+            continue
         if found is None:
             where = f"no run {entry.path!r} in {root / m.table}" if m.runs_from == "table" else f"{root / entry.path} does not exist"
             issues.append(Issue(f"{m.name}/{label}", "missing", f"{where} (the manifest {path} names it)"))
@@ -175,6 +183,8 @@ def load_manifest(path: Path) -> tuple[list[Run], list[Issue]]:
         run, problems = to_run(m, entry, *found, source=path)
         runs.append(run)
         issues += problems
+    if not runs:
+        raise UserError(f"{path}: none of the {len(m.entries())} runs it names was found (first: {issues[0].detail})")
     if m.runs_from == "table" and tables.get("rows"):
         named = {e.path for e in m.entries()}
         extra = sorted(set(tables["rows"]) - named)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rbctl.errors import UserError
-from rbctl.report.sources.safe_read import refuse_pickle
+from rbctl.report.sources.safe_read import NoRecords, refuse_pickle
 
 EVENTS = "events.out.tfevents.*"
 
@@ -52,7 +52,7 @@ def read(path: Path, trl_names: bool = False) -> tuple[dict[int, dict[str, float
 
     files = event_files(path)
     if not files:
-        raise UserError(f"{path}: no TensorBoard event files ({EVENTS})")
+        raise NoRecords(f"{path}: no TensorBoard event files ({EVENTS})")
     records: dict[int, dict[str, float]] = {}
     for f in files:
         refuse_pickle(f)

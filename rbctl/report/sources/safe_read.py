@@ -12,6 +12,11 @@ from pathlib import Path
 
 from rbctl.errors import UserError
 
+class NoRecords(UserError):
+    """A run's folder holds none of the files its format writes (a run that crashed before logging,
+    or a wrong path): the report lists the run as missing and goes on."""
+
+
 PICKLE_SUFFIXES = (".pkl", ".pickle", ".bin", ".pt", ".pth", ".ckpt", ".joblib", ".npy", ".npz")
 
 

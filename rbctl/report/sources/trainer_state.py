@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rbctl.errors import UserError
-from rbctl.report.sources.safe_read import as_step, numbers, read_json_file
+from rbctl.report.sources.safe_read import NoRecords, as_step, numbers, read_json_file
 
 STATE = "trainer_state.json"
 
@@ -32,7 +32,7 @@ def read(path: Path) -> tuple[dict[int, dict[str, float]], dict]:
     record of one step merged), and ``{"max_steps", "files"}``."""
     files = state_files(path)
     if not files:
-        raise UserError(f"{path}: no {STATE} (TRL writes it into each checkpoint-N/ and, with "
+        raise NoRecords(f"{path}: no {STATE} (TRL writes it into each checkpoint-N/ and, with "
                         "trainer.save_state(), into the output folder)")
     states = []
     for f in files:

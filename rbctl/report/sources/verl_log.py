@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rbctl.errors import UserError
-from rbctl.report.sources.safe_read import as_step, numbers, read_json_lines
+from rbctl.report.sources.safe_read import NoRecords, as_step, numbers, read_json_lines
 
 
 def log_file(path: Path) -> Path:
@@ -20,7 +20,9 @@ def log_file(path: Path) -> Path:
     if path.is_file():
         return path
     found = sorted(path.glob("*.jsonl"))
-    if len(found) != 1:
+    if not found:
+        raise NoRecords(f"{path}: no verl file-logger log (*.jsonl)")
+    if len(found) > 1:
         raise UserError(f"{path}: expected one verl file-logger log (*.jsonl), found {len(found)}; name the file "
                         "in the manifest's path")
     return found[0]
