@@ -384,13 +384,15 @@ def report(
     out: Optional[Path] = typer.Option(
         None, "--out", "-o", help="Output folder [default: DIR/report for a single run or sweep directory, runs/NAME for a manifest or study file; required for several inputs]."
     ),
+    declare: bool = typer.Option(False, "--declare", help="With a study file: record its version in every sweep directory it names (study_history/), as reporting it does, and write no document: a study declared before its sweeps run."),
     debug: bool = DebugOpt,
 ) -> None:
     """Comparison plots and tables from run and sweep directories, or a study's claims document.
 
     Writes OUT/report.md and OUT/report.html (the answer first: the principal comparisons), `OUT/tables/*.{csv,md,tex}`,
     `OUT/figures/*.{png,svg}` and `OUT/data/*.csv`; prints a table of final scores and the report's path. Given a study
-    file (configs/study_claims.yaml), writes OUT/claims.md: each claim of the study tested on its sweeps."""
+    file (configs/study_claims.yaml), writes OUT/claims.md: each claim of the study tested on its sweeps, after
+    recording the study file's version in each sweep directory it names (`--declare`: only that)."""
     from rich.console import Console
 
     from rbctl.report import final_scores_table
@@ -399,9 +401,17 @@ def report(
 
     import shlex
 
+    from rbctl.report.declaration import declare_study_file
+
     if len(dirs) == 1 and is_study_file(dirs[0]):
+        written = declare_study_file(dirs[0], create=declare)  # recorded before any of its results is read
+        if declare:
+            typer.echo("\n".join(f"declared: {p}" for p in written) or f"{dirs[0]}: this version is recorded already")
+            return
         typer.echo(str(make_study_report(dirs[0], out, command=shlex.join(["rbctl", *_ARGV]))))
         return
+    if declare:
+        raise UserError("--declare records a study file's version: pass one study file (STUDY.yaml), not run or sweep directories")
     path, data = build_report(dirs, out)
     console = Console()
     for table in (final_scores_table(path.parent), verdicts_table(data)):

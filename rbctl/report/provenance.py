@@ -1,5 +1,7 @@
-"""Where a result document's numbers come from: the runs' commits and the date they last logged, whether
-the training code is the same at those commits, and the machine the document was generated on.
+"""Where a result document's numbers come from: the runs' commits, whether each run's tree was clean
+(`code_text`: a document says "one commit" only when every run records the same commit and a clean
+tree), the date they last logged, whether the training code is the same at those commits, and the
+machine the document was generated on.
 """
 
 from __future__ import annotations
@@ -33,11 +35,13 @@ def cpu_description(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
 
 @dataclass
 class Provenance:
-    """A sweep directory's runs, their commits (a Markdown list) and the date they last logged."""
+    """A sweep directory's runs, their commits (a Markdown list), what code they ran (`code_text`:
+    "one commit" only where the records show it) and the date they last logged."""
 
     runs: list
     commits: str
     last: str
+    code: str = ""
 
     @property
     def per_arm(self) -> list[int]:
@@ -57,7 +61,41 @@ def provenance(sweep: Path, short: bool = False, runs: list | None = None) -> Pr
     commits = sorted({str(r.provenance.get("git_commit"))[:7 if short else None] for r in runs if r.provenance.get("git_commit")})
     logged = newest_metrics_time(sweep)
     last = dt.datetime.fromtimestamp(logged, tz=dt.timezone.utc).date().isoformat() if logged else "unknown"
-    return Provenance(runs, ", ".join(f"`{c}`" for c in commits) or "unknown (no provenance)", last)
+    return Provenance(runs, ", ".join(f"`{c}`" for c in commits) or "unknown (no provenance)", last,
+                      code_text([r.provenance for r in runs], short))
+
+
+def code_text(headers: list[dict], short: bool = True) -> str:
+    """What code a set of runs ran, from their headers (provenance.json): "one commit `abc1234`
+    (every run from a clean tree)" only when every run records the same commit and records its tree
+    clean (``git_dirty`` false); otherwise the commits, and how many runs came from a dirty tree (with
+    how many distinct diffs), have no dirty flag recorded (runs made before rbctl recorded one:
+    unknown) or no commit at all. A dirty run's code is its commit plus a diff that is not kept, so
+    it does not re-run from the commit alone."""
+    n = len(headers)
+    if not n:
+        return "unknown (no runs)"
+    cut = 7 if short else None
+    commits = sorted({str(h.get("git_commit"))[:cut] for h in headers if h.get("git_commit")})
+    if not commits:
+        return f"unknown (no run of {n} records a commit)"
+    dirty = [h for h in headers if h.get("git_commit") and h.get("git_dirty") is True]
+    unknown = sum(1 for h in headers if h.get("git_commit") and h.get("git_dirty") is None)
+    no_commit = sum(1 for h in headers if not h.get("git_commit"))
+    named = ", ".join(f"`{c}`" for c in commits)
+    if len(commits) == 1 and not dirty and not unknown and not no_commit:
+        return f"one commit {named} (every run from a clean tree)"
+    parts = []
+    if dirty:
+        diffs = len({h.get("git_diff_sha256") for h in dirty})
+        parts.append(f"{len(dirty)} of {n} runs from a dirty tree, {diffs} distinct uncommitted {'diff' if diffs == 1 else 'diffs'}")
+    if unknown:
+        parts.append(f"{unknown} of {n} runs record no dirty flag: unknown")
+    if no_commit:
+        parts.append(f"{no_commit} of {n} runs record no commit")
+    if not parts:
+        parts.append("every run from a clean tree")
+    return f"{'commit' if len(commits) == 1 else f'{len(commits)} commits'} {named} ({'; '.join(parts)})"
 
 
 def same_training_code(commits: list[str]) -> str:

@@ -75,6 +75,8 @@ SWEEP_FILE = "sweep.yaml"
 SWEEP_STATE = "state.json"
 SWEEP_RUNS = "runs"
 CEILING = "ceiling.json"
+SWEEP_HISTORY = "sweep_history.jsonl"  # every version of the sweep file `rbctl ablate` ran under (rbctl.store.history)
+STUDY_HISTORY = "study_history"  # per study file that reads the sweep: study_history/<study>.jsonl
 SWEEP_LOCK = ".ablate.lock"
 SUBMITIT = "submitit"
 SEED_PREFIX = "seed_"  # a sweep's run folders: ARM/seed_S, ARM/WARM_START/seed_S
@@ -90,7 +92,8 @@ RUNS_ROOT = "runs"
 
 NAMES = (CONFIG, PROVENANCE, METRICS, SAMPLES, EVAL_LINES, RUN_META, ERROR_LOG, LOCK, TENSORBOARD, WANDB, EVAL_DIR,
          PERIODIC_DIR, SUMMARY, EVAL_SAMPLES, EVAL_PARTIAL, CHECKPOINTS, STEP_PREFIX, TMP_SUFFIX, CKPT_DONE, MODEL,
-         TRAINER_STATE, BUILTIN_MARKER, SWEEP_FILE, SWEEP_STATE, SWEEP_RUNS, CEILING, SWEEP_LOCK, SUBMITIT,
+         TRAINER_STATE, BUILTIN_MARKER, SWEEP_FILE, SWEEP_STATE, SWEEP_RUNS, CEILING, SWEEP_HISTORY,
+         STUDY_HISTORY, SWEEP_LOCK, SUBMITIT,
          SEED_PREFIX, REPORT_DIR, REPORT_MD, REPORT_HTML, REPORT_TABLES, REPORT_FIGURES, REPORT_DATA, RUNS_ROOT)
 """Every file and folder name of a run, sweep or report directory (and the prefixes of its step and
 seed folders): no module outside rbctl/store/ spells one (tests/unit/test_layout.py)."""
@@ -114,6 +117,12 @@ def kept_config_path(run_dir: Path, step: int) -> Path:
     `step` changed it."""
     stem, suffix = CONFIG.rsplit(".", 1)
     return Path(run_dir) / f"{stem}.{step_dir_name(step)}.{suffix}"
+
+
+def study_history_path(sweep_dir: Path, study: str) -> Path:
+    """``SWEEP/study_history/<study>.jsonl``: the versions of study file `study` (its file name without
+    .yaml) recorded in a sweep directory it reads."""
+    return Path(sweep_dir) / STUDY_HISTORY / f"{study}.jsonl"
 
 
 def is_run_dir(path: Path) -> bool:

@@ -3,6 +3,7 @@ The layout itself is `rbctl.store.rundir`."""
 
 from __future__ import annotations
 
+import hashlib
 import platform
 import subprocess
 import time
@@ -20,23 +21,23 @@ from rbctl.store.read import check_run_format
 from rbctl.store.rundir import CHECKPOINTS, CONFIG, METRICS, kept_config_path
 
 
-def provenance(cfg: TrainConfig, device: torch.device) -> dict:
-    import transformers
+# the packages whose versions change a run's numbers, recorded where installed
+WORK_PACKAGES = ("torch", "transformers", "numpy", "trl", "peft", "vllm", "datasets", "math-verify", "accelerate")
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
-    def git_commit():
-        try:
-            root = Path(__file__).resolve().parents[2]
-            return subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
-                                  text=True, timeout=5).stdout.strip() or None
-        except (OSError, subprocess.SubprocessError):
-            return None
 
+def provenance(cfg: TrainConfig, device: torch.device, root: Path = REPO_ROOT) -> dict:
+    """The run's header (provenance.json): what re-runs it. The commit, whether the checkout had
+    uncommitted changes to tracked files and a hash of them (`git_state`; ``root``: the checkout,
+    injectable for tests), the versions of the packages that change the work (`package_versions`),
+    the machine, and the seed. The resolved config is config.yaml beside it."""
     return {
         "rbctl": __version__,
-        "git_commit": git_commit(),
+        **git_state(root),
         "python": platform.python_version(),
         "torch": torch.__version__,
-        "transformers": transformers.__version__,
+        "transformers": package_versions().get("transformers"),
+        "packages": package_versions(),
         "platform": platform.platform(),
         "device": str(device),
         "cuda": torch.cuda.get_device_name(0) if device.type == "cuda" else None,
@@ -45,6 +46,47 @@ def provenance(cfg: TrainConfig, device: torch.device) -> dict:
         "seed": cfg.seed,
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
+
+
+def git_state(root: Path) -> dict:
+    """``git_commit`` (HEAD), ``git_dirty`` (uncommitted changes to tracked files: `git status
+    --porcelain --untracked-files=no` is not empty; an untracked file is no part of the code that ran
+    unless something imports it, which a commit of it would show) and ``git_diff_sha256`` (sha256 of
+    `git diff HEAD --binary` when dirty, else None): a dirty run re-runs only with that diff. All
+    None outside a git checkout."""
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.decode(errors="replace") if done.returncode == 0 else None
+
+    commit = (git("rev-parse", "HEAD") or "").strip() or None
+    if commit is None:
+        return {"git_commit": None, "git_dirty": None, "git_diff_sha256": None}
+    status = git("status", "--porcelain", "--untracked-files=no")
+    dirty = None if status is None else bool(status.strip())
+    diff = None
+    if dirty:
+        try:
+            out = subprocess.run(["git", "-C", str(root), "diff", "HEAD", "--binary"], capture_output=True, timeout=30)
+            diff = hashlib.sha256(out.stdout).hexdigest() if out.returncode == 0 else None
+        except (OSError, subprocess.SubprocessError):
+            diff = None
+    return {"git_commit": commit, "git_dirty": dirty, "git_diff_sha256": diff}
+
+
+def package_versions() -> dict[str, str]:
+    """The installed versions of `WORK_PACKAGES` (importlib.metadata: nothing is imported)."""
+    from importlib import metadata
+
+    out = {}
+    for name in WORK_PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
 
 
 def comparable(cfg: TrainConfig) -> dict:

@@ -88,7 +88,7 @@ def test_arms_beside_the_paper_with_gaps_and_the_entropy_question(tmp_path):
     text = results_markdown(make_maze_sweep(tmp_path / "sweep"), "rbctl ablate configs/ablate_maze.yaml",
                             today=dt.date(2026, 3, 1))
     assert text.startswith("# The maze at CPU scale") and "Generated on 2026-03-01" in text
-    assert "10 runs, 5 arms, units per arm: 2" in text and "Commit: `0123abc`" in text
+    assert "10 runs, 5 arms, units per arm: 2" in text and "Code: commit `0123abc` (10 of 10 runs record no dirty flag: unknown)" in text
     assert "4 problems × n = 4 samples" in text
     # maxrl: avg@4 mean (.6875 + .75)/2 = .71875; t-interval .71875 ± 12.706·.0442/√2 = ± .397, clipped to the
     # metric's range: [32.2, 100.0] (before: [32.2, 111.6]); budget's pass@4 87.5 ± 158.8 -> [0.0, 100.0]
@@ -152,4 +152,4 @@ def test_readme_block_is_the_arms_table_with_its_provenance(tmp_path):
     assert text.startswith("# x\n<!-- maze: begin -->\n| arm | paper's method |") and text.endswith("<!-- maze: end -->\nafter\n")
     assert "| `maxrl` | MaxRL | 2 | 71.9 [32.2, 100.0] | 100.0 [100.0, 100.0] | 84.4 | 92.0 | 94.3 |" in text
     assert "95% t-interval over seeds clipped to [0, 100]" in text
-    assert "10 runs at commit `0123abc`" in text and "avg@4 over 4 held-out mazes" in text and "old" not in text
+    assert "10 runs from commit `0123abc` (10 of 10 runs record no dirty flag: unknown)" in text and "avg@4 over 4 held-out mazes" in text and "old" not in text

@@ -36,7 +36,8 @@ def test_results_document_from_the_report_tables(tmp_path, capsys):
     assert main([str(sweep), "--command", "rbctl ablate t.yaml"]) == 0
     text = capsys.readouterr().out
     assert text.startswith("# Results") and f"Generated on {dt.date.today().isoformat()}" in text
-    assert "6 runs, 2 arms, units per arm: 3" in text and "Commit: `0123abc`" in text
+    assert "6 runs, 2 arms, units per arm: 3" in text
+    assert "Code: one commit `0123abc` (every run from a clean tree)" in text
     assert "Command: `rbctl ablate t.yaml`" in text and "Machine (where this document was generated):" in text
     head = text.index("## Principal comparisons")
     assert head < text.index("## Plateau test") < text.index("## Final scores") < text.index("## Comparisons in detail")
@@ -54,7 +55,7 @@ def test_results_document_of_a_sweep_without_comparisons(tmp_path):
     run = make_run(tmp_path / "sweep" / "runs" / "grpo" / "seed_0", "grpo", 0, CORRECT["grpo", 0])
     assert run.is_dir()
     text = results_markdown(tmp_path / "sweep", report_data([tmp_path / "sweep"], n_boot=50), today=dt.date(2026, 12, 1))
-    assert "Generated on 2026-12-01" in text and "Commit: unknown (no provenance)" in text
+    assert "Generated on 2026-12-01" in text and "Code: unknown (no run of 1 records a commit)" in text
     # one arm: nothing to compare, so no verdict table; its final score is there
     assert "## Principal comparisons" not in text and "## Power" not in text
     assert "| grpo | builtin | 1 | 4 × 4 | 43.8 [" in text  # (4 + 2 + 0 + 1) / 16 correct
@@ -67,29 +68,29 @@ def test_headline_is_the_principal_verdicts_and_goes_into_the_readme_block(tmp_p
     text = headline_markdown(sweep, report_data([sweep], n_boot=50))
     assert text.startswith("| comparison | benchmark | metric | units | Δ points [95% t-CI] | Holm p |")
     assert "| grpo_budget − grpo | builtin | avg@n | 3 | +25.0 [+9.5, +40.5] | 0.040 |" in text
-    assert "6 runs (3 units per arm) at commit `0123abc`" in text
+    assert "6 runs (3 units per arm) from one commit `0123abc` (every run from a clean tree)" in text
     readme = tmp_path / "README.md"
     readme.write_text(f"# x\n\nbefore\n{HEADLINE_BEGIN}\nold\n{HEADLINE_END}\nafter\n")
     write_headline(readme, text)
     assert readme.read_text() == f"# x\n\nbefore\n{HEADLINE_BEGIN}\n{text}\n{HEADLINE_END}\nafter\n"
 
 
-def _sweep(root, seeds_offset=0, commit="0123abc"):
+def _sweep(root, seeds_offset=0, commit="0123abc", dirty=False):
     for (arm, seed), correct in SEEDS3.items():
         run = make_run(root / "runs" / arm / f"seed_{seed + seeds_offset}", arm, seed + seeds_offset, correct,
                        budget=1.0 if "budget" in arm else None)
-        (run / "provenance.json").write_text(json.dumps({"git_commit": commit}))
+        (run / "provenance.json").write_text(json.dumps({"git_commit": commit, "git_dirty": dirty}))
     return root
 
 
 @pytest.mark.slow
 def test_results_document_adds_the_replication_and_the_study(tmp_path, capsys):
-    a, b = _sweep(tmp_path / "a"), _sweep(tmp_path / "b", seeds_offset=100, commit="4567def")
+    a, b = _sweep(tmp_path / "a"), _sweep(tmp_path / "b", seeds_offset=100, commit="4567def", dirty=True)
     assert main([str(a), "--replication", str(b), "--replication-command", "rbctl ablate --seed-offset 100",
                  "--study", str(b), "--study-command", "rbctl ablate study.yaml"]) == 0
     text = capsys.readouterr().out
     rep = text[text.index("## Replication on disjoint seeds"):text.index("## The full study")]
-    assert "units 0–2" in rep and "units 100–102" in rep and "at commit `4567def`" in rep
+    assert "units 0–2" in rep and "units 100–102" in rep and "from commit `4567def` (6 of 6 runs from a dirty tree, 1 distinct uncommitted diff)" in rep
     assert "rbctl ablate --seed-offset 100" in rep
     # the same per-seed scores on both seed sets: the same Δ and the same call on every row
     assert rep.count("+25.0 [+9.5, +40.5]") >= 2 and "Every principal comparison gets the same call" in rep

@@ -147,7 +147,7 @@ def _mean(per_unit: dict[str, dict]) -> dict[str, float]:
 
 def header(sw: Sweep, command: str | None, cpuinfo: Path, today: dt.date | None, invocation: str | None) -> list[str]:
     prov = provenance(sw.path, runs=sw.runs)
-    commits, last = prov.commits, prov.last
+    commits, last = prov.code, prov.last
     units = sorted({len(sc.units) for sc in sw.scores.values()})
     n_problems = len(next(iter(sw.scores.values())).ids)
     return ["# The maze at CPU scale: results beside MaxRL's paper", "",
@@ -156,7 +156,7 @@ def header(sw: Sweep, command: str | None, cpuinfo: Path, today: dt.date | None,
             "the run directories (rbctl.report's functions); do not edit by hand.", "",
             f"- Sweep `{next((r.sweep for r in sw.runs if r.sweep), sw.path.name)}` in `{sw.path}`: {len(sw.runs)} runs, "
             f"{len(sw.by_arm)} arms, units per arm: {', '.join(map(str, units))}; runs last logged on {last}.",
-            f"- Commit: {commits} (the runs' provenance).",
+            f"- Code: {commits} (the runs' provenance).",
             f"- Command: `{command or f'rbctl ablate SWEEP.yaml -o {sw.path}'}`.",
             f"- Machine (where this document was generated): {cpu_description(cpuinfo)}.",
             f"- Held-out set: {sw.bench}, {n_problems} problems × n = {sw.k} samples in each run's final evaluation.", ""]
@@ -292,12 +292,12 @@ def readme_table(sweep: Path) -> str:
     """The README's short form: the arms table and where it comes from."""
     sw = load(sweep)
     prov = provenance(sweep, short=True, runs=sw.runs)
-    commits, last = prov.commits, prov.last
+    commits, last = prov.code, prov.last
     table = arms_table(sw, README_ROLES)[4:]  # without the heading and its paragraph
     shown = sum(sw.info[a] in README_ROLES for a in sw.scores)
     rest = f" (the paper's arms and GRPO + budget; the other {len(sw.scores) - shown} arms in the full results)" if shown < len(sw.scores) else ""
     return "\n".join(table).rstrip() + (
-        f"\n\n{len(sw.runs)} runs at commit {commits}{rest}, last logged {last}; pass@1 = avg@{sw.k} over "
+        f"\n\n{len(sw.runs)} runs{rest} from {commits}, last logged {last}; pass@1 = avg@{sw.k} over "
         f"{len(next(iter(sw.scores.values())).ids)} held-out mazes, 95% t-interval over seeds clipped to [0, 100]; "
         "the paper's columns: "
         "its 17×17 table. Full results: [docs/maze_results.md](docs/maze_results.md).")

@@ -108,7 +108,7 @@ def block(sw: Sweep, command: str | None, today: dt.date | None) -> list[str]:
     out = [f"Generated on {(today or dt.date.today()).isoformat()} by `python -m scripts.real_model_results {sw.path}` "
            "from the run directories; do not edit by hand.", "",
            f"- Sweep in `{sw.path}`: {len(sw.runs)} runs, {len(sw.by_arm)} arms; runs last logged on {prov.last}.",
-           f"- Commit: {prov.commits} (the runs' provenance).",
+           f"- Code: {prov.code} (the runs' provenance).",
            f"- Command: `{command or f'rbctl ablate SWEEP.yaml -o {sw.path}'}`.",
            f"- Machine: {cpu_description()}.",
            f"- Held-out set: {sw.bench}, {n_problems} problems × n = {sw.k} samples at each periodic evaluation "
@@ -176,7 +176,7 @@ def readme_block(sw: Sweep) -> str:
     comps = "; ".join(f"{c.label} {delta(c.delta.mean, c.delta.lo, c.delta.hi)} ({call_text(c)}, Holm p {c.p_holm:.3f})"
                       if c.delta.testable else f"{c.label}: not testable" for c in sw.data.verdict.comparisons)
     return "\n".join(pass1_table(sw)).rstrip() + (
-        f"\n\n{len(sw.runs)} runs at commit {prov.commits}, last logged {prov.last}; held-out pass@1 = avg@{sw.k} over "
+        f"\n\n{len(sw.runs)} runs from {prov.code}, last logged {prov.last}; held-out pass@1 = avg@{sw.k} over "
         f"{len(next(iter(sw.scores.values())).ids)} sums never trained on, mean over seeds [95% t-interval]; step 0 is "
         f"the model before training. At step {max(max(p) for p in pass1_by_step(sw).values())}, in points: "
         f"{comps or 'no principal comparison'}. Curves, entropy, κ_eff: [docs/real_model.md](docs/real_model.md).")

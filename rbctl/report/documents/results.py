@@ -63,14 +63,14 @@ def results_markdown(sweep: Path, data: ReportData, command: str | None = None, 
                      today: dt.date | None = None) -> str:
     """The document, from the tables of ``data`` (the report's data of ``sweep``)."""
     prov = provenance(sweep, runs=list(data.sweep.runs))
-    runs, commits, last, per_arm = prov.runs, prov.commits, prov.last, prov.per_arm
+    runs, commits, last, per_arm = prov.runs, prov.code, prov.last, prov.per_arm
     name = next((r.sweep for r in runs if r.sweep), Path(sweep).name)
     out = ["# Results", "",
            f"Generated on {(today or dt.date.today()).isoformat()} by `python -m scripts.readme_results {sweep}` from "
            "`rbctl report`'s tables; do not edit by hand.", "",
            f"- Sweep `{name}` in `{sweep}`: {len(runs)} runs, {len({r.arm for r in runs})} arms, units per arm: "
            f"{', '.join(map(str, per_arm)) or 'none'}; runs last logged on {last}.",
-           f"- Commit: {commits} (the runs' provenance).",
+           f"- Code: {commits} (the runs' provenance).",
            f"- Command: `{command or f'rbctl ablate SWEEP.yaml -o {sweep}'}`.",
            f"- Machine (where this document was generated): {cpu_description(cpuinfo)}.", ""]
     tables = shown_tables(data)
@@ -102,10 +102,10 @@ def replication_markdown(sweep_a: Path, sweep_b: Path, command: str | None = Non
     """The section saying whether the same sweep on disjoint seeds gets the same calls."""
     ua, ub, table, said, shared = _replication(sweep_a, sweep_b, data_a)
     prov = provenance(sweep_b)
-    n, commits, last = len(prov.runs), prov.commits, prov.last
+    n, commits, last = len(prov.runs), prov.code, prov.last
     return "\n".join([
         "## Replication on disjoint seeds", "",
-        f"A: `{sweep_a}` (units {span(ua)}); B: `{sweep_b}` (units {span(ub)}): {n} runs at commit {commits}, last logged {last}; command "
+        f"A: `{sweep_a}` (units {span(ua)}); B: `{sweep_b}` (units {span(ub)}): {n} runs from {commits}, last logged {last}; command "
         f"`{command or 'rbctl ablate --seed-offset N'}`. Printed by `python -m scripts.verdict_stability {sweep_a} {sweep_b}`.",
         "", markdown_table(table), "",
         (f"**Not a replication: the two sweeps share units ({', '.join(shared)}).**" if shared else
@@ -129,9 +129,9 @@ def span(units) -> str:
 def study_markdown(study: Path, data: ReportData, command: str | None = None) -> str:
     """The full study's verdicts, power, warm-start and escape tables (``data``: its report's data)."""
     prov = provenance(study, runs=list(data.sweep.runs))
-    n, commits, last = len(prov.runs), prov.commits, prov.last
+    n, commits, last = len(prov.runs), prov.code, prov.last
     out = ["## The full study over the warm starts", "",
-           f"`{study}`: {n} runs at commit {commits}, last logged {last}; command `{command or 'rbctl ablate STUDY.yaml'}`. "
+           f"`{study}`: {n} runs from {commits}, last logged {last}; command `{command or 'rbctl ablate STUDY.yaml'}`. "
            "A unit is a (warm start, seed) pair; the warm-start table treats the warm start as the unit.", ""]
     notes = {name: note for name, _, note in SECTIONS}
     tables = shown_tables(data)
@@ -168,7 +168,7 @@ def study_line(study: Path) -> str:
         raise SystemExit(f"{study}: its report has no warm-start table (is it a sweep over warm starts?)")
     t = warm_start_rows(data.warm_starts)
     prov = provenance(study, short=True, runs=list(data.sweep.runs))
-    n, commits, last = len(prov.runs), prov.commits, prov.last
+    n, commits, last = len(prov.runs), prov.code, prov.last
     rows, untested = [], []
     for comp, g in t.groupby("comparison", sort=False):
         over = g[g["level"].str.startswith("over warm starts")].iloc[0]
@@ -186,7 +186,7 @@ def study_line(study: Path) -> str:
     m = len(rows) - len(untested)
     note = (f"Over warm starts: Holm over the {m} comparison{'s' * (m != 1)} tested at that level"
             + (f"; not testable: {'; '.join(untested)}" if untested else "") + ". Pooled: Holm p of the principal family.")
-    return (f"The full study over the shipped warm starts (`{study}`, {n} runs at commit {commits}, last logged {last}):"
+    return (f"The full study over the shipped warm starts (`{study}`, {n} runs from {commits}, last logged {last}):"
             "\n\n" + markdown_table(pd.DataFrame(rows)) + "\n" + note)
 
 
@@ -195,8 +195,8 @@ def headline_markdown(sweep: Path, data: ReportData) -> str:
     report's data of ``sweep``) and one line saying which runs, commit and date it comes from."""
     prov = provenance(sweep, short=True, runs=list(data.sweep.runs))
     table = markdown_table(verdict_table(data.verdict.rows)).rstrip()
-    return (f"{table}\n\n{len(prov.runs)} runs ({', '.join(map(str, prov.per_arm))} units per arm) at commit "
-            f"{prov.commits}, last logged {prov.last}; Δ in points of each row's held-out metric (avg@n: pass@1) "
+    return (f"{table}\n\n{len(prov.runs)} runs ({', '.join(map(str, prov.per_arm))} units per arm) from "
+            f"{prov.code}, last logged {prov.last}; Δ in points of each row's held-out metric (avg@n: pass@1) "
             "with a 95% t-interval over units (clipped to [−100, +100]); Holm-adjusted over the rows' family (the "
             "sweep's principal comparisons that are testable: at least 3 units and not the same Δ in every unit); "
             "P(improvement), rliable's unpaired P(a run of the arm beats a run of the reference), with a 95% "
