@@ -255,3 +255,14 @@ def test_a_run_folder_without_records_is_missing_and_no_run_at_all_is_an_error(t
     m.write_text(yaml.safe_dump({"runs_from": "trl", "root": str(tmp_path), "arms": {"b": {}}, "seeds": [0]}))
     with pytest.raises(UserError, match=rf"^{m}: none of the 1 runs it names was found \(first: .*b/seed_0 does not exist"):
         report_data([m])
+
+
+def test_reporting_a_study_with_a_manifest_testbed_records_nothing_into_the_manifest(tmp_path: Path, capsys) -> None:
+    manifest = table_manifest(tmp_path, wandb_export(tmp_path))
+    before = manifest.read_text()
+    study = tmp_path / "study.yaml"
+    study.write_text(yaml.safe_dump({"name": "imported study", "testbeds": {"imported": str(manifest)}}))
+    rc, printed = _report([str(study), "--declare"], capsys)
+    assert rc == 0, printed
+    assert manifest.read_text() == before and sorted(p.name for p in tmp_path.iterdir()) == [
+        "export.csv", "manifest.yaml", "study.yaml"]
