@@ -384,9 +384,9 @@ def _int_list(text: str, option: str) -> list[int]:
 
 @app.command(cls=_Command)
 def report(
-    dirs: List[Path] = typer.Argument(..., metavar="DIR... | STUDY.yaml", help="Run or sweep directories, or one study file."),
+    dirs: List[Path] = typer.Argument(..., metavar="DIR... | MANIFEST.yaml | STUDY.yaml", help="Run or sweep directories, runs manifests (runs trained with TRL, verl or any tracker: docs/your_runs.md), or one study file."),
     out: Optional[Path] = typer.Option(
-        None, "--out", "-o", help="Output folder [default: DIR/report for a single run or sweep directory, runs/NAME for a study file; required for several directories]."
+        None, "--out", "-o", help="Output folder [default: DIR/report for a single run or sweep directory, runs/NAME for a manifest or study file; required for several inputs]."
     ),
     declare: bool = typer.Option(False, "--declare", help="With a study file: record its version in every sweep directory it names (study_history/), as reporting it does, and write no document: a study declared before its sweeps run."),
     debug: bool = DebugOpt,

@@ -94,6 +94,9 @@ PURPOSES = {
     "paper_qwen3_8b": "Paper scale: Qwen3-8B (LoRA) on DeepScaleR, one GPU per run",
     "paper_qwen3_8b_sweep": "The paper-scale ablation on Qwen3-8B: every baseline ± budget",
     "study_claims": "The study's claims document from the claims sweeps, their long horizons and the main job",
+    "runs_trl": "A runs manifest: TRL runs (GRPOTrainer, BudgetGRPOTrainer) reported by rbctl (docs/your_runs.md)",
+    "runs_verl": "A runs manifest: verl runs (its file logger) reported by rbctl (docs/your_runs.md)",
+    "runs_wandb": "A runs manifest: any trainer's runs from a W&B or MLflow long-table export (docs/your_runs.md)",
     "study_maze_horizon": "DRAFT: the maze horizon and group-size claims, in the study vocabulary being introduced",
 }
 

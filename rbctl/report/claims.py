@@ -46,6 +46,7 @@ from rbctl.report.power import units_for_tost
 from rbctl.report.provenance import cpu_description, provenance, same_training_code
 from rbctl.report.render.tables import criterion_cell, delta, markdown_table, pct, pval
 from rbctl.report.series import at_step, final_heldout, final_metric, run_series
+from rbctl.report.sources import is_manifest
 from rbctl.report.stats import DELTA_BOUNDS, finite, holm, paired_delta, pearson_ci, t_interval, tail_mean
 from rbctl.store.read import read_sweep_state
 
@@ -121,7 +122,7 @@ class Testbed:
 
 def load_testbed(name: str, path: Path, n_boot: int) -> Testbed:
     path = Path(path)
-    if not path.is_dir():
+    if not path.is_dir() and not is_manifest(path):  # a runs manifest (runs trained elsewhere) is a testbed too
         raise UserError(f"study testbed '{name}': {path} is not a directory (run its sweep first)")
     return Testbed(name, path, report_data([path], n_boot))
 
@@ -129,6 +130,8 @@ def load_testbed(name: str, path: Path, n_boot: int) -> Testbed:
 def unfinished(path: Path) -> str | None:
     """Why a sweep directory cannot join the document yet (missing, or runs not all done), else None."""
     path = Path(path)
+    if is_manifest(path):
+        return None
     if not path.is_dir():
         return f"`{path}` does not exist yet"
     state = read_sweep_state(path)

@@ -19,7 +19,7 @@ from rbctl.report.analyses.scores import ArmScores, FinalScores, final_scores, s
 from rbctl.report.analyses.trajectories import Trajectories, trajectories
 from rbctl.report.analyses.verdict import Verdict, verdict
 from rbctl.report.analyses.warm_starts import WarmStarts, warm_starts
-from rbctl.report.load import Issue, Run, find_runs, sweep_settings
+from rbctl.report.load import Issue, Run, data_remarks, find_runs, sweep_settings
 from rbctl.store.rundir import EVAL_DIR, STEP_PREFIX
 
 
@@ -39,6 +39,7 @@ class SweepData:
     warm_starts: tuple[str, ...]
     scores: dict[tuple[str, str], ArmScores]  # (arm, benchmark) -> its final scores
     n_boot: int
+    remarks: tuple[str, ...] = ()  # what the runs do not log or do unlike each other (a runs manifest's)
 
     @property
     def arms(self) -> list[str]:
@@ -69,12 +70,14 @@ def sweep_data(dirs: list[Path], n_boot: int = 2000) -> SweepData:
     arms = sorted({r.arm for r in runs})
     by_arm = {a: [r for r in runs if r.arm == a] for a in arms}
     spec, escape, _ = sweep_settings(runs)
+    named = {i.name for i in issues}
     issues = issues + [Issue(r.name, "no final evaluation", f"nothing under {r.path}/{EVAL_DIR}/{STEP_PREFIX}*")
-                       for r in runs if not r.finals and r.status in ("", "done")]
+                       for r in runs if not r.finals and r.status in ("", "done") and r.name not in named]
     scores, notes, unscored = score_arms(runs, arms)
     return SweepData(tuple(dirs), tuple(runs), tuple(issues + unscored), tuple(notes), by_arm,
                      {a: (rs[0].baseline, rs[0].variant) for a, rs in by_arm.items()}, spec, escape,
-                     tuple(sorted({r.warm_start for r in runs if r.warm_start})), scores, n_boot)
+                     tuple(sorted({r.warm_start for r in runs if r.warm_start})), scores, n_boot,
+                     tuple(data_remarks(runs)))
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from rbctl.report.sources import is_manifest
 from rbctl.store.history import read_history, record_version
 from rbctl.store.read import read_sweep_state
 from rbctl.store.rundir import SWEEP_HISTORY, study_history_path
@@ -171,6 +172,8 @@ def declare_study(study_path: Path, content: dict, sweep_dirs: list[Path], creat
     skipped, so a report does not leave folders that look like sweeps."""
     written = []
     for d in dict.fromkeys(Path(d) for d in sweep_dirs):
+        if is_manifest(d):  # a runs manifest: runs trained elsewhere, no sweep directory to record in
+            continue
         if not create and not d.is_dir():
             continue
         done, total = runs_finished(d)

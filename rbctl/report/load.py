@@ -6,77 +6,25 @@ benchmark); step 0 is the warm start), its final evaluation (the one its config 
 at its last step) and its side evaluations (`rbctl eval` under other protocols: named, never scored). A sweep directory holds
 ``runs/<arm>/seed_<s>/`` or, crossing warm starts, ``runs/<arm>/<warm start>/seed_<s>/``, its
 state file, its resolved sweep file, and optionally a ceiling file (read by `rbctl.report.analyses.plateau`).
+A runs manifest (`rbctl.config.manifest`) goes wherever a sweep directory goes: its runs, trained with
+TRL, verl or any tracker, are read by `rbctl.report.sources` into the same `Run`, the manifest playing
+the sweep file's part (``Run.sweep_dir`` is the manifest's path).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from rbctl.config.base import RUN_ONLY_KEYS, validate
+from rbctl.config.base import validate
 from rbctl.config.sweep import Comparisons, Escape, arm_variant
 from rbctl.errors import UserError
+from rbctl.report import sources
+from rbctl.report.runs import Issue, Run, unit_label  # noqa: F401  (the report's modules import them from here)
 from rbctl.store import read
-from rbctl.store.rundir import REPORT_DIR, SWEEP_FILE, SWEEP_RUNS, run_key, seed_of
+from rbctl.store.rundir import REPORT_DIR, SWEEP_FILE, SWEEP_RUNS, seed_of
 
 SEARCH_DEPTH = 3  # levels below an input directory searched for runs and sweeps
-
-
-@dataclass
-class Run:
-    """One training run as found on disk."""
-
-    path: Path
-    arm: str
-    seed: int
-    baseline: str  # the estimator the arm builds on (grpo, dr_grpo, …)
-    variant: str  # base, budget, entropy_static, entropy_adaptive, …
-    sweep: str | None
-    status: str  # from the sweep's state.json ("done", "failed", …); "" for a run given on its own
-    config_steps: int | None
-    metrics: list[dict]  # metrics.jsonl, one record per step
-    evals: list[dict]  # eval.jsonl, one record per (step, benchmark)
-    final_step: int | None  # step of the final evaluation used
-    finals: dict[str, dict] = field(default_factory=dict)  # benchmark -> its final evaluation summary
-    # evaluations that are not its final score (another protocol, benchmark or step; `rbctl.store.read.side_evaluations`)
-    side_evals: list[dict] = field(default_factory=list)
-    group_size: int | None = None  # G (rollout.group_size of the config)
-    sweep_dir: Path | None = None
-    warm_start: str | None = None  # the warm start, when the sweep crosses warm starts with seeds
-    config: dict = field(default_factory=dict)  # the resolved training config ({} when absent)
-    provenance: dict = field(default_factory=dict)
-
-    @property
-    def unit(self) -> tuple[str, int]:
-        """What pairs this run with the other arms' runs: (warm start or "", seed)."""
-        return (self.warm_start or "", self.seed)
-
-    @property
-    def name(self) -> str:
-        return run_key(self.arm, self.seed, self.warm_start)
-
-    def training_config(self) -> dict:
-        """The config without what may differ between runs of one arm (`rbctl.config.base.RUN_ONLY_KEYS`)."""
-        return {k: v for k, v in self.config.items() if k not in RUN_ONLY_KEYS}
-
-    @property
-    def last_step(self) -> int:
-        return max((int(m["step"]) for m in self.metrics if "step" in m), default=0)
-
-
-@dataclass
-class Issue:
-    """A run the report cannot (fully) use: failed, running, pending, missing, or without results."""
-
-    name: str
-    status: str
-    detail: str = ""
-
-
-def unit_label(unit: tuple[str, int]) -> str:
-    """``3`` for seed 3; ``ws_a/3`` for seed 3 of warm start ws_a."""
-    return f"{unit[0]}/{unit[1]}" if unit[0] else str(unit[1])
 
 
 def load_run(path: Path, sweep: str | None = None, status: str = "", sweep_dir: Path | None = None) -> Run:
@@ -162,8 +110,13 @@ def find_runs(dirs: list[Path]) -> tuple[list[Run], list[Issue]]:
     runs: dict[Path, Run] = {}
     issues: list[Issue] = []
     for d in map(Path, dirs):
+        if sources.is_manifest(d):
+            r, i = sources.load_manifest(d)
+            runs.update({x.path.resolve(): x for x in r})
+            issues += [x for x in i if x not in issues]
+            continue
         if not d.is_dir():
-            raise UserError(f"{d} is not a directory")
+            raise UserError(f"{d} is not a directory or a runs manifest (a YAML file with `runs_from:`)")
         r, i, found = _collect(d, 0)
         if not found:
             raise UserError(f"no run or sweep directory under {d} (a run holds a metrics log; a sweep holds "
@@ -184,7 +137,10 @@ def find_runs(dirs: list[Path]) -> tuple[list[Run], list[Issue]]:
 
 
 def default_out(dirs: list[Path]) -> Path:
-    """``DIR/report`` for a single input directory (a run or a sweep); several need an explicit one."""
+    """``DIR/report`` for a single input directory (a run or a sweep), ``runs/NAME`` for a single runs
+    manifest (as for a study file); several need an explicit one."""
+    if len(dirs) == 1 and sources.is_manifest(dirs[0]):
+        return Path("runs") / sources.read_manifest(dirs[0]).name
     if len(dirs) == 1:
         return Path(dirs[0]) / REPORT_DIR
     raise UserError(f"pass -o OUT: the output folder defaults to DIR/{REPORT_DIR} only for a single input directory")
@@ -196,6 +152,11 @@ def sweep_settings(runs: list[Run]) -> tuple[Comparisons | None, Escape | None, 
     for runs outside a sweep; runs of several sweeps with different settings are an error."""
     found = {}
     for d in dict.fromkeys(r.sweep_dir for r in runs if r.sweep_dir):
+        if sources.is_manifest(d):
+            m = sources.read_manifest(d)
+            found[str(d)] = (m.comparisons, m.escape, sorted({e["benchmark"] for r in runs if r.sweep_dir == d
+                                                              for e in r.evals}))
+            continue
         sweep = read.read_sweep_file(d)
         if not sweep:
             continue
@@ -208,3 +169,13 @@ def sweep_settings(runs: list[Run]) -> tuple[Comparisons | None, Escape | None, 
         raise UserError("the runs come from sweeps with different comparisons or escape settings ("
                         + ", ".join(found) + "); report them separately")
     return next(iter(found.values()), (None, None, []))
+
+
+def data_remarks(runs: list[Run]) -> list[str]:
+    """What the runs of each runs manifest do not log or do unlike each other, one line each
+    (`rbctl.report.sources.remarks`); [] for rbctl's own runs, whose logs hold every role."""
+    out = []
+    for d in dict.fromkeys(r.sweep_dir for r in runs if r.sweep_dir):
+        if sources.is_manifest(d):
+            out += sources.remarks(sources.read_manifest(d), [r for r in runs if r.sweep_dir == d])
+    return out

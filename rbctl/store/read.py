@@ -281,7 +281,12 @@ def read_sweep_file(sweep: Path) -> dict:
 
 
 def read_ceiling_file(directory: Path) -> tuple[dict, Path] | None:
-    """``(ceiling.json, its path)`` of a directory, or None when it has none."""
+    """``(ceiling.json, its path)`` of a directory, or None when it has none; of a runs manifest (a
+    YAML file with ``runs_from``), its ``ceiling`` section."""
+    if Path(directory).is_file():
+        data = read_yaml_file(directory)
+        found = data.get("ceiling") if isinstance(data, dict) and "runs_from" in data else None
+        return (found, Path(directory)) if isinstance(found, dict) else None
     p = Path(directory) / CEILING
     return (read_json(p), p) if p.is_file() else None
 

@@ -1,5 +1,6 @@
-"""The config reference, docs/config.md: every key of a training config and of a sweep file, with its
-type, default and description, generated from the schemas (rbctl.config.train, rbctl.config.sweep).
+"""The config reference, docs/config.md: every key of a training config, of a sweep file and of a runs
+manifest, with its type, default and description, generated from the schemas (rbctl.config.train,
+rbctl.config.sweep, rbctl.config.manifest).
 
     python scripts/config_doc.py > docs/config.md
 
@@ -15,6 +16,7 @@ from pydantic import BaseModel
 
 
 from rbctl.config.base import sections_of
+from rbctl.config.manifest import RunsManifest
 from rbctl.config.sweep import SweepConfig
 from rbctl.config.train import TrainConfig
 
@@ -66,8 +68,11 @@ def schema_markdown(schema: type[BaseModel] = TrainConfig, title: str = "Trainin
 
 
 def reference_markdown() -> str:
-    """docs/config.md: every key of the training config and of a sweep file."""
-    head = ("# Config reference\n\nGenerated from the schemas in `rbctl/config/train.py` and `rbctl/config/sweep.py` "
+    """docs/config.md: every key of the training config, of a sweep file and of a runs manifest."""
+    head = ("# Config reference\n\nGenerated from the schemas in `rbctl/config/train.py`, `rbctl/config/sweep.py` and "
+            "`rbctl/config/manifest.py` "
             "by `python scripts/config_doc.py > docs/config.md`; `tests/integration/test_cli.py` checks that this file is "
             "current.\n\n")
-    return head + schema_markdown() + "\n" + schema_markdown(SweepConfig, "Sweep file (`rbctl ablate`)")
+    return (head + schema_markdown() + "\n" + schema_markdown(SweepConfig, "Sweep file (`rbctl ablate`)") + "\n"
+            + schema_markdown(RunsManifest, "Runs manifest (`rbctl report MANIFEST.yaml`: runs trained elsewhere, "
+                              "docs/your_runs.md)"))

@@ -38,7 +38,7 @@ def test_grpo_and_dr_grpo_with_the_budget_and_one_aggregation_are_one_arm(tmp_pa
 
 @pytest.mark.slow  # ~2 s a sweep file (every arm resolved, warm starts checked)
 @pytest.mark.parametrize("path", sorted(p for p in (REPO / "configs").rglob("*.yaml")
-                                         if "arms" in (yaml.safe_load(p.read_text()) or {})),
+                                         if "arms" in (d := yaml.safe_load(p.read_text()) or {}) and "runs_from" not in d),
                          ids=lambda p: p.name)
 def test_no_shipped_sweep_holds_one_treatment_twice_in_a_family(path: Path) -> None:
     load_sweep(path)  # raises on two arms of one family that train identically

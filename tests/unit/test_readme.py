@@ -18,7 +18,7 @@ def _bash_blocks(text: str) -> list[str]:
 
 
 def test_the_readme_is_a_short_user_guide():
-    assert len(README.splitlines()) <= 250
+    assert len(README.splitlines()) <= 255
     for heading in ("## Set-up: two commands", "## The main job", "## Commands", "## Where things are",
                     "## Documentation"):
         assert heading in README

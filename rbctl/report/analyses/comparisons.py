@@ -144,7 +144,8 @@ def compare_all(info: dict[str, tuple[str, str]], scores: dict[tuple[str, str], 
     for kind, baseline, arm, ref in stated_pairs(info):
         for bench in benchmarks:
             if (arm, bench) in scores and (ref, bench) in scores:
-                for metric in ("avg@n", "pass"):
+                mean_only = scores[arm, bench].mean_only or scores[ref, bench].mean_only
+                for metric in ("avg@n",) if mean_only else ("avg@n", "pass"):  # a mean's pass@1 is itself
                     c = compare(scores[arm, bench], scores[ref, bench], metric, kind, baseline, stated_family, n_boot)
                     if (arm, ref, bench, c.metric) not in declared:
                         stated.append(c)

@@ -32,6 +32,7 @@ class ArmScores:
     steps: list[int]  # [S] step of each run's final evaluation
     maj: dict[tuple, float] = field(default_factory=dict)  # unit -> maj@k of its summary (all its problems)
     maj_k: int | None = None
+    mean_only: bool = False  # each run logged only its mean score: correct [S, 1] holds it (a float), n = 1
 
     @property
     def accuracy(self) -> np.ndarray:
@@ -43,7 +44,12 @@ class ArmScores:
         return int(self.n.min())
 
     def pass_at(self, k: int) -> np.ndarray:
-        """Unbiased pass@k per (seed, problem), ``[S, P]``."""
+        """Unbiased pass@k per (seed, problem), ``[S, P]``; of a logged mean only pass@1, the mean itself."""
+        if self.mean_only:
+            if k != 1:
+                raise UserError(f"{self.arm} on {self.benchmark}: the runs logged a mean score only, so pass@{k} "
+                                "(k > 1) is not known; compare avg@n")
+            return self.accuracy
         return pass_at_k(self.n, self.correct, k)
 
     def values(self, metric: str, k: int | None = None) -> np.ndarray:
@@ -73,7 +79,17 @@ def _maj(summary: dict, n: int) -> tuple[int, float] | None:
 
 
 def arm_scores(runs: list[Run], benchmark: str, ids: list[str]) -> ArmScores:
-    """Stack one arm's seeds (``runs`` all of one arm, each with ``benchmark`` evaluated)."""
+    """Stack one arm's seeds (``runs`` all of one arm, each with ``benchmark`` evaluated). A summary
+    marked ``mean_only`` (a run logged its mean score per evaluation, not per problem: `rbctl.report.sources`)
+    is one "problem" holding that mean; such runs are never mixed with per-problem ones."""
+    kinds = {bool(r.finals[benchmark].get("mean_only")) for r in runs}
+    if len(kinds) > 1:
+        raise UserError(f"arm {runs[0].arm} on {benchmark}: some runs logged per-problem evaluations, others a mean "
+                        "score only; report them separately")
+    if kinds == {True}:
+        values = [float(r.finals[benchmark]["per_problem"][0]["correct"]) for r in runs]
+        return ArmScores(runs[0].arm, benchmark, [r.unit for r in runs], ids, np.array(values)[:, None],
+                         np.ones((len(runs), 1), dtype=int), [r.final_step for r in runs], mean_only=True)
     correct, n = [], []
     for r in runs:
         by_id = {str(p["id"]): p for p in r.finals[benchmark]["per_problem"]}

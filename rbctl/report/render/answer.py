@@ -126,6 +126,9 @@ def answer(data: ReportData, page: Page) -> None:
                     "per_unit_delta", "per-unit Δ of each comparison")
     if sw.issues:
         doc.para("Incomplete: " + "; ".join(f"{i.name} ({i.status})" for i in sw.issues) + " (see Runs).")
+    if sw.remarks:
+        doc.para("What the runs do not log, or do unlike each other (each analysis below uses what they do log):")
+        doc.bullets(list(sw.remarks))
 
 
 def _declared(sw: SweepData, family: str) -> str:

@@ -92,8 +92,8 @@ def verdicts_table(data: ReportData):
 
 def incomplete_lines(data: ReportData) -> list[str]:
     """One line per run the report could not score or that did not finish (what report.md lists under
-    Incomplete), for the terminal."""
-    return [f"incomplete: {i.name} ({i.status})" for i in data.sweep.issues]
+    Incomplete), and per remark on what the runs do not log, for the terminal."""
+    return [f"incomplete: {i.name} ({i.status})" for i in data.sweep.issues] + [f"note: {r}" for r in data.sweep.remarks]
 
 
 def final_scores_table(report_dir: Path):
