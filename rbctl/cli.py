@@ -118,10 +118,10 @@ def train(
     out: Optional[Path] = typer.Option(None, "--out", "-o", metavar="RUN_DIR", help="Run directory; an existing one is resumed. Required but with --dry-run."),
     set_: Optional[List[str]] = SetOpt,
     force: bool = typer.Option(False, "--force", help="Use a run directory whose config differs (the previous config is kept as RUN_DIR/config.step_N.yaml)."),
-    extend: bool = typer.Option(False, "--extend", help="Resume a cosine-schedule run with another `steps`: its schedule keeps its first horizon; steps past it keep the lr of its last step."),
+    extend: bool = typer.Option(False, "--extend", help="Resume a run with another `steps` (refused without it): a cosine schedule keeps its first horizon; steps past it keep the lr of its last step."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
     nproc: int = typer.Option(1, "--nproc", help="Data-parallel processes on this machine (runs torchrun; one per GPU, or gloo on CPU)."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Validate the config, resolve what can be resolved offline, print the plan and a cost estimate; train nothing."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Validate the config, resolve what can be resolved offline, print the plan and a cost estimate; train nothing. Then make the start's own checks (benchmark data, RUN_DIR when given): exit 2 where the start would refuse; what this machine lacks (CUDA, vLLM) is stated in the plan."),
     debug: bool = DebugOpt,
 ) -> None:
     """Train a policy with a GRPO-family estimator, optionally with reward budgeting and an entropy bonus.
@@ -138,6 +138,8 @@ def train(
     from rbctl.config.train import load_train_config
     from rbctl.train.loop import train as run_training
 
+    from rbctl.train.preflight import check_start
+
     cfg = load_train_config(config, set_ or [])
     if dry_run:
         from rbctl.train.dry_run import dry_run as plan
@@ -149,12 +151,11 @@ def train(
         finally:  # the setting is the plan's, not the caller's (a process that runs more afterwards)
             if was is None:
                 os.environ.pop("HF_HUB_OFFLINE", None)
+        check_start(cfg, out, force=force, extend=extend, machine=False)  # the start's checks; the plan states this machine's
         return
     if out is None:
         raise UserError("rbctl train needs --out/-o RUN_DIR, the run directory (only --dry-run goes without one)")
-    from rbctl.train.preflight import check_runnable
-
-    check_runnable(cfg)  # before the run directory is made: a run that cannot start leaves nothing behind
+    check_start(cfg, out, force=force, extend=extend)  # before the run directory is made: a start refused leaves nothing
     if nproc > 1:
         from rbctl.train.distributed import launch
 
@@ -324,7 +325,7 @@ def ablate(
         from rbctl.report import power
         from rbctl.sweep.plan import sweep_plan
 
-        typer.echo(sweep_plan(path, sweep_dir, power, jobs=jobs, seed_offset=seed_offset, **selection), nl=False)
+        typer.echo(sweep_plan(path, sweep_dir, power, jobs=jobs, seed_offset=seed_offset, force=force, **selection), nl=False)
         return
     from rbctl.sweep.local import Interrupted
 
@@ -365,16 +366,21 @@ def ablate(
 
 
 def _int_list(text: str, option: str) -> list[int]:
-    """`0,1,2` or `0-5` (inclusive) or a mix, as a list of distinct ints; a `UserError` naming `option` otherwise."""
+    """`0,1,2` or `0-5` (inclusive) or a mix, as a list of distinct ints; a `UserError` naming `option`
+    otherwise. Nothing is read generously: `0-` (no end), `3-1` (backwards), `a-b` are refused, not
+    run as something else."""
+    import re
+
     out: list[int] = []
-    try:
-        for part in filter(None, (p.strip() for p in text.split(","))):
-            lo, _, hi = part.partition("-") if not part.startswith("-") else (part, "", "")
-            out += list(range(int(lo), int(hi) + 1)) if hi else [int(lo)]
-    except ValueError:
-        raise UserError(f"{option} '{text}': expected integers, comma-separated, ranges as A-B (e.g. 0,1,2 or 0-5)") from None
-    if not out or len(set(out)) != len(out):
-        raise UserError(f"{option} '{text}': expected at least one seed, each once")
+    for part in (p.strip() for p in text.split(",")):
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        if m is None or (m.group(2) is not None and int(m.group(2)) < int(m.group(1))):
+            why = "a range needs its end at or after its start" if m is not None else "expected seeds >= 0, comma-separated, ranges as A-B"
+            raise UserError(f"{option} '{text}': '{part}': {why} (e.g. 0,1,2 or 0-5)")
+        lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+        out += range(lo, hi + 1)
+    if len(set(out)) != len(out):
+        raise UserError(f"{option} '{text}': expected each seed once")
     return out
 
 
