@@ -12,7 +12,7 @@ from typing import List, Optional
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from rbctl.console import quiet_libraries
+from rbctl.console import quiet_libraries, table_console
 from rbctl.errors import UserError
 
 
@@ -151,7 +151,7 @@ def train(
         finally:  # the setting is the plan's, not the caller's (a process that runs more afterwards)
             if was is None:
                 os.environ.pop("HF_HUB_OFFLINE", None)
-        check_start(cfg, out, force=force, extend=extend, machine=False)  # the start's checks; the plan states this machine's
+        check_start(cfg, out, force=force, extend=extend, dry_run=True)  # the start's own checks: 2 where it refuses
         return
     if out is None:
         raise UserError("rbctl train needs --out/-o RUN_DIR, the run directory (only --dry-run goes without one)")
@@ -272,7 +272,7 @@ def eval_(
 
         precision = resolve_precision(cfg.precision, resolve_device(cfg.device))
     try:
-        run_eval(model, cfg, out_dir=out, step=step, note=note, force=force, precision=precision)
+        run_eval(model, cfg, out_dir=out, step=step, note=note, force=force, precision=precision, console=table_console())
     except KeyboardInterrupt as e:  # EvalInterrupted once sampling began: it says what was kept
         import shlex
 
@@ -409,7 +409,7 @@ def report(
         typer.echo(str(make_study_report(dirs[0], out, command=shlex.join(["rbctl", *_ARGV]))))
         return
     path, data = build_report(dirs, out)
-    console = Console()
+    console = table_console()  # piped, a table keeps its width (not Rich's 80 columns)
     for table in (final_scores_table(path.parent), verdicts_table(data)):
         if table is not None:
             console.print(table)

@@ -19,7 +19,7 @@ from rbctl.algo import registry as methods
 from rbctl.config.base import RUN_ONLY_KEYS, apply_overrides, read_yaml, validate
 from rbctl.config.launcher import LauncherCfg
 from rbctl.config.methods import hooks_on
-from rbctl.config.sweep import SweepConfig, SweepEval
+from rbctl.config.sweep import COMPUTE_KEYS, SweepConfig, SweepEval
 from rbctl.config.train import TrainConfig, check_fits_run_engine, for_run
 from rbctl.config.presets import find_preset, is_sweep, preset, resolve_config
 from rbctl.config.sweep import arm_variant
@@ -29,9 +29,6 @@ from rbctl.store.read import read_sweep_resolved, read_sweep_state
 from rbctl.store.rundir import SUBMITIT, SUMMARY, SWEEP_LOCK, final_eval_dir, parse_run_key, run_key, sweep_run_dir
 from rbctl.store.write import write_ceiling, write_error, write_run_meta, write_sweep_file, write_sweep_state
 
-# Arms must get equal compute: these keys may differ between arms only when the sweep says so.
-COMPUTE_KEYS = ("steps", "rollout.prompts_per_step", "rollout.group_size", "rollout.max_new_tokens", "algo.ppo_epochs",
-                "algo.ppo_mini_batch_size")
 # A sampling hook (rollout.<name>, rbctl.algo.registry) generates more rollouts per step than it trains
 # on (`rollout/generated`): at equal steps an arm with one gets more compute than one without, or
 # than one with other rounds.

@@ -201,19 +201,21 @@ def start_problems(cfg: TrainConfig, run_dir: Path | None = None, force: bool = 
     return problems + (run_dir_problems(cfg, run_dir, force, extend) if run_dir is not None else [])
 
 
-def refuse(problems: list[str], prefix: str = "") -> None:
-    """The first problem as a one-line `UserError` (and how many more), or nothing when there are none."""
+def refuse(problems: list[str], every: bool = False) -> None:
+    """A one-line `UserError` of the first problem (and how many more), or with `every` of them all;
+    nothing when there are none."""
     problems = list(dict.fromkeys(problems))
     if problems:
         more = f" (and {len(problems) - 1} more: see --dry-run)" if len(problems) > 1 else ""
-        raise UserError(prefix + problems[0] + more)
+        raise UserError("; ".join(problems) if every else problems[0] + more)
 
 
 def check_start(cfg: TrainConfig, run_dir: Path | None = None, force: bool = False, extend: bool = False,
-                machine: bool = True) -> None:
+                dry_run: bool = False) -> None:
     """Refuse, before anything is written, a start that cannot go ahead (`start_problems`): what
-    `rbctl train` and its `--dry-run` (`machine` False) both call, so that they agree."""
-    refuse(start_problems(cfg, run_dir, force, extend, machine))
+    `rbctl train` and its `--dry-run` both call, so that they agree. A dry run names every problem,
+    and leaves this machine's hardware and installation to its plan."""
+    refuse(start_problems(cfg, run_dir, force, extend, machine=not dry_run), every=dry_run)
 
 
 def check_runnable(cfg: TrainConfig) -> None:

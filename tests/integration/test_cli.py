@@ -149,7 +149,7 @@ def test_help_has_no_bool_metavars_and_unbroken_paragraphs(argv, capsys, monkeyp
         assert "OUT/tables/*.{csv,md,tex}" in out
 
 
-def test_train_dry_run_prints_a_plan_and_trains_nothing(tmp_path, capsys):
+def test_train_dry_run_prints_a_plan_and_trains_nothing(tmp_path, capsys, benchmark_data):
     rc = run(["train", "configs/paper_llama32_3b.yaml", "-o", str(tmp_path / "run"), "--dry-run"])
     assert rc == 0
     out = capsys.readouterr().out
