@@ -300,7 +300,7 @@ def ablate(
     """Run a declared grid of arms × seeds, each run followed by its evaluation; resumable.
 
     Re-running on the same directory skips finished runs and resumes partial ones. With no SWEEP
-    argument it runs the default sweep (configs/ablate_fixpoint.yaml, the main job: the plateau task,
+    argument it runs the default sweep (configs/ablate_fixpoint.yaml, the main job: the fixpoint task,
     3 arms × 24 seeds from a shipped warm start) and writes its report. Ends with each arm's final
     held-out score, the mean over its seeds. A selection of a sweep (`--arms`, `--seeds`) runs in
     its directory.

@@ -33,7 +33,7 @@ from rbctl.store.write import write_ceiling, write_error, write_run_meta, write_
 # on (`rollout/generated`): at equal steps an arm with one gets more compute than one without, or
 # than one with other rounds.
 RESAMPLE_KEY = "rollout.max_resample_rounds"
-DEFAULT_SWEEP = preset("ablate_fixpoint.yaml")  # the main job: the plateau task; ablate_quickstart.yaml is the quick sweep
+DEFAULT_SWEEP = preset("ablate_fixpoint.yaml")  # the main job: the fixpoint task; ablate_quickstart.yaml is the quick sweep
 
 
 def _flat_get(d: dict, dotted: str):
