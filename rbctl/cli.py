@@ -475,7 +475,7 @@ def config_(
 
 def run(argv: Optional[List[str]] = None) -> int:
     """Run the CLI and return its exit code: 0 ok, 2 bad input (one line on stderr; with --debug the
-    traceback first, same exit code), 1 failed runs."""
+    traceback first, same exit code; a write refused for permissions is one too), 1 failed runs."""
     try:  # typer >= 0.20 vendors click as typer._click
         from typer._click import exceptions as click_exc
     except ImportError:  # pragma: no cover
@@ -510,9 +510,11 @@ def run(argv: Optional[List[str]] = None) -> int:
         from rbctl.store.atomic import os_error_advice
 
         where = f"{e.filename}: " if e.filename else ""
+        denied = e.errno in (errno.EACCES, errno.EPERM, errno.EROFS)  # a path the user chose: bad input, not a fault
         typer.secho(f"error: {where}{e.strerror or e} ({errno.errorcode.get(e.errno, e.errno)}); "
-                    f"{os_error_advice(e.errno)}, then rerun the same command to resume", err=True, fg=typer.colors.RED)
-        return 1
+                    f"{os_error_advice(e.errno)}" + ("" if denied else ", then rerun the same command to resume"),
+                    err=True, fg=typer.colors.RED)
+        return 2 if denied else 1
     except KeyboardInterrupt:
         typer.secho("interrupted; completed steps and checkpoints are kept on disk", err=True)
         return 130
