@@ -129,15 +129,16 @@ def train(
     Writes RUN_DIR/config.yaml, provenance.json, metrics.jsonl (one line per step), samples.jsonl,
     eval.jsonl (periodic held-out evaluation) and checkpoints/. Re-running on the same RUN_DIR
     resumes from its last checkpoint. Ends with the final held-out score of each benchmark (the
-    last periodic evaluation); output that is not a terminal gets plain progress lines. A config
-    that cannot run (an unknown benchmark, a missing model or data path, an engine or device this
-    machine lacks) is refused before RUN_DIR is made.
+    last periodic evaluation); output that is not a terminal gets plain progress lines. A start that
+    cannot go ahead (an unknown benchmark or one whose data is reachable nowhere, a missing model or
+    data path, an engine or device this machine lacks, a RUN_DIR it cannot write or of another config,
+    another `steps` without --extend) is refused before anything is written; --dry-run makes the same
+    checks. Ctrl-C ends the step in progress and saves it: a rerun resumes there.
 
     Examples: `rbctl train fixpoint -o runs/first`; `rbctl train quickstart -o runs/b --set algo.budget=1.0`;
     `rbctl train paper_llama32_3b -o runs/p --dry-run` (the plan and cost, offline)."""
     from rbctl.config.train import load_train_config
     from rbctl.train.loop import train as run_training
-
     from rbctl.train.preflight import check_start
 
     cfg = load_train_config(config, set_ or [])

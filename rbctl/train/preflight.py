@@ -13,8 +13,9 @@ a file behind.
   run of another config, a changed `steps` without `--extend` (`rbctl.train.run_setup.check_run_dir`).
 
 `rbctl train` refuses any of them before it makes the run directory (`check_start`), and so does its
-`--dry-run` with the same arguments, after printing the plan, but for `machine_problems`, which the
-plan states (a plan for a GPU machine made on a laptop is still a plan).
+`--dry-run` with the same arguments after printing the plan, but for `machine_problems`, which the
+plan states (a plan for a GPU machine made on a laptop is still a plan). `rbctl ablate` and its dry
+run check every arm alike (`rbctl.sweep.ablate.check_sweep_start`).
 """
 
 from __future__ import annotations
@@ -36,9 +37,9 @@ VLLM_NO_CUDA = ("rollout.engine vllm: this vLLM is a GPU build and CUDA is not a
 
 
 def benchmark_problems(benchmarks: list[str], cfg: TrainConfig, key: str = "eval.benchmarks") -> list[str]:
-    """Benchmarks of `cfg`'s evaluations that cannot be evaluated: unknown names, and `file:` specs
-    (or .jsonl/.parquet paths) that do not exist. Registered benchmarks' data is looked for when the
-    evaluation runs (a data dir, else the Hub), not here: a dry run downloads nothing."""
+    """Benchmarks of `cfg`'s evaluations that cannot be evaluated anywhere: unknown names, and `file:`
+    specs (or .jsonl/.parquet paths) that do not exist. Whether a registered benchmark's data is
+    reachable from this machine is `data_problems`' question."""
     from rbctl.tasks import builtin
     from rbctl.tasks.benchmarks import _split_fields, get_benchmark, is_custom_spec
     from rbctl.train.training_data import task_spec
