@@ -395,10 +395,11 @@ def sweep_differences(saved: dict, resolved: dict, most: int = 4) -> list[str]:
     """What makes `resolved` another sweep than `saved` (`_compatible`), at most `most` items:
     ``arms.grpo.steps 100 ≠ 120``, ``eval.n 8 ≠ 16``, ``name 'a' ≠ 'b'``, an arm one of them lacks."""
     from rbctl.config.base import flatten
+    from rbctl.store.rundir import SWEEP_FILE
 
     a, b = _comparable(saved), _comparable(resolved)
     if a is None:
-        return ["its recorded sweep (sweep.yaml) no longer validates"]
+        return [f"its recorded sweep ({SWEEP_FILE}) no longer validates"]
     show = lambda v: json.dumps(v) if isinstance(v, (dict, list)) or v is None else (repr(v) if isinstance(v, str) else str(v))  # noqa: E731
     out = []
     names = [(saved.get("sweep") or {}).get("name"), (resolved.get("sweep") or {}).get("name")]

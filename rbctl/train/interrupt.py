@@ -40,6 +40,8 @@ class StopAfterStep:
             raise KeyboardInterrupt
 
     def __enter__(self) -> "StopAfterStep":
+        # a process that inherited SIGINT ignored (a background job of a script) keeps ignoring it
+        self.enabled = self.enabled and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
         if self.enabled:
             self._old = signal.signal(signal.SIGINT, self._on_sigint)
         return self

@@ -16,6 +16,14 @@ def _sigint() -> None:
     os.kill(os.getpid(), signal.SIGINT)
 
 
+@pytest.fixture(autouse=True)
+def _default_sigint():
+    """SIGINT as an interactive Python has it (a background shell's child inherits it ignored)."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)
+
+
 def test_the_first_sigint_is_a_request_and_the_second_stops_at_once():
     said = []
     before = signal.getsignal(signal.SIGINT)
@@ -41,3 +49,10 @@ def test_disabled_it_leaves_the_default_handler():
     with StopAfterStep(enabled=False) as stop, pytest.raises(KeyboardInterrupt):
         _sigint()
     assert not stop.requested
+
+
+def test_an_ignored_sigint_stays_ignored():
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a background job of a non-interactive shell
+    with StopAfterStep(log=lambda *a: None) as stop:
+        _sigint()
+    assert not stop.requested and signal.getsignal(signal.SIGINT) is signal.SIG_IGN
