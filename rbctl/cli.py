@@ -12,7 +12,7 @@ from typing import List, Optional
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from rbctl.console import quiet_libraries
+from rbctl.console import quiet_libraries, table_console
 from rbctl.errors import UserError
 
 
@@ -118,10 +118,10 @@ def train(
     out: Optional[Path] = typer.Option(None, "--out", "-o", metavar="RUN_DIR", help="Run directory; an existing one is resumed. Required but with --dry-run."),
     set_: Optional[List[str]] = SetOpt,
     force: bool = typer.Option(False, "--force", help="Use a run directory whose config differs (the previous config is kept as RUN_DIR/config.step_N.yaml)."),
-    extend: bool = typer.Option(False, "--extend", help="Resume a cosine-schedule run with another `steps`: its schedule keeps its first horizon; steps past it keep the lr of its last step."),
+    extend: bool = typer.Option(False, "--extend", help="Resume a run with another `steps` (refused without it): a cosine schedule keeps its first horizon; steps past it keep the lr of its last step."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
     nproc: int = typer.Option(1, "--nproc", help="Data-parallel processes on this machine (runs torchrun; one per GPU, or gloo on CPU)."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Validate the config, resolve what can be resolved offline, print the plan and a cost estimate; train nothing."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Validate the config, resolve what can be resolved offline, print the plan and a cost estimate; train nothing. Then make the start's own checks (benchmark data, RUN_DIR when given): exit 2 where the start would refuse; what this machine lacks (CUDA, vLLM) is stated in the plan."),
     debug: bool = DebugOpt,
 ) -> None:
     """Train a policy with a GRPO-family estimator, optionally with reward budgeting and an entropy bonus.
@@ -129,14 +129,17 @@ def train(
     Writes RUN_DIR/config.yaml, provenance.json, metrics.jsonl (one line per step), samples.jsonl,
     eval.jsonl (periodic held-out evaluation) and checkpoints/. Re-running on the same RUN_DIR
     resumes from its last checkpoint. Ends with the final held-out score of each benchmark (the
-    last periodic evaluation); output that is not a terminal gets plain progress lines. A config
-    that cannot run (an unknown benchmark, a missing model or data path, an engine or device this
-    machine lacks) is refused before RUN_DIR is made.
+    last periodic evaluation); output that is not a terminal gets plain progress lines. A start that
+    cannot go ahead (an unknown benchmark or one whose data is reachable nowhere, a missing model or
+    data path, an engine or device this machine lacks, a RUN_DIR it cannot write or of another config,
+    another `steps` without --extend) is refused before anything is written; --dry-run makes the same
+    checks. Ctrl-C ends the step in progress and saves it: a rerun resumes there.
 
     Examples: `rbctl train fixpoint -o runs/first`; `rbctl train quickstart -o runs/b --set algo.budget=1.0`;
     `rbctl train paper_llama32_3b -o runs/p --dry-run` (the plan and cost, offline)."""
     from rbctl.config.train import load_train_config
     from rbctl.train.loop import train as run_training
+    from rbctl.train.preflight import check_start
 
     cfg = load_train_config(config, set_ or [])
     if dry_run:
@@ -149,12 +152,11 @@ def train(
         finally:  # the setting is the plan's, not the caller's (a process that runs more afterwards)
             if was is None:
                 os.environ.pop("HF_HUB_OFFLINE", None)
+        check_start(cfg, out, force=force, extend=extend, dry_run=True)  # the start's own checks: 2 where it refuses
         return
     if out is None:
         raise UserError("rbctl train needs --out/-o RUN_DIR, the run directory (only --dry-run goes without one)")
-    from rbctl.train.preflight import check_runnable
-
-    check_runnable(cfg)  # before the run directory is made: a run that cannot start leaves nothing behind
+    check_start(cfg, out, force=force, extend=extend)  # before the run directory is made: a start refused leaves nothing
     if nproc > 1:
         from rbctl.train.distributed import launch
 
@@ -275,7 +277,7 @@ def eval_(
 
         precision = resolve_precision(cfg.precision, resolve_device(cfg.device))
     try:
-        run_eval(model, cfg, out_dir=out, step=step, note=note, force=force, precision=precision)
+        run_eval(model, cfg, out_dir=out, step=step, note=note, force=force, precision=precision, console=table_console())
     except KeyboardInterrupt as e:  # EvalInterrupted once sampling began: it says what was kept
         import shlex
 
@@ -303,7 +305,7 @@ def ablate(
     """Run a declared grid of arms × seeds, each run followed by its evaluation; resumable.
 
     Re-running on the same directory skips finished runs and resumes partial ones. With no SWEEP
-    argument it runs the default sweep (configs/ablate_fixpoint.yaml, the main job: the plateau task,
+    argument it runs the default sweep (configs/ablate_fixpoint.yaml, the main job: the fixpoint task,
     3 arms × 24 seeds from a shipped warm start) and writes its report. Ends with each arm's final
     held-out score, the mean over its seeds. A selection of a sweep (`--arms`, `--seeds`) runs in
     its directory.
@@ -328,7 +330,7 @@ def ablate(
         from rbctl.report import power
         from rbctl.sweep.plan import sweep_plan
 
-        typer.echo(sweep_plan(path, sweep_dir, power, jobs=jobs, seed_offset=seed_offset, **selection), nl=False)
+        typer.echo(sweep_plan(path, sweep_dir, power, jobs=jobs, seed_offset=seed_offset, force=force, **selection), nl=False)
         return
     from rbctl.sweep.local import Interrupted
 
@@ -369,16 +371,21 @@ def ablate(
 
 
 def _int_list(text: str, option: str) -> list[int]:
-    """`0,1,2` or `0-5` (inclusive) or a mix, as a list of distinct ints; a `UserError` naming `option` otherwise."""
+    """`0,1,2` or `0-5` (inclusive) or a mix, as a list of distinct ints; a `UserError` naming `option`
+    otherwise. Nothing is read generously: `0-` (no end), `3-1` (backwards), `a-b` are refused, not
+    run as something else."""
+    import re
+
     out: list[int] = []
-    try:
-        for part in filter(None, (p.strip() for p in text.split(","))):
-            lo, _, hi = part.partition("-") if not part.startswith("-") else (part, "", "")
-            out += list(range(int(lo), int(hi) + 1)) if hi else [int(lo)]
-    except ValueError:
-        raise UserError(f"{option} '{text}': expected integers, comma-separated, ranges as A-B (e.g. 0,1,2 or 0-5)") from None
-    if not out or len(set(out)) != len(out):
-        raise UserError(f"{option} '{text}': expected at least one seed, each once")
+    for part in (p.strip() for p in text.split(",")):
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        if m is None or (m.group(2) is not None and int(m.group(2)) < int(m.group(1))):
+            why = "a range needs its end at or after its start" if m is not None else "expected seeds >= 0, comma-separated, ranges as A-B"
+            raise UserError(f"{option} '{text}': '{part}': {why} (e.g. 0,1,2 or 0-5)")
+        lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+        out += range(lo, hi + 1)
+    if len(set(out)) != len(out):
+        raise UserError(f"{option} '{text}': expected each seed once")
     return out
 
 
@@ -397,8 +404,6 @@ def report(
     `OUT/figures/*.{png,svg}` and `OUT/data/*.csv`; prints a table of final scores and the report's path. Given a study
     file (configs/study_claims.yaml), writes OUT/claims.md: each claim of the study tested on its sweeps, after
     recording the study file's version in each sweep directory it names (`--declare`: only that)."""
-    from rich.console import Console
-
     from rbctl.report import final_scores_table
     from rbctl.report.claims import is_study_file, make_study_report
     from rbctl.report.render.report import build_report, incomplete_lines, verdicts_table
@@ -417,7 +422,7 @@ def report(
     if declare:
         raise UserError("--declare records a study file's version: pass one study file (STUDY.yaml), not run or sweep directories")
     path, data = build_report(dirs, out)
-    console = Console()
+    console = table_console()  # piped, a table keeps its width (not Rich's 80 columns)
     for table in (final_scores_table(path.parent), verdicts_table(data)):
         if table is not None:
             console.print(table)
@@ -483,7 +488,7 @@ def config_(
 
 def run(argv: Optional[List[str]] = None) -> int:
     """Run the CLI and return its exit code: 0 ok, 2 bad input (one line on stderr; with --debug the
-    traceback first, same exit code), 1 failed runs."""
+    traceback first, same exit code; a write refused for permissions is one too), 1 failed runs."""
     try:  # typer >= 0.20 vendors click as typer._click
         from typer._click import exceptions as click_exc
     except ImportError:  # pragma: no cover
@@ -518,9 +523,11 @@ def run(argv: Optional[List[str]] = None) -> int:
         from rbctl.store.atomic import os_error_advice
 
         where = f"{e.filename}: " if e.filename else ""
+        denied = e.errno in (errno.EACCES, errno.EPERM, errno.EROFS)  # a path the user chose: bad input, not a fault
         typer.secho(f"error: {where}{e.strerror or e} ({errno.errorcode.get(e.errno, e.errno)}); "
-                    f"{os_error_advice(e.errno)}, then rerun the same command to resume", err=True, fg=typer.colors.RED)
-        return 1
+                    f"{os_error_advice(e.errno)}" + ("" if denied else ", then rerun the same command to resume"),
+                    err=True, fg=typer.colors.RED)
+        return 2 if denied else 1
     except KeyboardInterrupt:
         typer.secho("interrupted; completed steps and checkpoints are kept on disk", err=True)
         return 130

@@ -2,6 +2,26 @@
 
 from __future__ import annotations
 
+# The width of rbctl's tables where output is not a terminal (a pipe, a file), when COLUMNS does not
+# say: wide enough that a table keeps its own width, as at a wide terminal, instead of wrapping every
+# cell at Rich's default of 80 columns. A table is as wide as its content, never padded to this.
+PIPED_WIDTH = 240
+
+
+def table_console(file=None):
+    """The Rich console rbctl prints its tables on (`rbctl report`, `rbctl eval`): a terminal's own
+    width at a terminal; piped or redirected, COLUMNS if set, else `PIPED_WIDTH`."""
+    import os
+    import sys
+
+    from rich.console import Console
+
+    out = file or sys.stdout
+    if out.isatty():
+        return Console(file=file)
+    columns = os.environ.get("COLUMNS", "")
+    return Console(file=file, width=int(columns) if columns.isdigit() and int(columns) > 0 else PIPED_WIDTH)
+
 
 def quiet_libraries() -> None:
     """Progress bars and advice from transformers/datasets would drown rbctl's own display."""

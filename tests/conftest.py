@@ -75,6 +75,21 @@ TINY_TRAIN = {
 
 
 @pytest.fixture
+def benchmark_data(tmp_path, monkeypatch) -> Path:
+    """A data dir (RBCTL_DATA_DIR) holding a one-problem file of every registered competition benchmark,
+    so that a config evaluating on them (the paper recipes) passes the start's data check offline."""
+    from rbctl.tasks.benchmarks import BENCHMARKS
+
+    folder = tmp_path / "benchmark_data"
+    folder.mkdir()
+    for bench in BENCHMARKS.values():
+        if bench.local_file:
+            (folder / bench.local_file).write_text('{"id": "1", "problem": "1 + 1?", "answer": "2"}\n')
+    monkeypatch.setenv("RBCTL_DATA_DIR", str(folder))
+    return folder
+
+
+@pytest.fixture
 def tiny_config(rbctl_cache):
     import copy
 

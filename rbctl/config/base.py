@@ -113,6 +113,18 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
     return data
 
 
+def flatten(d: dict, prefix: str = "") -> dict:
+    """A nested dict's leaves under dotted keys (``{"a": {"b": 1}}`` -> ``{"a.b": 1}``), as `--set`
+    names them; an empty dict is a leaf."""
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and v:
+            out.update(flatten(v, f"{prefix}{k}."))
+        else:
+            out[prefix + k] = v
+    return out
+
+
 def read_yaml(path: Path) -> dict:
     path = Path(path)
     if not path.exists():

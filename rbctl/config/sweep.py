@@ -15,6 +15,11 @@ from rbctl.config.eval import EvalSection
 from rbctl.config.launcher import LauncherCfg
 
 
+# Arms must get equal compute: these keys may differ between a sweep's arms only when the sweep says
+# so (`allow_unequal_compute`), and a report's comparison of runs that differ in one says so on its row.
+COMPUTE_KEYS = ("steps", "rollout.prompts_per_step", "rollout.group_size", "rollout.max_new_tokens", "algo.ppo_epochs",
+                "algo.ppo_mini_batch_size")
+
 class SweepEval(EvalSection):
     """Each run's final evaluation: an `EvalSection` (rbctl.config.eval); what it leaves open comes
     from the run's training config (`rbctl.config.eval.for_run`)."""

@@ -61,6 +61,26 @@ class SweepData:
         return all(a[u].training_config() == b[u].training_config() for u in common)
 
 
+    def compute_difference(self, arm: str, ref: str) -> str:
+        """The compute keys (`rbctl.config.sweep.COMPUTE_KEYS`) on which two arms' runs of a common unit
+        differ, as ``steps 120 ≠ 100`` (the arm's value first); "" when they agree (or no run of a unit
+        has a saved config). A comparison of unequal compute is no like-for-like comparison: its row says
+        so (a run extended to 120 steps against a 100-step one)."""
+        from rbctl.config.base import flatten
+        from rbctl.config.sweep import COMPUTE_KEYS
+
+        a = {r.unit: r for r in self.by_arm[arm]}
+        b = {r.unit: r for r in self.by_arm[ref]}
+        differ: dict[str, tuple] = {}
+        for u in sorted(set(a) & set(b)):
+            if a[u].config and b[u].config:
+                fa, fb = flatten(a[u].config), flatten(b[u].config)
+                for k in COMPUTE_KEYS:
+                    if fa.get(k) != fb.get(k):
+                        differ.setdefault(k, (fa.get(k), fb.get(k)))
+        return "; ".join(f"{k} {x} ≠ {y}" for k, (x, y) in differ.items())
+
+
 def sweep_data(dirs: list[Path], n_boot: int = 2000) -> SweepData:
     """Read every run under ``dirs`` and score each arm on its final evaluations; no runs is an error."""
     dirs = [Path(d) for d in dirs]
@@ -100,7 +120,7 @@ class ReportData:
 
 def analyse(sw: SweepData) -> ReportData:
     """Every analysis of ``sw``."""
-    compared = comparisons(sw.info, sw.scores, sw.benchmarks, sw.spec, sw.same_config, sw.n_boot)
+    compared = comparisons(sw.info, sw.scores, sw.benchmarks, sw.spec, sw.same_config, sw.n_boot, sw.compute_difference)
     answer = verdict(compared, sw.spec)
     bench = eval_benchmark(list(sw.runs), sw.benchmarks)
     pairs = list(sw.spec.principal) if sw.spec is not None else [(a, r) for _, _, a, r in stated_pairs(sw.info)]

@@ -19,7 +19,7 @@ from rbctl.algo import registry as methods
 from rbctl.config.base import RUN_ONLY_KEYS, apply_overrides, read_yaml, validate
 from rbctl.config.launcher import LauncherCfg
 from rbctl.config.methods import hooks_on
-from rbctl.config.sweep import SweepConfig, SweepEval
+from rbctl.config.sweep import COMPUTE_KEYS, SweepConfig, SweepEval
 from rbctl.config.train import TrainConfig, check_fits_run_engine, for_run
 from rbctl.config.presets import find_preset, is_sweep, preset, resolve_config
 from rbctl.config.sweep import arm_variant
@@ -30,14 +30,11 @@ from rbctl.store.read import read_sweep_resolved, read_sweep_state
 from rbctl.store.rundir import SUBMITIT, SUMMARY, SWEEP_HISTORY, SWEEP_LOCK, final_eval_dir, parse_run_key, run_key, sweep_run_dir
 from rbctl.store.write import write_ceiling, write_error, write_run_meta, write_sweep_file, write_sweep_state
 
-# Arms must get equal compute: these keys may differ between arms only when the sweep says so.
-COMPUTE_KEYS = ("steps", "rollout.prompts_per_step", "rollout.group_size", "rollout.max_new_tokens", "algo.ppo_epochs",
-                "algo.ppo_mini_batch_size")
 # A sampling hook (rollout.<name>, rbctl.algo.registry) generates more rollouts per step than it trains
 # on (`rollout/generated`): at equal steps an arm with one gets more compute than one without, or
 # than one with other rounds.
 RESAMPLE_KEY = "rollout.max_resample_rounds"
-DEFAULT_SWEEP = preset("ablate_fixpoint.yaml")  # the main job: the plateau task; ablate_quickstart.yaml is the quick sweep
+DEFAULT_SWEEP = preset("ablate_fixpoint.yaml")  # the main job: the fixpoint task; ablate_quickstart.yaml is the quick sweep
 
 
 def _flat_get(d: dict, dotted: str):
@@ -305,16 +302,15 @@ def run_sweep(sweep_path: Path, sweep_dir: Path, jobs: int | None = None, force:
     if jobs is not None and jobs < 1:
         raise UserError(f"jobs must be at least 1 (runs in parallel), got {jobs}")
     sweep, configs = load_sweep(sweep_path, seed_offset, arms, seeds, overrides)
-    check_arms_runnable(sweep, configs, machine=launcher == "local")
-    jobs = jobs or sweep.jobs
     sweep_dir = Path(sweep_dir)
+    resolved = resolved_sweep(sweep, configs)
+    check_sweep_start(sweep, configs, sweep_dir, resolved, force, machine=launcher == "local")  # before anything is made
+    jobs = jobs or sweep.jobs
     sweep_dir.mkdir(parents=True, exist_ok=True)
-    resolved = {"sweep": sweep.model_dump(mode="json"), "configs": {a: c.model_dump(mode="json") for a, c in configs.items()}}
     with sweep_lock(sweep_dir, log):
         saved = read_sweep_resolved(sweep_dir)
-        if saved and not force:
-            if not _compatible(saved, resolved):
-                raise UserError(f"sweep directory {sweep_dir} holds a different sweep; use another -o or --force")
+        if saved and not force and (problem := sweep_dir_problem(sweep_dir, resolved, force)):
+            raise UserError(problem)  # made by a start that ran meanwhile, between the check and the lock
         if not saved or force or set(resolved["configs"]) >= set(saved.get("configs") or {}):
             write_sweep_file(sweep_dir, resolved)  # a selection of the arms leaves the whole sweep's record
         if sweep.ceiling is not None:  # what the report's plateau test reads (rbctl.store.read.read_ceiling_file)
@@ -375,18 +371,79 @@ def record_sweep_version(sweep_path: Path, sweep_dir: Path, state: dict) -> dict
     return {**record, "changed": changed_keys(before[-1].get("content") or {}, content) if before else []}
 
 
+def resolved_sweep(sweep: SweepConfig, configs: dict[str, TrainConfig]) -> dict:
+    """What a sweep directory records of the sweep (sweep.yaml, less its format version): the sweep
+    file as validated and each arm's resolved training config."""
+    return {"sweep": sweep.model_dump(mode="json"), "configs": {a: c.model_dump(mode="json") for a, c in configs.items()}}
+
+
+def check_sweep_start(sweep: SweepConfig, configs: dict[str, TrainConfig], sweep_dir: Path, resolved: dict,
+                      force: bool = False, machine: bool = True) -> None:
+    """What `rbctl ablate` refuses before it makes or writes anything, and its `--dry-run` with the
+    same arguments (`machine` False: the plan states this machine's engine and device): every arm's
+    checks (`check_arms_runnable`), then the sweep directory: write access
+    (`rbctl.train.preflight.writable_problem`) and the sweep it holds (`sweep_dir_problem`)."""
+    from rbctl.train.preflight import writable_problem
+
+    check_arms_runnable(sweep, configs, machine=machine)
+    for problem in (writable_problem(sweep_dir), sweep_dir_problem(sweep_dir, resolved, force)):
+        if problem is not None:
+            raise UserError(problem)
+
+
 def check_arms_runnable(sweep: SweepConfig, configs: dict[str, TrainConfig], machine: bool = True) -> None:
     """What each run checks before it starts (`rbctl.train.preflight`), on every arm before the sweep
     directory is made: its config (benchmarks of its periodic and final evaluations, model and data
-    paths) and, with `machine` (local workers; not for jobs submitted to other nodes), this machine's
-    engine and device. A `UserError` naming the arm and every problem."""
-    from rbctl.train.preflight import benchmark_problems, config_problems, machine_problems
+    paths), the data of those benchmarks, reachable from here (`eval_data_problems`, what a run would
+    otherwise fail on after its setup), and, with `machine` (local workers; not for jobs submitted to
+    other nodes), this machine's engine and device. A `UserError` naming the arm and every problem."""
+    from rbctl.train.preflight import benchmark_problems, config_problems, eval_data_problems, machine_problems
 
+    looked: dict[str, list[str]] = {}  # arms that evaluate alike look for their data once (a Hub probe takes seconds)
     for arm, cfg in configs.items():
-        problems = config_problems(cfg) + benchmark_problems(for_run(sweep.eval, cfg).benchmarks, cfg, "eval.benchmarks (final)")
+        final = for_run(sweep.eval, cfg)
+        problems = config_problems(cfg) + benchmark_problems(final.benchmarks, cfg, "eval.benchmarks (final)")
+        where = json.dumps([cfg.eval.every and (cfg.eval.benchmarks, cfg.eval.data_dir), final.benchmarks, final.data_dir])
+        problems += looked.setdefault(where, eval_data_problems(cfg, final)) if not problems else []
         problems += machine_problems(cfg) if machine else []
         if problems:
             raise UserError(f"arm '{arm}': " + "; ".join(dict.fromkeys(problems)))
+
+
+def sweep_dir_problem(sweep_dir: Path, resolved: dict, force: bool = False) -> str | None:
+    """Why `sweep_dir` cannot take the sweep `resolved` (`resolved_sweep`), else None: it holds
+    another sweep (`_compatible`), named by the keys that differ; `force` takes it all the same."""
+    saved = read_sweep_resolved(sweep_dir) if Path(sweep_dir).is_dir() else {}
+    if not saved or force or _compatible(saved, resolved):
+        return None
+    return (f"sweep directory {sweep_dir} holds a different sweep: {'; '.join(sweep_differences(saved, resolved))}; "
+            "use another -o or --force")
+
+
+def sweep_differences(saved: dict, resolved: dict, most: int = 4) -> list[str]:
+    """What makes `resolved` another sweep than `saved` (`_compatible`), at most `most` items:
+    ``arms.grpo.steps 100 ≠ 120``, ``eval.n 8 ≠ 16``, ``name 'a' ≠ 'b'``, an arm one of them lacks."""
+    from rbctl.config.base import flatten
+    from rbctl.store.rundir import SWEEP_FILE
+
+    a, b = _comparable(saved), _comparable(resolved)
+    if a is None:
+        return [f"its recorded sweep ({SWEEP_FILE}) no longer validates"]
+    show = lambda v: json.dumps(v) if isinstance(v, (dict, list)) or v is None else (repr(v) if isinstance(v, str) else str(v))  # noqa: E731
+    out = []
+    names = [(saved.get("sweep") or {}).get("name"), (resolved.get("sweep") or {}).get("name")]
+    if names[0] != names[1]:
+        out.append(f"name {show(names[0])} ≠ {show(names[1])}")
+    fa, fb = flatten(a["eval"]), flatten(b["eval"])
+    out += [f"eval.{k} {show(fa.get(k))} ≠ {show(fb.get(k))}" for k in dict.fromkeys([*fa, *fb]) if fa.get(k) != fb.get(k)]
+    shared = [arm for arm in b["configs"] if arm in a["configs"]]
+    for arm in shared:
+        ca, cb = flatten(a["configs"][arm]), flatten(b["configs"][arm])
+        out += [f"arms.{arm}.{k} {show(ca.get(k))} ≠ {show(cb.get(k))}" for k in dict.fromkeys([*ca, *cb])
+                if ca.get(k) != cb.get(k)]
+    if not shared:
+        out.append(f"no arm in common (it holds {', '.join(a['configs'])}; this sweep has {', '.join(b['configs'])})")
+    return out[:most] + ([f"and {len(out) - most} more"] if len(out) > most else [])
 
 
 def _compatible(saved: dict, resolved: dict) -> bool:

@@ -6,8 +6,9 @@ forked from a fork server that has imported torch, transformers and the trainer 
 runs no computation, so no OpenMP thread pool is inherited): each run skips the ~5 s of imports a
 fresh interpreter spends (python -m scripts.bench_main_job --compare). Each run takes the launcher's
 environment and working directory as they are when it starts. The first Ctrl-C
-(SIGINT) stops launching runs, interrupts the running ones (they keep their last checkpoint) and
-returns; a second one stops at once. When output is not a terminal (a log file, a Slurm job) plain
+(SIGINT) stops launching runs, interrupts the running ones (each ends its step in progress and writes
+its checkpoint, `rbctl.train.interrupt`, so a rerun resumes it losing nothing) and returns; a second
+one stops at once. When output is not a terminal (a log file, a Slurm job) plain
 lines replace the Rich display: one per run start and end and a one-line progress every
 `progress_every` seconds.
 """
@@ -20,6 +21,11 @@ import signal
 import sys
 import time
 from multiprocessing import get_context
+
+
+# The launcher forwards a Ctrl-C within its poll period (0.2 s) of getting it; the terminal's copy
+# reaches a worker at once. Generous, as a user's second Ctrl-C comes seconds later.
+FORWARD_MERGE_S = 2.0
 
 
 def _interrupt_once(signum, frame):  # pragma: no cover - runs in the worker
@@ -46,6 +52,9 @@ def _child(target, key: str, args: tuple, queue, env: dict, cwd: str) -> None:  
     os.environ.update(env)
     os.chdir(cwd)
     signal.signal(signal.SIGINT, _interrupt_once)
+    from rbctl.train.interrupt import MERGE_S
+
+    MERGE_S["s"] = FORWARD_MERGE_S  # during training: the first Ctrl-C saves the step, its forwarded copy is merged
     queue.put((key, "start", 0, {}))
     try:
         res = target(*args, queue)

@@ -149,16 +149,19 @@ def _minutes(seconds: float) -> str:
 
 
 def sweep_plan(sweep_path, sweep_dir: Path, power, jobs: int | None = None, arms: list[str] | None = None,
-               seeds: list[int] | None = None, overrides: list[str] = (), seed_offset: int = 0) -> str:
-    """The printable plan of a sweep (module docstring). Raises `UserError` as `rbctl ablate` would:
-    on the sweep file, on any arm's config, and on a check any run would fail before its first step.
+               seeds: list[int] | None = None, overrides: list[str] = (), seed_offset: int = 0,
+               force: bool = False) -> str:
+    """The printable plan of a sweep (module docstring). Raises `UserError` as `rbctl ablate` would
+    (`check_sweep_start`, the start's own check): on the sweep file, on any arm's config, on a check
+    any run would fail before its first step (benchmark data included), and on the sweep directory
+    (write access; another sweep in it, unless `force`).
     `power`: the module of the power functions (`rbctl.report.power`, a layer above the sweep: the
     caller hands it down)."""
     from rbctl.config.base import apply_overrides, read_yaml, validate
     from rbctl.config.presets import resolve_config
     from rbctl.store.read import read_sweep_state
     from rbctl.store.rundir import run_key
-    from rbctl.sweep.ablate import base_path, check_arms_runnable, final_eval_done, load_sweep, units
+    from rbctl.sweep.ablate import base_path, check_sweep_start, final_eval_done, load_sweep, resolved_sweep, units
     from rbctl.train.preflight import machine_problems
 
     path = resolve_config(sweep_path, "sweep file")
@@ -167,7 +170,8 @@ def sweep_plan(sweep_path, sweep_dir: Path, power, jobs: int | None = None, arms
     base = validate(TrainConfig, read_yaml(base_file), str(base_file))
     shared_items = [f"{k}={json.dumps(v)}" for k, v in sweep.set.items()] + list(overrides)
     shared = validate(TrainConfig, apply_overrides(read_yaml(base_file), shared_items), str(base_file), list(overrides))
-    check_arms_runnable(sweep, configs, machine=False)  # what each run checks before it starts; this machine below
+    check_sweep_start(sweep, configs, Path(sweep_dir), resolved_sweep(sweep, configs), force,
+                      machine=False)  # what the start checks before it writes anything; this machine below
     jobs = jobs or sweep.jobs
     first = next(iter(configs.values()))
     the_units = units(sweep)
@@ -218,9 +222,11 @@ def sweep_plan(sweep_path, sweep_dir: Path, power, jobs: int | None = None, arms
             row("", "parallel runs share the cores: on a machine with fewer free cores than jobs, runs slow down")
     machine = list(dict.fromkeys(p for cfg in configs.values() for p in machine_problems(cfg)))
     row("this machine", "cannot run it: " + "; ".join(machine) if machine else
-        "can run it (every arm's checks passed: benchmarks, model and data paths, engine, device)")
+        "can run it (every arm's checks passed: benchmarks and their data, model and data paths, engine, device, "
+        "the sweep directory)")
     lines.append("\nrun it: " + shlex.join(["rbctl", "ablate", str(sweep_path), "-o", str(sweep_dir),
-                                           *_selection_args(arms, seeds, overrides, seed_offset)]))
+                                           *_selection_args(arms, seeds, overrides, seed_offset),
+                                           *(["--force"] if force else [])]))
     return "\n".join(lines) + "\n"
 
 

@@ -337,13 +337,54 @@ def _load_registered(bench: Benchmark, data_dir: str | None) -> list[Problem]:
             return _records_to_problems(
                 records, bench.problem_field, bench.answer_field, f"hf:{bench.hf_id}", bench.name, transform
             )
+    raise UserError(_no_data(bench, data_dir, reason))
+
+
+def _no_data(bench: Benchmark, data_dir: str | None, reason: str) -> str:
+    """The one line of a registered benchmark whose data is found nowhere (`data_dir` resolved)."""
     where = f"{data_dir}/{bench.local_file} not found" if data_dir else "no data dir given"
-    raise UserError(
-        f"no data for benchmark {bench.name!r} ({where}; {reason}): give a folder DIR holding "
-        f"DIR/{bench.local_file} (JSONL with id, problem, answer) by RBCTL_DATA_DIR=DIR, `rbctl eval --data-dir "
-        f"DIR`, or a config's eval.data_dir (`rbctl train ... --set eval.data_dir=DIR`), "
-        f"or give network access to the Hugging Face dataset {bench.hf_id}"
-    )
+    return (f"no data for benchmark {bench.name!r} ({where}; {reason}): give a folder DIR holding "
+            f"DIR/{bench.local_file} (JSONL with id, problem, answer) by RBCTL_DATA_DIR=DIR, `rbctl eval --data-dir "
+            f"DIR`, or a config's eval.data_dir (`rbctl train ... --set eval.data_dir=DIR`), "
+            f"or give network access to the Hugging Face dataset {bench.hf_id}")
+
+
+def _hub_problem(hf_id: str, config: str | None, split: str) -> str:
+    """Why `_hub_records_or_reason` would find no records, downloading nothing: "" where the Hub is
+    reachable (the run downloads the dataset then) or, offline, where the local cache holds it (read
+    from there, as the run reads it); else the reason it would give."""
+    if not hf_offline():
+        return "" if hub_reachable() else "the Hub is unreachable"
+    return _hub_records_or_reason(hf_id, config, split)[1]
+
+
+def data_problem(name_or_spec: str, data_dir: str | None = None) -> str | None:
+    """Why `load_benchmark(name_or_spec, data_dir)` would find no data, or None where it would find
+    some: the same sources in the same order (module docstring), read without downloading anything,
+    so that a dry run and the start of a run refuse what the evaluation would fail on, before any
+    directory is made. An unknown name is `get_benchmark`'s line."""
+    spec = name_or_spec.strip()
+    if spec.startswith("file:") or _split_fields(spec)[0].endswith((".jsonl", ".parquet")):
+        path = Path(_split_fields(spec.removeprefix("file:"))[0]).expanduser()
+        return None if path.is_file() else f"benchmark file {path} does not exist"
+    if spec.startswith("hf:"):
+        parts = _split_fields(spec.removeprefix("hf:"))[0].split(":")
+        if len(parts) not in (2, 3):
+            return f"bad spec {spec!r}; expected hf:DATASET_ID[:config]:split[@problem_field,answer_field]"
+        hf_id, config, split = (parts[0], None, parts[1]) if len(parts) == 2 else parts
+        reason = _hub_problem(hf_id, config, split)
+        return f"cannot load Hugging Face dataset {hf_id} ({reason}); download it to JSONL and use file:PATH.jsonl" if reason else None
+    try:
+        bench = get_benchmark(spec)
+    except UserError as e:
+        return str(e)
+    if bench.loader is not None:
+        return None
+    data_dir = data_dir or os.environ.get("RBCTL_DATA_DIR") or None
+    if data_dir and bench.local_file and (Path(data_dir).expanduser() / bench.local_file).is_file():
+        return None
+    reason = "no Hugging Face dataset is declared" if bench.hf_id is None else _hub_problem(bench.hf_id, bench.hf_config, bench.split)
+    return _no_data(bench, data_dir, reason) if reason else None
 
 
 def load_benchmark(name_or_spec: str, data_dir: str | None = None, limit: int | None = None) -> list[Problem]:

@@ -24,6 +24,7 @@ from rbctl.store.lock import DirLock
 from rbctl.store.rundir import (BUILTIN_MARKER, EVAL_LINES, METRICS, MODEL, PROVENANCE, SAMPLES, checkpoint_dir,
                                 final_eval_dir, periodic_eval_dir)
 from rbctl.store.write import write_provenance
+from rbctl.train.interrupt import StopAfterStep
 from rbctl.train.training_data import task_spec
 from rbctl.train.run_setup import check_run_dir, provenance, started, write_config
 from rbctl.store.jsonl import append_jsonl, read_log, truncate_jsonl
@@ -40,7 +41,8 @@ def train(cfg: TrainConfig, run_dir: Path, force: bool = False, progress: bool =
     already complete).
 
     Rank 0 holds RUN_DIR/.lock for the whole run: a second `rbctl train` on the same directory is
-    refused (one writer per run directory)."""
+    refused (one writer per run directory). A first Ctrl-C (SIGINT) ends the step in progress, writes
+    its checkpoint and raises KeyboardInterrupt (`rbctl.train.interrupt`): a resume loses no step."""
     run_dir = Path(run_dir)
     main_rank = int(os.environ.get("RANK", "0")) == 0
     made = _first_missing(run_dir) if main_rank else None  # the folder this call creates, if any
@@ -108,9 +110,10 @@ def _train(cfg: TrainConfig, run_dir: Path, force: bool, extend: bool, progress:
     marker = Path(tr.base_source) / BUILTIN_MARKER if tr.builtin is not None else None
     done: list[dict] = []
     display = _Display(cfg.steps, start, enabled=progress and main_rank)
+    stop = StopAfterStep(enabled=tr.dist.world == 1, log=log)  # Ctrl-C: this step's checkpoint, then stop
     nonfinite_row = 0
     try:
-        with display:
+        with display, stop:
             for step in range(start + 1, cfg.steps + 1):
                 metrics, rows = tr.step(step)
                 nonfinite_row = nonfinite_row + 1 if metrics["nonfinite/skipped"] else 0
@@ -127,7 +130,7 @@ def _train(cfg: TrainConfig, run_dir: Path, force: bool, extend: bool, progress:
                             append_jsonl(run_dir / SAMPLES, r)
                 # after the step's lines, so that no checkpoint is ahead of metrics.jsonl; on every rank:
                 # under FSDP the checkpoint gathers the shards
-                if step % cfg.save_every == 0 or step == cfg.steps:
+                if step % cfg.save_every == 0 or step == cfg.steps or stop.requested:
                     weights, state = tr.checkpoint(step)
                     if main_rank:
                         save_checkpoint(run_dir, step, tr.model, tr.tokenizer, state, cfg.keep_checkpoints, marker,
@@ -137,6 +140,8 @@ def _train(cfg: TrainConfig, run_dir: Path, force: bool, extend: bool, progress:
                 display.update(step, metrics)
                 if on_step is not None:
                     on_step(step, metrics)
+                if stop.requested:  # this step is complete and saved: a resume redoes nothing
+                    raise KeyboardInterrupt
     finally:
         if tracker is not None:
             tracker.close()

@@ -108,8 +108,11 @@ def check_run_dir(cfg: TrainConfig, run_dir: Path, force: bool, extend: bool = F
     - Keys other than steps, log and threads may differ only with `force`.
     - The learning-rate schedule of the steps already run never changes: another optim.lr,
       optim.schedule or optim.warmup_steps is refused, with or without `force`.
-    - A constant schedule (after any warm-up) does not depend on `steps`: a run extends (or
-      shortens) by a changed `steps` alone.
+    - A changed `steps` needs `extend` (or `force`): a run is never lengthened or shortened by a
+      config that differs in `steps` alone (`rbctl train fixpoint -o RUN --set steps=120` on a
+      finished 100-step run is refused, naming `steps`), and a report then compares what it was asked to.
+    - A constant schedule (after any warm-up) does not depend on `steps`: with `extend` a run
+      extends (or shortens) with its lr unchanged.
     - A cosine schedule spans its horizon (`optim.schedule_steps`, else `steps`): a changed
       `steps` is refused unless `extend`, which pins `optim.schedule_steps` to the run's horizon.
       The steps up to it keep their lr; those past it keep the lr of its last step (`lr_factor`).
@@ -120,6 +123,10 @@ def check_run_dir(cfg: TrainConfig, run_dir: Path, force: bool, extend: bool = F
         return cfg
     check_run_format(run_dir)
     old = read_run_config(cfg_path)
+    if cfg.steps != old.steps and not (extend or force):
+        change = "train it past its" if cfg.steps > old.steps else "stop it before its"
+        raise UserError(f"run directory {run_dir} was made with steps={old.steps}; steps={cfg.steps} would {change} "
+                        f"{old.steps} steps: pass --extend to change steps on this run, or use another -o")
     cfg = _keep_schedule(old, cfg, run_dir, extend)
     if comparable(old) != comparable(cfg) and not force:
         new_flat, old_flat = _flat(comparable(cfg)), _flat(comparable(old))

@@ -149,7 +149,7 @@ def test_help_has_no_bool_metavars_and_unbroken_paragraphs(argv, capsys, monkeyp
         assert "OUT/tables/*.{csv,md,tex}" in out
 
 
-def test_train_dry_run_prints_a_plan_and_trains_nothing(tmp_path, capsys):
+def test_train_dry_run_prints_a_plan_and_trains_nothing(tmp_path, capsys, benchmark_data):
     rc = run(["train", "configs/paper_llama32_3b.yaml", "-o", str(tmp_path / "run"), "--dry-run"])
     assert rc == 0
     out = capsys.readouterr().out
@@ -237,3 +237,19 @@ def test_eval_option_help_is_the_config_models_own():
         assert EvalConfig.model_fields[name].description.replace("<", "\\<") in shown[name], name
     assert "Default: 0." in shown["seed"] and "Default: amc23,aime24,aime25." in shown["benchmarks"]
     assert "A run directory's eval.n unless given." in shown["n"]
+
+
+@pytest.mark.parametrize("seeds, why", [
+    ("0-", "'0-': expected seeds >= 0, comma-separated, ranges as A-B"),  # once ran seed 0 alone
+    ("3-1", "'3-1': a range needs its end at or after its start"),
+    ("a-b", "'a-b': expected seeds >= 0, comma-separated, ranges as A-B"),
+    ("0,1,", "'': expected seeds >= 0"),
+    ("0-2,2", "expected each seed once"),
+])
+def test_a_malformed_seed_list_is_one_line_exit_2_never_read_as_something_else(seeds, why, tmp_path, capsys):
+    out = tmp_path / "s"
+    for dry in ([], ["--dry-run"]):
+        assert run(["ablate", "ablate_quickstart", "--seeds", seeds, "-o", str(out), *dry]) == 2
+        line = _err_line(capsys)
+        assert line.startswith(f"error: --seeds '{seeds}': ") and why in line, line
+    assert not out.exists()

@@ -164,9 +164,9 @@ def test_paired_deltas_holm_and_summary(two_arm_report):
     assert 0.0 <= avg["hb_lo"] <= avg["hb_hi"] <= 0.5
 
     assert passk["p_improve"] == 1.0 and avg["p_improve"] == 1.0  # budget beats grpo in every pair of runs
-    # ... so every resample, paired or independent (rliable's), gives 1 too
+    # 2 units: 3 distinct paired resamples, fewer than the 5 units an interval is shown from
     for side in ("paired", "indep"):
-        assert (avg[f"p_improve_{side}_lo"], avg[f"p_improve_{side}_hi"]) == (1.0, 1.0)
+        assert math.isnan(avg[f"p_improve_{side}_lo"]) and math.isnan(avg[f"p_improve_{side}_hi"])
 
     text = two_arm_report.read_text()
     answer = text.split("## Plateau test")[0]
@@ -176,8 +176,8 @@ def test_paired_deltas_holm_and_summary(two_arm_report):
     assert table[0][4:8] == ["Δ points [95% t-CI]", "Holm p", "P(improvement) [95% paired-bootstrap CI]",
                              "rliable 95% CI (independent bootstrap)"]
     rows = {(r[0], r[2]): r for r in table[1:]}
-    assert rows["grpo_budget − grpo", "avg@n"][4:] == ["+21.9 [-17.8, +61.6]", "not testable", "1.00 [1.00, 1.00]",
-                                                       "[1.00, 1.00]", "not testable"]
+    assert rows["grpo_budget − grpo", "avg@n"][4:] == ["+21.9 [-17.8, +61.6]", "not testable", "1.00", "–",
+                                                       "not testable"]  # the estimate alone: no interval at 2 units
     assert rows["grpo_budget − grpo", "pass@4"][4:6] == ["+25.0 [n/a]", "not testable"]
     assert ("**Not testable** (no p-value and no verdict; kept out of the Holm family): grpo_budget − grpo (avg@n: 2 "
             "units (a test needs 3)); grpo_budget − grpo (pass@4: 2 units (a test needs 3))." in answer)
@@ -332,12 +332,24 @@ def test_entropy_arm_comparisons_and_descriptives(two_arms, tmp_path):
     assert points.loc[("grpo_entropy_static", 0), "entropy_final"] == pytest.approx(0.60)
     corr = pd.read_csv(tmp_path / "out" / "tables" / "entropy_cause.csv").set_index(["x", "level"])
     between, within = corr.loc[("entropy_final", "between arms")], corr.loc[("entropy_final", "within arms")]
-    # between arms, 3 units (arm means): entropy .205, .405, .605 vs pass@1 .40625, .625, .5:
-    # centred x = (−.2, 0, .2), y = (−.104167, .114583, −.010417): r = .01875/√(.08 · .024089) = .4271
-    assert between["units"] == 3 and between["r"] == pytest.approx(0.42712, abs=1e-4)
-    # within arms, 6 runs − 3 arm means = 3 units: entropy −.005/+.005 in every arm vs pass@1
-    # +.03125/−.03125 (grpo), 0, 0 (the others): r = −.0003125/√(.00015 · .001953) = −.5774
-    assert within["units"] == 3 and within["r"] == pytest.approx(-1 / math.sqrt(3), abs=1e-4)
+    # between arms, 3 units (arm means), 1 df; within arms, 6 runs − 3 arm means = 3 units, 2 df: both
+    # fewer than the 3 df a correlation needs, so the report withholds them (their r below, by hand)
+    assert between["units"] == 3 and between["df"] == 1 and math.isnan(between["r"]) and math.isnan(between["p"])
+    assert between["withheld"] == "1 df: 3 arms, fewer than the 3 df a correlation needs"
+    assert within["units"] == 3 and within["df"] == 2 and math.isnan(within["r"])
+    assert within["withheld"] == "2 df: 6 runs, fewer than the 3 df a correlation needs"
+    assert "withheld (1 df: 3 arms, fewer than the 3 df a correlation needs)" in (
+        tmp_path / "out" / "tables" / "entropy_cause.md").read_text()
+    from rbctl.report.analyses.entropy import split_levels
+    from rbctl.report.stats import pearson_ci
+
+    b, w = split_levels(points.reset_index(), "entropy_final")
+    # between: entropy .205, .405, .605 vs pass@1 .40625, .625, .5: centred x = (−.2, 0, .2),
+    # y = (−.104167, .114583, −.010417): r = .01875/√(.08 · .024089) = .4271, what would have been shown
+    assert pearson_ci(b["x"], b["y"]).r == pytest.approx(0.42712, abs=1e-4)
+    # within: entropy −.005/+.005 in every arm vs pass@1 +.03125/−.03125 (grpo), 0, 0 (the others):
+    # r = −.0003125/√(.00015 · .001953) = −.5774
+    assert pearson_ci(w["x"], w["y"], groups=3).r == pytest.approx(-1 / math.sqrt(3), abs=1e-4)
 
 
 def test_one_colour_per_arm_small_multiples_and_legends_outside():

@@ -73,7 +73,7 @@ def test_rbctl_report_a_b_shows_both_arms_and_a_verdict_line_in_80_columns(tmp_p
     assert "a_budget_arm_with_a_long_name" in first_cells and "first" in first_cells  # folded over lines, not cut
     assert "a_budget_arm_with_a_long_name − first" in first_cells  # the verdict line of the pair
     flat = " ".join(out.split())
-    assert "stated pairs (one family: no sweep file declares any)" in flat and "not testable" in flat  # 1 unit each
+    assert "stated pairs, one Holm family (no sweep file declares comparisons)" in flat and "not testable" in flat  # 1 unit each
     assert "incomplete: cut/seed_0 (no final evaluation)" in out
     text = (tmp_path / "cmp" / "report.md").read_text()
     assert "These runs come from no sweep file" in text and "The sweep file states no" not in text

@@ -1,4 +1,4 @@
-"""A resume is honest about its config: a cosine run's `steps` changes only with
+"""A resume is honest about its config: a run's `steps` changes only with
 --extend, which keeps the schedule the first steps ran with; the learning-rate schedule never
 changes; a changed config leaves the previous one beside it (config.step_N.yaml)."""
 
@@ -79,8 +79,8 @@ def test_extend_keeps_the_first_steps_schedule_and_holds_its_last_lr(tiny_config
     cfg = yaml.safe_load((ext / "config.yaml").read_text())
     assert (cfg["steps"], cfg["optim"]["schedule_steps"]) == (6, 4)
     assert yaml.safe_load((ext / "config.step_000002.yaml").read_text())["steps"] == 4
-    # the pinned horizon carries over: a later resume with more steps needs no --extend
-    assert check_run_dir(tiny_config(steps=8, **COSINE), ext, force=False).optim.schedule_steps == 4
+    # the pinned horizon carries over to a later resume with more steps (which, as any, needs --extend)
+    assert check_run_dir(tiny_config(steps=8, **COSINE), ext, force=False, extend=True).optim.schedule_steps == 4
 
 
 def test_lr_factor_past_the_horizon_keeps_the_last_steps_value(tiny_config):
@@ -94,11 +94,17 @@ def test_lr_factor_past_the_horizon_keeps_the_last_steps_value(tiny_config):
     assert lr_factor(tiny_config(steps=6, **COSINE), 2) == pytest.approx((1 + math.cos(math.pi / 5)) / 2)
 
 
-def test_a_constant_schedule_extends_by_steps_alone_and_each_config_is_kept(tiny_config, tmp_path):
+def test_a_constant_schedule_extends_with_extend_and_each_config_is_kept(tiny_config, tmp_path):
+    from rbctl.errors import UserError
+
     run = tmp_path / "run"
     train(tiny_config(steps=2, optim__warmup_steps=1), run, **QUIET)
-    # constant after warm-up: no step's lr depends on `steps`, so no option is needed
-    train(tiny_config(steps=4, optim__warmup_steps=1), run, **QUIET)
+    # another `steps` alone is refused, naming it (no run is lengthened silently), and nothing is written
+    with pytest.raises(UserError, match=r"made with steps=2; steps=4 would train it past its 2 steps: pass --extend"):
+        train(tiny_config(steps=4, optim__warmup_steps=1), run, **QUIET)
+    assert _lrs(run) == [1e-3] * 2 and not list(run.glob("config.step_*"))
+    # constant after warm-up: no step's lr depends on `steps`, so --extend changes no lr
+    train(tiny_config(steps=4, optim__warmup_steps=1), run, extend=True, **QUIET)
     assert _lrs(run) == [1e-3] * 4
     assert yaml.safe_load((run / "config.step_000002.yaml").read_text())["steps"] == 2
     assert yaml.safe_load((run / "config.yaml").read_text())["steps"] == 4

@@ -145,9 +145,24 @@ def test_cached_data_without_tokenizer_uses_four_chars_per_token_and_flags_field
 def test_the_cli_prints_the_plan_and_reports_bad_configs(tmp_path, capsys, monkeypatch):
     from rbctl.cli import run
 
+    from rbctl.tasks import benchmarks
+
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(benchmarks, "hub_reachable", lambda timeout_s=0: False)  # offline, without waiting on a probe
+    data = tmp_path / "benchmarks"
+    data.mkdir()
+    for name in ("amc23", "aime24"):  # the recipe's evaluations find their data here, as its run would
+        (data / f"{name}.jsonl").write_text('{"id": "1", "problem": "1+1?", "answer": "2"}\n')
+    monkeypatch.setenv("RBCTL_DATA_DIR", str(data))
     assert run(["train", str(CONFIGS / "paper_llama32_3b.yaml"), "--dry-run", "--set", "rollout.group_size=16"]) == 0
     assert "G = 16 rollouts" in capsys.readouterr().out
+    # without the data the plan is printed, then refused as the start would refuse it
+    monkeypatch.delenv("RBCTL_DATA_DIR")
+    assert run(["train", str(CONFIGS / "paper_llama32_3b.yaml"), "--dry-run"]) == 2
+    out, err = capsys.readouterr()
+    assert "G = 16 rollouts" not in out and "P = 64 prompts" in out
+    assert err.startswith("error: eval.benchmarks: no data for benchmark 'amc23' (no data dir given; the Hub is "
+                          "unreachable)") and "; eval.benchmarks: no data for benchmark 'aime24'" in err
     assert "HF_HUB_OFFLINE" not in os.environ  # the plan's offline setting does not outlive it (it leaked into later tests)
     bad = tmp_path / "bad.yaml"
     bad.write_text("rollout:\n  group_sise: 4\n")

@@ -61,3 +61,9 @@ def test_every_config_and_path_the_readme_names_exists():
         if "*" in path:
             continue
         assert (REPO / path).exists(), path
+
+
+def test_the_documents_table_lists_every_document():
+    table = README[README.index("## Documentation"):]
+    listed = set(re.findall(r"^\| \[(docs/[\w.-]+\.md)\]", table, flags=re.M))
+    assert listed == {f"docs/{p.name}" for p in (REPO / "docs").glob("*.md")}

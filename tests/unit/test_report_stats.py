@@ -321,3 +321,23 @@ def test_p_values_are_never_printed_as_zero():
     import pandas as pd
 
     assert "$<$ 0.001" in latex_table(pd.DataFrame({"p": [pval(0.0)]}))
+
+
+def test_p_improvement_intervals_are_withheld_below_five_units_and_contain_the_estimate_from_there():
+    import numpy as np
+
+    from rbctl.report.analyses.comparisons import MIN_BOOTSTRAP_UNITS, improvement_intervals
+
+    # 3 units: x > y in (0.5 > 0.4), (0.6 > 0.4, 0.55), (0.7 > 0.4, 0.55): 5 of 9 pairs
+    three = improvement_intervals(np.array([[0.5], [0.6], [0.7]]), np.array([[0.4], [0.55], [0.8]]), n_boot=500)
+    assert three["p_improve"] == pytest.approx(5 / 9)
+    assert all(math.isnan(three[k]) for k in three if k != "p_improve")  # 10 distinct resamples: no interval
+    x = np.array([[0.5], [0.6], [0.7], [0.3], [0.9]])
+    y = np.array([[0.4], [0.55], [0.8], [0.35], [0.6]])
+    five = improvement_intervals(x, y, n_boot=500)
+    assert MIN_BOOTSTRAP_UNITS == 5
+    # of the 25 pairs x wins 0.5: 2 (0.4, 0.35); 0.6: 3 and ties 0.6 (½); 0.7: 4; 0.3: 0; 0.9: 5 = 14.5
+    assert five["p_improve"] == pytest.approx(14.5 / 25)
+    for name in ("paired", "indep"):
+        lo, hi = five[f"p_improve_{name}_lo"], five[f"p_improve_{name}_hi"]
+        assert 0 <= lo <= 14.5 / 25 <= hi <= 1 and hi - lo > 0.1

@@ -74,6 +74,7 @@ class Comparison:
     p_tost_holm: float = math.nan  # Holm-adjusted over the family's TOST p-values
     equivalent: bool = False
     detectable: float = math.nan  # smallest |Δ| (fraction) the family's test detects at its power with these units
+    unequal: str = ""  # the compute keys on which the two arms' runs differ ("steps 120 ≠ 100"); "": equal compute
 
     @property
     def label(self) -> str:
@@ -124,13 +125,14 @@ def stated_pairs(info: dict[str, tuple[str, str]]) -> list[tuple[str, str, str, 
 
 def compare_all(info: dict[str, tuple[str, str]], scores: dict[tuple[str, str], ArmScores],
                 benchmarks: list[str], spec=None, same_config=lambda arm, ref: False,
-                n_boot: int = 2000) -> list[Comparison]:
+                n_boot: int = 2000, unequal=lambda arm, ref: "") -> list[Comparison]:
     """The comparisons of every family ``spec`` declares (a `rbctl.config.sweep.Comparisons`, or None)
     and every stated pair that has final scores on both sides and is in no declared family. Each
     declared family is adjusted and called on its own (`apply_family`); the stated pairs are
     exploratory (no adjustment), or, without a ``spec``, the one family ``stated``.
     ``same_config(arm, ref)`` says whether two arms ran the same training config; such comparisons are
-    flagged and adjusted in no family."""
+    flagged and adjusted in no family. ``unequal(arm, ref)`` names the compute keys on which their runs
+    differ (`rbctl.config.sweep.COMPUTE_KEYS`, "" for none): kept on the comparison and said on its row."""
     out, declared, families = [], set(), []
     for fam in (spec.families_declared() if spec is not None else []):
         bench = fam.benchmark or (benchmarks[0] if benchmarks else None)
@@ -152,6 +154,7 @@ def compare_all(info: dict[str, tuple[str, str]], scores: dict[tuple[str, str], 
     out += stated
     for c in out:
         c.same_config = same_config(c.arm, c.ref)
+        c.unequal = unequal(c.arm, c.ref)
     for fam, members in families:
         apply_family(members, fam.alpha, None if fam.margin is None else fam.margin / 100, fam.power)
     if spec is None:
@@ -244,22 +247,36 @@ def untestable_note(comps: list[Comparison]) -> str:
     return ("**Not testable** (no p-value and no verdict; kept out of the Holm family): " + "; ".join(out) + ".") if out else ""
 
 
+# The fewest units P(improvement)'s bootstrap intervals are shown with. n units have C(2n − 1, n)
+# distinct resamples: 10 at n = 3, 35 at n = 4, 126 at n = 5. Below 5 the percentile interval is
+# a quantile of a handful of values and lands on the estimate itself ("0.67 [0.67, 1.00]" at 3
+# seeds: no uncertainty shown on one side); the estimate is then shown alone (docs/method.md).
+MIN_BOOTSTRAP_UNITS = 5
+
+
 def p_improvement(scores: dict[tuple[str, str], ArmScores], c: Comparison, n_boot: int) -> dict[str, float]:
     """P(arm > ref) over the comparison's common units, with its paired bootstrap interval (units
-    resampled, each unit's two runs together) and rliable's independent stratified bootstrap one."""
+    resampled, each unit's two runs together) and rliable's independent stratified bootstrap one;
+    the intervals are NaN (withheld) with fewer than `MIN_BOOTSTRAP_UNITS` units, and each one that
+    does not contain the estimate."""
     a, b = scores[c.arm, c.benchmark], scores[c.ref, c.benchmark]
     kind = "avg" if c.metric == "avg@n" else "pass"
     pa, pb = a.per_unit(kind, c.k), b.per_unit(kind, c.k)
-    x = np.array([[pa[u]] for u in c.delta.units])
-    y = np.array([[pb[u]] for u in c.delta.units])
+    return improvement_intervals(np.array([[pa[u]] for u in c.delta.units]),
+                                 np.array([[pb[u]] for u in c.delta.units]), n_boot)
+
+
+def improvement_intervals(x: np.ndarray, y: np.ndarray, n_boot: int) -> dict[str, float]:
+    """`p_improvement` of the units' scores ``x``, ``y`` (``[units, 1]``, row i of each the same unit)."""
     out = dict.fromkeys(("p_improve", "p_improve_paired_lo", "p_improve_paired_hi", "p_improve_indep_lo",
                          "p_improve_indep_hi"), math.nan)
     if len(x):
-        out["p_improve"] = prob_improvement(x, y)
-        out["p_improve_paired_lo"], out["p_improve_paired_hi"] = stratified_bootstrap(
-            prob_improvement, [x, y], paired=True, n_boot=n_boot)
-        out["p_improve_indep_lo"], out["p_improve_indep_hi"] = stratified_bootstrap(
-            prob_improvement, [x, y], paired=False, n_boot=n_boot)
+        out["p_improve"] = est = prob_improvement(x, y)
+    if len(x) >= MIN_BOOTSTRAP_UNITS:
+        for name, paired in (("paired", True), ("indep", False)):
+            lo, hi = stratified_bootstrap(prob_improvement, [x, y], paired=paired, n_boot=n_boot)
+            if lo <= est <= hi:
+                out[f"p_improve_{name}_lo"], out[f"p_improve_{name}_hi"] = lo, hi
     return out
 
 
@@ -274,7 +291,7 @@ def comparison_rows(scores: dict[tuple[str, str], ArmScores], comps: list[Compar
                      "p": d.p, "p_holm": c.p_holm, "significant": c.significant, "same_config": c.same_config,
                      "not_testable": d.untestable, "verdict": call(c), "call": call_text(c),
                      "margin": c.margin, "p_tost": c.p_tost, "p_tost_holm": c.p_tost_holm, "equivalent": c.equivalent,
-                     "detectable": c.detectable, "seeds": d.n,
+                     "detectable": c.detectable, "unequal_compute": c.unequal, "seeds": d.n,
                      "seed_list": ",".join(unit_label(u) for u in d.units),
                      "per_seed_delta": ",".join(f"{x:.4f}" for x in d.deltas), "hb_lo": c.hb_lo, "hb_hi": c.hb_hi,
                      **p_improvement(scores, c, n_boot)})
@@ -310,7 +327,8 @@ class ComparisonSet:
 
 
 def comparisons(info: dict[str, tuple[str, str]], scores: dict[tuple[str, str], ArmScores], benchmarks: list[str],
-                spec=None, same_config=lambda arm, ref: False, n_boot: int = 2000) -> ComparisonSet:
+                spec=None, same_config=lambda arm, ref: False, n_boot: int = 2000,
+                unequal=lambda arm, ref: "") -> ComparisonSet:
     """`compare_all` and the numbers of every comparison (with P(improvement) and its intervals)."""
-    comps = compare_all(info, scores, benchmarks, spec, same_config, n_boot)
+    comps = compare_all(info, scores, benchmarks, spec, same_config, n_boot, unequal)
     return ComparisonSet(tuple(comps), comparison_rows(scores, comps, n_boot), spec is not None)

@@ -51,12 +51,20 @@ def split_levels(points: pd.DataFrame, key: str) -> tuple[pd.DataFrame, pd.DataF
     return between, centred.assign(arm=ok["arm"].to_numpy())[["arm", "x", "y"]]
 
 
+# The fewest degrees of freedom a correlation is shown on. On 1 df (3 arms) r is drawn from a
+# distribution so wide that |r| > 0.95 happens one time in five with no association at all, its
+# Fisher-z interval (SE 1/√(df − 1)) does not exist, and on 2 df it spans nearly all of [−1, 1]:
+# such an r is withheld (`withheld` says why), not printed as a finding (docs/method.md).
+MIN_CORRELATION_DF = 3
+
+
 def associations(points: pd.DataFrame, refused: tuple[str, ...] = ()) -> pd.DataFrame:
     """Pearson r (95% Fisher-z interval, p) of held-out pass@1 with final entropy and with final
     κ_eff at two levels: between arms (over the k arm means: k units, n − 2 df) and within arms (each
     run minus its arm's mean, pooled: N runs − k arm means = N − k units, N − k − 1 df; rmcorr).
     ``refused`` names the keys not compared between arms (κ_eff of arms whose updates differ,
-    `kappa_eff_refusal`): their between-arms row is NaN with ``refused`` True."""
+    `kappa_eff_refusal`): their between-arms row is NaN with ``refused`` True. A correlation on fewer
+    than `MIN_CORRELATION_DF` df is NaN too, with ``withheld`` saying so ("1 df: 3 arms")."""
     rows = []
     for key, _ in ASSOCIATED:
         between, within = split_levels(points, key)
@@ -64,10 +72,13 @@ def associations(points: pd.DataFrame, refused: tuple[str, ...] = ()) -> pd.Data
                                          ("within arms", within, between["arm"].nunique(), "runs − arm means")):
             no = level == "between arms" and key in refused
             c = pearson_ci(df["x"], df["y"], groups=groups)
-            if no:
+            few = "" if no or c.df >= MIN_CORRELATION_DF else (
+                f"{c.df} df: {len(df)} {'arms' if level == 'between arms' else 'runs'}, fewer than the "
+                f"{MIN_CORRELATION_DF} df a correlation needs")
+            if no or few:
                 c = c._replace(r=math.nan, lo=math.nan, hi=math.nan, p=math.nan)
             rows.append({"x": key, "level": level, "units": c.units, "df": c.df, "basis": basis, "points": len(df),
-                         "r": c.r, "r_lo": c.lo, "r_hi": c.hi, "p": c.p, "refused": no})
+                         "r": c.r, "r_lo": c.lo, "r_hi": c.hi, "p": c.p, "refused": no, "withheld": few})
     return pd.DataFrame(rows)
 
 

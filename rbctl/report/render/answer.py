@@ -10,13 +10,13 @@ import math
 import pandas as pd
 
 from rbctl.config.sweep import PRINCIPAL_FAMILY
-from rbctl.report.analyses.comparisons import Comparison, call, call_text, untestable_note
+from rbctl.report.analyses.comparisons import MIN_BOOTSTRAP_UNITS, Comparison, call, call_text, untestable_note
 from rbctl.report.data import ReportData, SweepData
 from rbctl.report.declaration import declaration_sentence
 from rbctl.report.render.figures import plot_deltas
 from rbctl.report.render.page import Page
 from rbctl.report.stats import MIN_UNITS, NOT_TESTABLE
-from rbctl.report.render.tables import delta, num, plural, points_list, pval
+from rbctl.report.render.tables import call_cell, delta, num, plural, points_list, pval, unequal_cells
 
 PI_PAIRED = "P(improvement) [95% paired-bootstrap CI]"  # rbctl's interval: units resampled, pairs kept together
 PI_INDEP = "rliable 95% CI (independent bootstrap)"  # rliable's: each arm's runs resampled on their own
@@ -25,14 +25,18 @@ INTERVALS = ("95% t-interval over units (n − 1 df), unadjusted, clipped to Δ'
              "where every unit gave the same Δ")
 P_IMPROVEMENT = ("P(improvement) = P(a run of the arm beats a run of the reference; rliable's unpaired form) with two "
                  "95% intervals: a **paired** bootstrap (units resampled, each unit's two runs kept together; rbctl's) "
-                 "and rliable's independent stratified bootstrap (each arm's runs resampled on their own)")
+                 "and rliable's independent stratified bootstrap (each arm's runs resampled on their own), shown from "
+                 f"{MIN_BOOTSTRAP_UNITS} units on (with fewer, a percentile interval of so few distinct resamples "
+                 "lands on the estimate: the estimate alone)")
 UNTESTABLE = (f"A comparison with fewer than {MIN_UNITS} units, or with the same Δ in every unit (sd(Δ) = 0), is not "
               "testable: no p-value, no verdict, and it is not counted in the Holm family.")
 
 
 def pi_cell(v, lo, hi) -> str:
-    """``0.83 [0.61, 0.97]``; "–" without a value."""
-    return "–" if not math.isfinite(v) else f"{v:.2f} [{num(lo, 2)}, {num(hi, 2)}]"
+    """``0.83 [0.61, 0.97]``; the estimate alone where its interval is withheld; "–" without a value."""
+    if not math.isfinite(v):
+        return "–"
+    return f"{v:.2f} [{num(lo, 2)}, {num(hi, 2)}]" if math.isfinite(lo) and math.isfinite(hi) else f"{v:.2f}"
 
 
 def interval_cell(lo, hi) -> str:
@@ -65,8 +69,9 @@ def verdict_table(rows: pd.DataFrame) -> pd.DataFrame:
     if len(rows) and rows["margin"].notna().any():
         out[TOST_P] = [f"±{100 * m:g}: {holm_p_cell(p, u)}" if math.isfinite(m) else "–"
                        for m, p, u in zip(rows["margin"], rows["p_tost_holm"], untestable)]
-    out["verdict"] = list(rows["call"])
+    out["verdict"] = [call_cell(c, u) for c, u in zip(rows["call"], unequal_cells(rows))]
     return out
+
 
 
 def _delta_label(c: Comparison) -> str:

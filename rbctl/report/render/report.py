@@ -19,7 +19,7 @@ from rbctl.report.data import ReportData, analyse, sweep_data
 from rbctl.report.load import default_out
 from rbctl.report.render import answer, convergence, sections
 from rbctl.report.render.page import Page, TablePage
-from rbctl.report.render.tables import delta, finite, pval, with_ci
+from rbctl.report.render.tables import call_cell, delta, finite, pval, unequal_cells, with_ci
 from rbctl.report.stats import NOT_TESTABLE
 from rbctl.store.atomic import write_atomic
 from rbctl.store.rundir import REPORT_HTML, REPORT_MD, REPORT_TABLES
@@ -78,15 +78,15 @@ def verdicts_table(data: ReportData):
     rows = data.verdict.rows
     if not len(rows):
         return None
-    title = "principal comparisons" if data.verdict.principal_declared else "stated pairs (one family: no sweep file declares any)"
+    title = "principal comparisons" if data.verdict.principal_declared else "stated pairs, one Holm family (no sweep file declares comparisons)"
     table = Table(title=f"{title}: Δ points [95% t-CI], Holm p, call")
     for col, justify in (("comparison", "left"), ("metric", "left"), ("units", "right"), ("Δ", "right"),
                          ("Holm p", "right"), ("call", "left")):
         table.add_column(col, justify=justify, overflow="fold")
-    for r in rows.itertuples(index=False):
+    for r, unequal in zip(rows.itertuples(index=False), unequal_cells(rows)):
         table.add_row(f"{r.arm} − {r.ref}", str(r.metric), str(r.seeds), delta(r.delta, r.delta_lo, r.delta_hi),
                       pval(r.p_holm, NOT_TESTABLE if isinstance(r.not_testable, str) and r.not_testable else "–"),
-                      str(r.call))
+                      call_cell(r.call, unequal))
     return table
 
 

@@ -14,7 +14,8 @@ from rbctl.report.analyses.scores import BOOTSTRAP_ONE_UNIT, T_OVER_UNITS
 from rbctl.report.data import ReportData
 from rbctl.report.render.figures import plot_association, plot_pass_at_k, plot_profiles, plot_trajectory
 from rbctl.report.render.page import Page
-from rbctl.report.render.tables import delta, finite, num, pct, plural, points_list, pval, slug, with_ci
+from rbctl.report.render.tables import (delta, finite, num, pct, plural, points_list, pval, slug, unequal_cells,
+                                        with_ci)
 from rbctl.report.series import KAPPA_EFF_WINDOW
 from rbctl.report.stats import NOT_TESTABLE
 from rbctl.store.rundir import EVAL_DIR, REPORT_TABLES, STEP_PREFIX
@@ -118,8 +119,9 @@ def exploratory(data: ReportData, page: Page) -> None:
                                                    for p, u in zip(part["p_holm"], untestable)],
                                         "call": list(part["call"])}),
         "P(improvement)": [num(p, 2) for p in part["p_improve"]],
-        "flag": ["same config" if s else (f"not testable: {u}" if u else "")
-                 for s, u in zip(part["same_config"], untestable)]})
+        "flag": ["; ".join(x for x in ("same config" if s else (f"not testable: {u}" if u else ""),
+                                         f"unequal compute: {c}" if c else "") if x)
+                 for s, u, c in zip(part["same_config"], untestable, unequal_cells(part))]})
     page.table(part, shown, "exploratory" if spec is not None else "comparisons")
     budget = part[part["kind"] == "budget_vs_base"]
     for prefix, name in (("avg@n", "budget_vs_base_avg"), ("pass@", "budget_vs_base_pass_k")):
@@ -153,14 +155,17 @@ def associations(data: ReportData, page: Page) -> None:
                  "pooled: **between arms** (one point per arm: its means; n = arms units, t on n − 2 df) and **within "
                  "arms** (each run minus its arm's means, pooled: N runs − k arm means independent units; the "
                  "repeated-measures correlation, rmcorr, t on N − k − 1 df). Pearson r, Fisher-z 95% interval "
-                 "atanh(r) ± 1.96/√(df − 1), two-sided p; unadjusted.")
+                 "atanh(r) ± 1.96/√(df − 1), two-sided p; unadjusted; withheld on fewer than "
+                 f"{ent.MIN_CORRELATION_DF} df (3 arms give 1 df: no interval, and any r).")
     if e.kappa_eff_note:
         doc.para(e.kappa_eff_note)
     shown = pd.DataFrame({"x": corr["x"].map(dict(ent.ASSOCIATED)), "level": corr["level"], "points": corr["points"],
                           "units": corr["units"],
                           "df": corr["df"],
-                          "r [95% CI]": ["not compared (see the note)" if no else f"{num(r, 2)} [{num(lo, 2)}, {num(hi, 2)}]"
-                                         for r, lo, hi, no in zip(corr["r"], corr["r_lo"], corr["r_hi"], corr["refused"])],
+                          "r [95% CI]": ["not compared (see the note)" if no else f"withheld ({few})" if few else
+                                         f"{num(r, 2)} [{num(lo, 2)}, {num(hi, 2)}]"
+                                         for r, lo, hi, no, few in zip(corr["r"], corr["r_lo"], corr["r_hi"],
+                                                                       corr["refused"], _withheld(corr))],
                           "p": [pval(p) for p in corr["p"]]})
     page.table(corr, shown, "entropy_cause")
     for key, label in ent.ASSOCIATED:
@@ -169,7 +174,9 @@ def associations(data: ReportData, page: Page) -> None:
             notes = []
             for level in ("between arms", "within arms"):
                 r = corr[(corr["x"] == key) & (corr["level"] == level)].iloc[0]
+                few = r["withheld"] if isinstance(r.get("withheld"), str) else ""
                 notes.append("not compared between arms (different updates per step)" if r["refused"] else
+                             f"no r {level} ({few})" if few else
                              f"r = {num(r['r'], 2)} over {int(r['points'])} arms" if level == "between arms" else
                              f"r = {num(r['r'], 2)} over {int(r['points'])} runs ({int(r['units'])} independent "
                              "after centring on arm means)")
@@ -177,6 +184,12 @@ def associations(data: ReportData, page: Page) -> None:
                 between = between.iloc[:0]
             page.figure(plot_association(between, within, page.styles, "x", label, f"pass@1 on {bench}", tuple(notes)),
                        f"scatter_{key}", f"{label} vs held-out pass@1")
+
+
+def _withheld(corr: pd.DataFrame) -> list[str]:
+    """Why each correlation is withheld ("" where it is shown; a table without the column: none)."""
+    col = corr["withheld"] if "withheld" in corr else pd.Series([""] * len(corr), index=corr.index)
+    return [w if isinstance(w, str) else "" for w in col]
 
 
 def descriptives(data: ReportData, page: Page) -> None:

@@ -117,3 +117,15 @@ def write_table(numbers: pd.DataFrame, shown: pd.DataFrame, tables_dir: Path, na
 def write_csv(df: pd.DataFrame, path: Path) -> None:
     """One data file (the numbers behind a figure)."""
     write_atomic(Path(path), df.to_csv(index=False), kind="report")
+
+
+def unequal_cells(rows: pd.DataFrame) -> list[str]:
+    """Each row's compute keys that differ between its arms ("" for none; older rows have no column)."""
+    col = rows["unequal_compute"] if "unequal_compute" in rows else pd.Series([""] * len(rows), index=rows.index)
+    return [u if isinstance(u, str) else "" for u in col]
+
+
+def call_cell(call_: str, unequal: str) -> str:
+    """A comparison's call, and where its arms' runs differ in compute, that it does: the two arms did
+    not get the same steps or batches, so Δ is not the methods' difference alone."""
+    return f"{call_} (unequal compute: {unequal})" if unequal else str(call_)
