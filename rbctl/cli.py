@@ -396,7 +396,7 @@ def report(
     from rich.console import Console
 
     from rbctl.report import final_scores_table
-    from rbctl.report.claims import is_study_file, make_study_report
+    from rbctl.report.study import is_study_file, make_study_report
     from rbctl.report.render.report import build_report, incomplete_lines, verdicts_table
 
     import shlex

@@ -92,6 +92,7 @@ PURPOSES = {
     "paper_qwen3_8b": "Paper scale: Qwen3-8B (LoRA) on DeepScaleR, one GPU per run",
     "paper_qwen3_8b_sweep": "The paper-scale ablation on Qwen3-8B: every baseline ± budget",
     "study_claims": "The study's claims document from the claims sweeps, their long horizons and the main job",
+    "study_quickstart": "A second study: does an adaptive entropy bonus beat GRPO + budget on the quick sweep?",
 }
 
 
