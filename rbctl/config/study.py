@@ -136,9 +136,9 @@ class CallsRule(Section):
 
 class AssociationRule(Section):
     """A claim that a training measure predicts the final held-out level, tested per sweep on a unit
-    that keeps the arms' own effects out of the test (docs/method.md, studies): within arms (rmcorr
-    with the arm as the subject: each run minus its arm's means) or over the arm means. Runs are never
-    centred across arms. A member per sweep is called by the sign of a significant r (Holm over the
+    that keeps the arms' own effects out of the test (docs/method.md, studies): within arms and units
+    (residuals of arm + unit), within arms (rmcorr with the arm as the subject), or over the arm means.
+    Runs are never centred on their unit alone (across arms). A member per sweep is called by the sign of a significant r (Holm over the
     claim's sweeps at α); the claim reads those calls like `CallsRule`."""
 
     kind: Literal["association"] = Field(..., description="association")
@@ -148,7 +148,7 @@ class AssociationRule(Section):
     outcome: str = Field("avg@n", description="The outcome: avg@n (held-out pass@1) of each run's final evaluation.")
     benchmark: Optional[str] = Field(None, description="The outcome's benchmark (null = the sweep's first).")
     sign: Literal["negative", "positive"] = Field(..., description="The sign the claim expects.")
-    unit: Literal["within_arm", "arm_means"] = Field("within_arm", description="within_arm: rmcorr, runs centred on their arm's means (N − k − 1 df); arm_means: Pearson r over the k arm means (k − 2 df).")
+    unit: Literal["within_arm", "arm_and_unit", "arm_means"] = Field("arm_and_unit", description="arm_and_unit: each run's residual from the additive fit arm + unit (the arms' and the shared units' effects both out; N − rank − 1 df); within_arm: rmcorr, runs centred on their arm's means (N − k − 1 df; too liberal where arms share units with effects of their own); arm_means: Pearson r over the k arm means (k − 2 df).")
     sweeps: Optional[list[str]] = Field(None, description="The study's sweeps to test on (null = every testbed).")
     count: Union[Literal["all"], int] = Field("all", description="How many tested sweeps must show the expected sign.")
     alpha: float = Field(0.05, gt=0.0, lt=1.0, description="Family-wise error over the claim's sweeps (Holm–Bonferroni).")

@@ -303,18 +303,19 @@ SHAPES = [(3, 24), (12, 12), (9, 5)]
 
 
 @pytest.mark.parametrize("arms, units", SHAPES)
-def test_the_association_rule_keeps_its_false_positive_rate_under_arm_effects(arms: int, units: int) -> None:
-    # arm effects on x and on y, independent, and no association of x with y within an arm: every rejection
-    # is a false positive. The rule's units (within arms, arm means) hold α; runs centred on their unit's
-    # mean across arms (the old rule) keep the arms' effects in and reject far more often.
+def test_the_association_rule_keeps_its_false_positive_rate_under_arm_and_unit_effects(arms: int, units: int) -> None:
+    # arm effects on x and on y, independent; unit effects (a warm start, a seed: shared by every arm's run of
+    # that unit) on x and on y, independent; no association of x with y: every rejection is a false positive
     rng = np.random.default_rng(arms * 100 + units)
     trials, alpha = 2000, 0.05
     arm_of = np.repeat(np.arange(arms), units)
     unit_of = np.tile(np.arange(units), arms)
-    x = rng.normal(0, 2, (trials, arms))[:, arm_of] + rng.normal(0, 1, (trials, arms * units))
-    y = rng.normal(0, 2, (trials, arms))[:, arm_of] + rng.normal(0, 1, (trials, arms * units))
 
-    def rejections(cx, cy, df):  # vectorized Pearson r of each trial's centred values, two-sided t-test on df
+    def draw(unit_sd):
+        return (rng.normal(0, 2, (trials, arms))[:, arm_of] + rng.normal(0, unit_sd, (trials, units))[:, unit_of]
+                + rng.normal(0, 1, (trials, arms * units)))
+
+    def rate(cx, cy, df):  # vectorized Pearson r of each trial's residuals, two-sided t-test on df
         r = (cx * cy).sum(1) / np.sqrt((cx * cx).sum(1) * (cy * cy).sum(1))
         return np.mean(2 * sps.t.sf(np.abs(r) * np.sqrt(df / (1 - r * r)), df) <= alpha)
 
@@ -322,20 +323,29 @@ def test_the_association_rule_keeps_its_false_positive_rate_under_arm_effects(ar
         means = np.stack([v[:, by == g].mean(1) for g in range(k)], 1)
         return v - means[:, by]
 
-    within = rejections(centred(x, arm_of, arms), centred(y, arm_of, arms), arms * units - arms - 1)
+    x, y = draw(1.0), draw(1.0)
+    # the shipped unit: residuals of arm + unit (balanced: centred within arms, then within units), N − k − u df
+    two_way = lambda v: centred(centred(v, arm_of, arms), unit_of, units)  # noqa: E731
+    fit = rate(two_way(x), two_way(y), arms * units - arms - units)
     mx = np.stack([x[:, arm_of == g].mean(1) for g in range(arms)], 1)
     my = np.stack([y[:, arm_of == g].mean(1) for g in range(arms)], 1)
-    means = rejections(mx - mx.mean(1, keepdims=True), my - my.mean(1, keepdims=True), arms - 2) if arms > 2 else 0.0
-    across = rejections(centred(x, unit_of, units), centred(y, unit_of, units), arms * units - units - 1)
-    assert within <= alpha + 0.02 and means <= alpha + 0.02
-    assert across > 2 * alpha  # the unsound unit fails the same test
-    # the vectorized test is the library's: the first trials agree
-    for t in range(5):
-        c = association(x[t], y[t], arm_of, "within_arm")
-        cx, cy = centred(x[t:t + 1], arm_of, arms)[0], centred(y[t:t + 1], arm_of, arms)[0]
-        assert c.r == pytest.approx(float(np.corrcoef(cx, cy)[0, 1]))
-        m = association(x[t], y[t], arm_of, "arm_means")
-        assert m.r == pytest.approx(float(np.corrcoef(mx[t], my[t])[0, 1]))
+    means = rate(mx - mx.mean(1, keepdims=True), my - my.mean(1, keepdims=True), arms - 2)
+    assert fit <= alpha + 0.02 and means <= alpha + 0.02
+    # runs centred on their unit's mean across arms (the old rule) keep the arms' effects in: far above α
+    assert rate(centred(x, unit_of, units), centred(y, unit_of, units), arms * units - units - 1) > 2 * alpha
+    # within arms alone keeps the shared units' effects in: too liberal here; with arm effects only it holds α
+    assert rate(centred(x, arm_of, arms), centred(y, arm_of, arms), arms * units - arms - 1) > alpha + 0.02
+    x0, y0 = draw(0.0), draw(0.0)
+    assert rate(centred(x0, arm_of, arms), centred(y0, arm_of, arms), arms * units - arms - 1) <= alpha + 0.02
+    # the vectorized residuals are the library's: the first trials agree (r and df)
+    for t in range(3):
+        c = association(x[t], y[t], arm_of, "arm_and_unit", unit_of)
+        assert c.df == arms * units - arms - units
+        assert c.r == pytest.approx(float(np.corrcoef(two_way(x[t:t + 1])[0], two_way(y[t:t + 1])[0])[0, 1]))
+        assert association(x[t], y[t], arm_of, "arm_means").r == pytest.approx(float(np.corrcoef(mx[t], my[t])[0, 1]))
+        w = association(x0[t], y0[t], arm_of, "within_arm")
+        assert w.r == pytest.approx(float(np.corrcoef(centred(x0[t:t + 1], arm_of, arms)[0],
+                                                       centred(y0[t:t + 1], arm_of, arms)[0])[0, 1]))
 
 
 def test_no_baseline_arm_variant_claim_letter_or_paper_table_is_named_in_the_report_code() -> None:
@@ -613,3 +623,25 @@ def test_a_row_prints_the_same_holm_p_in_the_sweeps_report_and_in_the_claims_doc
     assert "no difference" not in (report.parent / "report.html").read_text()
 
 
+
+
+def test_a_call_over_warm_start_seed_units_says_which_population_it_holds_for(tmp_path: Path) -> None:
+    from tests.integration.report_sweeps import make_sweep as make_study_sweep
+
+    sweep = make_study_sweep(tmp_path / "ws", arms=("grpo", "grpo_budget"), seeds=range(3),
+                             warm_starts=("ws0", "ws1", "ws2"))
+    fam = {"final": {"members": ["grpo_budget − grpo"], "metric": "avg@n", "margin": 5}}
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump({"testbeds": {"ws": str(sweep)}, "families": fam}, allow_unicode=True))
+    (m,) = families(claims.load_study(path, n_boot=50))["final"].members
+    assert call(m.comparison) == HIGHER
+    # the warm start as the unit: the mean Δ of each warm start's 3 seeds, a t-interval over the 3 means on 2 df
+    per_ws = [np.mean([d for (ws, _), d in zip(m.comparison.delta.units, m.comparison.delta.deltas) if ws == w])
+              for w in ("ws0", "ws1", "ws2")]
+    half = sps.t.ppf(0.975, 2) * np.std(per_ws, ddof=1) / math.sqrt(3)
+    from rbctl.report.study.rules import member_text
+
+    text = member_text(m)
+    assert (f"holds for these 3 warm starts (units: (warm start, seed)); with the warm start as the unit Δ "
+            f"{100 * np.mean(per_ws):+.1f} [{100 * max(np.mean(per_ws) - half, -1):+.1f}, "
+            f"{100 * min(np.mean(per_ws) + half, 1):+.1f}]") in text

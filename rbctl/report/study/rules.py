@@ -99,13 +99,18 @@ def member_text(m: Member) -> str:
     text = call_text(c, m.scale, m.unit)
     name, p = deciding_p(c)
     out = f"{text} (Δ {_delta(m)}, {name} {pval(p, 'not testable')})"
-    if m.over_warm_starts is not None and call(c) == EQUIVALENT:
+    if m.over_warm_starts is not None and call(c) in (HIGHER, LOWER, EQUIVALENT):
+        # a call over (warm start, seed) units is about these warm starts; the warm start as the unit is what
+        # would carry it to another warm start
         o = m.over_warm_starts
         n_ws = len({u[0] for u in c.delta.units})
-        wide = (math.isfinite(o.lo) and (abs(o.lo) >= c.margin or abs(o.hi) >= c.margin))
         out += (f"; holds for these {n_ws} warm starts (units: (warm start, seed)); with the warm start as the unit "
-                f"Δ {m.scale * o.mean:+.1f} [{m.scale * o.lo:+.1f}, {m.scale * o.hi:+.1f}]"
-                + (f", wider than ±{m.scale * c.margin:g}: not shown for other warm starts" if wide else ""))
+                + (f"Δ {m.scale * o.mean:+.1f} [{m.scale * o.lo:+.1f}, {m.scale * o.hi:+.1f}]" if finite(o.lo)
+                   else "not testable"))
+        if call(c) == EQUIVALENT and finite(o.lo) and max(abs(o.lo), abs(o.hi)) >= c.margin:
+            out += f", wider than ±{m.scale * c.margin:g}: not shown for other warm starts"
+        elif call(c) != EQUIVALENT and finite(o.lo) and o.lo <= 0 <= o.hi:
+            out += ", which holds 0: not shown for other warm starts"
     if m.shares:
         out += f"; {m.shares}"
     return out
@@ -200,11 +205,18 @@ def window_mean(run: Run, key: str, window: str, fraction: float) -> float:
     return float(np.mean(vals[:max(1, math.ceil(fraction * len(vals)))]))
 
 
-def association(x, y, arms, unit: str):
-    """Pearson r of ``x`` with ``y`` on the ``unit`` of docs/method.md (studies): "within_arm", each
-    value minus its arm's mean (rmcorr with the arm as the subject: N − k − 1 df), or "arm_means",
-    over the k arm means (k − 2 df). Never centred within units across arms: that leaves the arms'
-    own effects on x and y in the data. A `rbctl.report.stats.Correlation`."""
+def association(x, y, arms, unit: str, units=None):
+    """Pearson r of ``x`` with ``y`` on the ``unit`` of docs/method.md (studies):
+
+    - "within_arm": each value minus its arm's mean (rmcorr with the arm as the subject; N − k − 1 df);
+    - "arm_and_unit": each value's residual from the additive fit arm + unit (least squares on arm and
+      unit indicators; ``units`` names each run's unit), so neither the arms' effects nor those of the
+      units the arms share (a warm start, a seed) enter: N − rank − 1 df. Where the arms' runs share
+      units, "within_arm" keeps the units' own effects on x and y in and rejects too often;
+    - "arm_means": over the k arm means (k − 2 df).
+
+    Never centred within units alone: that leaves the arms' own effects on x and y in the data. A
+    `rbctl.report.stats.Correlation`."""
     x, y, arms = np.asarray(x, dtype=float), np.asarray(y, dtype=float), np.asarray(arms)
     ok = np.isfinite(x) & np.isfinite(y)
     x, y, arms = x[ok], y[ok], arms[ok]
@@ -215,7 +227,13 @@ def association(x, y, arms, unit: str):
     mx, my = np.bincount(code, x) / n, np.bincount(code, y) / n
     if unit == "arm_means":
         return pearson_ci(mx, my)
-    return pearson_ci(x - mx[code], y - my[code], groups=len(n))
+    if unit == "within_arm":
+        return pearson_ci(x - mx[code], y - my[code], groups=len(n))
+    _, ucode = np.unique(np.asarray([str(u) for u in np.asarray(units, dtype=object)[ok]]), return_inverse=True)
+    design = np.concatenate([np.eye(len(n))[code], np.eye(ucode.max() + 1)[ucode][:, 1:]], axis=1)
+    fit = np.linalg.lstsq(design, np.stack([x, y], 1), rcond=None)
+    resid = np.stack([x, y], 1) - design @ fit[0]
+    return pearson_ci(resid[:, 0], resid[:, 1], groups=int(fit[2]))
 
 
 def association_rows(rule: AssociationRule, study: Study) -> pd.DataFrame:
@@ -224,9 +242,9 @@ def association_rows(rule: AssociationRule, study: Study) -> pd.DataFrame:
         bench = rule.benchmark or tb.benchmark
         x = [window_mean(r, rule.predictor, rule.window, rule.fraction) for r in tb.runs]
         y = [final_heldout(r, bench) for r in tb.runs]
-        arms = [r.arm for r in tb.runs]
-        mine = association(x, y, arms, rule.unit)
-        other = association(x, y, arms, "arm_means" if rule.unit == "within_arm" else "within_arm")
+        arms, units = [r.arm for r in tb.runs], [r.unit for r in tb.runs]
+        mine = association(x, y, arms, rule.unit, units)
+        other = association(x, y, arms, "arm_means" if rule.unit != "arm_means" else "arm_and_unit", units)
         rows.append({"sweep": tb.name, "runs": int(np.sum(np.isfinite(x) & np.isfinite(y))), "arms": len(set(arms)),
                      "df": mine.df, "r": mine.r, "r_lo": mine.lo, "r_hi": mine.hi, "p": mine.p,
                      "other_r": other.r, "other_p": other.p, "other_df": other.df})
@@ -244,9 +262,10 @@ def association_rule(claim: Claim, study: Study) -> Verdict:
     rule: AssociationRule = claim.rule
     df = association_rows(rule, study)
     readings, separable = [], []
-    unit_words = ("within arms (rmcorr: each run minus its arm's means)" if rule.unit == "within_arm"
-                  else "over the arm means")
-    other_words = "arm means" if rule.unit == "within_arm" else "within arms"
+    unit_words = {"within_arm": "within arms (rmcorr: each run minus its arm's means)",
+                  "arm_and_unit": "within arms and units (each run's residual from arm + unit)",
+                  "arm_means": "over the arm means"}[rule.unit]
+    other_words = "arm means" if rule.unit != "arm_means" else "within arms and units"
     for row in df.itertuples(index=False):
         if not finite(row.p):
             readings.append(Reading(row.sweep, "not testable", f"not testable ({row.runs} runs, {row.arms} arms)", row.sweep))
@@ -256,7 +275,7 @@ def association_rule(claim: Claim, study: Study) -> Verdict:
         text = (f"r {row.r:+.2f}" + (f" [{row.r_lo:+.2f}, {row.r_hi:+.2f}]" if finite(row.r_lo) else "")
                 + f" {unit_words}, {row.df} df, Holm p {pval(row.p_holm)}; {other_words}: r "
                 + (f"{row.other_r:+.2f}, p {pval(row.other_p)} (unadjusted)" if finite(row.other_r) else "not testable"))
-        if not sig and rule.unit == "within_arm" and finite(row.other_p) and row.other_p <= rule.alpha:
+        if not sig and rule.unit != "arm_means" and finite(row.other_p) and row.other_p <= rule.alpha:
             text += (" — not separable from the arms' effects: the association is across arms, whose own effects on "
                      "both it carries; within arms it is inconclusive")
             separable.append(row.sweep)
