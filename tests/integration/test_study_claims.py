@@ -429,8 +429,18 @@ def test_rbctl_report_of_the_shipped_study_file_on_tiny_sweeps(tmp_path: Path, c
     assert "Call: **inconclusive** — 1 of the 2 needed members called higher" in doc
     assert "Call: **supported** — GRPO + budget κ: 1.000, 0.500" in doc  # (d), exact
     assert "nothing" not in doc and "no effect" not in doc
-    # the README block: the deciding p of each member
-    assert "TOST Holm p" in claims.readme_block(claims.load_study(study, n_boot=50))
+    # scripts/claims.py writes the README block: per member the p that decided each call (RLOO: TOST, Holm over 2
+    # members: 2 × .0125 = .025; GRPO: superiority, 2 × .0059 = .012)
+    from scripts.claims import main as claims_main
+
+    readme = tmp_path / "README.md"
+    readme.write_text("x\n<!-- claims: begin -->\nold\n<!-- claims: end -->\n")
+    assert claims_main([str(study), "--write-readme", str(readme)]) == 0
+    text = readme.read_text()
+    assert ("- **rloo_budget − rloo** — fixpoint equivalent within ±15 (+2.1 [-6.9, +11.0], TOST Holm p 0.025); "
+            "maze equivalent within ±15 (+2.1 [-6.9, +11.0], TOST Holm p 0.025)") in text
+    assert "- **grpo_budget − grpo** — fixpoint higher (+27.1 [+18.1, +36.0], Holm p 0.012); maze higher" in text
+    assert "old" not in text
 
 
 def test_the_quickstart_study_writes_its_own_claims_document(tmp_path: Path, monkeypatch) -> None:

@@ -118,7 +118,7 @@ def member_text(m: Member) -> str:
 
 def _delta(m: Member) -> str:
     d = m.comparison.delta
-    fmt = "{:+.1f}" if m.scale == 100.0 or m.unit == "steps" else "{:+.3g}"
+    fmt = "{:+.1f}" if m.scale == 100.0 or m.unit == "steps" else "{:+.3f}"
     if not finite(d.mean):
         return "–"
     return (fmt.format(m.scale * d.mean) + (f" [{fmt.format(m.scale * d.lo)}, {fmt.format(m.scale * d.hi)}]"
