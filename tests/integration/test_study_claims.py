@@ -518,6 +518,11 @@ def test_a_study_with_unfinished_sweeps_documents_the_finished_ones_and_names_th
     assert "Not in this document yet (the study file names them; each sweep resumes where it stopped): testbed maze" in doc
     assert claims.readme_block(study).endswith(f"- Not in these lines yet: testbed maze (`{tmp_path / 'not_run'}` does "
                                               f"not exist yet); long horizon fixpoint_long (`{half}`: 1 of 2 runs finished)")
+    # a sweep directory the study's declaration made before its sweep ran (only study_history/): no runs yet
+    from rbctl.report.study.sweeps import unfinished
+
+    (tmp_path / "declared_only" / "study_history").mkdir(parents=True)
+    assert unfinished(tmp_path / "declared_only") == f"`{tmp_path / 'declared_only'}` has no runs yet"
     # no testbed finished: refused, naming why
     study_yaml["testbeds"] = {"maze": str(tmp_path / "not_run")}
     study_yaml.pop("long")

@@ -80,6 +80,8 @@ def unfinished(path: Path) -> str | None:
     if not path.is_dir():
         return f"`{path}` does not exist yet"
     state = read_sweep_state(path)
+    if not state and not (path / "runs").is_dir():  # made by declaring the study before its sweep ran
+        return f"`{path}` has no runs yet"
     done = sum(r.get("status") == "done" for r in state.values())
     if state and done < len(state):
         return f"`{path}`: {done} of {len(state)} runs finished"
