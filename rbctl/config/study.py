@@ -24,7 +24,6 @@ from pydantic import Field, field_validator, model_validator
 from rbctl.config.base import Section
 from rbctl.config.sweep import Escape
 
-CALLS = ("higher", "lower", "equivalent")
 Call = Literal["higher", "lower", "equivalent"]
 # a member pattern: "arm − reference" (U+2212 or an ASCII hyphen between spaces)
 PAIR = re.compile(r"^\s*(\S+)\s+[−-]\s+(\S+)\s*$")

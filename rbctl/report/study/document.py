@@ -24,7 +24,7 @@ from rbctl.report.series import at_step, run_series
 from rbctl.report.stats import DELTA_BOUNDS, paired_delta
 from rbctl.report.study.declared import declaration_lines
 from rbctl.report.study.families import FamilyResult, Member, families
-from rbctl.report.study.rules import Verdict, _delta, apply_rule, member_text
+from rbctl.report.study.rules import Verdict, apply_rule, delta_text
 from rbctl.report.study.sweeps import Study, Testbed, load_study
 
 ALPHA = 0.05
@@ -147,7 +147,7 @@ def family_rows(fam: FamilyResult) -> pd.DataFrame:
         c, d = m.comparison, m.comparison.delta
         name, p = deciding_p(c)
         row = {"sweep": m.sweep, "member": c.label, "units": d.n, "reference": _score(m, c.ref_score),
-               "arm": _score(m, c.arm_score), f"Δ {m.unit} [95% CI]": _delta(m),
+               "arm": _score(m, c.arm_score), f"Δ {m.unit} [95% CI]": delta_text(m),
                "p that decided the call": f"{name} {pval(p, 'not testable')}",
                "TOST Holm p": (f"±{m.scale * c.margin:g}: {pval(c.p_tost_holm, '–')}" if math.isfinite(c.margin)
                                else "no margin"),
@@ -369,7 +369,7 @@ def readme_block(study: Study) -> str:
             for m in (m for m in fam.members if m.comparison.label == label):
                 c = m.comparison
                 p_name, p = deciding_p(c)
-                parts.append(f"{m.sweep} {call_text(c, m.scale, m.unit)} ({_delta(m)}, {p_name} {pval(p, '–')})")
+                parts.append(f"{m.sweep} {call_text(c, m.scale, m.unit)} ({delta_text(m)}, {p_name} {pval(p, '–')})")
             out.append(f"- **{label}** — " + "; ".join(parts))
     for tb, main_step, family in study.long:
         out += [f"- Long horizon: {line}" for line in long_rows(tb, main_step, family)[1]]

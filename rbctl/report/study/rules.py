@@ -98,7 +98,7 @@ def member_text(m: Member) -> str:
     c = m.comparison
     text = call_text(c, m.scale, m.unit)
     name, p = deciding_p(c)
-    out = f"{text} (Δ {_delta(m)}, {name} {pval(p, 'not testable')})"
+    out = f"{text} (Δ {delta_text(m)}, {name} {pval(p, 'not testable')})"
     if m.over_warm_starts is not None and call(c) in (HIGHER, LOWER, EQUIVALENT):
         # a call over (warm start, seed) units is about these warm starts; the warm start as the unit is what
         # would carry it to another warm start
@@ -116,7 +116,7 @@ def member_text(m: Member) -> str:
     return out
 
 
-def _delta(m: Member) -> str:
+def delta_text(m: Member) -> str:
     d = m.comparison.delta
     fmt = "{:+.1f}" if m.scale == 100.0 or m.unit == "steps" else "{:+.3f}"
     if not finite(d.mean):
