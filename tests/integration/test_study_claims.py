@@ -660,3 +660,29 @@ def test_a_call_over_warm_start_seed_units_says_which_population_it_holds_for(tm
     assert (f"holds for these 3 warm starts (units: (warm start, seed)); with the warm start as the unit Δ "
             f"{100 * np.mean(per_ws):+.1f} [{100 * max(np.mean(per_ws) - half, -1):+.1f}, "
             f"{100 * min(np.mean(per_ws) + half, 1):+.1f}]") in text
+
+
+def test_each_family_and_claim_prints_when_it_was_declared_from_the_records(tmp_path: Path) -> None:
+    from rbctl.config.base import read_yaml, validate
+    from rbctl.config.study import StudyConfig
+    from rbctl.store.history import record_version
+    from rbctl.store.rundir import SWEEP_HISTORY, study_history_path
+
+    path = study_file(tmp_path)
+    fix = tmp_path / "fix"
+    design = {"principal": BUDGET, "metric": "avg@n", "mde": 10.0, "planning_sd": 3.5, "families": FAMILIES}
+    # the sweep file before any run, then its principal margin set after 1 of the 15 runs had finished
+    record_version(fix / SWEEP_HISTORY, {"comparisons": design}, "sweep.yaml", 0, 15, now="2026-12-01T00:00:00Z")
+    record_version(fix / SWEEP_HISTORY, {"comparisons": {**design, "margin": 15.0}}, "sweep.yaml", 1, 15,
+                   now="2026-12-02T00:00:00Z")
+    # the study file, recorded before any run
+    content = validate(StudyConfig, read_yaml(path), str(path)).model_dump(mode="json")
+    record_version(study_history_path(fix, "study"), content, str(path), 0, 15, now="2026-12-01T00:00:00Z")
+    doc = claims.claims_markdown(claims.load_study(path, n_boot=50))
+    fams = {part.split("`")[1]: part for part in doc.split("### Family ")[1:]}
+    assert "Declared (the sweep files): declared after 1 of 15 runs had finished" in fams["budget"]  # the margin
+    assert "Declared (the sweep files): declared before the first result" in fams["entropy_vs_base"]  # unchanged
+    assert "Declared (the study file): declared before the first result" in fams["budget_entropy"]
+    # claim (a) reads the budget family: in force only once the family was, after 1 of 15 runs
+    claim = doc.split("### (a) ")[1]
+    assert "Declared (the study file): declared after 1 of 15 runs had finished (every sweep it reads)." in claim
