@@ -77,6 +77,7 @@ class StudyFamily(Section):
     alpha: float = Field(0.05, gt=0.0, lt=1.0, description="Family-wise error rate of the superiority tests (Holm–Bonferroni over the members); the TOST p-values are adjusted alike.")
     margin: Optional[float] = Field(None, gt=0.0, description="Equivalence margin δ: points for a final metric, steps for escape, the key's own units for last_quarter (null = never equivalent).")
     power: float = Field(0.8, gt=0.0, lt=1.0, description="Power at which an inconclusive member's detectable effect is stated.")
+    adjust: Literal["separate", "joint"] = Field("separate", description="separate: Holm over the superiority p-values and, apart, over the TOST p-values, each at alpha (family-wise error over both kinds of call at most 2·alpha); joint: one Holm over both sets together (at most alpha).")
 
     _members = field_validator("members")(classmethod(lambda cls, v: _pairs(v)))
 
@@ -84,6 +85,8 @@ class StudyFamily(Section):
     def _metric_known(self):
         if self.declared is not None:
             set_here = [k for k in ("benchmark", "escape", "margin") if getattr(self, k) is not None]
+            if self.adjust != "separate":
+                set_here.append("adjust")
             if set_here or self.metric != "avg@n":
                 raise ValueError(f"a declared family's metric, benchmark, escape and margin are its sweep file's "
                                  f"(remove {', '.join(set_here) or 'metric'})")

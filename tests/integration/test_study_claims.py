@@ -686,3 +686,19 @@ def test_each_family_and_claim_prints_when_it_was_declared_from_the_records(tmp_
     # claim (a) reads the budget family: in force only once the family was, after 1 of 15 runs
     claim = doc.split("### (a) ")[1]
     assert "Declared (the study file): declared after 1 of 15 runs had finished (every sweep it reads)." in claim
+
+
+def test_a_joint_adjustment_holds_the_family_wise_error_over_both_kinds_of_call(tmp_path: Path) -> None:
+    joint = {"members": ["{X}_budget − {X}"], "metric": "avg@n", "margin": 15, "adjust": "joint"}
+    study = claims.load_study(study_file(tmp_path, fams={**STUDY_FAMILIES, "joint": joint}), n_boot=50)
+    grpo, rloo = (m.comparison for m in families(study)["joint"].members)
+    # the 4 p-values: superiority GRPO .0059, RLOO .4226; TOST at ±15 GRPO P(T2 < (.2708 − .15)/.0208) = .986,
+    # RLOO P(T2 < (.0208 − .15)/.0208) = .0125. Holm over the 4: .0059 × 4, .0125 × 3, .4226 × 2, .986 × 1
+    se = 0.0625 / math.sqrt(3) / math.sqrt(3)
+    p_g, p_r = p_two_sided([0.25, 0.25, 0.3125]), p_two_sided([0.0, 0.0, 0.0625])
+    t_g, t_r = sps.t.cdf((0.8125 / 3 - 0.15) / se, 2), sps.t.cdf((0.0625 / 3 - 0.15) / se, 2)
+    assert (grpo.p_holm, rloo.p_tost_holm) == pytest.approx((4 * p_g, 3 * t_r))
+    assert (rloo.p_holm, grpo.p_tost_holm) == pytest.approx((2 * p_r, t_g))
+    assert call(grpo) == HIGHER and call(rloo) == EQUIVALENT
+    doc = claims.claims_markdown(study)
+    assert "one Holm over the superiority and TOST p-values together (family-wise error at most α over both)" in doc

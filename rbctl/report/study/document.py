@@ -171,7 +171,11 @@ def family_lines(study: Study, fam: FamilyResult) -> list[str]:
     s = fam.spec
     adjusted = ("Holm p and calls are the sweep's own report's" if s.declared else
                 f"Holm over the {sum(1 for m in fam.members if m.comparison.delta.testable)} testable members at α {s.alpha:g}"
-                + (f", equivalence by TOST within ±{s.margin:g}" if s.margin is not None else ", no equivalence margin"))
+                + (f", equivalence by TOST within ±{s.margin:g}" if s.margin is not None else ", no equivalence margin")
+                + ("; one Holm over the superiority and TOST p-values together (family-wise error at most α over both)"
+                   if s.adjust == "joint" and s.margin is not None else
+                   "; superiority and TOST each Holm-adjusted at α (family-wise error at most 2α over both)"
+                   if s.margin is not None else ""))
     eq = [m for m in fam.members if call(m.comparison) == EQUIVALENT and m.over_warm_starts is not None]
     out = [f"### Family `{fam.name}`", "",
            f"Members {', '.join(f'`{p}`' for p in s.members)} on {', '.join(tb.name for tb in study.named(s.sweeps)) or 'no finished sweep'}; "
