@@ -701,4 +701,5 @@ def test_a_joint_adjustment_holds_the_family_wise_error_over_both_kinds_of_call(
     assert (rloo.p_holm, grpo.p_tost_holm) == pytest.approx((2 * p_r, t_g))
     assert call(grpo) == HIGHER and call(rloo) == EQUIVALENT
     doc = claims.claims_markdown(study)
-    assert "one Holm over the superiority and TOST p-values together (family-wise error at most α over both)" in doc
+    assert ("one Holm over the 2 testable members' superiority and TOST p-values together at α 0.05 (family-wise "
+            "error at most α over both kinds of call)") in doc

@@ -169,13 +169,17 @@ def family_rows(fam: FamilyResult) -> pd.DataFrame:
 
 def family_lines(study: Study, fam: FamilyResult) -> list[str]:
     s = fam.spec
-    adjusted = ("Holm p and calls are the sweep's own report's" if s.declared else
-                f"Holm over the {sum(1 for m in fam.members if m.comparison.delta.testable)} testable members at α {s.alpha:g}"
-                + (f", equivalence by TOST within ±{s.margin:g}" if s.margin is not None else ", no equivalence margin")
-                + ("; one Holm over the superiority and TOST p-values together (family-wise error at most α over both)"
-                   if s.adjust == "joint" and s.margin is not None else
-                   "; superiority and TOST each Holm-adjusted at α (family-wise error at most 2α over both)"
-                   if s.margin is not None else ""))
+    tested = sum(1 for m in fam.members if m.comparison.delta.testable)
+    if s.declared:
+        adjusted = "Holm p and calls are the sweep's own report's"
+    elif s.margin is None:
+        adjusted = f"Holm over the {tested} testable members at α {s.alpha:g}, no equivalence margin"
+    elif s.adjust == "joint":
+        adjusted = (f"equivalence by TOST within ±{s.margin:g}; one Holm over the {tested} testable members' superiority "
+                    f"and TOST p-values together at α {s.alpha:g} (family-wise error at most α over both kinds of call)")
+    else:
+        adjusted = (f"Holm over the {tested} testable members at α {s.alpha:g}, equivalence by TOST within ±{s.margin:g} "
+                    "Holm-adjusted alike (family-wise error at most 2α over both kinds of call)")
     eq = [m for m in fam.members if call(m.comparison) == EQUIVALENT and m.over_warm_starts is not None]
     out = [f"### Family `{fam.name}`", "",
            f"Members {', '.join(f'`{p}`' for p in s.members)} on {', '.join(tb.name for tb in study.named(s.sweeps)) or 'no finished sweep'}; "
@@ -273,10 +277,10 @@ def claim_reads(claim, study: Study, fams: dict[str, FamilyResult]) -> list[Test
     return list(study.testbeds)
 
 
-def claim_lines(study: Study, fams: dict[str, FamilyResult], verdict_of: dict[str, Verdict]) -> list[str]:
+def claim_lines(study: Study, fams: dict[str, FamilyResult], verdict_of: dict[str, Verdict], number: int = 1) -> list[str]:
     rows = [{"claim": cid, "hypothesis": c.hypothesis, "rule": v.rule, "call": f"**{v.outcome}**: {v.reason}"}
             for cid, c in study.config.claims.items() for v in [verdict_of[cid]]]
-    out = ["## 5. The claims", "",
+    out = [f"## {number}. The claims", "",
            "Each claim's rule is the study file's; rbctl applies it and prints it beside the call (docs/method.md, "
            "studies). A member that does not apply is listed with the reason; an inconclusive result is one no test "
            "decided, with the effect its design could detect, never an absence of effect.", "",
@@ -335,28 +339,29 @@ def claims_markdown(study: Study, command: str | None = None, today: dt.date | N
            "error over both kinds of call is at most 2α. Columns marked unadjusted are exploratory. Whether each family "
            "and claim was declared before the first result it reads is computed from the records the tool keeps in "
            "the sweep directories, not from comments.", ""]
-    out += ["## 1. The sweeps", "", "Plateau test of each plain arm (docs/method.md, \"Premature convergence\"): a rule "
+    number = iter(range(1, 10))
+    out += [f"## {next(number)}. The sweeps", "", "Plateau test of each plain arm (docs/method.md, \"Premature convergence\"): a rule "
             "that asks for the plateau reads a member only where it holds for the member's reference.", "",
             table(plateau_rows(list(study.sweeps.values()))), "",
             "Design of each family the sweep files declare: the smallest |Δ| each member's test detects with its units "
             "and measured SD, at α/m.", "", table(design_rows(list(study.sweeps.values()))), "",
             "Loss aggregation each arm ran with (its runs' saved configs):", "",
             table(aggregation_rows(list(study.sweeps.values()))), "", *selection_lines(study)]
-    out += ["## 2. The families", ""]
+    out += [f"## {next(number)}. The families", ""]
     for fam in fams.values():
         out += family_lines(study, fam)
     keys = measured_keys(study)
     if keys:
-        out += ["## 3. Training measures per arm", "", table(measure_rows(study, keys)), ""]
+        out += [f"## {next(number)}. Training measures per arm", "", table(measure_rows(study, keys)), ""]
     if study.long:
-        out += ["## 4. The long horizons", ""]
+        out += [f"## {next(number)}. The long horizons", ""]
         for tb, main_step, family in study.long:
             rows, lines = long_rows(tb, main_step, family)
             passk = pass_at_k_lines(tb)
             out += [f"### {tb.name}", "", *lines, "", table(rows, "No member of the family has runs."), "",
                     *(["pass@k over the periodic evaluations (measured, not called): " + "; ".join(passk) + ".", ""]
                       if passk else [])]
-    out += claim_lines(study, fams, verdict_of)
+    out += claim_lines(study, fams, verdict_of, next(number))
     return "\n".join(out)
 
 

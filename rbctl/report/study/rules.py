@@ -60,7 +60,7 @@ class Verdict:
     table: pd.DataFrame | None = None  # an association's or an exact check's numbers
 
 
-def decide(readings: list[Reading], support: str, count, contradict: list[str]) -> tuple[str, str]:
+def decide(readings: list[Reading], support: str, count, contradict: list[str], what: str = "members") -> tuple[str, str]:
     """(outcome, one-sentence reason) of a rule over its members' readings (module docstring)."""
     live = [r for r in readings if r.call is not None]
     if not live:
@@ -74,12 +74,12 @@ def decide(readings: list[Reading], support: str, count, contradict: list[str]) 
         return CONTRADICTED, "; ".join(f"{r.where} is called {r.call}" for r in against)
     need = len(groups) if count == "all" else int(count)
     if need > len(groups):
-        return NOT_APPLICABLE, f"the rule needs {need} applicable members (runs shared count once); {len(groups)} apply"
+        return NOT_APPLICABLE, f"the rule needs {need} applicable {what} (runs shared count once); {len(groups)} apply"
     yes = [g for g, rs in groups.items() if all(r.call == support for r in rs)]
     if len(yes) >= need:
-        return SUPPORTED, f"{len(yes)} of {len(groups)} applicable members called {support} ({need} needed)"
+        return SUPPORTED, f"{len(yes)} of {len(groups)} applicable {what} called {support} ({need} needed)"
     own = [r for r in live if r.call not in (support, "inconclusive", "not testable")]
-    reason = f"{len(yes)} of the {need} needed members called {support}"
+    reason = f"{len(yes)} of the {need} needed {what} called {support}"
     for word in ("inconclusive", "not testable"):
         if any(r.call == word for r in live):
             reason += f"; {sum(r.call == word for r in live)} {word}"
@@ -282,7 +282,7 @@ def association_rule(claim: Claim, study: Study) -> Verdict:
         if sig and rule.unit == "arm_means":
             text += " (across arms: the arms' own effects on both are part of it)"
         readings.append(Reading(row.sweep, word, text, row.sweep))
-    outcome, reason = decide(readings, rule.sign, rule.count, [OPPOSITE[rule.sign]])
+    outcome, reason = decide(readings, rule.sign, rule.count, [OPPOSITE[rule.sign]], "sweeps")
     if outcome == INCONCLUSIVE and separable:
         reason += f"; on {', '.join(separable)} not separable from the arms' effects"
     window = (f"the first {rule.fraction:g} of logged steps (lagged)" if rule.window == "early" else "the last quarter (same time)")
