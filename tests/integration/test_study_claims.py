@@ -401,6 +401,14 @@ def test_members_on_a_testbed_and_its_long_horizon_share_runs_and_are_marked_dep
     # the long sweep's runs have the testbed's config but for steps: the same runs up to step 4
     assert fix.group == long.group
     assert fix.shares == "dependent: shares its runs with fixpoint_long grpo_budget − grpo up to step 4"
+    # a cosine schedule over the run's own steps: the learning rate differs from step 1, not the same runs
+    from rbctl.report.study.families import _identity
+
+    short, longer = study.testbeds[0].data.sweep.by_arm["grpo"][0], study.long[0][0].data.sweep.by_arm["grpo"][0]
+    assert _identity(short) == _identity(longer)
+    for r in (short, longer):
+        r.config["optim"] = {"schedule": "cosine", "schedule_steps": None}
+    assert _identity(short) != _identity(longer)
 
 
 def test_rbctl_report_of_the_shipped_study_file_on_tiny_sweeps(tmp_path: Path, capsys, monkeypatch) -> None:

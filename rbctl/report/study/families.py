@@ -107,7 +107,13 @@ class FamilyResult:
 
 
 def _identity(run: Run) -> str:
-    cfg = {k: v for k, v in (run.config or {}).items() if k not in RUN_ONLY_KEYS + _HORIZON_KEYS}
+    """What makes two runs the same run up to the shorter horizon: the config but for the horizon keys (the
+    steps stay when a cosine schedule spans them: the learning rate then differs from the first step)."""
+    config = run.config or {}
+    optim = config.get("optim") or {}
+    spans = optim.get("schedule") == "cosine" and optim.get("schedule_steps") is None
+    drop = RUN_ONLY_KEYS + tuple(k for k in _HORIZON_KEYS if not (spans and k == "steps"))
+    cfg = {k: v for k, v in config.items() if k not in drop}
     return json.dumps([run.arm, run.unit, cfg], sort_keys=True, default=str)
 
 
