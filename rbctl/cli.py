@@ -404,7 +404,7 @@ def report(
     from rbctl.report.declaration import declare_study_file
 
     if len(dirs) == 1 and is_study_file(dirs[0]):
-        written = declare_study_file(dirs[0])  # the study's version, recorded before any of its results is read
+        written = declare_study_file(dirs[0], create=declare)  # recorded before any of its results is read
         if declare:
             typer.echo("\n".join(f"declared: {p}" for p in written) or f"{dirs[0]}: this version is recorded already")
             return

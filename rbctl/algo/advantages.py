@@ -20,7 +20,7 @@ import torch
 
 from rbctl.errors import UserError
 
-# docs/method.md: GRPO divides by (std + 1e-6); the same epsilon guards batch whitening.
+# docs/method.md: GRPO divides by (std + 1e-6); the same epsilon guards batch whitening and MaxRL's mean.
 STD_EPS = 1e-6
 
 
@@ -95,20 +95,18 @@ def reinforce_pp(r: torch.Tensor, budgeted: bool = False) -> torch.Tensor:
 
 
 def maxrl(r: torch.Tensor, budgeted: bool = False) -> torch.Tensor:
-    """MaxRL (Tajwar et al. 2026, arXiv 2602.02710): A_i = (r_i − μ̂)/μ̂, μ̂ = mean(r); 0 when μ̂ = 0.
+    """MaxRL (Tajwar et al. 2026, arXiv 2602.02710): A_i = (r_i − μ̂)/(μ̂ + 1e-6), μ̂ = mean(r).
 
-    The paper's estimator (1/K)·Σ_{i correct} S_i − (1/G)·Σ_i S_i (K correct of G) is
-    (1/G)·Σ_i A_i S_i with this A. Rewards must be ≥ 0 (μ̂ is a success rate). Computed as
-    r/μ̂ − mean(r/μ̂) — the same value in exact arithmetic, and the same float operations as
-    `dr_grpo` + budget with B = G, which it equals (docs/method.md, "Finite-G objective"). It does
-    not compose with the budget: (r̃ − mean r̃)/mean r̃ cancels any B."""
+    The authors' `compute_maxrl_outcome_advantage` (tajwarfahim/maxrl, verl/trainer/ppo/core_algos.py
+    @ c0698eb; tests/unit/test_maxrl_upstream.py checks this function against a transcription of it):
+    the 1e-6 keeps an all-wrong group (μ̂ = 0) at 0 and scales the rest by μ̂/(μ̂ + 1e-6), a relative
+    1e-6/μ̂ (≤ 1.3e-4 at G = 128). The paper's estimator (1/K)·Σ_{i correct} S_i − (1/G)·Σ_i S_i
+    (K correct of G) is (1/G)·Σ_i A_i S_i with A = (r − μ̂)/μ̂, so this is `dr_grpo` + budget with
+    B = G times μ̂/(μ̂ + 1e-6) (docs/method.md, "Finite-G objective"). Rewards must be ≥ 0 (μ̂ is a
+    success rate). It does not compose with the budget: (r̃ − mean r̃)/mean r̃ cancels any B."""
     if (r < 0).any():
         raise UserError(f"maxrl needs rewards >= 0 (mean reward is a success rate); got {r.min().item():g}")
-    g = r.shape[1]
-    total = r.sum(dim=1, keepdim=True)
-    earned = total > 0
-    scaled = torch.where(earned, g * r / torch.where(earned, total, torch.ones_like(total)), torch.zeros_like(r))
-    return _group_centre(scaled)
+    return _group_centre(r) / (r.mean(dim=1, keepdim=True) + STD_EPS)
 
 
 def passk_advantages(n: int, n_correct: int, k: int) -> tuple[float, float]:

@@ -83,6 +83,8 @@ PURPOSES = {
     "ablate_maze_setting": "Where MaxRL's published ordering over GRPO holds at CPU scale: GRPO and MaxRL over settings",
     "ablate_claims_maze": "The study's table on the maze: each baseline ± budget, and GRPO + entropy bonus",
     "ablate_maze_claims_setting": "The maze claims setting, chosen on plain GRPO alone by the plateau test",
+    "ablate_maze_horizon": "GRPO, GRPO + budget and MaxRL at the maze claims setting for 2000 steps (issue 52)",
+    "ablate_maze_groups": "GRPO and MaxRL on the maze at G = 8, 32, 128 with P × G = 128, 2000 steps",
     "smollm2_add1": "A real model on a CPU: SmolLM2-135M-Instruct (LoRA) learning single-digit addition",
     "ablate_smollm2_add1": "The real-model demo: GRPO, GRPO + budget, GRPO + entropy bonus on smollm2_add1",
     "smollm2_gsm8k": "SmolLM2-135M-Instruct (LoRA) on GSM8K, offline on a CPU",
@@ -93,6 +95,7 @@ PURPOSES = {
     "paper_qwen3_8b_sweep": "The paper-scale ablation on Qwen3-8B: every baseline ± budget",
     "study_claims": "The study's claims document from the claims sweeps, their long horizons and the main job",
     "study_quickstart": "A second study: does an adaptive entropy bonus beat GRPO + budget on the quick sweep?",
+    "study_maze_horizon": "The maze horizon and group-size claims: is the budget's lower maze pass@1 a matter of horizon and G?",
 }
 
 

@@ -27,7 +27,8 @@ _MISSING = object()  # a key a version does not have
 class Declaration:
     """When ``key`` took the value it has now: the time its version was first seen, how many of how
     many runs had finished then, and whether that was before the first result (None: no record).
-    ``absent``: the latest version has no such key (nothing is declared)."""
+    ``absent``: the latest version has no such key (nothing is declared). ``sha256``: the version's
+    hash (`rbctl.store.history.content_sha256`), what a document names the version by."""
 
     key: str
     first_seen: str | None
@@ -35,11 +36,15 @@ class Declaration:
     total: int | None
     in_force_before_first: bool | None
     absent: bool = False
+    sha256: str | None = None
 
     @property
     def text(self) -> str:
         if self.absent:
             return f"not declared (no {self.key} in the recorded file)"
+        if self.in_force_before_first is None and self.finished_before:
+            return (f"first recorded after {self.finished_before} of {self.total} runs had finished (the sweep "
+                    "started before rbctl kept a record, so when it was declared is unknown)")
         if self.in_force_before_first is None:
             return "no declaration record (sweep run before rbctl kept one)"
         if self.in_force_before_first:
@@ -64,9 +69,14 @@ def lookup(data: Any, key: str) -> Any:
     return data
 
 
-def declaration_of(history: list[dict], key: str, value_of: Callable[[dict], Any] | None = None) -> Declaration:
+def declaration_of(history: list[dict], key: str, value_of: Callable[[dict], Any] | None = None,
+                   kept_from_start: bool = True) -> Declaration:
     """The declaration of ``key`` over ``history`` (oldest first); ``value_of(content)`` computes the
-    value compared across versions (default: the value at ``key``)."""
+    value compared across versions (default: the value at ``key``). ``kept_from_start``: the history
+    is written when the directory's first run starts (a sweep's, by `rbctl ablate`), so a first
+    record made after runs had finished means the directory predates it and that version's
+    declaration time is unknown; a study's history starts whenever the study is first declared or
+    reported, which is its declaration."""
     value_of = value_of or (lambda content: lookup(content, key))
     if not history:
         return Declaration(key, None, None, None, None)
@@ -78,18 +88,28 @@ def declaration_of(history: list[dict], key: str, value_of: Callable[[dict], Any
         i -= 1
     h = history[i]
     finished = h.get("runs_finished")
-    return Declaration(key, h.get("first_seen"), finished, h.get("runs_total"),
-                       None if finished is None else finished == 0)
+    # the first record made after runs had finished: the directory predates its history, so whether
+    # this value was in force before them is not known
+    before = None if finished is None or (kept_from_start and i == 0 and finished > 0) else finished == 0
+    return Declaration(key, h.get("first_seen"), finished, h.get("runs_total"), before, sha256=h.get("sha256"))
 
 
-def latest(declarations: list[Declaration]) -> Declaration:
-    """Of several declarations that one thing depends on, the one that came into force last (most runs
-    finished before it; a missing record wins, as nothing is then known)."""
-    unknown = [d for d in declarations if d.in_force_before_first is None and not d.absent]
-    if unknown:
-        return unknown[0]
-    present = [d for d in declarations if not d.absent] or declarations
-    return max(present, key=lambda d: (d.finished_before or 0, d.first_seen or ""))
+def declaration_sentence(dirs: list[Path], family: str) -> str:
+    """The report's line on when a family of the sweep file was declared (`family_declaration`), for
+    the sweep directories its runs come from: ``Declaration (recorded by rbctl ablate): declared
+    before the first result (sweep-file version `1a2b3c4`, first seen 2026-12-04T21:40:12Z).``"""
+    def one(d: Declaration) -> str:
+        where = f" (sweep-file version `{d.sha256[:7]}`, first seen {d.first_seen})" if d.sha256 else ""
+        return d.text + where
+
+    dirs = list(dict.fromkeys(Path(d) for d in dirs))
+    if not dirs:
+        return "Declaration: no sweep directory, so no declaration record."
+    found = [(d, family_declaration(d, family)) for d in dirs]
+    if len(found) == 1:
+        return f"Declaration (recorded by rbctl ablate in {SWEEP_HISTORY}): {one(found[0][1])}."
+    return (f"Declaration (recorded by rbctl ablate in each sweep's {SWEEP_HISTORY}): "
+            + "; ".join(f"`{d}`: {one(x)}" for d, x in found) + ".")
 
 
 def sweep_declaration(sweep_dir: Path, key: str) -> Declaration:
@@ -127,7 +147,8 @@ def _resolved_family(content: dict, family: str):
 def study_declaration(study_path: Path, sweep_dir: Path, key: str) -> Declaration:
     """The declaration of ``key`` of a study file (``claims.NAME``, ``families.NAME``) as recorded in
     one sweep directory it reads (``SWEEP/study_history/<study>.jsonl``, `declare_study`)."""
-    return declaration_of(read_history(study_history_path(sweep_dir, study_name(study_path))), key)
+    return declaration_of(read_history(study_history_path(sweep_dir, study_name(study_path))), key,
+                          kept_from_start=False)
 
 
 def study_name(study_path: Path) -> str:
@@ -142,12 +163,16 @@ def runs_finished(sweep_dir: Path) -> tuple[int, int]:
     return sum(1 for r in runs.values() if (r or {}).get("status") == "done"), len(runs)
 
 
-def declare_study(study_path: Path, content: dict, sweep_dirs: list[Path]) -> list[Path]:
+def declare_study(study_path: Path, content: dict, sweep_dirs: list[Path], create: bool = True) -> list[Path]:
     """Record the study file's version ``content`` (its validated data) in every sweep directory it
-    reads (made if it does not exist yet: a study may be declared before its sweeps run), each with
-    that directory's finished runs; return the history files a new version was written to."""
+    reads, each with that directory's finished runs; return the history files a new version was
+    written to. ``create``: make a directory that does not exist yet (a study declared before its
+    sweeps run, `rbctl report STUDY.yaml --declare`); otherwise (reporting it) such a directory is
+    skipped, so a report does not leave folders that look like sweeps."""
     written = []
     for d in dict.fromkeys(Path(d) for d in sweep_dirs):
+        if not create and not d.is_dir():
+            continue
         done, total = runs_finished(d)
         path = study_history_path(d, study_name(study_path))
         if record_version(path, content, str(study_path), done, total) is not None:
@@ -162,11 +187,11 @@ def study_sweep_dirs(cfg) -> list[Path]:
     return [Path(d) for d in dict.fromkeys(dirs + ([cfg.main] if cfg.main else []))]
 
 
-def declare_study_file(study_path: Path) -> list[Path]:
+def declare_study_file(study_path: Path, create: bool = True) -> list[Path]:
     """`declare_study` for the study file at ``study_path`` (validated first: an invalid file is a
     one-line error and records nothing)."""
     from rbctl.config.base import read_yaml, validate
     from rbctl.config.study import StudyConfig
 
     cfg = validate(StudyConfig, read_yaml(Path(study_path)), str(study_path))
-    return declare_study(Path(study_path), cfg.model_dump(mode="json"), study_sweep_dirs(cfg))
+    return declare_study(Path(study_path), cfg.model_dump(mode="json"), study_sweep_dirs(cfg), create)

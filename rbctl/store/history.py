@@ -57,3 +57,19 @@ def record_version(path: Path, content: dict, source: str, runs_finished: int, r
     path.parent.mkdir(parents=True, exist_ok=True)
     append_jsonl(path, record)
     return record
+
+
+def changed_keys(old: dict, new: dict, prefix: str = "") -> list[str]:
+    """The dotted keys whose values differ between two versions' contents (a nested dict compared key
+    by key; anything else as a whole), in ``new``'s order, then those only ``old`` has."""
+    out = []
+    for k in [*new, *(k for k in old if k not in new)]:
+        a, b = old.get(k, _ABSENT), new.get(k, _ABSENT)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += changed_keys(a, b, f"{prefix}{k}.")
+        elif a != b:
+            out.append(prefix + k)
+    return out
+
+
+_ABSENT = object()

@@ -24,7 +24,7 @@ from rbctl.config.train import TrainConfig, check_fits_run_engine, for_run
 from rbctl.config.presets import find_preset, is_sweep, preset, resolve_config
 from rbctl.config.sweep import arm_variant
 from rbctl.errors import UserError
-from rbctl.store.history import record_version
+from rbctl.store.history import changed_keys, read_history, record_version
 from rbctl.store.lock import DirLock
 from rbctl.store.read import read_sweep_resolved, read_sweep_state
 from rbctl.store.rundir import SUBMITIT, SUMMARY, SWEEP_HISTORY, SWEEP_LOCK, final_eval_dir, parse_run_key, run_key, sweep_run_dir
@@ -334,7 +334,11 @@ def run_sweep(sweep_path: Path, sweep_dir: Path, jobs: int | None = None, force:
                 todo.append((key, rd, rcfg, meta))
                 state["runs"][key] = {"status": "pending", "error": None}
         write_sweep_state(sweep_dir, state)
-        record_sweep_version(sweep_path, sweep_dir, state)
+        recorded = record_sweep_version(sweep_path, sweep_dir, state)
+        if recorded is not None and recorded["changed"]:
+            log(f"the sweep file changed since this directory's last start ({', '.join(recorded['changed'][:4])}): "
+                f"recorded as a new version after {recorded['runs_finished']} of {recorded['runs_total']} runs had "
+                f"finished ({SWEEP_HISTORY}); the report prints each family's declaration from these records")
         total_runs = len(configs) * len(units(sweep))
         unit = f"{len(sweep.warm_starts)} warm starts × {len(sweep.seeds)} seeds" if sweep.warm_starts else f"{len(sweep.seeds)} seeds"
         log(f"sweep '{sweep.name}': {total_runs} runs ({len(configs)} arms × {unit}), "
@@ -359,11 +363,16 @@ def sweep_file_content(sweep_path: Path) -> tuple[dict, Path]:
 def record_sweep_version(sweep_path: Path, sweep_dir: Path, state: dict) -> dict | None:
     """Append the sweep file's version to SWEEP/sweep_history.jsonl unless it is the latest recorded
     (`rbctl.store.history`), with the runs of `state` done by now (what the report's declaration
-    lines read, `rbctl.report.declaration`); the record written, or None."""
+    lines read, `rbctl.report.declaration`); the record written with ``changed``, the dotted keys that
+    differ from the previous version ([] for the first), or None."""
     content, path = sweep_file_content(sweep_path)
-    runs = state["runs"]
+    runs, history = state["runs"], Path(sweep_dir) / SWEEP_HISTORY
     done = sum(1 for r in runs.values() if r.get("status") == "done")
-    return record_version(Path(sweep_dir) / SWEEP_HISTORY, content, str(path), done, len(runs))
+    before = read_history(history)
+    record = record_version(history, content, str(path), done, len(runs))
+    if record is None:
+        return None
+    return {**record, "changed": changed_keys(before[-1].get("content") or {}, content) if before else []}
 
 
 def check_arms_runnable(sweep: SweepConfig, configs: dict[str, TrainConfig], machine: bool = True) -> None:

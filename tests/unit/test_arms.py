@@ -28,25 +28,29 @@ def t(rows) -> torch.Tensor:
 
 
 def test_maxrl_hand_values() -> None:
-    # [1,0,0,0]: μ̂ = 1/4 -> (1 − 1/4)/(1/4) = 3, (0 − 1/4)/(1/4) = −1
-    assert_close(compute_advantages(t([[1, 0, 0, 0]]), "maxrl"), t([[3.0, -1.0, -1.0, -1.0]]))
-    # [1,2,3,6]: μ̂ = 3 -> [−2, −1, 0, 3]/3
-    assert_close(compute_advantages(t([[1, 2, 3, 6]]), "maxrl"), t([[-2 / 3, -1 / 3, 0.0, 1.0]]))
-    # μ̂ = 0 -> 0; all correct -> r − μ̂ = 0
+    # the authors' (r − μ̂)/(μ̂ + 1e-6) (tests/unit/test_maxrl_upstream.py checks it against their code)
+    # [1,0,0,0]: μ̂ = 1/4 -> (1 − 1/4)/(1/4 + ε) = 3/(1 + 4ε), (0 − 1/4)/(1/4 + ε) = −1/(1 + 4ε)
+    assert_close(compute_advantages(t([[1, 0, 0, 0]]), "maxrl"), t([[3.0, -1.0, -1.0, -1.0]]) / (1 + 4 * EPS))
+    # [1,2,3,6]: μ̂ = 3 -> [−2, −1, 0, 3]/(3 + ε)
+    assert_close(compute_advantages(t([[1, 2, 3, 6]]), "maxrl"), t([[-2.0, -1.0, 0.0, 3.0]]) / (3 + EPS))
+    # μ̂ = 0 -> 0/ε = 0; all correct -> r − μ̂ = 0
     assert torch.equal(compute_advantages(t([[0, 0, 0, 0], [1, 1, 1, 1]]), "maxrl"), torch.zeros(2, 4))
 
 
 @pytest.mark.parametrize("g", [4, 8])
-def test_maxrl_equals_the_budget_with_b_equal_g_exactly_on_every_binary_pattern(g: int) -> None:
-    # docs/method.md: with B = G, c = 0, r̃_i − mean(r̃) = (r_i − μ̂)/μ̂. Every one of the 2^G patterns.
+def test_maxrl_is_the_budget_with_b_equal_g_up_to_the_authors_epsilon_on_every_binary_pattern(g: int) -> None:
+    # docs/method.md: with B = G, c = 0, r̃_i − mean(r̃) = (r_i − μ̂)/μ̂; MaxRL's code divides by μ̂ + 1e-6
+    # instead, so maxrl = budget · μ̂/(μ̂ + 1e-6) (1 for the all-wrong row, whose advantages are 0 either way).
     rows = t(list(itertools.product([0.0, 1.0], repeat=g)))
     maxrl = compute_advantages(rows, "maxrl")
-    for base in ("dr_grpo", "grpo"):  # grpo + budget = dr_grpo + budget (no per-group std)
-        assert torch.equal(maxrl, compute_advantages(rows, base, budget=float(g)))
-    # and it is the paper's formula (r − μ̂)/μ̂, up to float rounding
     mu = rows.mean(dim=1, keepdim=True)
-    direct = torch.where(mu > 0, (rows - mu) / mu.clamp(min=1e-30), torch.zeros_like(rows))
-    assert_close(maxrl, direct)
+    for base in ("dr_grpo", "grpo"):  # grpo + budget = dr_grpo + budget (no per-group std)
+        assert_close(maxrl, compute_advantages(rows, base, budget=float(g)) * mu / (mu + EPS))
+    # the ε is visible: at K = 1 the budget's G − 1 becomes (G − 1)/(1 + Gε), (G − 1)·G·ε lower
+    # (1.2e-5 at G = 4, 5.6e-5 at G = 8; float32's spacing at 7 is 4.8e-7)
+    k1 = rows.sum(dim=1) == 1
+    gap = (compute_advantages(rows, "dr_grpo", budget=float(g))[k1].max() - maxrl[k1].max()).item()
+    assert gap == pytest.approx((g - 1) * g * EPS, rel=0.05)
 
 
 def test_maxrl_refuses_budget_and_negative_rewards() -> None:

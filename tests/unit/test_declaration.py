@@ -44,7 +44,8 @@ def test_a_version_is_appended_only_when_it_differs_from_the_latest(tmp_path):
 def test_a_margin_changed_after_a_run_finished_is_declared_after_it_and_an_unchanged_family_before(tmp_path):
     d = _history(tmp_path, [(_comparisons(margin=None), 0, 4), (_comparisons(margin=3.0), 1, 4)])
     margin = sweep_declaration(d, "comparisons.margin")
-    assert margin == Declaration("comparisons.margin", "2026-12-02T00:00:00Z", 1, 4, False)
+    second = read_history(d / SWEEP_HISTORY)[1]
+    assert margin == Declaration("comparisons.margin", "2026-12-02T00:00:00Z", 1, 4, False, sha256=second["sha256"])
     assert margin.text == "declared after 1 of 4 runs had finished"
     budget = sweep_declaration(d, "comparisons.families.budget")
     assert budget.in_force_before_first is True and budget.first_seen == "2026-12-01T00:00:00Z"
@@ -69,6 +70,16 @@ def test_an_inherited_value_changes_the_family_that_inherits_it(tmp_path):
     assert sweep_declaration(d, "comparisons.families.budget").text == "declared before the first result"  # its own block
 
 
+def test_changed_keys_compare_versions_key_by_key():
+    from rbctl.store.history import changed_keys
+
+    old = {"seeds": [0, 1], "comparisons": {"margin": None, "families": {"a": {"margin": 5.0}, "b": {}}}}
+    new = {"seeds": [0, 1], "comparisons": {"margin": 3.0, "families": {"a": {"margin": 4.0}}}, "escape": None}
+    assert changed_keys(old, new) == ["comparisons.margin", "comparisons.families.a.margin", "comparisons.families.b",
+                                      "escape"]
+    assert changed_keys(new, new) == []
+
+
 def test_no_history_and_an_absent_key(tmp_path):
     none = sweep_declaration(tmp_path, "comparisons.margin")
     assert none == Declaration("comparisons.margin", None, None, None, None)
@@ -77,6 +88,17 @@ def test_no_history_and_an_absent_key(tmp_path):
     missing = sweep_declaration(d, "comparisons.families.escape")
     assert missing.absent and missing.text.startswith("not declared")
     assert family_declaration(d, "escape").absent
+
+
+def test_a_sweep_whose_history_began_after_runs_had_finished_is_unknown_there(tmp_path):
+    # a directory made before rbctl kept histories, resumed with 3 of 4 runs done: that first version's
+    # declaration time is unknown; a later change is dated by the record
+    d = _history(tmp_path, [(_comparisons(margin=None), 3, 4), (_comparisons(margin=2.0), 4, 4)])
+    budget = sweep_declaration(d, "comparisons.families.budget")
+    assert (budget.in_force_before_first, budget.finished_before) == (None, 3)
+    assert budget.text == ("first recorded after 3 of 4 runs had finished (the sweep started before rbctl kept a "
+                           "record, so when it was declared is unknown)")
+    assert sweep_declaration(d, "comparisons.margin").text == "declared after 4 of 4 runs had finished"
 
 
 def test_lookup_finds_names_with_dots():
@@ -96,6 +118,9 @@ def test_a_study_is_declared_in_each_sweep_it_reads_before_its_runs(tmp_path):
                                                                study_history_path(main, "my_study")]
     assert declare_study(study, content, [bed, main]) == []  # the same version: nothing new
     assert study_declaration(study, bed, "claims.c1").text == "declared before the first result"  # bed made, no runs
+    other = tmp_path / "not_yet"
+    assert declare_study(tmp_path / "s2.yaml", content, [other, main], create=False) == [study_history_path(main, "s2")]
+    assert not other.exists()  # a report records only where a sweep directory exists
     declared = study_declaration(study, main, "claims.c1")
     assert (declared.finished_before, declared.total) == (1, 2)
     assert declared.text == "declared after 1 of 2 runs had finished"
@@ -113,3 +138,39 @@ def test_declaring_a_study_file_validates_it_and_records_every_sweep_it_names(tm
     path.write_text(yaml.safe_dump({"name": "x"}))
     with pytest.raises(UserError, match="testbeds"):
         declare_study_file(path)
+
+
+def test_rbctl_report_declare_records_the_study_and_writes_no_document(tmp_path, monkeypatch, capsys):
+    from rbctl.cli import run
+
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "study_q.yaml"
+    path.write_text(yaml.safe_dump({"name": "q", "testbeds": {"quick": "runs/quick"}}))
+    assert run(["report", str(path), "--declare"]) == 0
+    assert capsys.readouterr().out.strip() == f"declared: {study_history_path('runs/quick', 'study_q')}"
+    assert not (tmp_path / "runs" / "q").exists()  # no document
+    assert run(["report", str(path), "--declare"]) == 0
+    assert "recorded already" in capsys.readouterr().out
+    assert study_declaration(path, tmp_path / "runs" / "quick", "testbeds.quick").text == "declared before the first result"
+    # reporting it records the version it reads first (here the sweep has no runs yet, so no document)
+    path.write_text(yaml.safe_dump({"name": "q2", "testbeds": {"quick": "runs/quick"}}))
+    assert run(["report", str(path)]) == 2
+    history = read_history(study_history_path(tmp_path / "runs" / "quick", "study_q"))
+    assert [h["content"]["name"] for h in history] == ["q", "q2"]
+    capsys.readouterr()
+    assert run(["report", str(tmp_path), "--declare"]) == 2  # a directory is no study file
+    assert "--declare records a study file's version" in capsys.readouterr().err
+
+
+def test_the_reports_sentence_names_the_version_and_each_sweep(tmp_path):
+    from rbctl.report.declaration import declaration_sentence
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    _history(a, [(_comparisons(), 0, 2)])
+    sha = read_history(a / SWEEP_HISTORY)[0]["sha256"][:7]
+    assert declaration_sentence([a, a], "budget") == (
+        "Declaration (recorded by rbctl ablate in sweep_history.jsonl): declared before the first result "
+        f"(sweep-file version `{sha}`, first seen 2026-12-01T00:00:00Z).")
+    assert declaration_sentence([a, b], "budget").endswith(
+        f"`{b}`: no declaration record (sweep run before rbctl kept one).")
+    assert declaration_sentence([], "principal") == "Declaration: no sweep directory, so no declaration record."

@@ -9,8 +9,10 @@ import math
 
 import pandas as pd
 
+from rbctl.config.sweep import PRINCIPAL_FAMILY
 from rbctl.report.analyses.comparisons import Comparison, call, call_text, untestable_note
-from rbctl.report.data import ReportData
+from rbctl.report.data import ReportData, SweepData
+from rbctl.report.declaration import declaration_sentence
 from rbctl.report.render.figures import plot_deltas
 from rbctl.report.render.page import Page
 from rbctl.report.stats import MIN_UNITS, NOT_TESTABLE
@@ -45,7 +47,7 @@ def holm_p_cell(p, untestable: str) -> str:
 TOST_P = "equivalence: margin, TOST Holm p"
 CALLS = ("Each comparison gets one of four calls: **higher** or **lower** (the paired t-test rejects Δ = 0 after "
          "Holm), **equivalent within ±δ** (two one-sided tests, Holm-adjusted alike, reject |Δ| ≥ δ, the margin the "
-         "sweep file states before running; without a margin nothing is called equivalent), or **inconclusive**, "
+         "sweep file states; without a margin nothing is called equivalent), or **inconclusive**, "
          "with the direction of Δ and the smallest |Δ| the test detects at power 0.8 with these units and their "
          "measured sd(Δ) (at α/m)")
 
@@ -87,11 +89,12 @@ def answer(data: ReportData, page: Page) -> None:
               f"Holm–Bonferroni over {'this comparison' if m == 1 else f'these {m} comparisons'} at α = {v.alpha:g}")
     if sw.spec is not None:
         s = sw.spec
-        doc.para(f"The {plural(len(s.principal), 'comparison')} the sweep file states before running, on "
+        doc.para(f"The {plural(len(s.principal), 'comparison')} the sweep file states, on "
                  f"{s.metric} ({comps[0].benchmark if comps else s.benchmark or 'the first benchmark'}). Δ = arm − "
                  f"reference in points, paired by unit ({units}); {INTERVALS}; {family}; {P_IMPROVEMENT}. "
                  f"{CALLS}. {UNTESTABLE} Every other comparison in this report is in a declared family below or "
                  "exploratory (no call).")
+        doc.para(_declared(sw, PRINCIPAL_FAMILY))
     elif comps:
         from_sweep = any(r.sweep_dir for r in sw.runs)
         doc.para(f"{'The sweep file states no principal comparisons (`comparisons:`)' if from_sweep else 'These runs come from no sweep file, so no comparison was declared before running'}, so the report's verdicts "
@@ -125,6 +128,11 @@ def answer(data: ReportData, page: Page) -> None:
         doc.para("Incomplete: " + "; ".join(f"{i.name} ({i.status})" for i in sw.issues) + " (see Runs).")
 
 
+def _declared(sw: SweepData, family: str) -> str:
+    """When the family was declared, from the sweep directories' records (`rbctl.report.declaration`)."""
+    return declaration_sentence([r.sweep_dir for r in sw.runs if r.sweep_dir], family)
+
+
 def families(data: ReportData, page: Page) -> None:
     """Each further family the sweep file declares (``comparisons.families``): its members' calls,
     Holm-adjusted within the family, as the answer's table."""
@@ -139,9 +147,10 @@ def families(data: ReportData, page: Page) -> None:
         page.doc.heading(2, f"Declared family: {name}")
         margin = f"equivalence margin ±{fam.margin:g} points" if fam.margin is not None else "no equivalence margin"
         alpha = fam.alpha if fam.alpha is not None else spec.alpha
-        page.doc.para(f"Stated in the sweep file before running (`comparisons.families.{name}`): "
+        page.doc.para(f"Stated in the sweep file (`comparisons.families.{name}`): "
                       f"{plural(len(fam.pairs), 'comparison')} on {fam.metric or spec.metric}, Holm–Bonferroni over "
                       f"the {tested} tested at α = {alpha:g}, {margin}; called as the answer's comparisons are.")
+        page.doc.para(_declared(data.sweep, name))
         page.table(rows, verdict_table(rows), f"family_{name}")
         note = untestable_note(comps)
         if note:

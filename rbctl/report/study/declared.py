@@ -5,8 +5,19 @@ that sweep directory; a claim is in force only once its family is too (`latest`)
 
 from __future__ import annotations
 
-from rbctl.report.declaration import Declaration, family_declaration, latest, study_declaration
+from rbctl.report.declaration import Declaration, family_declaration, study_declaration
 from rbctl.report.study.sweeps import Study, Testbed
+
+
+def latest(declarations: list[Declaration]) -> Declaration:
+    """Of several declarations one thing depends on (a claim and the family it reads), the one that came
+    into force last: most runs finished before it; one whose time is unknown wins, as nothing is then
+    known; an absent key counts only when every one is absent."""
+    unknown = [d for d in declarations if d.in_force_before_first is None and not d.absent]
+    if unknown:
+        return unknown[0]
+    present = [d for d in declarations if not d.absent] or declarations
+    return max(present, key=lambda d: (d.finished_before or 0, d.first_seen or ""))
 
 
 def declarations(study: Study, key: str, declared: str | None, beds: list[Testbed],
