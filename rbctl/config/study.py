@@ -10,7 +10,7 @@ A study file names
   restricted escape step) and how the family is adjusted and called (α, margin, power). A family may
   instead be a family the sweep file declares (``declared``): its members then carry the sweep
   report's own Holm p and calls;
-- its **claims**: a hypothesis and a rule (`CallsRule`, `AssociationRule`, `ExactRule`) that the
+- its **claims**: a hypothesis and a rule (`CallsRule`, `AssociationRule`, `TrendRule`, `ExactRule`) that the
   library applies and prints beside the call (`rbctl.report.study.rules`).
 """
 
@@ -163,6 +163,21 @@ class AssociationRule(Section):
         return v
 
 
+class TrendRule(Section):
+    """A claim that a family's Δ grows (or shrinks) with a setting its members differ in (the group size,
+    say): per sweep and unit, the least-squares slope of the members' Δs on x, tested over units
+    (`rbctl.report.analyses.trend`); each sweep is called by the sign of a significant slope (Holm over
+    the claim's sweeps) and the claim reads those calls like `CallsRule`."""
+
+    kind: Literal["trend"] = Field(..., description="trend")
+    family: str = Field(..., description="The study family whose members are the levels of the setting (one member per level on a sweep).")
+    over: str = Field(..., description="The dotted config key the members' arms differ in (e.g. rollout.group_size), read from each arm's saved run config.")
+    x: Literal["linear", "log2"] = Field("linear", description="x = the key's value, or its log2 (a slope per doubling).")
+    sign: Literal["negative", "positive"] = Field(..., description="The sign of the slope the claim expects.")
+    count: Union[Literal["all"], int] = Field("all", description="How many tested sweeps must show the expected sign.")
+    alpha: float = Field(0.05, gt=0.0, lt=1.0, description="Family-wise error over the claim's sweeps (Holm–Bonferroni).")
+
+
 class ExactRule(Section):
     """A claim checked exactly, not statistically: a named check of `rbctl.report.study.checks.CHECKS`
     (supported when it passes, contradicted when it does not)."""
@@ -171,14 +186,14 @@ class ExactRule(Section):
     check: str = Field(..., description="The check's name in rbctl.report.study.checks.CHECKS.")
 
 
-Rule = Annotated[Union[CallsRule, AssociationRule, ExactRule], Field(discriminator="kind")]
+Rule = Annotated[Union[CallsRule, AssociationRule, TrendRule, ExactRule], Field(discriminator="kind")]
 
 
 class Claim(Section):
     """One claim: the hypothesis in words and the rule that calls it."""
 
     hypothesis: str = Field(..., min_length=1, description="The claim in words (printed beside its rule and call).")
-    rule: Rule = Field(..., description="The rule the library applies (kind: calls, association or exact).")
+    rule: Rule = Field(..., description="The rule the library applies (kind: calls, association, trend or exact).")
 
 
 class StudyConfig(Section):
@@ -215,8 +230,8 @@ class StudyConfig(Section):
                     raise ValueError(f"family '{fname}': sweep '{s}' is not one of the study's ({', '.join(sweeps)})")
         for cid, c in self.claims.items():
             r = c.rule
-            if isinstance(r, CallsRule):
-                for f in (r.family, r.applies_if.called_in):
+            if isinstance(r, (CallsRule, TrendRule)):
+                for f in (r.family, getattr(getattr(r, "applies_if", None), "called_in", None)):
                     if f is not None and f not in self.families:
                         raise ValueError(f"claim '{cid}': family '{f}' is not one of the study's ({', '.join(self.families) or 'none'})")
             if isinstance(r, AssociationRule):

@@ -711,3 +711,40 @@ def test_a_joint_adjustment_holds_the_family_wise_error_over_both_kinds_of_call(
     doc = claims.claims_markdown(study)
     assert ("one Holm over the 2 testable members' superiority and TOST p-values together at α 0.05 (family-wise "
             "error at most α over both kinds of call)") in doc
+
+
+@pytest.mark.parametrize("name", ["study_claims", "study_quickstart", "study_maze_horizon"])
+def test_every_shipped_study_file_is_valid_in_the_vocabulary(name: str) -> None:
+    from rbctl.config.base import read_yaml, validate
+    from rbctl.config.study import StudyConfig
+
+    path = REPO / "configs" / f"{name}.yaml"
+    cfg = validate(StudyConfig, read_yaml(path), str(path))
+    assert cfg.claims and cfg.families and read_yaml(path)["name"] == name
+
+
+def test_a_trend_rule_reads_the_slope_of_the_members_deltas_over_a_setting(tmp_path: Path) -> None:
+    levels = ["grpo_budget − grpo", "rloo_budget − rloo", "grpo_entropy − grpo"]
+    fams = {**STUDY_FAMILIES, "levels": {"members": levels, "metric": "avg@n"}}
+    rule = {"kind": "trend", "family": "levels", "over": "rollout.group_size", "x": "log2", "sign": "positive"}
+    path = study_file(tmp_path, fams=fams, claims_={"t": {"hypothesis": "Δ grows with G", "rule": rule}})
+    # the members' arms ran G = 8, 16, 32 (x = log2 G = 3, 4, 5): grpo_budget 8, rloo_budget 16, grpo_entropy 32
+    for arm, g in (("rloo_budget", 16), ("grpo_entropy", 32)):
+        for seed in range(3):
+            cfg_path = tmp_path / "fix" / "runs" / arm / f"seed_{seed}" / "config.yaml"
+            cfg = yaml.safe_load(cfg_path.read_text())
+            cfg["rollout"]["group_size"] = g
+            cfg_path.write_text(yaml.safe_dump(cfg))
+    study = claims.load_study(path, n_boot=50)
+    from rbctl.report.study.rules import apply_rule
+
+    v = apply_rule(study.config.claims["t"], study, families(study))
+    # Δ per seed at x = 3, 4, 5: seed 0 (.25, 0, .0625), 1 (.25, 0, 0), 2 (.3125, .0625, −.0625); slopes
+    # Σ(x − 4)(Δ − Δ̄)/2 = −.09375, −.125, −.1875: mean −.1354, sd .0477, t = −4.92 on 2 df
+    slopes = [-0.09375, -0.125, -0.1875]
+    p = p_two_sided(slopes)
+    lo, hi = sps.t.interval(0.95, 2, loc=np.mean(slopes), scale=np.std(slopes, ddof=1) / math.sqrt(3))
+    assert v.outcome == "contradicted" and v.reason == "fixpoint is called negative"
+    assert v.readings[0].text == (f"negative: slope of Δ on log2 `rollout.group_size` (8, 16, 32) "
+                                  f"{100 * np.mean(slopes):+.2f} [{100 * lo:+.2f}, {100 * hi:+.2f}] per doubling, "
+                                  f"3 units, Holm p {p:.3f}")

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from rbctl.config.base import read_yaml
-from rbctl.config.study import AssociationRule, CallsRule
+from rbctl.config.study import AssociationRule, CallsRule, TrendRule
 from rbctl.report.analyses.comparisons import EQUIVALENT, call, call_text, deciding_p
 from rbctl.report.analyses.plateau import setting_by_rule
 from rbctl.report.power import units_for_tost
@@ -270,7 +270,7 @@ def verdicts(study: Study, fams: dict[str, FamilyResult]) -> dict[str, Verdict]:
 def claim_reads(claim, study: Study, fams: dict[str, FamilyResult]) -> list[Testbed]:
     """The sweeps a claim's rule reads (for its declaration line)."""
     r = claim.rule
-    if isinstance(r, CallsRule):
+    if isinstance(r, (CallsRule, TrendRule)):
         return study.named(fams[r.family].spec.sweeps)
     if isinstance(r, AssociationRule):
         return study.named(r.sweeps)
@@ -289,7 +289,7 @@ def claim_lines(study: Study, fams: dict[str, FamilyResult], verdict_of: dict[st
         v = verdict_of[cid]
         out += [f"### ({cid}) {c.hypothesis}", "", f"Rule: {v.rule}.", "", f"Call: **{v.outcome}** — {v.reason}.", "",
                 *declaration_lines(study, f"claims.{cid}", None, claim_reads(c, study, fams),
-                                   c.rule.family if isinstance(c.rule, CallsRule) else None), ""]
+                                   c.rule.family if isinstance(c.rule, (CallsRule, TrendRule)) else None), ""]
         if v.readings:
             out += [f"- {r.where}: " + (f"not applicable ({r.why})" if r.call is None else r.text) for r in v.readings]
             out.append("")

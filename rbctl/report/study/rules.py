@@ -1,5 +1,5 @@
 """The rules a study's claims are called by (`rbctl.config.study`: `CallsRule`, `AssociationRule`,
-`ExactRule`; docs/method.md, "Comparing arms", studies). Every rule reads members, each with a call,
+`TrendRule`, `ExactRule`; docs/method.md, "Comparing arms", studies). Every rule reads members, each with a call,
 and ends in one of four outcomes (`decide`):
 
 - **not applicable**: no member applies (the applicability conditions failed everywhere, or fewer
@@ -24,9 +24,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from rbctl.config.study import AssociationRule, CallsRule, Claim, ExactRule
+from rbctl.config.study import AssociationRule, CallsRule, Claim, ExactRule, TrendRule
 from rbctl.errors import UserError
 from rbctl.report.analyses.comparisons import EQUIVALENT, HIGHER, LOWER, call, call_text, deciding_p
+from rbctl.report.analyses.trend import trend
 from rbctl.report.load import Run
 from rbctl.report.render.tables import pval
 from rbctl.report.series import final_heldout
@@ -292,6 +293,55 @@ def association_rule(claim: Claim, study: Study) -> Verdict:
     return Verdict(outcome, reason, words, readings, df)
 
 
+def setting_value(run: Run, key: str):
+    """The value at dotted ``key`` of a run's saved config (None when absent)."""
+    v = run.config or {}
+    for part in key.split("."):
+        v = v.get(part) if isinstance(v, dict) else None
+    return v
+
+
+def trend_rule(claim: Claim, study: Study, fams: dict[str, FamilyResult]) -> Verdict:
+    rule: TrendRule = claim.rule
+    rows, readings = [], []
+    for sweep in dict.fromkeys(m.sweep for m in fams[rule.family].members):
+        members = [m for m in fams[rule.family].members if m.sweep == sweep]
+        runs = study.sweeps[sweep].data.sweep.by_arm
+        levels = [setting_value(runs[m.comparison.arm][0], rule.over) for m in members]
+        if len(members) < 2 or any(not isinstance(v, (int, float)) or (rule.x == "log2" and v <= 0) for v in levels):
+            readings.append(Reading(sweep, "not testable", f"not testable: `{rule.over}` of the members' arms is "
+                                    f"{levels} (needs two or more numeric levels)", sweep))
+            continue
+        x = [math.log2(v) if rule.x == "log2" else float(v) for v in levels]
+        common = set.intersection(*(set(m.comparison.delta.units) for m in members))
+        per_unit = {u: [dict(zip(m.comparison.delta.units, m.comparison.delta.deltas))[u] for m in members]
+                    for u in sorted(common)}
+        t = trend(x, per_unit, rule.alpha)
+        rows.append({"sweep": sweep, "levels": ", ".join(f"{v:g}" for v in levels), "units": t.test.n,
+                     "slope": t.test.mean, "lo": t.test.lo, "hi": t.test.hi, "p": t.test.p})
+    df = pd.DataFrame(rows, columns=["sweep", "levels", "units", "slope", "lo", "hi", "p"])
+    testable = df["p"].apply(finite) if len(df) else pd.Series(dtype=bool)
+    df["p_holm"] = math.nan
+    if testable.any():
+        df.loc[testable, "p_holm"] = holm(df.loc[testable, "p"].to_numpy(), rule.alpha)[0]
+    per = "per doubling" if rule.x == "log2" else "per unit of the setting"
+    for row in df.itertuples(index=False):
+        scale = fams[rule.family].members[0].scale
+        if not finite(row.p):
+            readings.append(Reading(row.sweep, "not testable", f"slope not testable ({row.units} units)", row.sweep))
+            continue
+        word = ("positive" if row.slope > 0 else "negative") if row.p_holm <= rule.alpha else "inconclusive"
+        readings.append(Reading(row.sweep, word, f"{word}: slope of Δ on {rule.x} `{rule.over}` ({row.levels}) "
+                                f"{scale * row.slope:+.2f} [{scale * row.lo:+.2f}, {scale * row.hi:+.2f}] {per}, "
+                                f"{row.units} units, Holm p {pval(row.p_holm)}", row.sweep))
+    outcome, reason = decide(readings, rule.sign, rule.count, [OPPOSITE[rule.sign]], "sweeps")
+    words = (f"family `{rule.family}`'s members as levels of `{rule.over}` (x = {rule.x}): per unit the least-squares "
+             f"slope of Δ on x, a t-test of the slopes over units, Holm over the sweeps at α {rule.alpha:g}: supported "
+             f"when {_count_words(rule.count, 'sweep')} significant with the expected {rule.sign} slope; contradicted "
+             "when any shows the opposite; else inconclusive")
+    return Verdict(outcome, reason, words, readings)
+
+
 def exact_rule(claim: Claim) -> Verdict:
     rule: ExactRule = claim.rule
     if rule.check not in CHECKS:
@@ -308,4 +358,6 @@ def apply_rule(claim: Claim, study: Study, fams: dict[str, FamilyResult]) -> Ver
         return calls_rule(claim, study, fams)
     if isinstance(claim.rule, AssociationRule):
         return association_rule(claim, study)
+    if isinstance(claim.rule, TrendRule):
+        return trend_rule(claim, study, fams)
     return exact_rule(claim)
