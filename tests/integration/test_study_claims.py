@@ -748,3 +748,12 @@ def test_a_trend_rule_reads_the_slope_of_the_members_deltas_over_a_setting(tmp_p
     assert v.readings[0].text == (f"negative: slope of Δ on log2 `rollout.group_size` (8, 16, 32) "
                                   f"{100 * np.mean(slopes):+.2f} [{100 * lo:+.2f}, {100 * hi:+.2f}] per doubling, "
                                   f"3 units, Holm p {p:.3f}")
+
+
+def test_the_entropy_bonus_is_told_from_other_entropy_methods_without_naming_it_in_the_report() -> None:
+    from rbctl.report.analyses.comparisons import stated_pairs
+
+    info = {"grpo": ("grpo", "base"), "grpo_bonus": ("grpo", "entropy_adaptive"), "grpo_mask": ("grpo", "entropy_mask")}
+    kinds = {(arm, ref): kind for kind, _, arm, ref in stated_pairs(info)}
+    # the bonus is compared as the entropy bonus; the high-entropy token mask as any other arm
+    assert kinds == {("grpo_bonus", "grpo"): "entropy_vs_base", ("grpo_mask", "grpo"): "arm_vs_base"}

@@ -31,6 +31,7 @@ import numpy as np
 
 import pandas as pd
 
+from rbctl.algo.registry import is_entropy_bonus
 from rbctl.errors import UserError
 from rbctl.report.analyses.scores import ArmScores
 from rbctl.report.load import unit_label
@@ -111,7 +112,7 @@ def stated_pairs(info: dict[str, tuple[str, str]]) -> list[tuple[str, str, str, 
         budgets = by_baseline(baseline, lambda x: x == "budget")
         out += [("budget_vs_base", baseline, y, x) for x in bases for y in budgets]
         for arm in by_baseline(baseline, lambda x: x not in ("base", "budget")):
-            kind = "entropy" if info[arm][1].startswith("entropy_") else "arm"
+            kind = "entropy" if is_entropy_bonus(info[arm][1]) else "arm"
             out += [(f"{kind}_vs_budget", baseline, arm, y) for y in budgets]
             out += [(f"{kind}_vs_base", baseline, arm, x) for x in bases]
         if not budgets and baseline != "grpo":
