@@ -405,7 +405,7 @@ def report(
     file (configs/study_claims.yaml), writes OUT/claims.md: each claim of the study tested on its sweeps, after
     recording the study file's version in each sweep directory it names (`--declare`: only that)."""
     from rbctl.report import final_scores_table
-    from rbctl.report.claims import is_study_file, make_study_report
+    from rbctl.report.study import is_study_file, make_study_report
     from rbctl.report.render.report import build_report, incomplete_lines, verdicts_table
 
     import shlex

@@ -3,7 +3,7 @@
     python -m scripts.claims configs/study_claims.yaml --write-readme README.md
 
 The claims document itself is `rbctl report configs/study_claims.yaml -o runs/study_claims`
-(rbctl.report.claims); this entry point only puts that study's summary (`readme_block`) between the
+(rbctl.report.study); this entry point only puts that study's summary (`readme_block`) between the
 README's ``<!-- claims: begin -->`` and ``<!-- claims: end -->``.
 """
 
@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from rbctl.errors import UserError
-from rbctl.report.claims import load_study, readme_block
+from rbctl.report.study import load_study, readme_block
 from rbctl.report.provenance import write_block
 
 BEGIN, END = "<!-- claims: begin -->", "<!-- claims: end -->"

@@ -210,6 +210,13 @@ def check_settings() -> None:
 
 # Labels of what is not a registered method: the budget, the entropy bonus's modes, and no addition.
 CORE_LABELS = ("base", "budget", "entropy_static", "entropy_adaptive", "entropy_none")
+ENTROPY_BONUS_LABELS = ("entropy_static", "entropy_adaptive")  # an arm whose variant is one of these adds the bonus
+
+
+def is_entropy_bonus(variant: str) -> bool:
+    """Whether an arm's variant label is the entropy bonus (static or adaptive); `entropy_mask`, a
+    registered token mask, is not: reports group and compare the bonus's arms by this."""
+    return variant in ENTROPY_BONUS_LABELS
 
 
 def _adds_label(m: Method) -> bool:

@@ -1,46 +1,57 @@
-"""The study file (`rbctl report STUDY.yaml`): several sweeps that answer one question together —
-testbeds, long horizons, the main job — which of their sweep files' declared families holds each
-question, and what the claims expect, stated before the runs (docs/method.md, "Comparing arms",
-studies). Every comparison of the final level it prints is a member of a family its sweep file
-declares, so each row has the same Holm p in the sweep's report and in the study's document. The one
-family the study declares itself is escape (`EscapeFamily`): how soon each X + budget leaves the
-shortcut against X, a measure no sweep report calls.
+"""The study file (`rbctl report STUDY.yaml`): a researcher's claims, declared as data and checked by
+rules the library applies (docs/method.md, "Comparing arms", studies).
+
+A study file names
+- its **sweeps**: testbeds (claims sweeps), optional long horizons of a testbed (named
+  ``<testbed>_long``), a settings sweep per testbed, and the main job (named ``main``);
+- its **families**: members as ``"arm − reference"`` pairs (``{X}`` a wildcard bound to the same text on
+  both sides, so ``"{X}_budget − {X}"`` is every baseline with its budgeted arm) on named sweeps, what
+  each member compares (the final held-out metric, a training metric's last quarter, or the
+  restricted escape step) and how the family is adjusted and called (α, margin, power). A family may
+  instead be a family the sweep file declares (``declared``): its members then carry the sweep
+  report's own Holm p and calls;
+- its **claims**: a hypothesis and a rule (`CallsRule`, `AssociationRule`, `TrendRule`, `ExactRule`) that the
+  library applies and prints beside the call (`rbctl.report.study.rules`).
 """
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+import re
+from typing import Annotated, Literal, Optional, Union
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from rbctl.config.base import Section
 from rbctl.config.sweep import Escape
 
+Call = Literal["higher", "lower", "equivalent"]
+# a member pattern: "arm − reference" (U+2212 or an ASCII hyphen between spaces)
+PAIR = re.compile(r"^\s*(\S+)\s+[−-]\s+(\S+)\s*$")
+_FINAL = re.compile(r"avg@n|pass@[1-9][0-9]*|pass@n")
+_LAST = re.compile(r"last_quarter:\S+")
+
+
+def split_pair(text: str) -> tuple[str, str]:
+    """("arm", "reference") of ``"arm − reference"``; ValueError naming the text otherwise."""
+    m = PAIR.match(text)
+    if not m:
+        raise ValueError(f"member '{text}' is not 'arm − reference' (arm names, ' − ' between them)")
+    return m.group(1), m.group(2)
+
+
+def _pairs(members: list[str]) -> list[str]:
+    for m in members:
+        split_pair(m)
+    return members
+
 
 class LongHorizon(Section):
-    """A long-horizon sweep: the same arms as a testbed, run past the testbed's horizon."""
+    """A long-horizon sweep: the same arms as a testbed, run past the testbed's horizon (its sweep name in
+    the study: ``<testbed>_long``)."""
 
     dir: str = Field(..., description="The sweep directory (relative to the current directory).")
     main_step: int = Field(..., ge=0, description="The testbed's horizon: the periodic evaluation at this step is read beside the final one.")
     family: str = Field("principal", description="The family of the long sweep's file whose calls are the final level (its margin makes 'same final level' an equivalence call).")
-
-
-class StudyFamilies(Section):
-    """Which declared family of each testbed's sweep file holds each of the study's questions (a
-    family a testbed's sweep file does not declare is read as missing there)."""
-
-    budget: str = Field("principal", description="X + budget − X, per baseline X.")
-    entropy_vs_budget: Optional[str] = Field(None, description="X + entropy bonus − X + budget (null = not asked).")
-    entropy_vs_base: Optional[str] = Field(None, description="X + entropy bonus − X (null = not asked; claim (b) then reads nothing).")
-
-
-class Expect(Section):
-    """The signs the claims expect, stated before running: the association of each sharpening
-    measure with the final held-out pass@1 (claim (e))."""
-
-    kappa_eff: Literal["negative", "positive"] = Field("negative", description="Sign expected of κ_eff's association with final pass@1 (sharper updates, a lower final level).")
-    entropy: Literal["negative", "positive"] = Field("positive", description="Sign 'entropy collapse stalls progress' predicts for entropy's association with final pass@1.")
-    early_fraction: float = Field(0.25, gt=0.0, lt=1.0, description="The early window of the lagged test: the first fraction of each run's logged steps.")
 
 
 class Selection(Section):
@@ -53,31 +64,149 @@ class Selection(Section):
     kept: str = Field(..., description="The arm (setting) the testbed's claims sweep runs, as stated before that sweep ran; the document checks it against the rule.")
 
 
-class EscapeFamily(Section):
-    """Escape (speed) as the study's own family, beside the final level (docs/method.md, "Premature
-    convergence", escape time): on every testbed and long sweep whose runs log the setting's signal,
-    X + budget − X in the restricted escape step min(T, τ) per unit (τ: the last step every run of that
-    sweep reached; a run that never escapes counts τ), paired by unit, Holm-adjusted over all members and
-    called like a final level (lower = sooner), with the log-rank test stratified by warm start beside it."""
+class StudyFamily(Section):
+    """A family of the study: its members on each sweep it reads, what each member compares, and the
+    adjustment (Holm–Bonferroni over the members at α) and calls (`rbctl.report.analyses.comparisons`)."""
 
-    setting: Escape = Field(default_factory=Escape, description="The escape signal, threshold and hold, applied to every sweep's runs (the sweeps' own `escape` settings are not read).")
-    margin: Optional[float] = Field(None, gt=0.0, description="Equivalence margin in steps: a member is called equivalent when TOST rejects |Δ| ≥ margin (null = never equivalent).")
-    alpha: float = Field(0.05, gt=0.0, lt=1.0, description="Family-wise error rate (Holm–Bonferroni over the members).")
+    members: list[str] = Field(..., min_length=1, description="Members as 'arm − reference' (Δ = arm − reference); {X} is a wildcard bound to the same text in both arm names.")
+    sweeps: Optional[list[str]] = Field(None, description="The study's sweeps the family reads (testbed names, <testbed>_long, main); null = every testbed.")
+    declared: Optional[str] = Field(None, description="A family the sweep files declare (principal or a comparisons.families name): members are its members and carry its Holm p and calls; metric, benchmark, alpha, margin and power are then the sweep file's.")
+    metric: str = Field("avg@n", description="What each member compares per unit: avg@n or pass@k (pass@n: the largest common k) of the final held-out evaluation; last_quarter:KEY (the mean of metrics.jsonl KEY over the last quarter of steps); or escape (the restricted escape step, `escape`).")
+    benchmark: Optional[str] = Field(None, description="Benchmark of a final or escape metric (null = the sweep's first).")
+    escape: Optional[Escape] = Field(None, description="The escape signal, threshold and hold of metric escape, applied to every sweep's runs (a crossing not held for `hold` more points is censored, not an event).")
+    alpha: float = Field(0.05, gt=0.0, lt=1.0, description="Family-wise error rate of the superiority tests (Holm–Bonferroni over the members); the TOST p-values are adjusted alike.")
+    margin: Optional[float] = Field(None, gt=0.0, description="Equivalence margin δ: points for a final metric, steps for escape, the key's own units for last_quarter (null = never equivalent).")
     power: float = Field(0.8, gt=0.0, lt=1.0, description="Power at which an inconclusive member's detectable effect is stated.")
+    adjust: Literal["separate", "joint"] = Field("separate", description="separate: Holm over the superiority p-values and, apart, over the TOST p-values, each at alpha (family-wise error over both kinds of call at most 2·alpha); joint: one Holm over both sets together (at most alpha).")
+
+    _members = field_validator("members")(classmethod(lambda cls, v: _pairs(v)))
+
+    @model_validator(mode="after")
+    def _metric_known(self):
+        if self.declared is not None:
+            set_here = [k for k in ("benchmark", "escape", "margin") if getattr(self, k) is not None]
+            if self.adjust != "separate":
+                set_here.append("adjust")
+            if set_here or self.metric != "avg@n":
+                raise ValueError(f"a declared family's metric, benchmark, escape and margin are its sweep file's "
+                                 f"(remove {', '.join(set_here) or 'metric'})")
+        elif self.metric == "escape":
+            if self.escape is None:
+                raise ValueError("metric escape needs an `escape` setting")
+        elif not (_FINAL.fullmatch(self.metric) or _LAST.fullmatch(self.metric)):
+            raise ValueError(f"metric '{self.metric}' is none of avg@n, pass@k, pass@n, last_quarter:KEY, escape")
+        return self
+
+
+class Applies(Section):
+    """When a member counts for a claim at all (else it is "not applicable" there, with the reason)."""
+
+    plateau: bool = Field(False, description="Only members whose reference arm passes the plateau test on its sweep against a stated ceiling (docs/method.md, 'Premature convergence').")
+    raised: Optional[str] = Field(None, description="Only members whose arm raised this metrics.jsonl key (last-quarter mean) over its reference: paired t-test, one-sided direction by Δ, at the claim's alpha, unadjusted.")
+    called_in: Optional[str] = Field(None, description="Only members whose same pair on the same sweep is called `called` in this study family.")
+    called: Optional[Call] = Field(None, description="The call the member must have in `called_in`.")
+
+    @model_validator(mode="after")
+    def _both(self):
+        if (self.called_in is None) != (self.called is None):
+            raise ValueError("called_in and called go together")
+        return self
+
+
+class CallsRule(Section):
+    """A claim read off the calls of a family's members: supported when `count` members are called
+    `support`; contradicted when any member is called one of `contradict`; not applicable when no
+    member applies; else inconclusive."""
+
+    kind: Literal["calls"] = Field(..., description="calls")
+    family: str = Field(..., description="The study family the claim reads.")
+    members: Optional[list[str]] = Field(None, description="A subset of the family's members by 'arm − reference' pattern (null = all).")
+    support: Call = Field(..., description="The call each supporting member has.")
+    count: Union[Literal["all"], int] = Field("all", description="How many applicable members must be called `support` (all, or at least k; members sharing runs count once).")
+    contradict: Optional[list[Call]] = Field(None, description="Calls that contradict the claim when any applicable member has one (null = the opposite direction of support; none for equivalent).")
+    applies_if: Applies = Field(default_factory=Applies, description="When a member counts for the claim.")
+
+    _members = field_validator("members")(classmethod(lambda cls, v: v if v is None else _pairs(v)))
+
+    @field_validator("count")
+    @classmethod
+    def _count(cls, v):
+        if isinstance(v, int) and v < 1:
+            raise ValueError("count must be 'all' or at least 1")
+        return v
+
+
+class AssociationRule(Section):
+    """A claim that a training measure predicts the final held-out level, tested per sweep on a unit
+    that keeps the arms' own effects out of the test (docs/method.md, studies): within arms and units
+    (residuals of arm + unit), within arms (rmcorr with the arm as the subject), or over the arm means.
+    Runs are never centred on their unit alone (across arms). A member per sweep is called by the sign of a significant r (Holm over the
+    claim's sweeps at α); the claim reads those calls like `CallsRule`."""
+
+    kind: Literal["association"] = Field(..., description="association")
+    predictor: str = Field(..., description="The metrics.jsonl key (e.g. kappa_eff, entropy).")
+    window: Literal["early", "late"] = Field("early", description="early: the mean over the first `fraction` of logged steps (lagged, predicting the final level); late: over the last quarter (same time).")
+    fraction: float = Field(0.25, gt=0.0, lt=1.0, description="The early window: the first fraction of each run's logged steps.")
+    outcome: str = Field("avg@n", description="The outcome: avg@n (held-out pass@1) of each run's final evaluation.")
+    benchmark: Optional[str] = Field(None, description="The outcome's benchmark (null = the sweep's first).")
+    sign: Literal["negative", "positive"] = Field(..., description="The sign the claim expects.")
+    unit: Literal["within_arm", "arm_and_unit", "arm_means"] = Field("arm_and_unit", description="arm_and_unit: each run's residual from the additive fit arm + unit (the arms' and the shared units' effects both out; N − rank − 1 df); within_arm: rmcorr, runs centred on their arm's means (N − k − 1 df; too liberal where arms share units with effects of their own); arm_means: Pearson r over the k arm means (k − 2 df).")
+    sweeps: Optional[list[str]] = Field(None, description="The study's sweeps to test on (null = every testbed).")
+    count: Union[Literal["all"], int] = Field("all", description="How many tested sweeps must show the expected sign.")
+    alpha: float = Field(0.05, gt=0.0, lt=1.0, description="Family-wise error over the claim's sweeps (Holm–Bonferroni).")
+
+    @field_validator("outcome")
+    @classmethod
+    def _outcome(cls, v):
+        if v != "avg@n":
+            raise ValueError("the outcome is avg@n (held-out pass@1 of the final evaluation)")
+        return v
+
+
+class TrendRule(Section):
+    """A claim that a family's Δ grows (or shrinks) with a setting its members differ in (the group size,
+    say): per sweep and unit, the least-squares slope of the members' Δs on x, tested over units
+    (`rbctl.report.analyses.trend`); each sweep is called by the sign of a significant slope (Holm over
+    the claim's sweeps) and the claim reads those calls like `CallsRule`."""
+
+    kind: Literal["trend"] = Field(..., description="trend")
+    family: str = Field(..., description="The study family whose members are the levels of the setting (one member per level on a sweep).")
+    over: str = Field(..., description="The dotted config key the members' arms differ in (e.g. rollout.group_size), read from each arm's saved run config.")
+    x: Literal["linear", "log2"] = Field("linear", description="x = the key's value, or its log2 (a slope per doubling).")
+    sign: Literal["negative", "positive"] = Field(..., description="The sign of the slope the claim expects.")
+    count: Union[Literal["all"], int] = Field("all", description="How many tested sweeps must show the expected sign.")
+    alpha: float = Field(0.05, gt=0.0, lt=1.0, description="Family-wise error over the claim's sweeps (Holm–Bonferroni).")
+
+
+class ExactRule(Section):
+    """A claim checked exactly, not statistically: a named check of `rbctl.report.study.checks.CHECKS`
+    (supported when it passes, contradicted when it does not)."""
+
+    kind: Literal["exact"] = Field(..., description="exact")
+    check: str = Field(..., description="The check's name in rbctl.report.study.checks.CHECKS.")
+
+
+Rule = Annotated[Union[CallsRule, AssociationRule, TrendRule, ExactRule], Field(discriminator="kind")]
+
+
+class Claim(Section):
+    """One claim: the hypothesis in words and the rule that calls it."""
+
+    hypothesis: str = Field(..., min_length=1, description="The claim in words (printed beside its rule and call).")
+    rule: Rule = Field(..., description="The rule the library applies (kind: calls, association, trend or exact).")
 
 
 class StudyConfig(Section):
-    """A study: testbeds (sweep directories), optional long horizons and the main job, the families
-    that answer its questions, and its expectations."""
+    """A study: its sweeps, its families and its claims."""
 
     name: str = Field("study", description="The study's name (the document's title).")
     testbeds: dict[str, str] = Field(..., min_length=1, description="Testbed name -> its claims sweep directory (relative to the current directory).")
-    long: dict[str, LongHorizon] = Field(default_factory=dict, description="Testbed name -> its long-horizon sweep.")
+    long: dict[str, LongHorizon] = Field(default_factory=dict, description="Testbed name -> its long-horizon sweep (the study's sweep <testbed>_long).")
     selection: dict[str, Selection] = Field(default_factory=dict, description="Testbed name -> the settings sweep its setting was chosen from.")
-    main: Optional[str] = Field(None, description="The main job's sweep directory (its runs join claim (e)'s association), or null.")
-    families: StudyFamilies = Field(default_factory=StudyFamilies, description="Which declared family holds each question.")
-    expect: Expect = Field(default_factory=Expect, description="What the claims expect, stated before running.")
-    escape: Optional[EscapeFamily] = Field(None, description="Escape as the study's own declared family (null = not asked).")
+    main: Optional[str] = Field(None, description="The main job's sweep directory (the study's sweep main), or null.")
+    families: dict[str, StudyFamily] = Field(default_factory=dict, description="Family name -> its members, metric and adjustment.")
+    claims: dict[str, Claim] = Field(default_factory=dict, description="Claim id -> its hypothesis and rule (printed in this order).")
+    readme: Optional[str] = Field(None, description="The family whose members the README's claims block lists (scripts/claims.py), or null.")
 
     @field_validator("long", "selection")
     @classmethod
@@ -87,3 +216,28 @@ class StudyConfig(Section):
             if name not in beds:
                 raise ValueError(f"{info.field_name} '{name}' names no testbed (testbeds: {', '.join(beds)})")
         return named
+
+    def sweep_names(self) -> list[str]:
+        """Every sweep name a family or claim may read."""
+        return [*self.testbeds, *(f"{n}_long" for n in self.long), *(["main"] if self.main else [])]
+
+    @model_validator(mode="after")
+    def _references(self):
+        sweeps = self.sweep_names()
+        for fname, fam in self.families.items():
+            for s in fam.sweeps or []:
+                if s not in sweeps:
+                    raise ValueError(f"family '{fname}': sweep '{s}' is not one of the study's ({', '.join(sweeps)})")
+        for cid, c in self.claims.items():
+            r = c.rule
+            if isinstance(r, (CallsRule, TrendRule)):
+                for f in (r.family, getattr(getattr(r, "applies_if", None), "called_in", None)):
+                    if f is not None and f not in self.families:
+                        raise ValueError(f"claim '{cid}': family '{f}' is not one of the study's ({', '.join(self.families) or 'none'})")
+            if isinstance(r, AssociationRule):
+                for s in r.sweeps or []:
+                    if s not in sweeps:
+                        raise ValueError(f"claim '{cid}': sweep '{s}' is not one of the study's ({', '.join(sweeps)})")
+        if self.readme is not None and self.readme not in self.families:
+            raise ValueError(f"readme: family '{self.readme}' is not one of the study's")
+        return self

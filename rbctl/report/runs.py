@@ -21,7 +21,7 @@ class Run:
     arm: str
     seed: int
     baseline: str  # the estimator the arm builds on (grpo, dr_grpo, …)
-    variant: str  # base, budget, entropy_static, entropy_adaptive, …
+    variant: str  # base, budget, entropy_<mode> (the bonus's mode), …
     sweep: str | None
     status: str  # from the sweep's state.json ("done", "failed", …); "" for a run given on its own
     config_steps: int | None

@@ -16,7 +16,9 @@ import scipy.stats as sps
 import yaml
 from rbctl.cli import run
 from rbctl.errors import UserError
-from rbctl.report import claims
+from rbctl.report import study as claims
+from rbctl.report.study.families import families
+from rbctl.report.study.rules import apply_rule
 from rbctl.report.analyses.comparisons import HIGHER, INCONCLUSIVE, call
 from rbctl.report.data import report_data
 
@@ -218,17 +220,24 @@ def test_the_cli_tells_a_manifest_by_its_content_and_writes_runs_name(tmp_path: 
 def test_a_study_takes_a_manifest_as_a_testbed(tmp_path: Path) -> None:
     manifest = table_manifest(tmp_path, wandb_export(tmp_path))
     study = tmp_path / "study.yaml"
-    study.write_text(yaml.safe_dump({"name": "imported study", "testbeds": {"imported": str(manifest)},
-                                     "families": {"budget": "principal"}}))
+    study.write_text(yaml.safe_dump({
+        "name": "imported study", "testbeds": {"imported": str(manifest)},
+        "families": {"budget": {"members": ["{X}_budget − {X}"], "declared": "principal"}},
+        "claims": {"a": {"hypothesis": "The budget improves several RL baselines",
+                         "rule": {"kind": "calls", "family": "budget", "support": "higher", "count": 2,
+                                  "contradict": ["lower"]}}}}))
     s = claims.load_study(study, n_boot=50)
     (tb,) = s.testbeds
     grpo, rloo = tb.family("principal")
     assert grpo.p_holm == pytest.approx(2 * p_two_sided([0.25, 0.25, 0.3125]))
     assert [call(grpo), call(rloo)] == [HIGHER, INCONCLUSIVE]
-    measured, verdict = claims.claim_a(s.testbeds, "principal")
-    assert measured == "GRPO on imported: higher; RLOO on imported: inconclusive"
+    fams = families(s)
+    assert [(m.comparison.arm, call(m.comparison)) for m in fams["budget"].members] == [
+        ("grpo_budget", HIGHER), ("rloo_budget", INCONCLUSIVE)]
+    # one member higher of the two asked for, none lower: inconclusive by the rule
+    assert apply_rule(s.config.claims["a"], s, fams).outcome == "inconclusive"
     doc = claims.claims_markdown(s, command="rbctl report study.yaml")
-    assert "| GRPO | imported | grpo_budget − grpo | 3 |" in doc
+    assert "imported" in doc and "grpo_budget − grpo" in doc
     assert np.isfinite(grpo.delta.mean)
 
 

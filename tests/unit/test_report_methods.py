@@ -242,7 +242,9 @@ def test_a_lasting_escape_must_hold_at_the_next_points():
     steps, walk = [0, 20, 40, 60, 80, 100], [0.1, 0.6, 0.4, 0.55, 0.7, 0.8]
     assert escape_time(steps, walk, 0.5) == (20.0, 1)  # the first crossing, which does not last
     assert escape_time(steps, walk, 0.5, hold=2) == (60.0, 1)  # 60, 80, 100 all ≥ 0.5
-    assert escape_time(steps, [0.1, 0.2, 0.3, 0.4, 0.45, 0.6], 0.5, hold=2) == (100.0, 1)  # held to the end of the run
+    # a crossing at the last evaluation has no 2 points after it: not confirmed, censored at the last step
+    assert escape_time(steps, [0.1, 0.2, 0.3, 0.4, 0.45, 0.6], 0.5, hold=2) == (100.0, 0)
+    assert escape_time(steps, [0.1, 0.2, 0.3, 0.6, 0.6, 0.6], 0.5, hold=2) == (60.0, 1)  # 60 held at 80 and 100
     assert escape_time(steps, [0.1, 0.6, 0.1, 0.6, 0.1, 0.2], 0.5, hold=1) == (100.0, 0)  # never lasts: censored
 
 

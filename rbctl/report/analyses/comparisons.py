@@ -31,6 +31,7 @@ import numpy as np
 
 import pandas as pd
 
+from rbctl.algo.registry import is_entropy_bonus
 from rbctl.errors import UserError
 from rbctl.report.analyses.scores import ArmScores
 from rbctl.report.load import unit_label
@@ -112,7 +113,7 @@ def stated_pairs(info: dict[str, tuple[str, str]]) -> list[tuple[str, str, str, 
         budgets = by_baseline(baseline, lambda x: x == "budget")
         out += [("budget_vs_base", baseline, y, x) for x in bases for y in budgets]
         for arm in by_baseline(baseline, lambda x: x not in ("base", "budget")):
-            kind = "entropy" if info[arm][1] in ("entropy_static", "entropy_adaptive") else "arm"
+            kind = "entropy" if is_entropy_bonus(info[arm][1]) else "arm"
             out += [(f"{kind}_vs_budget", baseline, arm, y) for y in budgets]
             out += [(f"{kind}_vs_base", baseline, arm, x) for x in bases]
         if not budgets and baseline != "grpo":
@@ -234,6 +235,15 @@ def call_text(c: Comparison, scale: float = 100.0, unit: str = "points") -> str:
         det = f"detectable ≥ {scale * c.detectable:.1f} {unit}" if math.isfinite(c.detectable) else "detectable effect unknown"
         return f"inconclusive ({sign}; {det})"
     return word
+
+
+def deciding_p(c: Comparison) -> tuple[str, float]:
+    """The p-value that decided the call, and its name: the Holm-adjusted TOST p for "equivalent"
+    (the test that rejected |Δ| ≥ δ), the Holm-adjusted superiority p otherwise (the test that rejected
+    Δ = 0 for "higher"/"lower", or did not, for "inconclusive")."""
+    if call(c) == EQUIVALENT:
+        return "TOST Holm p", c.p_tost_holm
+    return "Holm p", c.p_holm
 
 
 def in_family(c: Comparison) -> bool:

@@ -20,14 +20,15 @@ from rbctl.report.survival import kaplan_meier, logrank, rmst
 
 def escape_time(steps, values, threshold: float, direction: str = "above", hold: int = 0) -> tuple[float, int]:
     """(time, event): the first step (in order, the warm start's step 0 included) whose value is ≥
-    ``threshold`` (``direction`` "above") or ≤ it ("below") and stays so at the next ``hold`` points
-    (fewer where the run ends sooner: a crossing held to the end of follow-up counts), event 1; else
-    the last step, event 0 (censored)."""
+    ``threshold`` (``direction`` "above") or ≤ it ("below") and stays so at the next ``hold`` points,
+    event 1; else the last step, event 0 (censored). A crossing with fewer than ``hold`` points left
+    before the run ends is not confirmed, so it is censored, not an event: the hold is the escape's
+    definition, and a crossing at the last evaluation would otherwise count as one."""
     pairs = sorted(zip(steps, values))
     if not pairs:
         raise ValueError("no evaluation")
     across = [(v >= threshold) if direction == "above" else (v <= threshold) for _, v in pairs]
-    for i, (s, _) in enumerate(pairs):
+    for i, (s, _) in enumerate(pairs[:len(pairs) - hold]):
         if all(across[i:i + 1 + hold]):
             return float(s), 1
     return float(pairs[-1][0]), 0

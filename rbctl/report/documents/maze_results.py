@@ -45,15 +45,16 @@ from rbctl.report.stats import DELTA_BOUNDS, NOT_TESTABLE, bounded_t_interval, p
 from rbctl.store.atomic import write_atomic
 from rbctl.store.read import read_yaml_file
 from rbctl.store.rundir import CEILING, CONFIG, EVAL_LINES
+from rbctl.tasks.published import maze_table
 from rbctl.report.provenance import cpu_description, provenance, write_block
 
-# MaxRL's published maze table, (baseline, variant) -> (the paper's method, its scores at PAPER_KS), from
-# the data file beside this module.
-_PAPER_FILE = json.loads((Path(__file__).with_name("maxrl_maze_paper.json")).read_text(encoding="utf-8"))
+# MaxRL's published maze table, (baseline, variant) -> (the paper's method, its scores at PAPER_KS), from its
+# data file (`rbctl.tasks.published`), which also names the entropy-bonus arm and the budget-like arms
+_PAPER_FILE = maze_table()
 PAPER_KS = tuple(_PAPER_FILE["ks"])
 PAPER = {(r["estimator"], r["variant"]): (r["method"], tuple(r["scores"])) for r in _PAPER_FILE["rows"]}
-ENTROPY_ARM = ("grpo", "entropy_static")
-BUDGET_LIKE = (("maxrl", "base"), ("grpo", "budget"))  # MaxRL is the budget with B = G (docs/method.md)
+ENTROPY_ARM = tuple(_PAPER_FILE["entropy_arm"])
+BUDGET_LIKE = tuple(tuple(x) for x in _PAPER_FILE["budget_like"])
 SMALL = 0.5  # the entropy bonus's gain counts as small when under half a budget-like arm's (and that arm beats it)
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rbctl.report.render.tables import delta, with_ci
+from rbctl.report.render.tables import delta, pval, with_ci
 from rbctl.report.series import run_series
 from rbctl.report.stats import DELTA_BOUNDS, bounded_t_interval, paired_delta
 from rbctl.store.rundir import EVAL_SAMPLES, periodic_eval_dir
@@ -170,10 +170,11 @@ def figure(sw: Sweep, path: Path) -> None:
 
 
 def readme_block(sw: Sweep) -> str:
-    from rbctl.report.analyses.comparisons import call_text
+    from rbctl.report.analyses.comparisons import call_text, deciding_p
 
     prov = provenance(sw.path, short=True, runs=sw.runs)
-    comps = "; ".join(f"{c.label} {delta(c.delta.mean, c.delta.lo, c.delta.hi)} ({call_text(c)}, Holm p {c.p_holm:.3f})"
+    comps = "; ".join(f"{c.label} {delta(c.delta.mean, c.delta.lo, c.delta.hi)} ({call_text(c)}, "
+                      f"{deciding_p(c)[0]} {pval(deciding_p(c)[1])})"  # the p that decided the call
                       if c.delta.testable else f"{c.label}: not testable" for c in sw.data.verdict.comparisons)
     return "\n".join(pass1_table(sw)).rstrip() + (
         f"\n\n{len(sw.runs)} runs from {prov.code}, last logged {prov.last}; held-out pass@1 = avg@{sw.k} over "

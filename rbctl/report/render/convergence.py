@@ -84,8 +84,8 @@ def escape(data: ReportData, page: Page) -> None:
     table, curves, tau = e.table, e.curves, e.tau
     where = (f"the training batch's `{spec.metric}` (logged every step)" if spec.signal == "train" else
              f"the periodic evaluation's `{spec.metric}` on {bench} (step 0 = the warm start included)")
-    lasting = (f" and stays so at the next {spec.hold} point{'s' * (spec.hold != 1)} (a crossing held to the end of "
-               "the run counts)" if spec.hold else "")
+    lasting = (f" and stays so at the next {spec.hold} point{'s' * (spec.hold != 1)} (a crossing with fewer points "
+               "left before the run ends is not confirmed: censored)" if spec.hold else "")
     doc.para(f"A run escapes at the first point of {where} that is {sign} {spec.threshold:g}{lasting} ({e.source}); "
              f"a run that never does is "
              f"censored at its last point. Kaplan–Meier estimate per arm; median = first step with S ≤ 0.5 "

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from rbctl.algo.registry import is_entropy_bonus
 from rbctl.store.atomic import atomic_output
 
 # Okabe–Ito, ordered for contrast on white (yellow last: faint on white).
@@ -58,10 +59,10 @@ def panel_groups(info: dict[str, tuple[str, str]]) -> list[tuple[str, list[str]]
         if core:
             groups.append((f"{baseline}: base vs + budget", core))
         budgets = sorted(a for a, v in mine.items() if v == "budget")
-        ent = sorted(a for a, v in mine.items() if v in ("entropy_static", "entropy_adaptive"))
+        ent = sorted(a for a, v in mine.items() if is_entropy_bonus(v))
         if ent:
             groups.append((f"{baseline}: entropy bonus vs + budget", budgets + ent))
-        others = sorted(a for a, v in mine.items() if v not in ("base", "budget", "entropy_static", "entropy_adaptive"))
+        others = sorted(a for a, v in mine.items() if v not in ("base", "budget") and not is_entropy_bonus(v))
         if others:
             groups.append((f"{baseline}: other arms vs + budget", budgets + others))
         placed |= set(core) | set(ent) | set(others)
