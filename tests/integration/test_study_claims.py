@@ -481,7 +481,7 @@ def test_the_plateau_test_of_every_plain_baseline(tmp_path: Path) -> None:
     # rloo: final pass@1 41.67 (seeds .375, .4375, .4375), 98 − 41.67 = 56.33 points below; entropy .12 of .6
     assert rloo.below_ceiling.value == pytest.approx(98 - 100 * (0.375 + 0.4375 + 0.4375) / 3)
     assert rloo.entropy_collapsed.value == pytest.approx(0.12) and p.held_for("rloo")
-    from rbctl.report.study.document import plateau_rows
+    from rbctl.report.study.claims_document import plateau_rows
 
     rows = plateau_rows(list(study.testbeds))
     assert list(rows["arm"]) == ["grpo", "rloo"] and list(rows["plateau"]) == ["holds", "holds"]
@@ -498,7 +498,7 @@ def test_the_setting_is_checked_against_the_rule_on_plain_arms(tmp_path: Path) -
     study_yaml["selection"] = {"fixpoint": {"dir": study_yaml["testbeds"]["fixpoint"], "kept": "rloo"}}
     path.write_text(yaml.safe_dump(study_yaml))
     study = claims.load_study(path, n_boot=50)
-    from rbctl.report.study.document import selection_lines
+    from rbctl.report.study.claims_document import selection_lines
 
     doc = "\n".join(selection_lines(study))
     assert "### How the fixpoint setting was chosen" in doc
@@ -602,7 +602,7 @@ WALK = {"grpo": ([.1, .1, .1, .1, .1, .6], [.1] * 6, [.1, .1, .1, .6, .6, .6]), 
     (10.0, "**ahead at the horizon; final level inconclusive (Δ > 0; detectable ≥ "),
 ])
 def test_long_horizon_same_final_level_only_by_tost(tmp_path: Path, margin: float, said: str) -> None:
-    from rbctl.report.study.document import long_rows
+    from rbctl.report.study.claims_document import long_rows
 
     tb = load_testbed("fixpoint_long", long_sweep(tmp_path / "long", margin), n_boot=50)
     rows, (line,) = long_rows(tb, 100, "principal")

@@ -27,6 +27,7 @@ from rbctl.report.analyses.warm_starts import warm_start_level
 from rbctl.report.load import Run
 from rbctl.report.stats import PairedDelta, holm, paired_delta
 from rbctl.report.study.sweeps import Study, Testbed
+from rbctl.store.rundir import METRICS
 
 _WILD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 # what two runs may differ in and still be one run up to the shorter one's last step
@@ -102,7 +103,7 @@ class FamilyResult:
             return (f"the restricted escape step min(T, τ): T the first evaluation where `{e.metric}` is {e.direction} "
                     f"{e.threshold:g} and stays so for the next {e.hold} (a crossing not held that long is censored)")
         if s.metric.startswith("last_quarter:"):
-            return f"the last-quarter mean of `{s.metric.split(':', 1)[1]}` (metrics.jsonl)"
+            return f"the last-quarter mean of `{s.metric.split(':', 1)[1]}` ({METRICS})"
         return f"{s.metric} of the final held-out evaluation"
 
 

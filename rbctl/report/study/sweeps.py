@@ -17,6 +17,7 @@ from rbctl.report.series import final_metric
 from rbctl.report.sources import is_manifest
 from rbctl.report.stats import t_interval
 from rbctl.store.read import read_sweep_state
+from rbctl.store.rundir import SWEEP_RUNS
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,7 @@ def unfinished(path: Path) -> str | None:
     if not path.is_dir():
         return f"`{path}` does not exist yet"
     state = read_sweep_state(path)
-    if not state and not (path / "runs").is_dir():  # made by declaring the study before its sweep ran
+    if not state and not (path / SWEEP_RUNS).is_dir():  # made by declaring the study before its sweep ran
         return f"`{path}` has no runs yet"
     done = sum(r.get("status") == "done" for r in state.values())
     if state and done < len(state):

@@ -357,10 +357,10 @@ def claims_markdown(study: Study, command: str | None = None, today: dt.date | N
         out += [f"## {next(number)}. The long horizons", ""]
         for tb, main_step, family in study.long:
             rows, lines = long_rows(tb, main_step, family)
-            passk = pass_at_k_lines(tb)
+            at_k = pass_at_k_lines(tb)
             out += [f"### {tb.name}", "", *lines, "", table(rows, "No member of the family has runs."), "",
-                    *(["pass@k over the periodic evaluations (measured, not called): " + "; ".join(passk) + ".", ""]
-                      if passk else [])]
+                    *(["pass@k over the periodic evaluations (measured, not called): " + "; ".join(at_k) + ".", ""]
+                      if at_k else [])]
     out += claim_lines(study, fams, verdict_of, next(number))
     return "\n".join(out)
 
