@@ -45,7 +45,7 @@ def test_a_planted_trainer_state_is_refused_on_resume_and_runs_nothing(tiny_conf
     (ck / "trainer_state.pt").write_bytes(pickle.dumps({"optimizer": _Planted(marker)}, protocol=2))
     (ck / CKPT_DONE).write_text(json.dumps({"step": 2, "files": checkpoint_manifest(ck)}))
     capsys.readouterr()
-    code = run(["train", str(_cfg_file(tmp_path, steps=4)), "-o", str(rd), "-q"])
+    code = run(["train", str(_cfg_file(tmp_path, steps=4)), "-o", str(rd), "--extend", "-q"])
     err = capsys.readouterr().err
     errors = [x for x in err.splitlines() if x.startswith("error:")]
     assert code == 2 and "Traceback" not in err

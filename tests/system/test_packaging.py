@@ -62,7 +62,7 @@ def test_the_main_install_has_what_every_shipped_configs_path_imports():
     used = set()
     for path in sorted((ROOT / "configs").rglob("*.yaml")):
         data = yaml.safe_load(path.read_text()) or {}
-        if "testbeds" in data:  # a study file (rbctl report): it names sweep directories, no config to resolve
+        if "testbeds" in data or "runs_from" in data:  # a study file or a runs manifest (rbctl report): no config to resolve
             continue
         is_sweep = "arms" in data
         configs = load_sweep(path)[1].values() if is_sweep else [load_train_config(path)]

@@ -212,7 +212,7 @@ def test_a_corrupt_middle_line_of_a_run_log_is_one_line_with_its_true_line_numbe
     before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
     capsys.readouterr()
     # 6 steps: a resume that got as far as the config would keep the old one as config.step_000004.yaml
-    assert cli(["train", str(_cli_cfg(tmp_path, "b.yaml", steps=6, eval=_EVAL)), "-o", str(run), "-q"]) == 2
+    assert cli(["train", str(_cli_cfg(tmp_path, "b.yaml", steps=6, eval=_EVAL)), "-o", str(run), "--extend", "-q"]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and err.count("\n") == 1, err
     assert err.startswith(f"error: {path}: line 2 is not valid JSON (") and f"column {col})" in err, err
