@@ -180,6 +180,7 @@ def _load_lora_merged(adapter_dir: str, torch_dtype, auto_model, weights: dict |
         ggufs = [p]
     if len(ggufs) == 1:
         model = auto_model.from_pretrained(str(ggufs[0].parent), dtype=torch_dtype, gguf_file=ggufs[0].name)
+        own_weights(model)  # laid out as a folder's weights (`own_weights`)
     else:
         model = auto_model.from_pretrained(base, dtype=torch_dtype)
     if weights is None:

@@ -83,3 +83,19 @@ def test_own_weights_copies_a_misaligned_tied_parameter_once_and_keeps_it_tied()
     assert emb.weight.untyped_storage().nbytes() == 12 * 4
     assert torch.equal(emb.weight, torch.arange(1, 13, dtype=torch.float32).view(4, 3))
     assert own_weights(model) == 0  # already its own: nothing copied
+
+
+def test_lora_adapters_on_a_gguf_base_load_merged_onto_weights_laid_out_as_a_folders(tmp_path):
+    from types import SimpleNamespace
+
+    from rbctl.rollout.models import lora_policy
+
+    write_tiny_gguf(tmp_path / "tiny.gguf")
+    policy = load_policy(str(tmp_path / "tiny.gguf"), device="cpu", dtype="float32", log=lambda *a: None)
+    lora = lora_policy(policy.model, SimpleNamespace(r=2, alpha=4, dropout=0.0, target_modules=["q_proj", "v_proj"]))
+    lora.save_pretrained(tmp_path / "adapter")  # records the GGUF file as its base
+    policy.tokenizer.save_pretrained(tmp_path / "adapter")
+    merged = load_policy(str(tmp_path / "adapter"), device="cpu", dtype="float32", log=lambda *a: None).model
+    for name, p in merged.named_parameters(remove_duplicate=False):
+        assert p.is_contiguous() and p.data_ptr() % 64 == 0, (name, p.data_ptr() % 64)
+    assert merged.lm_head.weight is merged.model.embed_tokens.weight
