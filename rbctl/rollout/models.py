@@ -190,15 +190,15 @@ def _load_lora_merged(adapter_dir: str, torch_dtype, auto_model, weights: dict |
 
 def own_weights(model: torch.nn.Module) -> int:
     """Every parameter of `model` in memory of torch's own allocator, contiguous and 64-byte aligned,
-    tied weights still one tensor; then the C heap's free pages handed back. Returns how many
+    a tied weight still one tensor shared by the embedding and the LM head. Returns how many
     parameters were copied.
 
     Why: transformers' GGUF reader dequantizes with numpy and hands the arrays over as they are
-    (`torch.from_numpy`): the weights live in numpy's buffers, 16-byte aligned (a 64-byte AVX-512
-    load of them spans two cache lines), and the dequantization's freed temporaries stay in the
-    process heap (SmolLM2-135M: 0.98 GB resident after the load against 0.46 GB for the float32
-    folder of the same weights; `tests/unit/test_gguf_load.py`). The copy is the weights' size
-    once, at load; the values are the same bits."""
+    (`torch.from_numpy`), so a GGUF model's weights live in numpy's buffers: 16-byte aligned (a
+    64-byte AVX-512 load of one spans two cache lines) and, for SmolLM2, 108 MB of them in
+    transparent huge pages numpy asks for. Strides, contiguity, dtype, tying, module classes and
+    config are otherwise the folder's (compared parameter by parameter). The copy is the weights'
+    size once, at load; the values are the same bits (`tests/unit/test_gguf_load.py`)."""
     copied = 0
     with torch.no_grad():
         for p in model.parameters():  # a tied weight is one Parameter: copied once, still shared
@@ -207,21 +207,7 @@ def own_weights(model: torch.nn.Module) -> int:
                 copied += 1
     if getattr(model.config, "tie_word_embeddings", False):
         model.tie_weights()
-    release_free_heap()
     return copied
-
-
-def release_free_heap() -> None:
-    """glibc's `malloc_trim(0)`: the heap's free pages back to the system (a no-op elsewhere)."""
-    import ctypes
-    import ctypes.util
-
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        trim = libc.malloc_trim
-    except (OSError, AttributeError):
-        return
-    trim(0)
 
 
 def load_policy(
