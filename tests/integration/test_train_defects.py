@@ -90,4 +90,7 @@ def test_kappa_eff_forwards_only_the_mixed_prompts_rollouts_and_keeps_its_value(
     full_logp = eval_logp(tr.state, tr.state.model, batch, micro_batches(tr.state.cfg, batch.n), lean=True)
     full = ((full_logp - result.old_logp) * batch.response_mask).sum(-1).reshape(batch.rewards.shape)
     assert torch.allclose(d[2:], full[2:], rtol=0, atol=1e-5)
-    assert nanmean_or_none(kappa_eff(batch.rewards, d)) == pytest.approx(nanmean_or_none(kappa_eff(batch.rewards, full)), abs=1e-5)
+    # κ_eff itself within 1e-5 relative of the all-rollouts forward's (the tolerance logratio_sums states;
+    # on this policy's shapes the two came out bit-identical, 0.3827)
+    kappa_mixed, kappa_all = nanmean_or_none(kappa_eff(batch.rewards, d)), nanmean_or_none(kappa_eff(batch.rewards, full))
+    assert abs(kappa_all) > 0.1 and kappa_mixed == pytest.approx(kappa_all, rel=1e-5, abs=0)

@@ -188,3 +188,53 @@ def test_the_report_prints_the_decoding_rate_as_a_share_of_each_limit(tmp_path, 
     # 1008 tokens after the first 16 in 8 s: 126 tok/s, half of 252 and a quarter of 504
     assert "compute limit of decoding 252 / 504 tok/s" in out
     assert "decoding alone, rbctl: 126 tok/s = 50% / 25% of that limit" in out
+
+
+def test_the_report_prints_the_gguf_run_against_the_folder_and_each_phase(tmp_path, capsys):
+    import argparse
+    import json
+
+    import rbctl.tools.bench_trl_smollm2 as real
+
+    (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 4, "intermediate_size": 8, "num_hidden_layers": 1,
+                                                      "vocab_size": 10, "num_attention_heads": 2}))
+    lay = {"sequences per forward/backward": 16, "sequences sampled at once": 16}
+
+    def run(step_s, kappa_s, backward_s, optimizer_s, rss_mib):
+        steps = [{"step_s": step_s, "rollout_s": 4.0, "kappa_eff_s": kappa_s, "backward_s": backward_s,
+                  "optimizer_s": optimizer_s, "rollout_tokens": 1024, "reward": 0.0, "logprob_diff": 1e-5,
+                  "decode_s": None, "prompt_tokens": 410, "same_prompts": True}] * 3
+        return {"steps": steps, "peak_rss_mib": rss_mib, "layout": lay, "settings": {}}
+
+    res = {"rbctl": [run(10.0, 1.0, 3.0, 0.5, 512)], "rbctl_gguf": [run(10.5, 1.0, 3.2, 0.5, 640)],
+           "trl": [run(30.0, 0.0, 12.0, 1.0, 1024)]}
+    res["trl"][0]["steps"] = [{k: v for k, v in s.items() if k != "kappa_eff_s"} for s in res["trl"][0]["steps"]]
+    mm = [{"float32": 100.0, "bfloat16": 50.0, "onednn_float32": 200.0}]
+    real.report(argparse.Namespace(steps=3, rounds=1, rbctl_set=None), tmp_path, [(1, res, mm)])
+    out = capsys.readouterr().out
+    assert "| 1 | 10.0 | 10.5 (+5.0%) | – | 30.0 | 3.00x (3.00) | 2.86x (2.86) | – |" in out  # 30 / 10.5 = 2.857
+    assert "(of TRL's: rbctl 0.500, rbctl, model from the GGUF file 0.625)" in out
+    # forward + loss = step − sampling − κ_eff − backward − optimizer: 10 − 4 − 1 − 3 − 0.5 = 1.5
+    assert "| 1 | rbctl | 10.0 | 4.0 | 1.5 | 3.0 | 0.5 | 1.0 |" in out
+    assert "| 1 | rbctl, model from the GGUF file | 10.5 | 4.0 | 1.8 | 3.2 | 0.5 | 1.0 |" in out  # 10.5 − 8.7
+    assert "| 1 | TRL | 30.0 | 4.0 | 13.0 | 12.0 | 1.0 | – |" in out  # no κ_eff pass: 30 − 4 − 12 − 1
+
+
+def test_the_phase_clock_times_backward_and_optimizer_steps(monkeypatch):
+    import torch
+
+    import rbctl.tools.bench_trl_smollm2 as real
+    from torch.optim import optimizer as optim_module
+
+    monkeypatch.setattr(torch.autograd, "backward", torch.autograd.backward)  # restored after the test
+    monkeypatch.setattr(optim_module, "_global_optimizer_pre_hooks", optim_module._global_optimizer_pre_hooks.copy())
+    monkeypatch.setattr(optim_module, "_global_optimizer_post_hooks", optim_module._global_optimizer_post_hooks.copy())
+    clock = real.phase_clock()
+    w = torch.nn.Parameter(torch.ones(3))
+    opt = torch.optim.SGD([w], lr=0.5)
+    assert clock == {"backward_s": 0.0, "optimizer_s": 0.0}
+    (w * w).sum().backward()
+    assert clock["backward_s"] > 0 and clock["optimizer_s"] == 0.0
+    opt.step()
+    assert clock["optimizer_s"] > 0
+    assert torch.equal(w.detach(), torch.zeros(3))  # 1 − 0.5 · 2: the step itself ran
