@@ -82,7 +82,7 @@ def test_a_second_train_on_a_live_run_directory_is_refused_and_a_stale_lock_is_t
         first.wait()
     assert lines >= 2  # the refused run wrote nothing: the first one's lines are all there
     # The killed run left its pid in the lock file: the next run takes it over with a warning.
-    assert run(["train", str(_cfg_file(tmp_path, steps=2, save_every=2)), "-o", str(rd), "-q"]) == 0
+    assert run(["train", str(_cfg_file(tmp_path, steps=2, save_every=2)), "-o", str(rd), "--extend", "-q"]) == 0
     out = capsys.readouterr()
     assert f"taking over the stale lock {rd / '.lock'} of pid {first.pid}" in out.out + out.err
     assert (rd / ".lock").read_text() == ""  # released cleanly
