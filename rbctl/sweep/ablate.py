@@ -257,11 +257,20 @@ def _run_one(run_dir: str, cfg_dict: dict, meta: dict, eval_dict: dict, threads:
     """One (arm, seed): train (or resume), then evaluate the final checkpoint. Runs in a worker process."""
     import torch
 
+    from rbctl.sweep import phases
+
+    phases.begin()  # only with RBCTL_PHASES set (python -m scripts.bench_main_job --split)
     torch.set_num_threads(max(1, threads))
     from rbctl.console import quiet_libraries
 
     quiet_libraries()
     key = run_key(meta["arm"], meta["seed"], meta.get("warm_start"))
+    res = _train_and_evaluate(key, run_dir, cfg_dict, meta, eval_dict, queue)
+    phases.end(key, res["status"])
+    return res
+
+
+def _train_and_evaluate(key: str, run_dir: str, cfg_dict: dict, meta: dict, eval_dict: dict, queue) -> dict:
     try:
         from rbctl.train.loop import train
 
