@@ -155,15 +155,17 @@ def split_lines(records: list[dict], logged_steps: list[float], sweep_wall: floa
     return lines
 
 
-def split(sweep: str | None, arms: str | None, seeds: str, jobs: int, rounds: int) -> int:
-    """Run a selection of the sweep `rounds` times with its phases timed and print the split."""
+def split(sweep: str | None, arms: str | None, seeds: str, jobs: int, rounds: int, keep: Path | None = None) -> int:
+    """Run a selection of the sweep `rounds` times with its phases timed and print the split;
+    `keep`: write round r's sweep to keep/round_r and keep it."""
     from rbctl.store.rundir import METRICS, sweep_runs
     from rbctl.store.read import read_lines
     from rbctl.sweep.phases import ENV
 
     for rnd in range(rounds):
         with tempfile.TemporaryDirectory() as tmp:
-            out, phases_file = Path(tmp) / "sweep", Path(tmp) / "phases.jsonl"
+            out = keep / f"round_{rnd}" if keep else Path(tmp) / "sweep"
+            phases_file = Path(tmp) / "phases.jsonl"
             env = {**os.environ, "RBCTL_CACHE": str(Path(tmp) / "cache"), ENV: str(phases_file)}
             cmd = ([sys.executable, "-m", "rbctl", "ablate"] + ([sweep] if sweep else []) + ["-o", str(out), "--no-report",
                    "-q", "--seeds", seeds, "--jobs", str(jobs)] + (["--arms", arms] if arms else []))
@@ -184,7 +186,7 @@ def split(sweep: str | None, arms: str | None, seeds: str, jobs: int, rounds: in
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m scripts.bench_main_job", description=__doc__.splitlines()[0])
     ap.add_argument("sweep", nargs="?", default=None, help="sweep YAML (default: rbctl ablate's default sweep)")
-    ap.add_argument("--keep", type=Path, default=None, help="write the sweep here and keep it (default: a temporary folder)")
+    ap.add_argument("--keep", type=Path, default=None, help="write the sweep here and keep it (default: a temporary folder; with --split: DIR/round_R)")
     ap.add_argument("--compare", metavar="REV", help="also time the main job at git revision REV, alternating")
     ap.add_argument("--rounds", type=int, default=1, help="with --compare: rounds of (REV, working tree); with --split: timed sweeps")
     ap.add_argument("--split", action="store_true", help="time a selection of the sweep by phase (module docstring)")
@@ -195,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"machine: {cpu_model()}, {os.cpu_count()} cores; {platform.platform()}")
     print(f"float32 2048^3 matmul: {matmul_gflops(1):.0f} GFLOP/s on 1 thread, {matmul_gflops(2):.0f} on 2 threads")
     if args.split:
-        return split(args.sweep, args.arms, args.seeds, args.jobs, args.rounds)
+        return split(args.sweep, args.arms, args.seeds, args.jobs, args.rounds, args.keep)
     if args.compare:
         return compare(args.compare, args.sweep, args.rounds)
     with tempfile.TemporaryDirectory() as tmp:
