@@ -257,7 +257,7 @@ def _run_one(run_dir: str, cfg_dict: dict, meta: dict, eval_dict: dict, threads:
     """One (arm, seed): train (or resume), then evaluate the final checkpoint. Runs in a worker process."""
     import torch
 
-    from rbctl.sweep import phases
+    from rbctl.train import phases
 
     phases.begin()  # only with RBCTL_PHASES set (python -m scripts.bench_main_job --split)
     torch.set_num_threads(max(1, threads))

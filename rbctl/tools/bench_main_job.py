@@ -14,7 +14,7 @@ cache; then whether the two produced the same final evaluations (same results, o
 differs) and the time ratio.
 
 With --split, a selection of the sweep (--arms, --seeds; default: every arm on seeds 0 and 1) runs
-with its phases timed (`rbctl.sweep.phases`): per run, the median over its runs of the wall time
+with its phases timed (`rbctl.train.phases`): per run, the median over its runs of the wall time
 in the worker and of each phase (building the trainer: policy, warm start and engine; the steps,
 beside their logged `time/step_s`; the periodic and final evaluations; checkpoint writes; log
 lines; the rest), the worker's age at the run's start and the modules the run imported; then the
@@ -126,7 +126,7 @@ def _median(xs: list[float]) -> float:
 
 
 def split_lines(records: list[dict], logged_steps: list[float], sweep_wall: float, jobs: int) -> list[str]:
-    """The printed split of one timed sweep: per-run medians of each phase (`rbctl.sweep.phases`
+    """The printed split of one timed sweep: per-run medians of each phase (`rbctl.train.phases`
     records), the rest of a run's worker time, and what the launcher adds beyond the workers' busy
     time (`sweep_wall` × `jobs` − their summed run time, per run)."""
     n = len(records)
@@ -160,7 +160,7 @@ def split(sweep: str | None, arms: str | None, seeds: str, jobs: int, rounds: in
     `keep`: write round r's sweep to keep/round_r and keep it."""
     from rbctl.store.rundir import METRICS, sweep_runs
     from rbctl.store.read import read_lines
-    from rbctl.sweep.phases import ENV
+    from rbctl.train.phases import ENV
 
     for rnd in range(rounds):
         with tempfile.TemporaryDirectory() as tmp:
