@@ -440,7 +440,19 @@ def _execute(todo, sweep: SweepConfig, sweep_dir: Path, state: dict, jobs: int, 
         display = local.PlainDisplay(every=progress_every)
     else:
         display = local.RichDisplay(enabled=False)
-    local.execute(_run_one, work, jobs, record, display)
+    local.execute(_run_one, work, jobs, record, display, alone={key for key, _, cfg, _ in todo if not on_cpu(cfg)})
+
+
+def on_cpu(cfg: TrainConfig) -> bool:
+    """Whether a run trains on the CPU with the hf engine (a local worker may run it after
+    another run); a GPU or vLLM run gets a worker process of its own (`rbctl.sweep.local.execute`)."""
+    if cfg.rollout.engine == "vllm":
+        return False
+    if cfg.model.device == "cpu":
+        return True
+    import torch
+
+    return cfg.model.device == "auto" and not torch.cuda.is_available()
 
 
 def _execute_submitit(todo, sweep: SweepConfig, sweep_dir: Path, state: dict, log) -> None:

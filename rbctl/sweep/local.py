@@ -8,6 +8,7 @@ do not depend on the worker it ran in: every run seeds its own random streams, a
 metrics, samples, evaluations and weights are byte-identical either way (docs/performance.md).
 A worker killed by the kernel (out of memory) fails only the run it was running: that run is
 reported with the signal that ended it, a fresh worker takes the next run and the others go on.
+A run on a GPU (or with vLLM) gets a worker of its own, as before (`execute`'s `alone`).
 Workers are forked from a fork server that has imported torch, transformers and the trainer once
 (`PRELOAD`; it runs no computation, so no OpenMP thread pool is inherited). Each run takes the
 launcher's environment and working directory as they are when it starts. The first Ctrl-C
@@ -73,11 +74,13 @@ def _worker(conn, queue) -> None:  # pragma: no cover - runs in the worker
 class _Worker:
     """A worker process and the end of its task pipe the launcher writes to."""
 
-    def __init__(self, ctx, queue):
+    def __init__(self, ctx, queue, task=None):
         recv, self.conn = ctx.Pipe(duplex=False)
         self.process = ctx.Process(target=_worker, args=(recv, queue), daemon=False)
         self.process.start()
         recv.close()
+        if task is not None:
+            self.send(task)
 
     def send(self, task) -> None:
         self.conn.send(task)
@@ -105,9 +108,11 @@ class Interrupted(Exception):
     """The sweep was stopped by Ctrl-C; the state of every run is recorded."""
 
 
-def execute(target, todo: list[tuple[str, int, tuple]], jobs: int, record, display) -> None:
+def execute(target, todo: list[tuple[str, int, tuple]], jobs: int, record, display, alone=frozenset()) -> None:
     """Run `target(*args, queue)` for each (key, steps, args) of `todo` in at most `jobs` worker
     processes kept across runs (module docstring); `record(key, result)` is called as each ends.
+    The runs of `alone` (keys) each get a worker of their own, started for it and ended after it
+    (a GPU run: vLLM is built once per process, and a process keeps the GPU memory it cached).
     Raises Interrupted after a Ctrl-C."""
     ctx = run_context()
     manager = ctx.Manager()  # its server process ignores SIGINT
@@ -138,12 +143,13 @@ def execute(target, todo: list[tuple[str, int, tuple]], jobs: int, record, displ
                     stop["forwarded"] = True
                 while waiting and len(running) < jobs:
                     key, _, args = waiting.pop(0)
-                    running[key] = _hand(idle, ctx, queue, (target, key, args, dict(os.environ), os.getcwd()))
+                    task = (target, key, args, dict(os.environ), os.getcwd())
+                    running[key] = _Worker(ctx, queue, task) if key in alone else _hand(idle, ctx, queue, task)
                 _drain(queue, display, results)
                 for key, w in list(running.items()):
                     if key in results:  # the run ended; its worker waits for the next one
                         finish(key, results.pop(key))
-                        if stop["n"]:
+                        if stop["n"] or key in alone:
                             _retire(w)
                         else:
                             idle.append(w)
@@ -189,9 +195,7 @@ def _hand(idle: list, ctx, queue, task) -> _Worker:
             except (BrokenPipeError, OSError):
                 pass
         _retire(w)
-    w = _Worker(ctx, queue)
-    w.send(task)
-    return w
+    return _Worker(ctx, queue, task)
 
 
 def _retire(w: _Worker) -> None:

@@ -206,3 +206,17 @@ def test_local_workers_are_kept_across_runs_and_a_dead_one_fails_only_its_run():
 
 def _call(fn, key, queue):
     return fn(key, queue)
+
+
+def test_a_run_marked_alone_gets_a_worker_of_its_own():
+    from rbctl.sweep.local import execute
+
+    keys = ["a/seed_0", "g/seed_0", "a/seed_1"]
+    seen = {}
+    execute(_call, [(k, 1, (pid_of, k)) for k in keys], 1, lambda k, r: seen.__setitem__(k, r), _Silent(),
+            alone={"g/seed_0"})
+    assert all(seen[k]["status"] == "done" for k in keys)
+    # the alone run did not reuse the first worker, and its own worker ended with it: the run after
+    # it went back to the first worker
+    pid = {k: seen[k]["pid"] for k in keys}
+    assert pid["a/seed_0"] == pid["a/seed_1"] != pid["g/seed_0"]
