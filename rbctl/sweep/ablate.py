@@ -255,11 +255,20 @@ def _run_one(run_dir: str, cfg_dict: dict, meta: dict, eval_dict: dict, threads:
     """One (arm, seed): train (or resume), then evaluate the final checkpoint. Runs in a worker process."""
     import torch
 
+    from rbctl.train import phases
+
+    phases.begin()  # only with RBCTL_PHASES set (python -m scripts.bench_main_job --split)
     torch.set_num_threads(max(1, threads))
     from rbctl.console import quiet_libraries
 
     quiet_libraries()
     key = run_key(meta["arm"], meta["seed"], meta.get("warm_start"))
+    res = _train_and_evaluate(key, run_dir, cfg_dict, meta, eval_dict, queue)
+    phases.end(key, res["status"])
+    return res
+
+
+def _train_and_evaluate(key: str, run_dir: str, cfg_dict: dict, meta: dict, eval_dict: dict, queue) -> dict:
     try:
         from rbctl.train.loop import train
 
@@ -520,7 +529,19 @@ def _execute(todo, sweep: SweepConfig, sweep_dir: Path, state: dict, jobs: int, 
         display = local.PlainDisplay(every=progress_every)
     else:
         display = local.RichDisplay(enabled=False)
-    local.execute(_run_one, work, jobs, record, display)
+    local.execute(_run_one, work, jobs, record, display, alone={key for key, _, cfg, _ in todo if not on_cpu(cfg)})
+
+
+def on_cpu(cfg: TrainConfig) -> bool:
+    """Whether a run trains on the CPU with the hf engine (a local worker may run it after
+    another run); a GPU or vLLM run gets a worker process of its own (`rbctl.sweep.local.execute`)."""
+    if cfg.rollout.engine == "vllm":
+        return False
+    if cfg.model.device == "cpu":
+        return True
+    import torch
+
+    return cfg.model.device == "auto" and not torch.cuda.is_available()
 
 
 def _execute_submitit(todo, sweep: SweepConfig, sweep_dir: Path, state: dict, log) -> None:

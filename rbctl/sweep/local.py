@@ -1,15 +1,20 @@
-"""The local launcher of `rbctl ablate`: one process per run, `jobs` at a time.
+"""The local launcher of `rbctl ablate`: `jobs` worker processes, each running one run after another.
 
-A process per run (not a pool) so that one worker killed by the kernel (out of memory) fails only
-its own run: it is reported with the signal that ended it and the others go on. Run processes are
-forked from a fork server that has imported torch, transformers and the trainer once (`PRELOAD`; it
-runs no computation, so no OpenMP thread pool is inherited): each run skips the ~5 s of imports a
-fresh interpreter spends (python -m scripts.bench_main_job --compare). Each run takes the launcher's
-environment and working directory as they are when it starts. The first Ctrl-C
+A worker is kept from run to run, so that a run after a worker's first skips what every run
+would repeat: the imports of the trainer's lazily loaded libraries (transformers' model code,
+torch._dynamo, sympy, scipy: ~1,500 modules, ~2 s of CPU time per run on the main job) and the
+other first-call costs (`python -m scripts.bench_main_job --split` prints them). A run's results
+do not depend on the worker it ran in: every run seeds its own random streams, and the main job's
+metrics, samples, evaluations and weights are byte-identical either way (docs/performance.md).
+A worker killed by the kernel (out of memory) fails only the run it was running: that run is
+reported with the signal that ended it, a fresh worker takes the next run and the others go on.
+A run on a GPU (or with vLLM) gets a worker of its own, as before (`execute`'s `alone`).
+Workers are forked from a fork server that has imported torch, transformers and the trainer once
+(`PRELOAD`; it runs no computation, so no OpenMP thread pool is inherited). Each run takes the
+launcher's environment and working directory as they are when it starts. The first Ctrl-C
 (SIGINT) stops launching runs, interrupts the running ones (each ends its step in progress and writes
 its checkpoint, `rbctl.train.interrupt`, so a rerun resumes it losing nothing) and returns; a second
-one stops at once. When output is not a terminal (a log file, a Slurm job) plain
-lines replace the Rich display: one per run start and end and a one-line progress every
+one stops at once. When output is not a terminal (a log file, a Slurm job) plain lines replace the Rich display: one per run start and end and a one-line progress every
 `progress_every` seconds.
 """
 
@@ -47,20 +52,54 @@ def run_context():
     return ctx
 
 
-def _child(target, key: str, args: tuple, queue, env: dict, cwd: str) -> None:  # pragma: no cover - runs in the worker
-    os.environ.clear()  # the fork server was started earlier: take the launcher's current environment
-    os.environ.update(env)
-    os.chdir(cwd)
+def _worker(conn, queue) -> None:  # pragma: no cover - runs in the worker
+    """A worker's loop: run each (target, key, args, env, cwd) the launcher sends, until it sends
+    None. An interrupted run (Ctrl-C) ends the worker: the launcher starts nothing more."""
     signal.signal(signal.SIGINT, _interrupt_once)
     from rbctl.train.interrupt import MERGE_S
 
     MERGE_S["s"] = FORWARD_MERGE_S  # during training: the first Ctrl-C saves the step, its forwarded copy is merged
-    queue.put((key, "start", 0, {}))
     try:
-        res = target(*args, queue)
-    except KeyboardInterrupt:
-        res = {"key": key, "status": "interrupted", "error": None}
-    queue.put((key, "result", 0, res))
+        while True:
+            task = conn.recv()
+            if task is None:
+                return
+            target, key, args, env, cwd = task
+            os.environ.clear()  # the fork server was started earlier: take the launcher's current environment
+            os.environ.update(env)
+            os.chdir(cwd)
+            queue.put((key, "start", 0, {}))
+            try:
+                res = target(*args, queue)
+            except KeyboardInterrupt:
+                queue.put((key, "result", 0, {"key": key, "status": "interrupted", "error": None}))
+                return
+            queue.put((key, "result", 0, res))
+    except (KeyboardInterrupt, EOFError):  # Ctrl-C while idle, or the launcher is gone
+        return
+
+
+class _Worker:
+    """A worker process and the end of its task pipe the launcher writes to."""
+
+    def __init__(self, ctx, queue, task=None):
+        recv, self.conn = ctx.Pipe(duplex=False)
+        self.process = ctx.Process(target=_worker, args=(recv, queue), daemon=False)
+        self.process.start()
+        recv.close()
+        if task is not None:
+            self.send(task)
+
+    def send(self, task) -> None:
+        self.conn.send(task)
+
+    def close(self) -> None:
+        """Tell an idle worker to exit (it is gone already if the pipe is broken)."""
+        try:
+            self.conn.send(None)
+            self.conn.close()
+        except (BrokenPipeError, OSError):
+            pass
 
 
 def died(code: int | None) -> str:
@@ -77,19 +116,27 @@ class Interrupted(Exception):
     """The sweep was stopped by Ctrl-C; the state of every run is recorded."""
 
 
-def execute(target, todo: list[tuple[str, int, tuple]], jobs: int, record, display) -> None:
-    """Run `target(*args, queue)` for each (key, steps, args) of `todo`, `jobs` at a time;
-    `record(key, result)` is called as each ends. Raises Interrupted after a Ctrl-C."""
+def execute(target, todo: list[tuple[str, int, tuple]], jobs: int, record, display, alone=frozenset()) -> None:
+    """Run `target(*args, queue)` for each (key, steps, args) of `todo` in at most `jobs` worker
+    processes kept across runs (module docstring); `record(key, result)` is called as each ends.
+    The runs of `alone` (keys) each get a worker of their own, started for it and ended after it
+    (a GPU run: vLLM is built once per process, and a process keeps the GPU memory it cached).
+    Raises Interrupted after a Ctrl-C."""
     ctx = run_context()
     manager = ctx.Manager()  # its server process ignores SIGINT
     queue = manager.Queue()
-    waiting, running, results = list(todo), {}, {}
+    waiting, running, idle, results = list(todo), {}, [], {}
     stop = {"n": 0, "forwarded": False}
 
     def on_sigint(signum, frame):
         stop["n"] += 1
         if stop["n"] > 1:
             raise KeyboardInterrupt
+
+    def finish(key, res) -> None:
+        del running[key]
+        record(key, res)
+        display.finished(key, res)
 
     old = signal.signal(signal.SIGINT, on_sigint)
     try:
@@ -99,44 +146,73 @@ def execute(target, todo: list[tuple[str, int, tuple]], jobs: int, record, displ
             while waiting or running:
                 if stop["n"] and not stop["forwarded"]:
                     waiting.clear()  # launch nothing more; the running runs stop at their next step
-                    for p in running.values():
-                        _signal(p, signal.SIGINT)
+                    for w in running.values():
+                        _signal(w.process, signal.SIGINT)
                     stop["forwarded"] = True
                 while waiting and len(running) < jobs:
                     key, _, args = waiting.pop(0)
-                    p = ctx.Process(target=_child, args=(target, key, args, queue, dict(os.environ), os.getcwd()),
-                                    daemon=False)
-                    p.start()
-                    running[key] = p
+                    task = (target, key, args, dict(os.environ), os.getcwd())
+                    running[key] = _Worker(ctx, queue, task) if key in alone else _hand(idle, ctx, queue, task)
                 _drain(queue, display, results)
-                for key, p in list(running.items()):
-                    if p.is_alive():
+                for key, w in list(running.items()):
+                    if key in results:  # the run ended; its worker waits for the next one
+                        finish(key, results.pop(key))
+                        if stop["n"] or key in alone:
+                            _retire(w)
+                        else:
+                            idle.append(w)
                         continue
-                    p.join()
+                    if w.process.is_alive():
+                        continue
+                    w.process.join()
                     _drain(queue, display, results)
                     res = results.pop(key, None) or (
                         {"key": key, "status": "interrupted", "error": None} if stop["n"]  # Ctrl-C before it was ready
-                        else {"key": key, "status": "failed", "error": died(p.exitcode)})
-                    del running[key]
-                    record(key, res)
-                    display.finished(key, res)
+                        else {"key": key, "status": "failed", "error": died(w.process.exitcode)})
+                    w.conn.close()
+                    finish(key, res)
                 display.tick()
                 if running or waiting:
                     time.sleep(0.2)
     except BaseException:
-        for p in running.values():  # nothing is left running behind us
-            _signal(p, signal.SIGINT)
-        for p in running.values():
-            p.join(30)
-            if p.is_alive():
-                p.kill()
-                p.join()
+        for w in running.values():  # nothing is left running behind us
+            _signal(w.process, signal.SIGINT)
+        for w in running.values():
+            w.process.join(30)
+            if w.process.is_alive():
+                w.process.kill()
+                w.process.join()
         raise
     finally:
+        for w in idle:
+            _retire(w)
         signal.signal(signal.SIGINT, old)
         manager.shutdown()
     if stop["n"]:
         raise Interrupted
+
+
+def _hand(idle: list, ctx, queue, task) -> _Worker:
+    """Send `task` to an idle worker that is still alive, else to a new one; returns the worker."""
+    while idle:
+        w = idle.pop()
+        if w.process.is_alive():
+            try:
+                w.send(task)
+                return w
+            except (BrokenPipeError, OSError):
+                pass
+        _retire(w)
+    return _Worker(ctx, queue, task)
+
+
+def _retire(w: _Worker) -> None:
+    """End an idle worker: ask it to exit, and kill it if it has not within 30 s."""
+    w.close()
+    w.process.join(30)
+    if w.process.is_alive():
+        w.process.kill()
+        w.process.join()
 
 
 def _signal(p, sig) -> None:

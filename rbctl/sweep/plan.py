@@ -121,10 +121,16 @@ def assumed_time(cfg: TrainConfig) -> RunTime | None:
                    "(a built-in task at 1 thread on 2 CPU cores), scaled by rollouts × tokens", False)
 
 
-def run_seconds(cfg: TrainConfig, final_samples: int, t: RunTime) -> float:
-    """One run's wall time: its steps, its periodic evaluations, its final evaluation, its start."""
+def run_seconds(cfg: TrainConfig, final_samples: int, t: RunTime, final_eval=None) -> float:
+    """One run's wall time: its steps, its periodic evaluations, its final evaluation, its start.
+    `final_eval` (the sweep's eval section): a final evaluation with the config of the periodic one
+    at the last step costs nothing, it is a copy of it (`rbctl.train.loop.evaluate_final`)."""
+    from rbctl.config.train import for_run
+
     ev = cfg.eval
     periodic = (cfg.steps // ev.every + 1) * ev.n * (ev.limit or 256) if ev.every else 0
+    if ev.every and final_eval is not None and for_run(final_eval, cfg).model_dump() == for_run(ev, cfg).model_dump():
+        final_samples = 0
     return START_S + cfg.steps * t.step_s + (periodic + final_samples) * t.eval_s_per_sample
 
 
@@ -213,7 +219,7 @@ def sweep_plan(sweep_path, sweep_dir: Path, power, jobs: int | None = None, arms
         row("time", f"unknown: no finished run of this shape on this machine (in {sweep_dir} or under {RUNS_ROOT}/); "
                     f"time one: rbctl train {base_file} -o {RUNS_ROOT}/probe --set steps=5, then plan again")
     else:
-        per_run = max(run_seconds(cfg, final_samples, t) for cfg in configs.values())
+        per_run = max(run_seconds(cfg, final_samples, t, sweep.eval) for cfg in configs.values())
         waves = math.ceil(todo / jobs) if todo else 0
         row("time", f"≈ {_minutes(waves * per_run)} wall for {todo} runs ({done} of {total} already done in {sweep_dir}): "
                     f"≈ {per_run:.0f} s a run ({t.step_s:.3g} s a step), {jobs} at a time")

@@ -21,8 +21,8 @@ from rbctl.eval.pipeline import evaluate_policy, load_problems, periodic_eval_li
 from rbctl.rollout.models import LoadedPolicy
 from rbctl.store.checkpoint import save_checkpoint
 from rbctl.store.lock import DirLock
-from rbctl.store.rundir import (BUILTIN_MARKER, EVAL_LINES, METRICS, MODEL, PROVENANCE, SAMPLES, checkpoint_dir,
-                                final_eval_dir, periodic_eval_dir)
+from rbctl.store.rundir import (BUILTIN_MARKER, EVAL_LINES, METRICS, MODEL, PROVENANCE, SAMPLES, SUMMARY,
+                                checkpoint_dir, final_eval_dir, periodic_eval_dir)
 from rbctl.store.write import write_provenance
 from rbctl.train.interrupt import StopAfterStep
 from rbctl.train.training_data import task_spec
@@ -189,6 +189,7 @@ def _periodic_eval(tr: Trainer, cfg: TrainConfig, run_dir: Path, step: int, metr
         t = time.perf_counter()
         results = _evaluate(tr, ecfg, periodic_eval_dir(run_dir, step), step, problems, tr.base_source)
         metrics["time/eval_s"] = time.perf_counter() - t
+        tr.last_eval = (step, ecfg, periodic_eval_dir(run_dir, step), results)
         for line in periodic_eval_lines(results, step):
             append_jsonl(run_dir / EVAL_LINES, line)
     return problems
@@ -208,14 +209,43 @@ def _evaluate(tr: Trainer, ecfg: EvalConfig, out_dir: Path, step: int, problems,
 def evaluate_final(tr: Trainer, ecfg: EvalConfig) -> dict:
     """Evaluate a complete run's policy (step `steps`) with `ecfg` into RUN_DIR/eval/step_N/ (where
     `report` looks), in memory through the run's engine (module docstring); the summaries name the
-    final checkpoint as the model."""
+    final checkpoint as the model. When this process has just evaluated that policy with the same
+    config (the periodic evaluation at the last step: the main job's), its results are copied
+    instead (`_copy_evaluation`)."""
     cfg, step = tr.cfg, tr.cfg.steps
     if tr.resume_step > step:
         raise UserError(f"run directory {tr.run_dir} holds checkpoints past steps={step} (step {tr.resume_step}); "
                         "its final policy is not the one of this config")
+    model = str(checkpoint_dir(tr.run_dir, step) / MODEL)
+    last = tr.last_eval
+    if last is not None and last[0] == step and last[1].model_dump() == ecfg.model_dump():
+        return _copy_evaluation(last[2], last[3], final_eval_dir(tr.run_dir, step), model)
     problems = load_problems(ecfg, task_spec(cfg))  # `builtin` = the run's own task
-    return _evaluate(tr, ecfg, final_eval_dir(tr.run_dir, step), step, problems,
-                     str(checkpoint_dir(tr.run_dir, step) / MODEL))
+    return _evaluate(tr, ecfg, final_eval_dir(tr.run_dir, step), step, problems, model)
+
+
+def _copy_evaluation(src: Path, results: dict, dst: Path, model: str) -> dict:
+    """The final evaluation as a copy of the periodic one at the same step with the same config:
+    the same policy, problems, seeds and engine give the same samples (the final evaluation would
+    redo every sample of it); the summaries name `model`. Per benchmark, its samples, then its
+    summary (written last, as `evaluate_policy` writes it: a copy cut short is redone on resume)."""
+    import shutil
+
+    from rbctl.eval import partial
+    from rbctl.eval.pipeline import bench_dir_name
+    from rbctl.store.atomic import atomic_output
+    from rbctl.store.rundir import EVAL_SAMPLES
+
+    out = {}
+    for name, summary in results.items():
+        bench = bench_dir_name(name)
+        (dst / bench).mkdir(parents=True, exist_ok=True)
+        (dst / bench / SUMMARY).unlink(missing_ok=True)
+        with atomic_output(dst / bench / EVAL_SAMPLES) as tmp:
+            shutil.copyfile(src / bench / EVAL_SAMPLES, tmp)
+        out[name] = {**summary, "model": model}
+        partial.finish(dst / bench, out[name])
+    return out
 
 
 def final_heldout_lines(run_dir: Path) -> list[str]:

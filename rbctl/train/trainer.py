@@ -41,6 +41,7 @@ class Trainer:
         self.cfg = cfg
         self.run_dir = Path(run_dir)
         self.log = log
+        self.last_eval = None  # (step, EvalConfig, folder, results) of the last periodic evaluation (loop.py)
         self.objective = Objective(cfg)  # policy loss, token mask, reward transform, estimator
         if cfg.threads:
             torch.set_num_threads(cfg.threads)

@@ -54,6 +54,10 @@ def test_power_of_the_main_job_from_the_report_power_functions(tmp_path, capsys)
             f"seeds, paired two-sided t-test at α/m = 0.0167; power 0.8 needs {units_for_power(7.0, 5.0, 3)} units; "
             f"with 24 the detectable Δ at power 0.8 is {mde_paired(7.0, 24, level, 0.8):.1f} points") in out
     assert "3 arms × 24 seeds = 72 runs" in out
+    # its final evaluation has the config of the periodic one at step 100, so it is a copy and costs
+    # nothing: 5 s start + 100 steps · 0.25 s + 6 periodic evaluations (steps 0, 20, …, 100) of
+    # 256 × 8 samples · 1.5 s / 2048 = 5 + 25 + 9 = 39 s a run; 72 runs 2 at a time: 36 · 39 s = 23.4 min
+    assert "≈ 23.4 min wall for 72 runs (0 of 72 already done" in out and "≈ 39 s a run" in out
 
 
 def test_every_declared_family_gets_its_power_and_a_margin_its_tost_power(tmp_path, capsys):

@@ -153,3 +153,70 @@ def test_timeout_or_preemption_requeues_the_same_call_and_lets_systemexit_throug
     assert again.result()["value"] == 4  # the requeued job runs the same (resuming) call
     with pytest.raises(SystemExit):  # submitit exits a requeued job this way: it must not become a result
         g("k", sys.exit, (1,))
+
+
+# --- the local launcher (rbctl.sweep.local): workers kept across runs --------------------------
+
+def pid_of(key, queue):
+    queue.put((key, "step", 1, {"reward": 0.0, "entropy": 0.0}))
+    return {"key": key, "status": "done", "error": None, "pid": os.getpid()}
+
+
+def dies(key, queue):
+    os._exit(3)  # the worker process dies mid-run (as when the kernel kills it)
+
+
+class _Silent:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        pass
+
+    def add(self, key, total):
+        pass
+
+    def started(self, key):
+        pass
+
+    def step(self, key, step, info):
+        pass
+
+    def finished(self, key, res):
+        pass
+
+    def tick(self):
+        pass
+
+
+def test_local_workers_are_kept_across_runs_and_a_dead_one_fails_only_its_run():
+    from rbctl.sweep.local import execute
+
+    todo = [("a/seed_0", 1, (pid_of, "a/seed_0")), ("a/seed_1", 1, (pid_of, "a/seed_1")),
+            ("b/seed_0", 1, (dies, "b/seed_0")), ("b/seed_1", 1, (pid_of, "b/seed_1"))]
+    seen = {}
+    execute(_call, [(k, s, a) for k, s, a in todo], 1, lambda k, r: seen.__setitem__(k, r), _Silent())
+    assert list(seen) == [k for k, _, _ in todo]  # one worker: in order
+    assert seen["a/seed_0"]["pid"] == seen["a/seed_1"]["pid"] != os.getpid()  # the second run reused the worker
+    assert seen["b/seed_0"] == {"key": "b/seed_0", "status": "failed",
+                                "error": "worker process exited with code 3 without a result"}
+    assert seen["b/seed_1"]["status"] == "done"
+    assert seen["b/seed_1"]["pid"] != seen["a/seed_0"]["pid"]  # a fresh worker after the dead one
+
+
+def _call(fn, key, queue):
+    return fn(key, queue)
+
+
+def test_a_run_marked_alone_gets_a_worker_of_its_own():
+    from rbctl.sweep.local import execute
+
+    keys = ["a/seed_0", "g/seed_0", "a/seed_1"]
+    seen = {}
+    execute(_call, [(k, 1, (pid_of, k)) for k in keys], 1, lambda k, r: seen.__setitem__(k, r), _Silent(),
+            alone={"g/seed_0"})
+    assert all(seen[k]["status"] == "done" for k in keys)
+    # the alone run did not reuse the first worker, and its own worker ended with it: the run after
+    # it went back to the first worker
+    pid = {k: seen[k]["pid"] for k in keys}
+    assert pid["a/seed_0"] == pid["a/seed_1"] != pid["g/seed_0"]

@@ -238,3 +238,27 @@ def test_the_phase_clock_times_backward_and_optimizer_steps(monkeypatch):
     opt.step()
     assert clock["optimizer_s"] > 0
     assert torch.equal(w.detach(), torch.zeros(3))  # 1 − 0.5 · 2: the step itself ran
+
+
+def test_main_job_split_takes_medians_and_the_rest_of_each_run():
+    from rbctl.tools.bench_main_job import split_lines
+
+    def rec(pid, wall, steps, trainer, age):
+        return {"key": "k", "pid": pid, "process_age_s": age, "modules_imported": 0, "wall_s": wall, "cpu_s": wall - 1,
+                "phases": {"steps": {"wall_s": steps, "cpu_s": steps, "calls": 100},
+                           "trainer": {"wall_s": trainer, "cpu_s": trainer, "calls": 1}}}
+
+    # three runs in two workers: walls 20, 24, 30; the rest = wall − steps − trainer = 6, 4, 8 -> median 6
+    records = [rec(1, 20.0, 12.0, 2.0, 0.1), rec(2, 24.0, 18.0, 2.0, 0.1), rec(1, 30.0, 22.0, 0.0, 25.0)]
+    lines = split_lines(records, logged_steps=[11.0, 17.0, 21.0], sweep_wall=40.0, jobs=2)
+    text = "\n".join(lines)
+    assert lines[0] == "3 runs; per run, median (wall s / CPU s):"
+    assert "in all                 24.00 /  23.00" in lines[1]
+    assert "training steps" in text and " 18.00 /  18.00  (100 calls)" in text
+    assert "logged as time/step_s              17.00" in text
+    assert "build the trainer" in text and "   2.00 /   2.00  (1 calls)" in text
+    assert "the rest of the run (set-up, locks, provenance, imports)  6.00" in text
+    assert "age at the run's start: median 0.10 s" in text and "2 worker processes for 3 runs" in text
+    # 40 s × 2 workers = 80 s of worker time against 74 s of runs: 2.00 s per run beyond them
+    assert lines[-1] == ("sweep: 40.0 s wall with 2 jobs; the workers' runs 74.0 s in all; the launcher adds 2.00 s per "
+                         "run per worker (26.67 s wall per run per worker)")
