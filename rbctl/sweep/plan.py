@@ -21,6 +21,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+from rbctl.config.base import flatten
 from rbctl.config.train import TrainConfig
 from rbctl.store.rundir import CONFIG, METRICS, RUNS_ROOT, sweep_run_dir, sweep_runs
 
@@ -134,19 +135,9 @@ def run_seconds(cfg: TrainConfig, final_samples: int, t: RunTime, final_eval=Non
     return START_S + cfg.steps * t.step_s + (periodic + final_samples) * t.eval_s_per_sample
 
 
-def _flat(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict) and v:
-            out.update(_flat(v, f"{prefix}{k}."))
-        else:
-            out[prefix + k] = v
-    return out
-
-
 def differences(a: TrainConfig, b: TrainConfig) -> list[str]:
     """`key: a -> b` for every resolved key where `b` differs from `a` (seed aside)."""
-    fa, fb = _flat(a.model_dump(mode="json")), _flat(b.model_dump(mode="json"))
+    fa, fb = flatten(a.model_dump(mode="json")), flatten(b.model_dump(mode="json"))
     return [f"{k}: {json.dumps(fa.get(k))} -> {json.dumps(fb.get(k))}" for k in fb if k != "seed" and fa.get(k) != fb.get(k)]
 
 
