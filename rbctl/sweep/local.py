@@ -156,11 +156,11 @@ def execute(target, todo: list[tuple[str, int, tuple]], jobs: int, record, displ
                 _drain(queue, display, results)
                 for key, w in list(running.items()):
                     if key in results:  # the run ended; its worker waits for the next one
-                        finish(key, results.pop(key))
                         if stop["n"] or key in alone:
                             _retire(w)
                         else:
-                            idle.append(w)
+                            idle.append(w)  # before `record`, which may raise (a full disk): `finally` retires it
+                        finish(key, results.pop(key))
                         continue
                     if w.process.is_alive():
                         continue
