@@ -19,7 +19,7 @@ from safetensors.torch import load_file
 from rbctl.tools.kill_resume import logged_steps, train_cmd
 from tests.conftest import TINY_TRAIN
 
-STEPS, SAVE_EVERY = 8, 6  # an interrupt at step 2-5 lands on no save step
+STEPS, SAVE_EVERY = 40, 30  # an interrupt at step 2-29 lands on no save step (room for the launcher's forward, polled every 0.2 s)
 # the fields of a metrics line that are wall-clock times (or rates over them), not results
 TIMES = re.compile(r'"(time/[^"]+|throughput/[^"]+)": [^,}]+')
 
