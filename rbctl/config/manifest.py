@@ -12,7 +12,7 @@ from typing import Literal, Optional
 from pydantic import Field, field_validator, model_validator
 
 from rbctl.config.base import Section
-from rbctl.config.sweep import Ceiling, Comparisons, Escape
+from rbctl.config.sweep import Ceiling, Comparisons, Escape, distinct_seeds
 from rbctl.store.rundir import run_key
 
 FORMATS = ("trl", "verl", "tensorboard", "table")
@@ -96,9 +96,7 @@ class RunsManifest(Section):
     @field_validator("seeds")
     @classmethod
     def _distinct_seeds(cls, seeds):
-        if len(set(seeds)) != len(seeds):
-            raise ValueError(f"seeds must be distinct, got {seeds}")
-        return seeds
+        return distinct_seeds(seeds)
 
     @field_validator("path")
     @classmethod

@@ -20,6 +20,13 @@ from rbctl.config.launcher import LauncherCfg
 COMPUTE_KEYS = ("steps", "rollout.prompts_per_step", "rollout.group_size", "rollout.max_new_tokens", "algo.ppo_epochs",
                 "algo.ppo_mini_batch_size")
 
+
+def distinct_seeds(seeds: list[int]) -> list[int]:
+    """`seeds` itself, or a ValueError naming them when one repeats (a unit counted twice)."""
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds must be distinct, got {seeds}")
+    return seeds
+
 class SweepEval(EvalSection):
     """Each run's final evaluation: an `EvalSection` (rbctl.config.eval); what it leaves open comes
     from the run's training config (`rbctl.config.eval.for_run`)."""
@@ -169,9 +176,7 @@ class SweepConfig(Section):
     @field_validator("seeds")
     @classmethod
     def _distinct_seeds(cls, seeds):
-        if len(set(seeds)) != len(seeds):
-            raise ValueError(f"seeds must be distinct, got {seeds}")
-        return seeds
+        return distinct_seeds(seeds)
 
     @field_validator("arms")
     @classmethod
