@@ -180,24 +180,27 @@ class _Benchmarks:
                 self.log(f"{name}: resuming in {bench_dir}: {first} of {len(probs)} problems already graded")
         meter = _Meter(progress, name, len(probs) * params.n, params.max_new_tokens, first * params.n)
         gen_s, new_tokens = 0.0, 0
-        for c, start in enumerate(range(0, len(prompts), per_call)):
-            if start < first:  # kept from the interrupted evaluation (whole calls)
-                continue
-            chunk, owners = prompts[start:start + per_call], probs[start:start + per_call]
-            t = time.perf_counter()
-            with self.engine.sampling_context(self.precision) if self.precision is not None else contextlib.nullcontext():
-                out = self.engine.generate(chunk, replace(params, seed=None if params.seed is None else params.seed + c),
-                                           progress=meter.advance_tokens)
-            gen_s += time.perf_counter() - t
-            if len(out) != len(chunk) or any(len(per) != params.n for per in out):
-                counts = [len(per) for per in out]
-                raise RuntimeError(f"engine returned {counts} samples for {len(chunk)} prompts, n={params.n} each")
-            meter.generated(len(out) * params.n)
-            new_tokens += sum(len(s.token_ids) for per in out for s in per)
-            grades = _grade(name, owners, out, self.timeout_s, meter.graded, self.protocol["answer_extraction"])
-            lines = _sample_lines(owners, out, grades)
-            partial.append(bench_dir, lines)
-            records += lines
+        # call c holds problems c·per_call … and samples with seed + c; calls before `first` were kept
+        # from the interrupted evaluation (whole calls)
+        starts = [start for start in range(0, len(prompts), per_call) if start >= first]
+        calls = [(prompts[start:start + per_call], replace(params, seed=None if params.seed is None else params.seed + start // per_call))
+                 for start in starts]
+        with self.engine.sampling_context(self.precision) if self.precision is not None else contextlib.nullcontext():
+            outs = self.engine.generate_calls(calls, progress=meter.advance_tokens)
+            for start, (chunk, _) in zip(starts, calls):
+                t = time.perf_counter()
+                out = next(outs)
+                gen_s += time.perf_counter() - t
+                owners = probs[start:start + per_call]
+                if len(out) != len(chunk) or any(len(per) != params.n for per in out):
+                    counts = [len(per) for per in out]
+                    raise RuntimeError(f"engine returned {counts} samples for {len(chunk)} prompts, n={params.n} each")
+                meter.generated(len(out) * params.n)
+                new_tokens += sum(len(s.token_ids) for per in out for s in per)
+                grades = _grade(name, owners, out, self.timeout_s, meter.graded, self.protocol["answer_extraction"])
+                lines = _sample_lines(owners, out, grades)
+                partial.append(bench_dir, lines)
+                records += lines
         summary = _summarize(name, probs, records, params.n, policy.source, self.step, protocol)
         summary["time_s"] = round(time.perf_counter() - t0, 3)
         summary["tokens_per_s"] = round(new_tokens / gen_s, 2) if gen_s > 0 else None

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Callable, Protocol, runtime_checkable
+from typing import Callable, Iterator, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,13 @@ class Engine(Protocol):
         exactly that total, at whatever pace the engine can tell (hf: every few decoding steps)."""
         ...
 
+    def generate_calls(self, calls: list[tuple[list[list[int]], SamplingParams]],
+                       progress: Callable[[int], None] | None = None) -> Iterator[list[list[Sample]]]:
+        """The result of each `generate(prompts, params, progress)` of `calls`, in order, as each is
+        ready: the same samples as those calls one after another (an engine may sample several as
+        one batch; `generate_each` is the plain loop)."""
+        ...
+
     def prompts_per_call(self, prompt_tokens: int, params: SamplingParams) -> int | None:
         """Most prompts one `generate` call should hold when the longest has `prompt_tokens` tokens
         (a caller that splits its work for progress, as evaluation does, calls with that many);
@@ -78,6 +85,12 @@ class Engine(Protocol):
         log softmax(logits / T), in `Sample.logprobs` (none when greedy); returns whether the engine
         will give them. `rollout/logprob_diff` and TIS (`algo.tis_cap`) compare them with the trainer's."""
         ...
+
+
+def generate_each(engine: Engine, calls, progress=None) -> Iterator[list[list[Sample]]]:
+    """`Engine.generate_calls` as one `generate` after another."""
+    for prompts, params in calls:
+        yield engine.generate(prompts, params, progress=progress)
 
 
 def _cut_at_eos(tokens: list[int], eos_ids: list[int]) -> tuple[list[int], bool]:

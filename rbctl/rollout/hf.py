@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+from dataclasses import replace
 
 import torch
 
@@ -106,8 +107,31 @@ def draw(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch
         raise RuntimeError("sampling weights contain inf or nan, or a row sums to 0 (non-finite logits?)")
     # torch.rand's float64 lies in [0, 1 - 2^-53], and a product with such a factor rounds below the
     # total, so some entry (the last nonzero weight's) exceeds u; right=True skips empty intervals
-    u = torch.rand(total.shape, dtype=cdf.dtype, device=cdf.device, generator=generator) * total
+    if isinstance(generator, CallStreams):
+        u = generator.rand(cdf.dtype, cdf.device) * total
+    else:
+        u = torch.rand(total.shape, dtype=cdf.dtype, device=cdf.device, generator=generator) * total
     return torch.searchsorted(cdf, u, right=True).squeeze(1)
+
+
+class CallStreams:
+    """The random streams of several `generate` calls sampled as one batch (`HFEngine.generate_calls`):
+    the rows of call c (`sizes[c]` prompts × n, consecutive) draw from generator c, in row order,
+    as they would in their own call; rows that have finished draw nothing (`keep`)."""
+
+    def __init__(self, generators: list[torch.Generator], sizes: list[int], n: int):
+        self.generators = generators
+        self.call_of_row = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes) * n)
+        self.counts = [k * n for k in sizes]
+
+    def keep(self, rows: torch.Tensor) -> None:
+        """The active rows are now `rows` (indices into all the calls' rows, ascending)."""
+        self.counts = torch.bincount(self.call_of_row[rows.cpu()], minlength=len(self.generators)).tolist()
+
+    def rand(self, dtype, device) -> torch.Tensor:
+        """[active rows, 1] uniforms, each call's from its own generator."""
+        return torch.cat([torch.rand((k, 1), dtype=dtype, device=device, generator=g)
+                          for g, k in zip(self.generators, self.counts) if k])
 
 
 @contextlib.contextmanager
@@ -125,6 +149,20 @@ def lent_to_global_rng(generator: torch.Generator):
             torch.set_rng_state(generator.get_state())
         yield
         generator.set_state(torch.cuda.get_rng_state(index) if cuda else torch.get_rng_state())
+
+
+# Several calls sample as one batch (`HFEngine.generate_calls`) for models of at most this many
+# parameters, up to this many rows: there a decoding step's time is mostly per-operation overhead,
+# whatever the rows (a fixpoint evaluation, 256 problems × 8 samples in calls of 64 rows on one
+# thread: 1.71 s in 32 loops, 0.62 s in one; docs/performance.md). SmolLM2-135M samples fastest
+# in calls of 64 rows (`default_batch_size`) and is not merged.
+MERGE_MAX_PARAMS = 10_000_000
+MERGE_ROWS = 4096
+
+
+def merge_rows(model) -> int:
+    """Rows that several calls may sample as one batch on `model` (0: none; `MERGE_MAX_PARAMS`)."""
+    return MERGE_ROWS if sum(p.numel() for p in model.parameters()) <= MERGE_MAX_PARAMS else 0
 
 
 class HFEngine:
@@ -149,6 +187,7 @@ class HFEngine:
         self.eos_ids = _eos_ids(model, tokenizer)
         self.fast = self._fast_path_ok()
         self.shared_prefix = self.fast and shared_prefix_supported(model)
+        self.merge_rows = merge_rows(model)
         self._generator: torch.Generator | None = None  # made on the model's device at the first call
 
     # -- the Engine protocol besides generate --
@@ -162,6 +201,7 @@ class HFEngine:
             self._replica = None
             self.fast = self._fast_path_ok()
             self.shared_prefix = self.fast and shared_prefix_supported(model)
+            self.merge_rows = merge_rows(model)
 
     def sampling_context(self, precision):
         """The training forward's autocast: the sampler and the trainer compute one distribution one way."""
@@ -221,16 +261,89 @@ class HFEngine:
                     else:
                         responses, logps = self._hf_generate(model, chunk, params, device, gen, meter)
                     meter.close()
-                    for j, resp in enumerate(responses):
-                        p = start + j // params.n
-                        if j % params.n == 0:
-                            out.append([])
-                        toks, finished = _cut_at_eos(resp, self.eos_ids)
-                        text = self.tokenizer.decode(toks, skip_special_tokens=True)
-                        out[-1].append(Sample(p, toks, text, finished, logps[j][: len(toks)] if logps is not None else None))
+                    out += self._samples(responses, logps, params.n, start)
         finally:
             model.train(was_training)
         return out
+
+    def _samples(self, responses: list[list[int]], logps, n: int, first: int = 0) -> list[list[Sample]]:
+        """Rows [k·n] of response tokens (and their log-probs, or None) as k prompts' n `Sample`s each,
+        cut at EOS; the first prompt's index is `first`."""
+        out: list[list[Sample]] = []
+        for j, resp in enumerate(responses):
+            if j % n == 0:
+                out.append([])
+            toks, finished = _cut_at_eos(resp, self.eos_ids)
+            text = self.tokenizer.decode(toks, skip_special_tokens=True)
+            out[-1].append(Sample(first + j // n, toks, text, finished, logps[j][: len(toks)] if logps is not None else None))
+        return out
+
+    def generate_calls(self, calls: list[tuple[list[list[int]], SamplingParams]], progress=None):
+        """`Engine.generate_calls`. Calls that can run as one batch (`_merged_run`) do: one
+        sampling loop over all their rows, each call's rows drawing from a generator seeded with its
+        own seed, in the order they would alone (`CallStreams`). The logits are those of the calls
+        alone up to float32 rounding (torch's CPU matmul takes another kernel for 1-3 rows than for
+        more, so a call's last unfinished rows round differently alone than among others): a token
+        could differ only where that rounding moves a draw across an interval's edge. None did in
+        the checks of docs/performance.md (every sample of a fixpoint and a maze evaluation, 2,048
+        and 8,192, identical); the recorded log-probs agree to ~1e-7 (tests/unit/test_merged_calls.py)."""
+        i = 0
+        while i < len(calls):
+            j = self._merged_run(calls, i)
+            if j == i + 1:
+                yield self.generate(*calls[i], progress=progress)
+            else:
+                yield from self._generate_merged(calls[i:j], progress)
+            i = j
+
+    def _merged_run(self, calls, i: int) -> int:
+        """The end j of the run calls[i:j] that samples as one batch: consecutive calls on the CPU
+        sampling loop with one prompt width (so each prompt is padded as in its own call), the same
+        parameters but the seed, every seed given, each call one sub-batch of `generate`, at most
+        `merge_rows` rows in all (and within `max_batch_tokens`). A lone call: j = i + 1."""
+        prompts, params = calls[i]
+        if not (self.fast and self.merge_rows and params.seed is not None and prompts):
+            return i + 1
+        width, per_call = max(map(len, prompts)), self.prompts_per_call(max(map(len, prompts)), params)
+        bound = self.merge_rows
+        if self.max_batch_tokens is not None:
+            bound = min(bound, self.max_batch_tokens // (width + params.max_new_tokens))
+        rows, j = 0, i
+        while j < len(calls):
+            ps, pp = calls[j]
+            if (not ps or pp.seed is None or replace(pp, seed=params.seed) != params or len(ps) > per_call
+                    or max(map(len, ps)) != width or rows + len(ps) * pp.n > bound):
+                break
+            rows += len(ps) * pp.n
+            j += 1
+        return max(j, i + 1)
+
+    @torch.no_grad()
+    def _generate_merged(self, calls, progress):
+        """Each call's `generate` result for `calls` (`_merged_run`), sampled in one loop."""
+        model = self.sampling_model()
+        device = next(model.parameters()).device
+        params = calls[0][1]
+        gens = [torch.Generator(device=device) for _ in calls]
+        for g, (_, p) in zip(gens, calls):
+            g.manual_seed(p.seed)
+        sizes = [len(ps) for ps, _ in calls]
+        prompts = [q for ps, _ in calls for q in ps]
+        was_training = model.training
+        model.eval()
+        try:
+            with packed_weights(model, len(prompts) * params.n):
+                meter = TokenMeter(progress, len(prompts) * params.n, params.max_new_tokens)
+                responses, logps = self._sample(model, prompts, params, device, CallStreams(gens, sizes, params.n), meter)
+                meter.close()
+        finally:
+            model.train(was_training)
+        self.generator(device).set_state(gens[-1].get_state())  # as after the last call alone
+        start = 0
+        for k in sizes:
+            rows = slice(start * params.n, (start + k) * params.n)
+            yield self._samples(responses[rows], logps[rows] if logps is not None else None, params.n)
+            start += k
 
     @torch.no_grad()
     def sampling_model(self):
@@ -252,10 +365,11 @@ class HFEngine:
                 dst.copy_(src)
         return self._replica
 
-    def _sample(self, model, chunk: list[list[int]], params: SamplingParams, device, gen: torch.Generator,
+    def _sample(self, model, chunk: list[list[int]], params: SamplingParams, device, gen: torch.Generator | CallStreams,
                 meter: TokenMeter):
         """Response token lists [B·n] (prompt-major), each up to its first EOS or max_new_tokens, and
-        their log-probs (`sampled_logprobs`; None when greedy or not recorded)."""
+        their log-probs (`sampled_logprobs`; None when greedy or not recorded). `gen`: the call's
+        generator, or several calls' (`CallStreams`)."""
         n, eos = params.n, torch.tensor(self.eos_ids, device=device)
         ids, mask = left_pad(chunk, self.pad_id)
         ids, mask = ids.to(device), mask.to(device)
@@ -289,6 +403,8 @@ class HFEngine:
                     break
                 cache.keep(keep) if shared else cache.batch_select_indices(keep)
                 rows, nxt, mask, pos = rows[keep], nxt[keep], mask[keep], pos[keep]
+                if isinstance(gen, CallStreams):
+                    gen.keep(rows)
             meter.tick(t + 1, len(rows))
             if shared:  # the attention masks the prompts' padding itself: no mask is built
                 with decoding_attention(model):

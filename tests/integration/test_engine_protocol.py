@@ -31,6 +31,9 @@ class ProtocolOnly:
     def generate(self, prompts, params, progress=None):
         return self._inner.generate(prompts, params, progress)
 
+    def generate_calls(self, calls, progress=None):
+        return self._inner.generate_calls(calls, progress)
+
     def prompts_per_call(self, prompt_tokens, params):
         return self._inner.prompts_per_call(prompt_tokens, params)
 

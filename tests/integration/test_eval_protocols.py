@@ -132,20 +132,21 @@ def test_a_side_evaluation_in_the_old_layout_is_not_a_final_score(tmp_path):
 
 
 class _StopAt:
-    """Ctrl-C at the start of generation call `k` (0-based, counted over the whole command)."""
+    """Ctrl-C before generation call `k` (0-based, counted over the whole command) is graded."""
 
     def __init__(self, monkeypatch, k: int):
         from rbctl.rollout import hf
 
-        self.calls, real = 0, hf.HFEngine.generate
+        self.calls, real = 0, hf.HFEngine.generate_calls
 
-        def generate(engine, prompts, params, progress=None):
-            if self.calls == k:
-                raise KeyboardInterrupt
-            self.calls += 1
-            return real(engine, prompts, params, progress)
+        def generate_calls(engine, calls, progress=None):  # a merged run of calls is stopped at call k's result
+            for out in real(engine, calls, progress):
+                if self.calls == k:
+                    raise KeyboardInterrupt
+                self.calls += 1
+                yield out
 
-        monkeypatch.setattr(hf.HFEngine, "generate", generate)
+        monkeypatch.setattr(hf.HFEngine, "generate_calls", generate_calls)
 
 
 @needs_benchmarks

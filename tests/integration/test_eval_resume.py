@@ -37,20 +37,21 @@ def _cfg():  # 12 problems, 3 samples each, 2 prompts per call (6 sequences): 6 
 
 
 class _StopAt:
-    """Wraps `engine.generate`: Ctrl-C at the start of call `k` (0-based)."""
+    """Wraps `engine.generate_calls`: Ctrl-C before call `k` (0-based) is graded."""
 
     def __init__(self, monkeypatch, k: int):
         from rbctl.rollout import hf
 
-        self.calls, real = 0, hf.HFEngine.generate
+        self.calls, real = 0, hf.HFEngine.generate_calls
 
-        def generate(engine, prompts, params, progress=None):
-            if self.calls == k:
-                raise KeyboardInterrupt
-            self.calls += 1
-            return real(engine, prompts, params, progress)
+        def generate_calls(engine, calls, progress=None):  # a merged run of calls is stopped at call k's result
+            for out in real(engine, calls, progress):
+                if self.calls == k:
+                    raise KeyboardInterrupt
+                self.calls += 1
+                yield out
 
-        monkeypatch.setattr(hf.HFEngine, "generate", generate)
+        monkeypatch.setattr(hf.HFEngine, "generate_calls", generate_calls)
 
 
 def _same(summary: dict) -> dict:

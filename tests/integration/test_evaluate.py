@@ -22,7 +22,7 @@ from rbctl.eval.pipeline import evaluate_policy, periodic_eval_lines
 from rbctl.grading.extract import EXTRACTION_POLICY
 from rbctl.rollout.models import LoadedPolicy
 from rbctl.store.rundir import BUILTIN_MARKER
-from rbctl.rollout.base import Sample
+from rbctl.rollout.base import Sample, generate_each
 from tests.conftest import SHARED_BENCHMARKS as SHARED, SHARED_MISSING
 
 needs_shared = pytest.mark.skipif(
@@ -158,6 +158,9 @@ class ScriptedEngine:
 
     def prompts_per_call(self, prompt_tokens, params):
         return None  # the whole benchmark in one call
+
+    def generate_calls(self, calls, progress=None):
+        return generate_each(self, calls, progress)
 
     def generate(self, prompts, params, progress=None):
         out = []
