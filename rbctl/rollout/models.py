@@ -19,6 +19,7 @@ import torch
 
 from rbctl.errors import UserError
 from rbctl.rollout.cpu_linear import resolve_cpu_linear, use_cpu_linear
+from rbctl.rollout.lean_forward import use_lean_forward
 from rbctl.store.checkpoint import (ADAPTER_CONFIG, Checkpoint, adapter_weights, checkpoint_weights, first_intact,
                                     run_checkpoints, verify_model_files)
 from rbctl.store.rundir import builtin_task_record, is_run_dir
@@ -267,6 +268,7 @@ def load_policy(
     record = builtin_task_record(Path(src))
     kernel = resolve_cpu_linear(cpu_linear, dev, builtin=record is not None)
     use_cpu_linear(model, kernel)
+    use_lean_forward(model)  # a small float32 Llama on the CPU: the same forward without the module tree
     return LoadedPolicy(model=model, tokenizer=tokenizer, source=src + (f"/{gguf}" if gguf else ""),
                         builtin=None if record is None else record.get("kind", "links"), cpu_linear=kernel)
 
