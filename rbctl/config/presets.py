@@ -98,7 +98,6 @@ PURPOSES = {
     "runs_verl": "A runs manifest: verl runs (its file logger) reported by rbctl (docs/your_runs.md)",
     "runs_wandb": "A runs manifest: any trainer's runs from a W&B or MLflow long-table export (docs/your_runs.md)",
     "study_quickstart": "A second study: does an adaptive entropy bonus beat GRPO + budget on the quick sweep?",
-    "study_maze_horizon": "The maze horizon and group-size claims: is the budget's lower maze pass@1 a matter of horizon and G?",
 }
 
 

@@ -125,6 +125,7 @@ class CallsRule(Section):
     count: Union[Literal["all"], int] = Field("all", description="How many applicable members must be called `support` (all, or at least k; members sharing runs count once).")
     contradict: Optional[list[Call]] = Field(None, description="Calls that contradict the claim when any applicable member has one (null = the opposite direction of support; none for equivalent).")
     applies_if: Applies = Field(default_factory=Applies, description="When a member counts for the claim.")
+    crossing: bool = Field(False, description="Also report, per member, the step from which the arm's mean held-out curve stays above the reference's, with a bootstrap-over-units interval (reported whatever the call; it decides nothing).")
 
     _members = field_validator("members")(classmethod(lambda cls, v: v if v is None else _pairs(v)))
 

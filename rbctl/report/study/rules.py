@@ -27,10 +27,11 @@ import pandas as pd
 from rbctl.config.study import AssociationRule, CallsRule, Claim, ExactRule, TrendRule
 from rbctl.errors import UserError
 from rbctl.report.analyses.comparisons import EQUIVALENT, HIGHER, LOWER, call, call_text, deciding_p
+from rbctl.report.analyses.crossing import crossing_step
 from rbctl.report.analyses.trend import trend
 from rbctl.report.load import Run
 from rbctl.report.render.tables import pval
-from rbctl.report.series import final_heldout
+from rbctl.report.series import final_heldout, run_series
 from rbctl.report.stats import finite, holm, paired_delta, pearson_ci, tail_mean
 from rbctl.report.study.checks import CHECKS
 from rbctl.report.study.families import FamilyResult, Member, match_pairs
@@ -161,6 +162,24 @@ def raised_note(m: Member, key: str, study: Study) -> str:
     return f"{key} Δ {d.mean:+.3f} (p {pval(d.p, 'not testable')}, {d.n} units, unadjusted)"
 
 
+def crossing_text(m: Member, study: Study) -> str:
+    """When member ``m``'s arm's mean held-out curve (its metric, over the periodic evaluations every
+    unit of both arms has) rises above the reference's for good, with its 95% bootstrap interval over
+    units (`rbctl.report.analyses.crossing`)."""
+    c, runs = m.comparison, study.sweeps[m.sweep].data.sweep.by_arm
+    metric = "avg@n" if c.metric == "avg@n" else f"pass@{c.k}"
+    curves = {arm: {r.unit: run_series(r, metric, c.benchmark) for r in runs.get(arm, [])} for arm in (c.arm, c.ref)}
+    units = sorted(set(curves[c.arm]) & set(curves[c.ref]), key=str)
+    steps = sorted(set.intersection(*(set(curves[a][u].index) for a in curves for u in units))) if units else []
+    if len(units) < 2 or len(steps) < 2:
+        return f"crossing step: not measurable ({len(units)} paired units, {len(steps)} common evaluation steps)"
+    x = crossing_step(steps, *([[curves[a][u].loc[steps].to_numpy() for u in units] for a in (c.arm, c.ref)]))
+    show = lambda s: "none within the horizon" if not math.isfinite(s) else f"step {s:g}"  # noqa: E731
+    how = "every resample" if x.exact else f"{x.resamples:,} resamples"
+    return (f"crossing of the mean {metric} curves: {show(x.step)} (95% bootstrap interval over {x.units} units, {how}: "
+            f"{show(x.lo)} to {show(x.hi)}; {100 * x.crossed:.0f}% of resamples cross by step {steps[-1]:g})")
+
+
 def calls_rule(claim: Claim, study: Study, fams: dict[str, FamilyResult]) -> Verdict:
     rule: CallsRule = claim.rule
     fam = fams[rule.family]
@@ -177,6 +196,8 @@ def calls_rule(claim: Claim, study: Study, fams: dict[str, FamilyResult]) -> Ver
         text = member_text(m)
         if rule.applies_if.raised and not why:
             text += f"; {raised_note(m, rule.applies_if.raised, study)}"
+        if rule.crossing:
+            text += f"; {crossing_text(m, study)}"
         readings.append(Reading(m.where, None if why else _word(m, rule.support), text, m.group, why))
     outcome, reason = decide(readings, rule.support, rule.count, contradict)
     conds = [w for w, on in (("the plateau test holds for the reference on its sweep (stated ceiling)", rule.applies_if.plateau),
