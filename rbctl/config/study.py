@@ -197,6 +197,24 @@ class Claim(Section):
     rule: Rule = Field(..., description="The rule the library applies (kind: calls, association, trend or exact).")
 
 
+class Curves(Section):
+    """Figures of held-out curves over a sweep's periodic evaluations: per metric, one line per arm (the
+    mean over units) with its 95% t-band over units (`rbctl report STUDY.yaml -o OUT` writes them to
+    OUT/figures/ and the document shows them)."""
+
+    sweep: str = Field(..., description="The study's sweep (a testbed name, <testbed>_long, or main).")
+    metrics: list[str] = Field(default_factory=lambda: ["avg@n"], min_length=1, description="Held-out metrics of the periodic evaluations (avg@n, pass@k), one figure each.")
+    arms: Optional[list[str]] = Field(None, description="The arms drawn (null = every arm of the sweep).")
+
+    @field_validator("metrics")
+    @classmethod
+    def _metrics(cls, v):
+        for m in v:
+            if not re.fullmatch(r"avg@n|pass@[1-9][0-9]*", m):
+                raise ValueError(f"curve metric '{m}' is neither avg@n nor pass@k")
+        return v
+
+
 class StudyConfig(Section):
     """A study: its sweeps, its families and its claims."""
 
@@ -208,6 +226,7 @@ class StudyConfig(Section):
     families: dict[str, StudyFamily] = Field(default_factory=dict, description="Family name -> its members, metric and adjustment.")
     claims: dict[str, Claim] = Field(default_factory=dict, description="Claim id -> its hypothesis and rule (printed in this order).")
     readme: Optional[str] = Field(None, description="The family whose members the README's claims block lists (scripts/claims.py), or null.")
+    curves: list[Curves] = Field(default_factory=list, description="Figures of held-out curves over a sweep's evaluations (one line per arm, bands over units).")
 
     @field_validator("long", "selection")
     @classmethod
@@ -239,6 +258,9 @@ class StudyConfig(Section):
                 for s in r.sweeps or []:
                     if s not in sweeps:
                         raise ValueError(f"claim '{cid}': sweep '{s}' is not one of the study's ({', '.join(sweeps)})")
+        for c in self.curves:
+            if c.sweep not in sweeps:
+                raise ValueError(f"curves: sweep '{c.sweep}' is not one of the study's ({', '.join(sweeps)})")
         if self.readme is not None and self.readme not in self.families:
             raise ValueError(f"readme: family '{self.readme}' is not one of the study's")
         return self

@@ -284,3 +284,24 @@ def plot_association(between: pd.DataFrame, within: pd.DataFrame, styles: dict[s
         ax.set_ylabel(ylabel if df is between else f"{ylabel} − arm mean")
     _legend(axes[0])
     return fig
+
+
+def draw_curves(by_arm: dict, metric: str, benchmark: str, figures_dir: Path, slug: str, title: str,
+                arms: list[str] | None = None) -> bool:
+    """One figure of the held-out ``metric`` over the periodic evaluations of ``by_arm``'s runs (arm ->
+    runs): per arm the mean over units with its 95% t-band (`rbctl.report.series.band`), all arms in
+    one panel, written as ``figures_dir/slug.png`` (and .svg); False when no arm has such evaluations."""
+    from rbctl.report.series import band, unit_frame
+
+    bands = {}
+    for arm in sorted(arms or by_arm):
+        frame = unit_frame(by_arm.get(arm, []), metric, benchmark=benchmark)
+        if len(frame):
+            bands[arm] = band(frame)
+    if not bands:
+        return False
+    figures_dir.mkdir(parents=True, exist_ok=True)
+    styles = arm_styles({a: ("", "") for a in by_arm})
+    label = "held-out pass@1 (avg@n)" if metric == "avg@n" else f"held-out {metric}"
+    save_figure(plot_trajectory(bands, styles, [("", list(bands))], title, label, limits=(0, 1)), figures_dir, slug)
+    return True

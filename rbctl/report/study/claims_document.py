@@ -19,6 +19,7 @@ from rbctl.report.analyses.comparisons import EQUIVALENT, call, call_text, decid
 from rbctl.report.analyses.plateau import setting_by_rule
 from rbctl.report.power import units_for_tost
 from rbctl.report.provenance import code_text, cpu_description, provenance, same_training_code
+from rbctl.report.render.figures import draw_curves
 from rbctl.report.render.tables import criterion_cell, delta, markdown_table, pct, pval
 from rbctl.report.series import at_step, run_series
 from rbctl.report.stats import DELTA_BOUNDS, paired_delta
@@ -26,6 +27,7 @@ from rbctl.report.study.declared import declaration_lines
 from rbctl.report.study.families import FamilyResult, Member, families
 from rbctl.report.study.rules import Verdict, apply_rule, delta_text
 from rbctl.report.study.sweeps import Study, Testbed, load_study
+from rbctl.store.rundir import REPORT_FIGURES
 
 ALPHA = 0.05
 
@@ -260,6 +262,28 @@ def pass_at_k_lines(tb: Testbed) -> list[str]:
     return out
 
 
+# --- the curves ------------------------------------------------------------------------------------------
+
+
+def curve_lines(study: Study, figures: Path | None, number: int) -> list[str]:
+    """The study's curve figures (`rbctl.config.study.Curves`), drawn into ``figures`` (None: named, not drawn)."""
+    out = [f"## {number}. Curves", ""]
+    for spec in study.config.curves:
+        tb = study.sweeps.get(spec.sweep)
+        if tb is None:
+            out += [f"{spec.sweep}: not finished yet, no curves.", ""]
+            continue
+        for metric in spec.metrics:
+            slug = f"{study.source.stem}_{spec.sweep}_{metric.replace('@', '_')}"
+            drawn = figures is not None and draw_curves(tb.data.sweep.by_arm, metric, tb.benchmark, Path(figures), slug,
+                                                        f"{spec.sweep}: held-out {metric} over the periodic evaluations",
+                                                        spec.arms)
+            out += [f"![{spec.sweep}: held-out {metric}]({REPORT_FIGURES}/{slug}.png)" if drawn else
+                    f"{spec.sweep}, {metric}: no figure (the document was written without an output folder, or no "
+                    "arm has periodic evaluations of it)", ""]
+    return out
+
+
 # --- the claims ------------------------------------------------------------------------------------------
 
 
@@ -312,8 +336,8 @@ def claim_lines(study: Study, fams: dict[str, FamilyResult], verdict_of: dict[st
 
 
 def claims_markdown(study: Study, command: str | None = None, today: dt.date | None = None,
-                    cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
-    """The claims document of ``study``."""
+                    cpuinfo: Path = Path("/proc/cpuinfo"), figures: Path | None = None) -> str:
+    """The claims document of ``study``; its curve figures are drawn into ``figures`` (None: not drawn)."""
     cfg, beds = study.config, study.testbeds
     fams = families(study)
     verdict_of = verdicts(study, fams)
@@ -361,6 +385,8 @@ def claims_markdown(study: Study, command: str | None = None, today: dt.date | N
             out += [f"### {tb.name}", "", *lines, "", table(rows, "No member of the family has runs."), "",
                     *(["pass@k over the periodic evaluations (measured, not called): " + "; ".join(at_k) + ".", ""]
                       if at_k else [])]
+    if study.config.curves:
+        out += curve_lines(study, figures, next(number))
     out += claim_lines(study, fams, verdict_of, next(number))
     return "\n".join(out)
 
@@ -407,5 +433,5 @@ def make_study_report(path: Path, out: Path | None = None, command: str | None =
     out = Path(out) if out is not None else Path("runs") / study.config.name
     out.mkdir(parents=True, exist_ok=True)
     target = out / CLAIMS_MD
-    write_atomic(target, claims_markdown(study, command) + "\n", kind="report")
+    write_atomic(target, claims_markdown(study, command, figures=out / REPORT_FIGURES) + "\n", kind="report")
     return target
