@@ -153,3 +153,17 @@ def test_readme_block_is_the_arms_table_with_its_provenance(tmp_path):
     assert "| `maxrl` | MaxRL | 2 | 71.9 [32.2, 100.0] | 100.0 [100.0, 100.0] | 84.4 | 92.0 | 94.3 |" in text
     assert "95% t-interval over seeds clipped to [0, 100]" in text
     assert "10 runs from commit `0123abc` (10 of 10 runs record no dirty flag: unknown)" in text and "avg@4 over 4 held-out mazes" in text and "old" not in text
+
+
+def test_a_longer_sweep_gets_its_own_section_with_its_calls_and_curves(tmp_path: Path) -> None:
+    sweep = make_maze_sweep(tmp_path / "maze")
+    longer = make_maze_sweep(tmp_path / "long")
+    doc = results_markdown(sweep, horizons=(longer,), figures=tmp_path / "figs", today=dt.date(2026, 12, 5))
+    section = doc[doc.index(f"## The long horizon: `{longer}`"):]
+    # 10 runs of the 5 arms to step 200; final pass@1 per arm as in the main table (maxrl .6875, .75 -> 71.9%)
+    assert "10 runs of `grpo`, `grpo_budget`, `grpo_entropy`, `maxrl`, `passk` to step 200, commit `0123abc`" in section
+    assert "| `maxrl` | 2 | 71.9 [32.2, 100.0] | 100.0 [100.0, 100.0] |" in section
+    assert "| maxrl − grpo | 2 | +40.6 [+0.9, +80.3] | not testable |" in section  # as the sweep's report calls it
+    # the periodic lines hold avg@n only: its curve is drawn, pass@4's is not (no such line to draw)
+    assert "(figures/long_avg_n.png)" in section and (tmp_path / "figs" / "long_avg_n.png").stat().st_size > 10_000
+    assert "long_pass_4" not in section

@@ -2,6 +2,7 @@
 
     python -m scripts.maze_results SWEEP_DIR [--command "rbctl ablate ..."] [--ceiling-run RUN_DIR] > docs/maze_results.md
     python -m scripts.maze_results SWEEP_DIR --write-readme README.md
+    python -m scripts.maze_results SWEEP_DIR --horizon LONG_SWEEP_DIR --figures docs/figures > docs/maze_results.md
 
 `--write-readme` puts only the arms-beside-the-paper table, with the line saying where it comes
 from, between the README's `<!-- maze: begin -->` and `<!-- maze: end -->`.
@@ -47,6 +48,7 @@ from rbctl.store.read import read_yaml_file
 from rbctl.store.rundir import CEILING, CONFIG, EVAL_LINES
 from rbctl.tasks.published import maze_table
 from rbctl.report.provenance import cpu_description, provenance, write_block
+from rbctl.report.render.figures import draw_curves
 
 # MaxRL's published maze table, (baseline, variant) -> (the paper's method, its scores at PAPER_KS), from its
 # data file (`rbctl.tasks.published`), which also names the entropy-bonus arm and the budget-like arms
@@ -274,16 +276,46 @@ def plateau(sw: Sweep, grpo: str | None) -> list[str]:
           num(u["gap"], 1), num(u["entropy_ratio"], 2)] for u in p.units.to_dict("records")])
 
 
+def horizon(path: Path, figures: Path | None, link: str) -> list[str]:
+    """A longer sweep of some of the arms: its provenance, each arm's final pass@1 and pass@k, its
+    principal comparisons, and the held-out curves (`draw_curves`: pass@1 and pass@k over its periodic
+    evaluations, one line per arm, bands over units) drawn into ``figures`` and linked as ``link/…``."""
+    sw = load(path)
+    prov = provenance(sw.path, runs=sw.runs)
+    steps = sorted({r.last_step for r in sw.runs})
+    avg, pk = sw.avg, sw.pass_k
+    rows = [[f"`{a}`", str(len(sw.scores[a].units)), with_ci(*bounded_t_interval(list(avg[a].values()))),
+             with_ci(*bounded_t_interval(list(pk[a].values())))] for a in sorted(sw.scores, key=lambda x: -_mean(avg)[x])]
+    out = [f"## The long horizon: `{sw.path}`", "",
+           f"{len(sw.runs)} runs of {', '.join(f'`{a}`' for a in sw.by_arm)} to step {', '.join(map(str, steps))}, "
+           f"{prov.code}, last logged {prov.last}. Final held-out pass@1 (avg@{sw.k}) and pass@{sw.k} per arm, mean over "
+           "units with a 95% t-interval clipped to [0, 100]; the claims that read this sweep are called in "
+           "[docs/claims.md](claims.md).", ""]
+    out += md_table(["arm", "units", f"pass@1 (avg@{sw.k}) %", f"pass@{sw.k} %"], rows)
+    out += principal(sw)[2:]
+    for metric in ("avg@n", f"pass@{sw.k}"):
+        slug = f"{sw.path.name}_{metric.replace('@', '_')}"
+        what = "pass@1 (avg@n)" if metric == "avg@n" else metric
+        if figures is not None and draw_curves(sw.by_arm, metric, sw.bench, Path(figures), slug,
+                                               f"{sw.path.name}: held-out {what} over the periodic evaluations"):
+            out += [f"![{sw.path.name}: held-out {what} over the run]({link}/{slug}.png)", ""]
+    return out
+
+
 def results_markdown(sweep: Path, command: str | None = None, cpuinfo: Path = Path("/proc/cpuinfo"),
-                     today: dt.date | None = None, invocation: str | None = None) -> str:
-    """The document (module docstring), from the runs of ``sweep``; ``invocation`` is the command line
-    that generated it (default: the plain one)."""
+                     today: dt.date | None = None, invocation: str | None = None, horizons: tuple = (),
+                     figures: Path | None = None, link: str = "figures") -> str:
+    """The document (module docstring), from the runs of ``sweep``, and a section per longer sweep of
+    ``horizons`` (`horizon`); ``invocation`` is the command line that generated it (default: the plain one)."""
     sw = load(sweep)
     grpo = sw.arm(PLATEAU_ARM)
     out = header(sw, command, cpuinfo, today, invocation) + arms_table(sw) + ordering(sw)
     if grpo is not None:
         out += gaps(sw, grpo) + entropy_against_budget(sw, grpo)
-    return "\n".join(out + principal(sw) + plateau(sw, grpo))
+    out += principal(sw) + plateau(sw, grpo)
+    for h in horizons:
+        out += [""] + horizon(Path(h), figures, link)
+    return "\n".join(out)
 
 
 MAZE_BEGIN, MAZE_END = "<!-- maze: begin -->", "<!-- maze: end -->"
@@ -312,6 +344,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="write SWEEP/ceiling.json from this run's step-0 held-out pass@1 first")
     p.add_argument("--benchmark", default="builtin", help="benchmark of --ceiling-run's evaluation")
     p.add_argument("--write-readme", type=Path, default=None, help="write the arms table into this README's maze block")
+    p.add_argument("--horizon", type=Path, action="append", default=[],
+                   help="a longer sweep of some of the arms: its final scores, calls and curves in a section of its own")
+    p.add_argument("--figures", type=Path, default=None,
+                   help="where --horizon's curve figures are drawn (linked as figures/NAME.png: docs/figures for docs/)")
     args = p.parse_args(argv)
     try:
         if args.ceiling_run is not None:
@@ -320,7 +356,8 @@ def main(argv: list[str] | None = None) -> int:
             write_block(args.write_readme, readme_table(args.sweep), MAZE_BEGIN, MAZE_END)
             return 0
         argv = sys.argv[1:] if argv is None else argv
-        print(results_markdown(args.sweep, args.command, invocation="python -m scripts.maze_results " + shlex.join(argv)))
+        print(results_markdown(args.sweep, args.command, invocation="python -m scripts.maze_results " + shlex.join(argv),
+                               horizons=tuple(args.horizon), figures=args.figures))
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
