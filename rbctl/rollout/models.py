@@ -181,7 +181,6 @@ def _load_lora_merged(adapter_dir: str, torch_dtype, auto_model, weights: dict |
         ggufs = [p]
     if len(ggufs) == 1:
         model = auto_model.from_pretrained(str(ggufs[0].parent), dtype=torch_dtype, gguf_file=ggufs[0].name)
-        own_weights(model)  # laid out as a folder's weights (`own_weights`)
     else:
         model = auto_model.from_pretrained(base, dtype=torch_dtype)
     if weights is None:
@@ -194,12 +193,19 @@ def own_weights(model: torch.nn.Module) -> int:
     a tied weight still one tensor shared by the embedding and the LM head. Returns how many
     parameters were copied.
 
-    Why: transformers' GGUF reader dequantizes with numpy and hands the arrays over as they are
-    (`torch.from_numpy`), so a GGUF model's weights live in numpy's buffers: 16-byte aligned (a
-    64-byte AVX-512 load of one spans two cache lines) and, for SmolLM2, 108 MB of them in
-    transparent huge pages numpy asks for. Strides, contiguity, dtype, tying, module classes and
-    config are otherwise the folder's (compared parameter by parameter). The copy is the weights'
-    size once, at load; the values are the same bits (`tests/unit/test_gguf_load.py`)."""
+    Why: `load_policy` calls it on every model it loads to the CPU, so a model's weights are laid out
+    alike however it was loaded, and so compute alike. transformers' GGUF reader dequantizes with
+    numpy and hands the arrays over as they are (`torch.from_numpy`): numpy's buffers, 16-byte aligned
+    (a 64-byte AVX-512 load of one spans two cache lines). Its folder loader maps the safetensors file
+    and leaves each tensor at its offset in the file (8 bytes past a 64-byte boundary for the shipped
+    warm starts). A checkpoint's weights are read into torch's own memory (`read_safetensors`). torch's
+    CPU matmul rounds some shapes differently on differently aligned weights: on an AMD EPYC with
+    AVX-512 the first step of a run resumed from a checkpoint sampled other log-probs than the
+    uninterrupted run, whose weights were the warm start folder's mapping (tests/system/test_interrupt.py);
+    a main-job run with its weights copied trained and evaluated the same samples as before, its
+    κ_eff within 5e-5 relative (its speed the same within this machine's noise, three alternating
+    pairs of runs). The copy is the weights' size once, at load;
+    the values are the same bits (`tests/unit/test_gguf_load.py`)."""
     copied = 0
     with torch.no_grad():
         for p in model.parameters():  # a tied weight is one Parameter: copied once, still shared
@@ -261,10 +267,11 @@ def load_policy(
         model.is_quantized = False
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
-        own_weights(model)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     model.to(dev)
+    if dev.type == "cpu":
+        own_weights(model)
     record = builtin_task_record(Path(src))
     kernel = resolve_cpu_linear(cpu_linear, dev, builtin=record is not None)
     use_cpu_linear(model, kernel)

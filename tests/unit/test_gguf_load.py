@@ -99,3 +99,22 @@ def test_lora_adapters_on_a_gguf_base_load_merged_onto_weights_laid_out_as_a_fol
     for name, p in merged.named_parameters(remove_duplicate=False):
         assert p.is_contiguous() and p.data_ptr() % 64 == 0, (name, p.data_ptr() % 64)
     assert merged.lm_head.weight is merged.model.embed_tokens.weight
+
+
+def test_a_folders_weights_are_laid_out_as_a_checkpoints_so_a_resume_computes_as_the_run_did(tmp_path):
+    """transformers maps a folder's safetensors file and keeps its tensors there, at their offsets in the
+    file (8 bytes past a 64-byte boundary for the shipped warm starts: an 8-byte length, then the JSON
+    header). A run
+    resumed from a checkpoint holds its weights in torch's own 64-byte aligned memory, and torch's CPU
+    matmul rounds some shapes differently on the two (the first step after a resume sampled other
+    log-probs on an AMD EPYC with AVX-512, tests/system/test_interrupt.py): every load lays them out alike."""
+    from transformers import AutoModelForCausalLM
+
+    folder = next(Path(__file__).resolve().parents[2].glob("rbctl/tasks/**/fixpoint-ws0"))  # a shipped warm start
+
+    mapped = AutoModelForCausalLM.from_pretrained(folder)
+    assert {p.data_ptr() % 64 for p in mapped.parameters()} != {0}  # as transformers leaves them
+    model = load_policy(str(folder), device="cpu", log=lambda *a: None).model
+    assert {p.data_ptr() % 64 for p in model.parameters()} == {0}
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), mapped.parameters()))
