@@ -219,6 +219,7 @@ class StudyConfig(Section):
     """A study: its sweeps, its families and its claims."""
 
     name: str = Field("study", description="The study's name (the document's title).")
+    note: Optional[str] = Field(None, description="The author's note printed under the document's header, in their words (e.g. what was seen before the claims were written); it declares nothing.")
     testbeds: dict[str, str] = Field(..., min_length=1, description="Testbed name -> its claims sweep directory (relative to the current directory).")
     long: dict[str, LongHorizon] = Field(default_factory=dict, description="Testbed name -> its long-horizon sweep (the study's sweep <testbed>_long).")
     selection: dict[str, Selection] = Field(default_factory=dict, description="Testbed name -> the settings sweep its setting was chosen from.")

@@ -787,8 +787,11 @@ def test_a_calls_rule_with_crossing_reports_when_the_mean_curves_cross(tmp_path:
         "none within the horizon; 74% of resamples cross by step 2)")
     # the same study asks for the curves: one figure per metric, drawn where the document is written
     study["curves"] = [{"sweep": "fixpoint", "metrics": ["avg@n"], "arms": ["grpo", "grpo_budget"]}]
+    study["note"] = "Written after a pilot of the same design had been seen."
     path.write_text(yaml.safe_dump(study, allow_unicode=True))
     doc = claims.make_study_report(path, tmp_path / "out", n_boot=50).read_text()
+    assert ("The study file's note (its author's words, not a record): Written after a pilot of the same design had "
+            "been seen.") in doc
     assert "![fixpoint: held-out avg@n](figures/study_fixpoint_avg_n.png)" in doc
     assert (tmp_path / "out" / "figures" / "study_fixpoint_avg_n.png").stat().st_size > 10_000
     study["curves"] = [{"sweep": "nowhere"}]

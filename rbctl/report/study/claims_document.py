@@ -25,7 +25,7 @@ from rbctl.report.series import at_step, run_series
 from rbctl.report.stats import DELTA_BOUNDS, paired_delta
 from rbctl.report.study.declared import declaration_lines
 from rbctl.report.study.families import FamilyResult, Member, families
-from rbctl.report.study.rules import Verdict, apply_rule, delta_text
+from rbctl.report.study.rules import Verdict, delta_format, apply_rule, delta_text
 from rbctl.report.study.sweeps import Study, Testbed, load_study
 from rbctl.store.rundir import REPORT_FIGURES
 
@@ -160,9 +160,10 @@ def family_rows(fam: FamilyResult) -> pd.DataFrame:
                         "log-rank p (stratified, unadj.)": pval(m.extra["logrank_p"], "–")})
         if any(x.over_warm_starts is not None for x in fam.members):
             o = m.over_warm_starts
+            fmt = delta_format(m)
             row["unit = warm start: Δ [95% CI], p (unadj.)"] = (
-                f"{m.scale * o.mean:+.1f} [{m.scale * o.lo:+.1f}, {m.scale * o.hi:+.1f}], {pval(o.p, 'not testable')} "
-                f"({o.n} warm starts)" if o is not None and math.isfinite(o.lo) else "–")
+                f"{fmt.format(m.scale * o.mean)} [{fmt.format(m.scale * o.lo)}, {fmt.format(m.scale * o.hi)}], "
+                f"{pval(o.p, 'not testable')} ({o.n} warm starts)" if o is not None and math.isfinite(o.lo) else "–")
         if any(x.shares for x in fam.members):
             row["shares runs"] = m.shares or "–"
         rows.append(row)
@@ -350,6 +351,7 @@ def claims_markdown(study: Study, command: str | None = None, today: dt.date | N
            f"Generated on {(today or dt.date.today()).isoformat()} by `{command or f'rbctl report {study.source}'}` "
            f"from the study file `{study.source}`; do not edit by hand.", "",
            f"Machine (where this document was generated): {cpu_description(cpuinfo)}.", "",
+           *([f"The study file's note (its author's words, not a record): {cfg.note.strip()}", ""] if cfg.note else []),
            *(["Not in this document yet (the study file names them; each sweep resumes where it stopped): "
               + "; ".join(f"{what} ({why})" for what, why in study.pending) + ".", ""] if study.pending else []),
            f"Code of the claims sweeps (testbeds, settings, long horizons): "

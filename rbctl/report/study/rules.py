@@ -106,9 +106,10 @@ def member_text(m: Member) -> str:
         # would carry it to another warm start
         o = m.over_warm_starts
         n_ws = len({u[0] for u in c.delta.units})
+        fmt = delta_format(m)
         out += (f"; holds for these {n_ws} warm starts (units: (warm start, seed)); with the warm start as the unit "
-                + (f"Δ {m.scale * o.mean:+.1f} [{m.scale * o.lo:+.1f}, {m.scale * o.hi:+.1f}]" if finite(o.lo)
-                   else "not testable"))
+                + (f"Δ {fmt.format(m.scale * o.mean)} [{fmt.format(m.scale * o.lo)}, {fmt.format(m.scale * o.hi)}]"
+                   if finite(o.lo) else "not testable"))
         if call(c) == EQUIVALENT and finite(o.lo) and max(abs(o.lo), abs(o.hi)) >= c.margin:
             out += f", wider than ±{m.scale * c.margin:g}: not shown for other warm starts"
         elif call(c) != EQUIVALENT and finite(o.lo) and o.lo <= 0 <= o.hi:
@@ -118,9 +119,14 @@ def member_text(m: Member) -> str:
     return out
 
 
+def delta_format(m: Member) -> str:
+    """Points and steps to a tenth; a training metric's own units to a thousandth."""
+    return "{:+.1f}" if m.scale == 100.0 or m.unit == "steps" else "{:+.3f}"
+
+
 def delta_text(m: Member) -> str:
     d = m.comparison.delta
-    fmt = "{:+.1f}" if m.scale == 100.0 or m.unit == "steps" else "{:+.3f}"
+    fmt = delta_format(m)
     if not finite(d.mean):
         return "–"
     return (fmt.format(m.scale * d.mean) + (f" [{fmt.format(m.scale * d.lo)}, {fmt.format(m.scale * d.hi)}]"
