@@ -232,7 +232,9 @@ def call_text(c: Comparison, scale: float = 100.0, unit: str = "points") -> str:
         return f"{word} (within {margin})"
     if word == INCONCLUSIVE:
         sign = "Δ > 0" if c.delta.mean > 0 else "Δ < 0" if c.delta.mean < 0 else "Δ = 0"
-        det = f"detectable ≥ {scale * c.detectable:.1f} {unit}" if math.isfinite(c.detectable) else "detectable effect unknown"
+        places = 1 if unit in ("points", "steps") else 3  # a training metric in its own units: to a thousandth
+        det = (f"detectable ≥ {scale * c.detectable:.{places}f} {unit}" if math.isfinite(c.detectable)
+               else "detectable effect unknown")
         return f"inconclusive ({sign}; {det})"
     return word
 
