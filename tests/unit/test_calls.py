@@ -125,3 +125,16 @@ def test_the_same_pair_on_another_metric_is_another_comparison():
     cfg = SweepConfig.model_validate(_sweep(families={"pass": {"pairs": [["b", "a"]], "metric": "pass@8"}}))
     assert [f.metric for f in cfg.comparisons.families_declared()] == ["avg@n", "pass@8"]
     assert Comparisons.model_validate({"principal": [["b", "a"]], "mde": 1, "planning_sd": 1}).margin is None
+
+
+def test_a_document_prints_beside_each_call_the_p_that_decided_it():
+    """docs/maze_results.md's principal tables: TOST's Holm p beside "equivalent", the superiority Holm p
+    beside the other calls, "not testable" where no test ran."""
+    from rbctl.report.documents.maze_results import _deciding
+    up, down, flat, noisy = _family(0.05)
+    assert call(flat) == EQUIVALENT and _deciding(flat).startswith("TOST Holm p ")
+    assert _deciding(flat) != f"Holm p {flat.p_holm:.3f}"
+    assert _deciding(up) == "Holm p < 0.001" and _deciding(down) == "Holm p < 0.001"
+    assert call(noisy) == INCONCLUSIVE and _deciding(noisy).startswith("Holm p ")
+    two = _comp([0.6, 0.7], [0.5, 0.6])
+    assert _deciding(two) == "not testable"

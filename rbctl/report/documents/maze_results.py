@@ -36,7 +36,7 @@ import numpy as np
 from rbctl.errors import UserError
 from rbctl.config.sweep import Comparisons
 from rbctl.report import ReportData, report_data
-from rbctl.report.analyses.comparisons import call_text, untestable_note
+from rbctl.report.analyses.comparisons import call_text, deciding_p, untestable_note
 from rbctl.report.analyses.plateau import PLATEAU_ARM
 from rbctl.report.analyses.scores import ArmScores
 from rbctl.report.load import Run, find_runs, sweep_settings
@@ -253,10 +253,17 @@ def principal(sw: Sweep) -> list[str]:
                "none is testable, so no Holm–Bonferroni family is formed and no verdict is called")
             + " (docs/method.md, \"Comparing arms\"); a comparison with fewer than 3 "
             "units or the same Δ in every unit is not testable. Δ's 95% t-interval is clipped to [−100, +100].", ""] + md_table(
-        ["comparison", "units", f"Δ {sw.spec.metric} [95% t-interval]", "Holm p", "verdict", "per unit Δ"],
-        [[c.label, str(c.delta.n), delta(c.delta.mean, c.delta.lo, c.delta.hi),
-          pval(c.p_holm, NOT_TESTABLE if not c.delta.testable else "–"), call_text(c), points_list(c.delta.deltas)]
-         for c in comps]) + ([note, ""] if note else [])
+        ["comparison", "units", f"Δ {sw.spec.metric} [95% t-interval]", "p that decided the call", "verdict", "per unit Δ"],
+        [[c.label, str(c.delta.n), delta(c.delta.mean, c.delta.lo, c.delta.hi), _deciding(c), call_text(c),
+          points_list(c.delta.deltas)] for c in comps]) + ([note, ""] if note else [])
+
+
+def _deciding(c) -> str:
+    """The p beside a call: the one that decided it (`deciding_p`: TOST's for "equivalent")."""
+    if not c.delta.testable:
+        return NOT_TESTABLE
+    name, p = deciding_p(c)
+    return f"{name} {pval(p, '–')}"
 
 
 def plateau(sw: Sweep, grpo: str | None) -> list[str]:
