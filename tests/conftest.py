@@ -139,3 +139,22 @@ def run_with_methods(module: str, script: str, *args: str) -> dict:
                           timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+class StopAt:
+    """Wraps `HFEngine.generate_calls`: Ctrl-C before generation call `k` (0-based, counted over every
+    call it wraps; a merged run of calls is stopped at call k's result) is graded."""
+
+    def __init__(self, monkeypatch, k: int):
+        from rbctl.rollout import hf
+
+        self.calls, real = 0, hf.HFEngine.generate_calls
+
+        def generate_calls(engine, calls, progress=None):
+            for out in real(engine, calls, progress):
+                if self.calls == k:
+                    raise KeyboardInterrupt
+                self.calls += 1
+                yield out
+
+        monkeypatch.setattr(hf.HFEngine, "generate_calls", generate_calls)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import REPO, SHARED_BENCHMARKS, SHARED_MISSING
+from tests.conftest import REPO, SHARED_BENCHMARKS, SHARED_MISSING, StopAt
 
 CONFIG = str(REPO / "configs" / "fixpoint.yaml")
 # 4 steps of 8 prompts; the held-out curve at steps 0, 2, 4 on the first 32 test problems × 8 samples
@@ -131,24 +131,6 @@ def test_a_side_evaluation_in_the_old_layout_is_not_a_final_score(tmp_path):
     assert (loaded.final_step, list(loaded.finals)) == (10, ["builtin"]) and loaded.finals["builtin"]["per_problem"][0]["correct"] == 3
 
 
-class _StopAt:
-    """Ctrl-C before generation call `k` (0-based, counted over the whole command) is graded."""
-
-    def __init__(self, monkeypatch, k: int):
-        from rbctl.rollout import hf
-
-        self.calls, real = 0, hf.HFEngine.generate_calls
-
-        def generate_calls(engine, calls, progress=None):  # a merged run of calls is stopped at call k's result
-            for out in real(engine, calls, progress):
-                if self.calls == k:
-                    raise KeyboardInterrupt
-                self.calls += 1
-                yield out
-
-        monkeypatch.setattr(hf.HFEngine, "generate_calls", generate_calls)
-
-
 @needs_benchmarks
 def test_case2_two_protocols_coexist_and_the_interrupted_message_is_true(runs, capsys, monkeypatch):
     first = runs / "first"
@@ -159,7 +141,7 @@ def test_case2_two_protocols_coexist_and_the_interrupted_message_is_true(runs, c
     n2 = protocol_folder(first, 4, 2)
     kept = {b: (n2 / b / "summary.json").read_bytes() for b in ("amc23", "aime24")}
     capsys.readouterr()
-    _StopAt(monkeypatch, 1)  # Ctrl-C in amc23's second call at n = 4: aime24 not begun under this protocol
+    StopAt(monkeypatch, 1)  # Ctrl-C in amc23's second call at n = 4: aime24 not begun under this protocol
     assert cli(*base, "--n", "4") == 130
     n4 = protocol_folder(first, 4, 4)
     err = [x for x in capsys.readouterr().err.splitlines() if x.startswith("interrupted")]

@@ -20,6 +20,7 @@ from rbctl.config.eval import build_config
 from rbctl.errors import UserError
 from rbctl.eval.pipeline import evaluate_policy
 from rbctl.rollout.models import LoadedPolicy
+from tests.conftest import StopAt
 
 TIMING = ("time_s", "tokens_per_s")
 
@@ -34,24 +35,6 @@ def tiny() -> LoadedPolicy:
 
 def _cfg():  # 12 problems, 3 samples each, 2 prompts per call (6 sequences): 6 calls, each seeded seed + c
     return build_config(benchmarks=["builtin"], n=3, limit=12, temperature=1.0, max_new_tokens=6, batch_size=6, seed=5)
-
-
-class _StopAt:
-    """Wraps `engine.generate_calls`: Ctrl-C before call `k` (0-based) is graded."""
-
-    def __init__(self, monkeypatch, k: int):
-        from rbctl.rollout import hf
-
-        self.calls, real = 0, hf.HFEngine.generate_calls
-
-        def generate_calls(engine, calls, progress=None):  # a merged run of calls is stopped at call k's result
-            for out in real(engine, calls, progress):
-                if self.calls == k:
-                    raise KeyboardInterrupt
-                self.calls += 1
-                yield out
-
-        monkeypatch.setattr(hf.HFEngine, "generate_calls", generate_calls)
 
 
 def _same(summary: dict) -> dict:
@@ -69,7 +52,7 @@ def _summary(path: Path) -> dict:
 
 def test_an_interrupted_evaluation_resumes_to_the_uninterrupted_result(tiny, tmp_path, monkeypatch):
     straight = evaluate_policy(tiny, _cfg(), tmp_path / "straight")["builtin"]
-    stop = _StopAt(monkeypatch, 4)
+    stop = StopAt(monkeypatch, 4)
     out = tmp_path / "out"
     with pytest.raises(KeyboardInterrupt):
         evaluate_policy(tiny, _cfg(), out, resume=True)
@@ -96,7 +79,7 @@ def test_an_interrupted_evaluation_resumes_to_the_uninterrupted_result(tiny, tmp
 
 
 def test_a_partial_evaluation_of_another_protocol_starts_over_with_a_notice(tiny, tmp_path, monkeypatch):
-    _StopAt(monkeypatch, 2)
+    StopAt(monkeypatch, 2)
     out = tmp_path / "out"
     with pytest.raises(KeyboardInterrupt):
         evaluate_policy(tiny, _cfg(), out, resume=True)
@@ -112,7 +95,7 @@ def test_a_partial_evaluation_of_another_protocol_starts_over_with_a_notice(tiny
 
 def test_without_resume_an_evaluation_starts_over(tiny, tmp_path, monkeypatch):
     """Evaluation during training (resume False) never reuses samples of an earlier attempt."""
-    _StopAt(monkeypatch, 2)
+    StopAt(monkeypatch, 2)
     out = tmp_path / "out"
     with pytest.raises(KeyboardInterrupt):
         evaluate_policy(tiny, _cfg(), out)
