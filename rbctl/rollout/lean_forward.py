@@ -71,6 +71,11 @@ def use_lean_forward(model) -> bool:
     return True
 
 
+def uses_lean_forward(model) -> bool:
+    """Whether `lean_forward` is installed as `model.forward` (`use_lean_forward`)."""
+    return getattr(model.forward, "__func__", None) is _forward
+
+
 def _rms(x: torch.Tensor, norm) -> torch.Tensor:
     """transformers' LlamaRMSNorm (float32 in and out)."""
     variance = x.pow(2).mean(-1, keepdim=True)

@@ -3,7 +3,8 @@ pass that scores their responses.
 
 On CPU every forward pass over the batch (policy, reference, κ_eff) runs each prompt once for its
 G rollouts and continues the G responses from its KV cache (`response_logits`): the same log-probs,
-up to float rounding, for about half the work on short-answer tasks.
+up to float rounding, for about half the work on short-answer tasks. A built-in policy's rows run
+packed besides (`packed_response_logits`): no padding token is computed on.
 """
 
 from __future__ import annotations
@@ -120,9 +121,15 @@ def sample_rows(step: int, problems: list, batch: RolloutBatch) -> list[dict]:
     return rows
 
 
-def response_logits(model, input_ids, attention_mask, prompt_width: int, group_size: int = 1) -> torch.Tensor:
+def response_logits(model, input_ids, attention_mask, prompt_width: int, group_size: int = 1,
+                    lengths: torch.Tensor | None = None) -> torch.Tensor:
     """Logits that predict each response token: [n, Lr, V]. Position ids follow the attention mask,
     as in generation, so left padding does not shift positions.
+
+    With the responses' `lengths` [n] (tokens up to and including EOS) and a built-in-size policy on
+    the CPU (`_can_pack`), the rows run packed (`packed_response_logits`): no padding token is
+    computed on; the logits past a row's length are then another position's (finite, and masked out
+    by every caller).
 
     With `group_size` G > 1, rows p·G … p·G+G−1 that hold the same prompt run it once: the prompt
     [n/G, Lp] goes through the model, its KV cache is repeated G times, and the responses
@@ -132,6 +139,8 @@ def response_logits(model, input_ids, attention_mask, prompt_width: int, group_s
     supports it (`rollout.prefix_cache_supported`), without gradient checkpointing, and without
     active dropout (which would draw one prompt mask for the whole group)."""
 
+    if lengths is not None and _can_pack(model, input_ids, attention_mask, prompt_width, group_size):
+        return packed_response_logits(model, input_ids, attention_mask, prompt_width, group_size, lengths)
     positions = position_ids(attention_mask)
     lr = input_ids.shape[1] - prompt_width
     if _can_share_prompts(model, input_ids, attention_mask, prompt_width, group_size):
@@ -147,6 +156,80 @@ def response_logits(model, input_ids, attention_mask, prompt_width: int, group_s
     out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
                 use_cache=False, logits_to_keep=lr + 1)
     return out.logits[:, :-1]
+
+
+# A packed forward's most tokens (at least one group's): its attention is dense over them (T² scores).
+PACK_TOKENS = 256
+
+
+def packed_response_logits(model, input_ids, attention_mask, prompt_width: int, group_size: int,
+                           lengths: torch.Tensor) -> torch.Tensor:
+    """`response_logits` [n, Lr, V] of rows in groups of `group_size` with one prompt each, without padding.
+
+    A group's prompt (its real tokens, no left padding) and its rows' responses (all but the last
+    token, which predicts nothing scored) are laid end to end in one sequence with groups after each
+    other, up to `PACK_TOKENS` tokens a forward pass; a block mask lets each prompt token see its
+    prompt's earlier tokens, and each response token its group's prompt and its own row's earlier
+    tokens — what it sees in the padded batch, at the same positions. So every response token is
+    computed once, and each prompt once for its G rows (as `_can_share_prompts`' path). The same
+    log-probs up to float rounding (tests/unit/test_packed_logits.py); on the built-in tasks, whose
+    answers are mostly a few tokens while a batch is as wide as its longest walk, a fraction of the
+    padded batch's tokens."""
+    n = input_ids.shape[0]
+    lens = lengths.tolist()
+    prompt_lens = attention_mask[::group_size, :prompt_width].sum(1).tolist()
+    groups = n // group_size
+    chunks, start, tokens = [], 0, 0
+    for g in range(groups):
+        size = prompt_lens[g] + sum(max(int(ln) - 1, 0) for ln in lens[g * group_size:(g + 1) * group_size])
+        if g > start and tokens + size > PACK_TOKENS:
+            chunks.append((start, g))
+            start, tokens = g, 0
+        tokens += size
+    chunks.append((start, groups))
+    return torch.cat([_packed_chunk(model, input_ids, prompt_width, group_size, lens, prompt_lens, a, b)
+                      for a, b in chunks])
+
+
+def _packed_chunk(model, input_ids, lp: int, group_size: int, lens: list, prompt_lens: list, g0: int, g1: int):
+    """The packed forward of groups g0 … g1 − 1 (`packed_response_logits`): [rows, Lr, V]."""
+    lr = input_ids.shape[1] - lp
+    pieces, grp, row, pos, pred = [], [], [], [], []
+    t = 0
+    for g in range(g0, g1):
+        plen = int(prompt_lens[g])
+        pieces.append(input_ids[g * group_size, lp - plen:lp])
+        grp += [g] * plen
+        row += [-1] * plen
+        pos += range(plen)
+        t += plen
+        last = t - 1  # the prompt's last token predicts each row's first response token
+        for r in range(g * group_size, (g + 1) * group_size):
+            k = max(int(lens[r]) - 1, 0)
+            pieces.append(input_ids[r, lp:lp + k])
+            grp += [g] * k
+            row += [r] * k
+            pos += range(plen, plen + k)
+            idx = [last, *range(t, t + k)]
+            pred.append(idx + [last] * (lr - len(idx)))
+            t += k
+    grp_t, row_t, order = torch.tensor(grp), torch.tensor(row), torch.arange(t)
+    sees = ((grp_t[:, None] == grp_t[None]) & (order[None] <= order[:, None])
+            & ((row_t[None] == -1) | (row_t[None] == row_t[:, None])))
+    out = model(input_ids=torch.cat(pieces)[None], attention_mask=sees[None, None], position_ids=torch.tensor(pos)[None],
+                use_cache=False, logits_to_keep=torch.tensor(pred).flatten())
+    return out.logits.view(len(pred), lr, -1)
+
+
+def _can_pack(model, input_ids, attention_mask, prompt_width: int, group_size: int) -> bool:
+    """Packed rows (`packed_response_logits`): a policy with rbctl's lean forward (a built-in-size float32
+    Llama on the CPU) under sdpa attention, rows in groups of one prompt, without autocast or active dropout."""
+    from rbctl.rollout.lean_forward import uses_lean_forward
+
+    return (input_ids.device.type == "cpu" and uses_lean_forward(model)
+            and getattr(model.config, "_attn_implementation", None) == "sdpa"
+            and not torch.is_autocast_enabled("cpu") and not dropout_active(model) and not _checkpointing(model)
+            and _shares_prompts(input_ids, attention_mask, prompt_width, group_size))
 
 
 def _can_share_prompts(model, input_ids, attention_mask, prompt_width: int, group_size: int) -> bool:

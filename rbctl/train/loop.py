@@ -187,12 +187,59 @@ def _periodic_eval(tr: Trainer, cfg: TrainConfig, run_dir: Path, step: int, metr
         if problems is None:
             problems = load_problems(ecfg, task_spec(cfg))  # `builtin` = this run's own task
         t = time.perf_counter()
-        results = _evaluate(tr, ecfg, periodic_eval_dir(run_dir, step), step, problems, tr.base_source)
+        out_dir = periodic_eval_dir(run_dir, step)
+        key = _evaluation_key(tr, ecfg, step, problems)
+        seen = _EVALUATED.get(key) if key is not None else None
+        if seen is not None and _complete(*seen):
+            results = _copy_evaluation(*seen, out_dir, tr.base_source)
+        else:
+            results = _evaluate(tr, ecfg, out_dir, step, problems, tr.base_source)
+            if key is not None:
+                _EVALUATED[key] = (out_dir, results)
         metrics["time/eval_s"] = time.perf_counter() - t
         tr.last_eval = (step, ecfg, periodic_eval_dir(run_dir, step), results)
         for line in periodic_eval_lines(results, step):
             append_jsonl(run_dir / EVAL_LINES, line)
     return problems
+
+
+# Evaluations this process made of a small policy, by what decides their samples (`_evaluation_key`):
+# a sweep's worker runs many runs from one warm start, whose step-0 evaluations are one evaluation.
+_EVALUATED: dict[str, tuple[Path, dict]] = {}
+MEMO_MAX_PARAMS = 10_000_000  # hashing the weights is free next to an evaluation up to here
+
+
+def _evaluation_key(tr: Trainer, ecfg: EvalConfig, step: int, problems: dict) -> str | None:
+    """What decides an hf evaluation's samples and summary, as a hash: the policy's weights (bytes,
+    dtype, device), the evaluation config, the step, the problems, the model and task settings and
+    torch's thread count (a summary records it); None where no copy is made (vLLM, or a policy over
+    `MEMO_MAX_PARAMS`). The samples draw from generators seeded by the evaluation's own seed
+    (`eval.seed`), never the run's, so two runs from one warm start evaluate it identically."""
+    import hashlib
+
+    import torch
+
+    params = list(tr.model.state_dict().items())
+    if ecfg.engine != "hf" or sum(p.numel() for _, p in params) > MEMO_MAX_PARAMS:
+        return None
+    h = hashlib.sha256()
+    for name, p in params:
+        h.update(f"{name}:{p.dtype}:{p.device}:{tuple(p.shape)}".encode())
+        h.update(p.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    cfg = tr.cfg
+    h.update(repr((ecfg.model_dump(), step, cfg.model.model_dump(), cfg.data.model_dump(), tr.base_source,
+                   str(tr.precision), torch.get_num_threads())).encode())
+    for name, probs in problems.items():
+        h.update(repr((name, [(q.id, q.problem, q.answer) for q in probs])).encode())
+    return h.hexdigest()
+
+
+def _complete(out_dir: Path, results: dict) -> bool:
+    """Whether an earlier evaluation's files are all still there to copy."""
+    from rbctl.eval.pipeline import bench_dir_name
+    from rbctl.store.rundir import EVAL_SAMPLES
+
+    return all((out_dir / bench_dir_name(b) / EVAL_SAMPLES).is_file() for b in results)
 
 
 def _evaluate(tr: Trainer, ecfg: EvalConfig, out_dir: Path, step: int, problems, source: str) -> dict:
@@ -225,9 +272,10 @@ def evaluate_final(tr: Trainer, ecfg: EvalConfig) -> dict:
 
 
 def _copy_evaluation(src: Path, results: dict, dst: Path, model: str) -> dict:
-    """The final evaluation as a copy of the periodic one at the same step with the same config:
-    the same policy, problems, seeds and engine give the same samples (the final evaluation would
-    redo every sample of it); the summaries name `model`. Per benchmark, its samples, then its
+    """An evaluation as a copy of one already made of the same policy with the same config: the final
+    evaluation of the periodic one at the same step, a periodic one of another run's with the same
+    weights (`_evaluation_key`). The same policy, problems, seeds and engine give the same samples
+    (the evaluation would redo every sample of it); the summaries name `model`. Per benchmark, its samples, then its
     summary (written last, as `evaluate_policy` writes it: a copy cut short is redone on resume)."""
     import shutil
 

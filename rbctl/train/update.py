@@ -88,11 +88,23 @@ def forward_logp(p: TrainState, model, batch: RolloutBatch, sl, with_entropy: bo
     dev = p.device
     # Under DDP every row runs whole: the shared-prompt path calls the model twice per backward.
     group = 1 if p.dist.enabled else p.cfg.rollout.group_size
+    lr = batch.response_ids.shape[1]
+    lengths = batch.response_mask[sl].sum(1)
+    w = max(1, int(lengths.max().item())) if len(lengths) else 1  # the columns past the longest response are padding
+    end = batch.prompt_width + w
     with p.precision.context():
-        logits = response_logits(model, batch.input_ids[sl].to(dev), batch.attention_mask[sl].to(dev),
-                                 batch.prompt_width, group_size=group)
+        logits = response_logits(model, batch.input_ids[sl][:, :end].to(dev), batch.attention_mask[sl][:, :end].to(dev),
+                                 batch.prompt_width, group_size=group, lengths=lengths)
     t = p.cfg.rollout.temperature
-    tokens = batch.response_ids[sl].to(dev)
+    tokens = batch.response_ids[sl][:, :w].to(dev)
+    logp, ent = _token_logp(p, logits, tokens, t, with_entropy, entropy_grad, lean)
+    if w < lr:  # back to the batch's width: 0 (log-prob and entropy) on the padding cut off
+        logp = torch.nn.functional.pad(logp, (0, lr - w))
+        ent = None if ent is None else torch.nn.functional.pad(ent, (0, lr - w))
+    return logp, ent
+
+
+def _token_logp(p: TrainState, logits, tokens, t: float, with_entropy: bool, entropy_grad: bool, lean: bool):
     if lean and not with_entropy and not torch.is_grad_enabled():  # no [n, Lr, V] log-softmax is formed
         return lean_token_logprobs(logits, tokens, t), None
     if p.fused_logprobs and not entropy_grad:  # no [n, Lr, V] log-softmax either, gradient or not

@@ -179,3 +179,26 @@ def test_a_sweep_directory_made_before_the_eval_engine_keys_still_resumes(tmp_pa
     (out / "sweep.yaml").write_text(yaml.safe_dump(changed, sort_keys=False))
     with pytest.raises(UserError, match="holds a different sweep"):
         run_sweep(sweep_file, out, progress=False, log=lambda *a: None)
+
+
+def test_a_second_run_from_the_same_weights_copies_its_step_0_evaluation_and_no_other(tiny_config, tmp_path, monkeypatch):
+    import rbctl.train.loop as loop
+
+    monkeypatch.setattr(loop, "_EVALUATED", {})
+    evaluated = []
+    real = loop._evaluate
+    monkeypatch.setattr(loop, "_evaluate", lambda tr, ecfg, out, step, *a: evaluated.append(step) or real(tr, ecfg, out, step, *a))
+    base = dict(steps=2, eval__every=2, eval__n=2, eval__limit=4, eval__temperature=1.0)
+    train(tiny_config(**base), tmp_path / "a", **QUIET)
+    train(tiny_config(algo__budget=1.0, **base), tmp_path / "b", **QUIET)  # another arm from the same start
+    assert evaluated == [0, 2, 2]  # b's step 0 is a's (same weights, eval config and problems), its step 2 its own
+    train(tiny_config(seed=1, **base), tmp_path / "s1", **QUIET)  # another seed: other initial weights here
+    assert evaluated == [0, 2, 2, 0, 2]
+    a, b = (periodic_eval_dir(tmp_path / r, 0) / "builtin" for r in "ab")
+    assert (a / "samples.jsonl").read_bytes() == (b / "samples.jsonl").read_bytes()
+    assert _summary(b.parent)["model"] == _summary(a.parent)["model"]
+    # computed afresh, step 0 gives b exactly the copy (the evaluation's own seed, not the run's)
+    monkeypatch.setattr(loop, "_EVALUATED", {})
+    train(tiny_config(algo__budget=1.0, **base), tmp_path / "c", **QUIET)
+    c, b = (periodic_eval_dir(tmp_path / r, 0) / "builtin" / "samples.jsonl" for r in "cb")
+    assert c.read_bytes() == b.read_bytes()
