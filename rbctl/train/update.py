@@ -84,7 +84,9 @@ def mini_batches_per_epoch(cfg: TrainConfig) -> int:
 def forward_logp(p: TrainState, model, batch: RolloutBatch, sl, with_entropy: bool, entropy_grad: bool, lean: bool = False):
     """Log-probs [n, Lr] of rows `sl` of the batch's responses under `model`, and their per-token
     entropy [n, Lr] where `with_entropy` (with gradient where `entropy_grad`, else None). `lean`
-    (no gradient, no entropy): by `lean_token_logprobs`, equal up to float rounding."""
+    (no gradient, no entropy): by `lean_token_logprobs`, equal up to float rounding. The forward runs
+    only up to these rows' longest response (packed where `response_logits` packs); the columns past it
+    come back as 0."""
     dev = p.device
     # Under DDP every row runs whole: the shared-prompt path calls the model twice per backward.
     group = 1 if p.dist.enabled else p.cfg.rollout.group_size
@@ -105,6 +107,7 @@ def forward_logp(p: TrainState, model, batch: RolloutBatch, sl, with_entropy: bo
 
 
 def _token_logp(p: TrainState, logits, tokens, t: float, with_entropy: bool, entropy_grad: bool, lean: bool):
+    """`forward_logp`'s log-probs (and entropy) of `tokens` from `logits` [n, w, V]."""
     if lean and not with_entropy and not torch.is_grad_enabled():  # no [n, Lr, V] log-softmax is formed
         return lean_token_logprobs(logits, tokens, t), None
     if p.fused_logprobs and not entropy_grad:  # no [n, Lr, V] log-softmax either, gradient or not
