@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 from rbctl.tools.kill_resume import kill_and_resume_training, kill_when, logged_steps
 from tests.conftest import TINY_TRAIN
 
-STEPS = 10
+STEPS = 40  # steps of the tiny model take ~40 ms: room for two kills after the random wait of up to 0.3 s
 
 
 def _config(tmp_path: Path) -> Path:
