@@ -327,6 +327,9 @@ def test_plain_progress_prints_one_line_per_period():
     assert " done a/seed_0 (" in lines[2]
 
 
+STEPS_KILLED = 40  # a tiny step takes ~40 ms: room to kill the worker after its 3rd step and before its last
+
+
 @pytest.mark.slow
 def test_a_sweep_survives_a_sigkilled_worker_and_a_rerun_completes_it(tiny_config, rbctl_cache, tmp_path):
     import signal
@@ -335,7 +338,7 @@ def test_a_sweep_survives_a_sigkilled_worker_and_a_rerun_completes_it(tiny_confi
     from rbctl.store.read import read_sweep_state
 
     _prewarm(tiny_config)
-    sweep = _sweep_file(tmp_path, {"grpo": {}, "grpo_budget": {"algo.budget": 1.0}}, steps=16, jobs=2)
+    sweep = _sweep_file(tmp_path, {"grpo": {}, "grpo_budget": {"algo.budget": 1.0}}, steps=STEPS_KILLED, jobs=2)
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "rbctl", "ablate", str(sweep), "-o", str(out), "--no-report", "-q"]
     proc = subprocess.Popen(cmd, env=_env(rbctl_cache), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -354,8 +357,8 @@ def test_a_sweep_survives_a_sigkilled_worker_and_a_rerun_completes_it(tiny_confi
     done = subprocess.run(cmd, env=_env(rbctl_cache), capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     assert all(r["status"] == "done" for r in read_sweep_state(out).values())
-    assert [r["step"] for r in read_jsonl(victim / "metrics.jsonl")] == list(range(1, 17))
-    assert killed_at < 16
+    assert [r["step"] for r in read_jsonl(victim / "metrics.jsonl")] == list(range(1, STEPS_KILLED + 1))
+    assert killed_at < STEPS_KILLED
 
 
 @pytest.mark.slow
