@@ -17,6 +17,7 @@ import torch
 from rbctl.errors import UserError
 
 from rbctl.rollout.base import Sample
+from rbctl.rollout.gqa import kv_heads_once
 from rbctl.rollout.kvcache import forward_with_cache, new_cache, position_ids, prefix_cache_supported
 from rbctl.rollout.logprobs import engine_logprobs_tensor
 from rbctl.train import seeds
@@ -139,6 +140,12 @@ def response_logits(model, input_ids, attention_mask, prompt_width: int, group_s
     supports it (`rollout.prefix_cache_supported`), without gradient checkpointing, and without
     active dropout (which would draw one prompt mask for the whole group)."""
 
+    with kv_heads_once(input_ids.device):  # grouped KV heads held once for backward, on the CPU
+        return _response_logits(model, input_ids, attention_mask, prompt_width, group_size, lengths)
+
+
+def _response_logits(model, input_ids, attention_mask, prompt_width: int, group_size: int,
+                     lengths: torch.Tensor | None) -> torch.Tensor:
     if lengths is not None and _can_pack(model, input_ids, attention_mask, prompt_width, group_size):
         return packed_response_logits(model, input_ids, attention_mask, prompt_width, group_size, lengths)
     positions = position_ids(attention_mask)
