@@ -24,8 +24,7 @@ VAR = "TRANSFORMERS_SDPA_FORCE_GQA"  # read by transformers.integrations.sdpa_at
 
 
 def _torch_has_enable_gqa() -> bool:
-    major, minor = (int(x) for x in torch.__version__.split(".")[:2])
-    return (major, minor) >= (2, 5)  # scaled_dot_product_attention(enable_gqa=...) since torch 2.5
+    return torch.__version__ >= (2, 5)  # sdpa's enable_gqa came in torch 2.5; a TorchVersion compares to a tuple
 
 
 @contextlib.contextmanager

@@ -88,7 +88,8 @@ def test_the_training_forward_passes_the_kv_heads_unrepeated(monkeypatch):
     assert seen and all(s == (HEADS, KV_HEADS, True) for s in seen)
     seen.clear()
     with torch.no_grad():
-        out = model(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask), use_cache=False).logits[:, width - 1:-1]
+        out = model(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask),
+                    use_cache=False).logits[:, width - 1:-1]
     assert seen and all(s == (HEADS, HEADS, False) for s in seen)  # outside it, transformers repeats them
     assert torch.equal(plain, out)
     assert VAR not in os.environ
