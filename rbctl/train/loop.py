@@ -130,22 +130,29 @@ def _train(cfg: TrainConfig, run_dir: Path, force: bool, extend: bool, progress:
                             append_jsonl(run_dir / SAMPLES, r)
                 # after the step's lines, so that no checkpoint is ahead of metrics.jsonl; on every rank:
                 # under FSDP the checkpoint gathers the shards
-                if step % cfg.save_every == 0 or step == cfg.steps or stop.requested:
-                    weights, state = tr.checkpoint(step)
-                    if main_rank:
-                        save_checkpoint(run_dir, step, tr.model, tr.tokenizer, state, cfg.keep_checkpoints, marker,
-                                        weights=weights)
+                saved = step % cfg.save_every == 0 or step == cfg.steps or stop.requested
+                if saved:
+                    _save(tr, run_dir, step, cfg.keep_checkpoints, marker, main_rank)
                 tr.dist.barrier()
                 done.append({"step": step, **metrics})
                 display.update(step, metrics)
                 if on_step is not None:
-                    on_step(step, metrics)
-                if stop.requested:  # this step is complete and saved: a resume redoes nothing
+                    on_step(step, metrics)  # a sweep's progress message: a Ctrl-C may land in it, after the save above
+                if stop.requested:  # this step is complete; saved (now, if the Ctrl-C came after the save above):
+                    if not saved:   # a resume redoes nothing
+                        _save(tr, run_dir, step, cfg.keep_checkpoints, marker, main_rank)
                     raise KeyboardInterrupt
     finally:
         if tracker is not None:
             tracker.close()
     return tr, done
+
+
+def _save(tr: Trainer, run_dir: Path, step: int, keep: int, marker: Path | None, main_rank: bool) -> None:
+    """Checkpoint `step`: the state on every rank (under FSDP it gathers the shards), written by rank 0."""
+    weights, state = tr.checkpoint(step)
+    if main_rank:
+        save_checkpoint(run_dir, step, tr.model, tr.tokenizer, state, keep, marker, weights=weights)
 
 
 def logged_bound(run_dir: Path, log) -> int | None:

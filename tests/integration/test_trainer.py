@@ -87,6 +87,30 @@ def test_resume_continues_exactly_as_an_uninterrupted_run(tiny_config, tmp_path)
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
+def test_a_ctrl_c_after_the_steps_save_point_still_saves_that_step(tiny_config, tmp_path):
+    """A Ctrl-C that lands after the loop decided whether to save (in a sweep's progress message,
+    `on_step`) stops after that step with its checkpoint all the same: a resume redoes nothing."""
+    import os
+    import signal
+
+    from rbctl.store.rundir import checkpoint_dirs
+
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)  # as an interactive Python has it
+    try:
+        def ctrl_c_at_three(step, metrics):
+            if step == 3:  # no save step (save_every 10)
+                os.kill(os.getpid(), signal.SIGINT)
+
+        run = tmp_path / "run"
+        with pytest.raises(KeyboardInterrupt):
+            train(tiny_config(steps=6, save_every=10), run, progress=False, log=lambda *a: None,
+                  on_step=ctrl_c_at_three)
+    finally:
+        signal.signal(signal.SIGINT, old)
+    assert [r["step"] for r in _lines(run)] == [1, 2, 3]
+    assert [p.name for p in checkpoint_dirs(run)] == ["step_000003"]
+
+
 def test_budget_changes_the_update_but_not_the_rollouts_of_step_one(tiny_config, tmp_path):
     base, budget = tmp_path / "base", tmp_path / "budget"
     train(tiny_config(steps=1), base, progress=False, log=lambda *a: None)
