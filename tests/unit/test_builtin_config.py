@@ -83,7 +83,7 @@ def test_section_keys_come_from_the_task_dataclasses():
 
 
 def test_config_reference_lists_every_task_key():
-    from rbctl.tools.config_doc import reference_markdown
+    from scripts.config_doc import reference_markdown
 
     out = reference_markdown()
     for kind in builtin.KINDS:

@@ -66,3 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     screenshot(chromium, a.out / REPORT_DIR / REPORT_HTML, a.out / "report.png", 1280, 6000)
     print(f"wrote {a.out / 'terminal.png'} and {a.out / 'report.png'}")
     return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -18,7 +18,7 @@ from pathlib import Path
 
 SEED = 0
 N_TRAIN = 64
-OUT = Path(__file__).resolve().parents[2].joinpath("configs", "data")  # beside the configs that name the files
+OUT = Path(__file__).resolve().parents[1].joinpath("configs", "data")  # beside the configs that name the files
 
 
 def problems() -> tuple[list[dict], list[dict]]:
@@ -42,3 +42,7 @@ def main() -> None:
     for name, rows in zip(("add1_train", "add1_test"), problems()):
         (args.out / f"{name}.jsonl").write_text(render(rows))
         print(f"{args.out / name}.jsonl: {len(rows)} problems")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -53,7 +53,7 @@ def cpu_model() -> str:
     return platform.processor() or "unknown CPU"
 
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 
 
 def run_main_job(tree: Path, sweep: str | None, out: Path, cache: Path) -> tuple[int, float, list[str]]:
@@ -216,3 +216,7 @@ def main(argv: list[str] | None = None) -> int:
 
             print(f"report: {out / REPORT_DIR / REPORT_MD}")
         return proc.returncode
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

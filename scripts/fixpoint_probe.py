@@ -120,3 +120,7 @@ def main() -> None:
     t = time.time()
     p = sample(policy.model, policy.tokenizer, task_spec(cfg), a.n, a.seed, cfg.rollout.max_new_tokens, a.limit)
     print(json.dumps({"model": policy.source, **breakdown(p, a.n), "secs": round(time.time() - t, 1)}))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

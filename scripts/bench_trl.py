@@ -50,7 +50,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 QUICKSTART = REPO / "configs" / "quickstart.yaml"
 FRAMEWORKS = ("rbctl", "trl")
 MATMUL_N = 2048  # large enough that torch.mm runs near the machine's peak float32 FLOP/s
@@ -423,3 +423,7 @@ def main() -> None:
             print(f"round {rnd + 1}/{args.rounds}: {fw} {step_s:.3f} s/step", file=sys.stderr)
         matmul.append(spawn("matmul", args)["flops"])
     report(args, results, matmul)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -81,3 +81,7 @@ def reference_markdown() -> str:
             + f"\n## Periodic evaluation (`RUN_DIR/{EVAL_LINES}`)\n\nOne line per (evaluation, benchmark), from step 0 "
               "(the initial policy) every `eval.every` steps and at the last step.\n\n"
             + table(EVAL_METRICS) + "\n" + EVAL_RESULTS)
+
+
+if __name__ == "__main__":
+    print(reference_markdown(), end="")

@@ -76,3 +76,7 @@ def reference_markdown() -> str:
     return (head + schema_markdown() + "\n" + schema_markdown(SweepConfig, "Sweep file (`rbctl ablate`)") + "\n"
             + schema_markdown(RunsManifest, "Runs manifest (`rbctl report MANIFEST.yaml`: runs trained elsewhere, "
                               "docs/your_runs.md)"))
+
+
+if __name__ == "__main__":
+    print(reference_markdown(), end="")

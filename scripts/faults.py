@@ -158,3 +158,7 @@ def main() -> None:
         print(f"final metrics: steps 1..{args.steps} exactly once: {steps_ok}; "
               f"final weights equal the uninterrupted run's: {weights_ok}")
         sys.exit(0 if steps_ok and weights_ok and resumes_ok == kills else 1)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

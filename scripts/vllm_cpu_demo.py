@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "configs" / "smollm2_add1.yaml"
 
 def held_out_file() -> Path:
@@ -160,3 +160,7 @@ def main(argv=None) -> int:
     (a.out / "rates.json").write_text(json.dumps(rates, indent=1))
     print(write(a.out, runs, rates))
     return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -63,3 +63,7 @@ def main() -> None:
                 ref = x @ w.t()
                 diff = ((onednn_gemm(x, w, None) - ref).abs().max() / ref.abs().max()).item()
                 print(f"| {threads} | {n} | {name} ({fan_in}→{fan_out}) | " + " | ".join(cells) + f" | {diff:.1e} |")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

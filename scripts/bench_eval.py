@@ -25,7 +25,7 @@ from pathlib import Path
 
 def _shared_dir() -> Path | None:
     for cand in (os.environ.get("RBCTL_SHARED_BENCHMARKS"), os.environ.get("RBCTL_DATA_DIR"),
-                 Path(__file__).resolve().parents[3] / "shared" / "benchmarks"):
+                 Path(__file__).resolve().parents[2] / "shared" / "benchmarks"):
         if cand and (Path(cand) / "amc23.jsonl").is_file():
             return Path(cand)
     return None
@@ -171,3 +171,7 @@ def main() -> None:
     smol_sizes = batch_sizes or [len(questions)]
     bench_generation("SmolLM2-135M, 32 new tokens", policy, (questions * 64)[: max(smol_sizes)], 32, smol_sizes,
                      args.repeats)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -53,10 +53,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from rbctl.tools import bench_trl as bench_trl
-from rbctl.tools.bench_trl import ATTN_IMPLEMENTATION, MATCHED_WORK, _peak_rss_mib, _set_threads, machine
+from scripts import bench_trl as bench_trl
+from scripts.bench_trl import ATTN_IMPLEMENTATION, MATCHED_WORK, _peak_rss_mib, _set_threads, machine
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "configs" / "smollm2_gsm8k.yaml"
 DATA = REPO.parent / "shared" / "benchmarks" / "gsm8k_train.jsonl"
 # rbctl_gguf: rbctl given the GGUF file itself (as configs/smollm2_*.yaml do), dequantized on load;
@@ -558,3 +558,7 @@ def print_phases(table) -> None:
             cells = " | ".join(f"{ph[k]:.1f}" if ph else "–" for k in PHASES)
             kappa = med(res[fw], "kappa_eff_s")
             print(f"| {threads} | {LABELS[fw]} | {med(res[fw], 'step_s'):.1f} | {cells} | {'–' if kappa != kappa else f'{kappa:.1f}'} |")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

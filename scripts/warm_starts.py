@@ -27,7 +27,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from rbctl.store.rundir import BUILTIN_MARKER
-from rbctl.tools.bench_main_job import cpu_model
+from scripts.bench_main_job import cpu_model
 
 # What a fixpoint warm start of the main job's recipe (configs/fixpoint.yaml) must be like
 # (docs/plateau_task.md, "The warm start"): its look-up circuit formed (the shortcut right on
@@ -58,7 +58,7 @@ def _train(spec, ws, cache: Path) -> Path:
 def _probe(folder: Path, spec) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rbctl.tools.fixpoint_probe import probe
+    from scripts.fixpoint_probe import probe
 
     return probe(AutoModelForCausalLM.from_pretrained(folder), AutoTokenizer.from_pretrained(folder), spec)
 
@@ -164,3 +164,7 @@ def main() -> int:
         make(a.config, a.seeds, a.cache)
         return 0
     return check() if a.cmd == "check" else probe_shipped()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

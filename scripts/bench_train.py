@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 
 
 def main() -> None:
@@ -49,3 +49,7 @@ def main() -> None:
     print(f"wall time of the run: {wall:.1f} s ({wall / 60:.2f} min) for {len(lines)} steps (target: <= 180 s for 100+ steps)")
     print("median seconds per step: " + "  ".join(f"{k.split('/')[1]} {v:.3f}" for k, v in med.items()))
     print(f"training reward: first 10 steps {first:.3f} -> last 10 steps {last:.3f} ({'rises' if last > first else 'does not rise'})")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
