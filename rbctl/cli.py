@@ -402,7 +402,7 @@ def report(
 
     Writes OUT/report.md and OUT/report.html (the answer first: the principal comparisons), `OUT/tables/*.{csv,md,tex}`,
     `OUT/figures/*.{png,svg}` and `OUT/data/*.csv`; prints a table of final scores and the report's path. Given a study
-    file (configs/study_claims.yaml), writes OUT/claims.md: each claim of the study tested on its sweeps, after
+    file (configs/study_quickstart.yaml), writes OUT/claims.md: each claim of the study tested on its sweeps, after
     recording the study file's version in each sweep directory it names (`--declare`: only that)."""
     from rbctl.report import final_scores_table
     from rbctl.report.study import is_study_file, make_study_report
