@@ -56,3 +56,20 @@ def test_a_study_module_imports_and_uses_only_public_rbctl_names(path: Path):
     importlib.import_module(dotted(path))
     bad = private_rbctl_imports(path.read_text(encoding="utf-8"))
     assert not bad, f"{path.relative_to(REPO)} imports private rbctl names: " + "; ".join(f"line {n}: {w}" for n, w in bad)
+
+
+# names of the reward-budgeting study's documents, published table, sweeps and pilots
+STUDY_NAMES = r"maze_results|maze_setting|real_model|maxrl_maze|claims_fixpoint|fixpoint_long|lab_fixpoint"
+
+
+def test_the_package_source_names_nothing_of_the_study():
+    import re
+    import subprocess
+
+    files = subprocess.run(["git", "ls-files", "rbctl"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
+    assert "rbctl/cli.py" in files
+    found = [f"{f}:{n}: {line.strip()[:80]}" for f in files if (REPO / f).suffix in (".py", ".json", ".yaml", ".md", ".txt")
+             for n, line in enumerate((REPO / f).read_text(encoding="utf-8").splitlines(), 1)
+             if re.search(STUDY_NAMES, line)]
+    found += [f for f in files if re.search(STUDY_NAMES, f)]
+    assert not found, "the package names the study's files:\n" + "\n".join(found)
