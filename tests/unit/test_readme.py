@@ -59,7 +59,7 @@ def test_every_relative_link_in_the_readme_and_docs_resolves():
 
 
 def test_every_config_and_path_the_readme_names_exists():
-    for path in set(re.findall(r"`((?:configs|docs|scripts|rbctl|tests)/[\w./-]+)`", README)):
+    for path in set(re.findall(r"`((?:configs|docs|scripts|rbctl|tests|studies)/[\w./-]+)`", README)):
         path = path.rstrip(".")
         if "*" in path:
             continue
