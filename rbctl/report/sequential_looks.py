@@ -290,7 +290,8 @@ def decide_look(design: Design, families: Sequence[FamilyLike], history: Sequenc
     k = len(history) + 1
     if k > len(design.looks):
         raise ValueError(f"the design has {len(design.looks)} looks; all have been taken")
-    open_ = {key for key, s in status(families, history).items() if s.decision == CONTINUE}
+    st = status(families, history)
+    open_ = {key for key, s in st.items() if s.decision == CONTINUE}
     entries = []
     for fam in families:
         data = {}
@@ -301,8 +302,25 @@ def decide_look(design: Design, families: Sequence[FamilyLike], history: Sequenc
             if key not in deltas:
                 raise ValueError(f"look {k}: no Δ for {a} − {r} in family '{fam.name}'")
             data[key] = _summary([scale * x for x in deltas[key]])
+            if not st[key].n < data[key][0] <= design.units:
+                raise ValueError(f"look {k}: {a} − {r} in family '{fam.name}' has {data[key][0]} units; a look needs "
+                                 f"more than its previous look's {st[key].n} and at most the design's {design.units}")
         entries += _family_look(design, fam, history, k, data)
     return LookRecord(k, design.looks[k - 1], time, tuple(entries))
+
+
+def arm_units(design: Design, families: Sequence[FamilyLike], history: Sequence[LookRecord],
+              arms: Sequence[str]) -> dict[str, int]:
+    """The units each arm runs under the design after ``history``: those of the look that decided the
+    last of its comparisons; the design's units while any of them is undecided, and for an arm in no
+    comparison. The runs saved against the fixed design: design.units × len(arms) − their sum."""
+    st = status(families, history)
+    out = {}
+    for arm in arms:
+        mine = [s for (_, a, r), s in st.items() if arm in (a, r)]
+        done = mine and all(s.decision != CONTINUE for s in mine)
+        out[arm] = max(s.n for s in mine) if done else design.units
+    return out
 
 
 def needed_arms(families: Sequence[FamilyLike], history: Sequence[LookRecord]) -> set[str]:

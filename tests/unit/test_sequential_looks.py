@@ -12,7 +12,7 @@ from scipy import stats as sps
 from rbctl.config.sweep import FamilySpec
 from rbctl.report.sequential import efficacy_bounds, t_bound
 from rbctl.report.sequential_looks import (CONTINUE, EQUIVALENT, FUTILE, HIGHER, INCONCLUSIVE, LOWER, Design,
-                                           LookRecord, bounds_at, decide_look, interim_note, needed_arms, next_units,
+                                           LookRecord, arm_units, bounds_at, decide_look, interim_note, needed_arms, next_units,
                                            status, unit_order)
 from rbctl.report.sequential_sim import CODES, decide_trials
 
@@ -123,6 +123,11 @@ def test_next_units_and_needed_arms():
     assert needed_arms([fam], [h1]) == {"budget", "entropy", "grpo"}
     h2 = decide_look(d, [fam], [h1], {key(p): with_t(12, 9.0, 40.0) for p in TRIANGLE[1:]})
     assert needed_arms([fam], [h1, h2]) == set() and next_units(d, [fam], [h1, h2], order) == []
+    arms = ["grpo", "budget", "entropy", "other"]  # budget − grpo decided at 6, the rest at 12; other in none
+    assert arm_units(d, [fam], [h1], arms) == {"grpo": 24, "budget": 24, "entropy": 24, "other": 24}
+    assert arm_units(d, [fam], [h1, h2], arms) == {"grpo": 12, "budget": 12, "entropy": 12, "other": 24}
+    with pytest.raises(ValueError, match="has 6 units; a look needs more than its previous look's 6"):
+        decide_look(d, [fam], [h1], {key(p): with_t(6, 1, 1) for p in TRIANGLE[1:]})
     with pytest.raises(ValueError, match="all have been taken"):
         decide_look(Design((6,)), [fam], [h1], {})
     with pytest.raises(ValueError, match="no Δ for entropy − budget"):
