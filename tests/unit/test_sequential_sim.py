@@ -21,7 +21,7 @@ LOOKS = (6, 12, 18, 24)
 ALPHA, MDE, SD, POWER = 0.05, 5.0, 7.0, 0.8
 TRIALS = 4000
 DESIGNS = [Design(LOOKS, s, f) for s in ("obrien_fleming", "pocock") for f in (False, True)]
-SHIPPED = Design(LOOKS, "pocock", False)  # the main job's: the shape that meets both targets below
+EARLY = Design(LOOKS, "pocock", False)  # decides earliest where every comparison has the effect
 
 
 def family(margin=None):
@@ -80,14 +80,23 @@ def test_no_more_false_equivalences_than_alpha_at_the_margin(design, signs):
     assert sim.share(EQUIVALENT) <= ALPHA + 0.01
 
 
-def test_the_shipped_shape_keeps_the_power_and_saves_units_at_the_planned_effect():
-    sim = run(SHIPPED, family(), MDE, seed=13)
+def test_pocock_keeps_the_power_and_saves_units_when_every_comparison_has_the_planned_effect():
+    sim = run(EARLY, family(), MDE, seed=13)
     powers = [sim.rate(c, HIGHER) for c in range(3)]
     assert min(powers) >= POWER - 0.03, powers
     assert sim.units.mean() <= 0.8 * LOOKS[-1], sim.units.mean()
     # O'Brien–Fleming keeps more power but decides later: its mean units are above 80% of the design's
     obf = run(Design(LOOKS, "obrien_fleming"), family(), MDE, seed=13)
-    assert min(obf.rate(c, HIGHER) for c in range(3)) > min(powers) and obf.units.mean() > 0.8 * LOOKS[-1]
+    assert min(obf.rate(c, HIGHER) for c in range(3)) > max(powers) and obf.units.mean() > 0.8 * LOOKS[-1]
+
+
+@pytest.mark.parametrize("futility", [False, True])
+def test_obrien_fleming_keeps_the_stated_power_for_a_single_effect_and_pocock_does_not(futility):
+    # the stated power is the fixed design's at α/m: one comparison with the effect, the others none
+    fam = family()
+    one = dict(zip(keys([fam]), (MDE, 0.0, 0.0)))
+    assert run(Design(LOOKS, "obrien_fleming", futility), fam, one, seed=20).rate(0, HIGHER) >= POWER - 0.03
+    assert run(Design(LOOKS, "pocock", futility), fam, one, seed=20).rate(0, HIGHER) < POWER - 0.05
 
 
 def test_futility_saves_units_when_there_is_no_effect():
@@ -118,7 +127,7 @@ def test_reading_full_alpha_calls_after_every_unit_inflates_and_the_labels_preve
     delta = rng.normal(0.0, SD, size=(TRIALS, 3, LOOKS[-1]))
     peeking = _full_alpha_holm_after_every_unit(delta).mean()
     labelled = _full_alpha_holm_after_every_unit(delta, labels=True).mean()
-    sequential = run(SHIPPED, family(), 0.0, seed=15).share(HIGHER, LOWER)
+    sequential = run(EARLY, family(), 0.0, seed=15).share(HIGHER, LOWER)
     assert peeking > 3 * ALPHA, peeking  # Armitage et al. 1969: repeated looks at full α
     assert labelled <= ALPHA + 0.01 and sequential <= ALPHA + 0.01
 
@@ -146,7 +155,7 @@ def test_runs_count_each_arm_to_its_last_comparison():
 
 
 def test_design_lines_print_boundaries_and_expected_runs():
-    lines = design_lines(SHIPPED, [family(margin=5.0)], ["grpo", "grpo_budget", "grpo_entropy"], trials=500)
+    lines = design_lines(EARLY, [family(margin=5.0)], ["grpo", "grpo_budget", "grpo_entropy"], trials=500)
     text = "\n".join(lines)
     assert "looks at 6, 12, 18, 24 units; Pocock-type" in text
     assert "fixed design 72 (24 units × 3 arms)" in text
