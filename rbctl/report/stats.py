@@ -55,6 +55,7 @@ NOT_TESTABLE = "not testable"  # the call, and the p-value cell, of a comparison
 MIN_UNITS = 3  # a paired t-test needs at least this many units (docs/method.md, "Comparing arms")
 SCORE_BOUNDS = (0.0, 1.0)  # a score (pass@k, avg@n, maj@k) is a fraction
 DELTA_BOUNDS = (-1.0, 1.0)  # a difference of two scores
+MIN_HIERARCHICAL_UNITS = 2  # placeholder, set from the coverage simulation below
 ZERO_SD = 1e-12  # sd(Δ) at or below this (times max(1, max |Δ|)) is 0: float noise of equal Δs, not spread
 
 
@@ -128,6 +129,19 @@ def tost_paired(d: PairedDelta, margin: float) -> float:
     p_low = float(sps.t.sf((d.mean + margin) / se, df))
     p_up = float(sps.t.cdf((d.mean - margin) / se, df))
     return max(p_low, p_up)
+
+
+def noninferiority_paired(d: PairedDelta, margin: float, better: str = "higher") -> float:
+    """The one-sided p-value that the mean Δ is not worse than the ``margin`` (a non-inferiority test):
+    where higher is better, H0: Δ ≤ −margin against Δ > −margin, t = (Δ̄ + margin)/se, p = P(T > t);
+    where lower is better, H0: Δ ≥ +margin, t = (margin − Δ̄)/se, p = P(T > t); se = sd(Δ)/√n,
+    T ~ t(n − 1) (one of TOST's two tests). NaN when the comparison is not testable or the margin is
+    not a positive number."""
+    if not d.testable or not (margin > 0) or not math.isfinite(d.sd):
+        return math.nan
+    se = d.sd / math.sqrt(d.n)
+    t = (d.mean + margin) / se if better == "higher" else (margin - d.mean) / se
+    return float(sps.t.sf(t, d.n - 1))
 
 
 def clip_interval(lo: float, hi: float, bounds: tuple[float, float]) -> tuple[float, float]:
