@@ -261,17 +261,15 @@ def test_raising_entropy_is_read_only_where_the_plateau_holds_and_the_bonus_rais
 
 def test_within_arm_association_by_hand() -> None:
     # three arms × three runs sharing no unit; within arms x − x̄_arm = (−1, 0, 1) in each arm, y − ȳ_arm = (−1, 1, 0),
-    # (−.5, .5, 0), (−.5, 0, .5): Σxy = 1 + .5 + 1 = 2.5, Σx² = 6, Σy² = 3, r = 2.5/√18 = .5893. The test counts each
-    # arm's Helmert contrasts h1 = (1, −1, 0)/√2, h2 = (1, 1, −2)/√6: x gives (−1/√2, −3/√6) in every arm; y gives
-    # (−2/√2, 0), (−1/√2, 0), (−.5/√2, −1.5/√6): products 1, 0; .5, 0; .25, .75 (sum 2.5): mean .4167, sd .4082,
-    # t = .4167 / (.4082/√6) = 2.5 on 5 df
+    # (−.5, .5, 0), (−.5, 0, .5): Σxy = 1 + .5 + 1 = 2.5, Σx² = 6, Σy² = 3, r = 2.5/√18 = .5893. The test permutes y
+    # within each arm (6³ = 216 orderings): over an arm's 6 orderings x·y takes a: 2, 1, 1, −1, −1, −2; b: half a's;
+    # c: 1, .5, .5, −.5, −.5, −1. Sums ≥ 2.5: a = 2 with b + c ≥ .5 (13 of 36), a = 1 (2 ways) with b + c ≥ 1.5
+    # (5 each): 23; by symmetry 23 more ≤ −2.5: p = 46/216
     x = [1, 2, 3, 10, 11, 12, 5, 6, 7]
     y = [1, 3, 2, 0, 1, 0.5, 4, 4.5, 5]
     arms = ["a"] * 3 + ["b"] * 3 + ["c"] * 3
     c = association(x, y, arms, "within_arm")
-    r = 2.5 / math.sqrt(18)
-    assert (c.r, c.df, c.units) == (pytest.approx(r), 5, 6)
-    assert c.p == pytest.approx(2 * sps.t.sf(2.5, 5))
+    assert (c.r, c.p, c.orderings) == (pytest.approx(2.5 / math.sqrt(18)), pytest.approx(46 / 216), 216)
     # arm means (2, 11, 6) and (2, .5, 4.5): Σdxdy = −7.833, Σdx² = 40.67, Σdy² = 8.167, r = −.4298 on 1 df
     m = association(x, y, arms, "arm_means")
     assert (m.r, m.df) == (pytest.approx(-7.8333 / math.sqrt(40.6667 * 8.1667), rel=1e-4), 1)
@@ -281,8 +279,8 @@ def test_association_between_arms_only_is_not_shown_within_arms(tmp_path: Path) 
     # κ_eff's arm means are −10 × the arm's mean pass@1 (r = −1 over the 5 arm means); within arms its seed
     # pattern is (0, .01, 0) (make_sweep's 0.01·seed taken out), centred (−1/300, 2/300, −1/300), against pass@1
     # centred per arm: grpo (−1/16, 0, 1/16) → 0; grpo_budget (−.0833, −.0208, .1042) → −.000208; grpo_entropy 0;
-    # rloo (−.0417, .0208, .0208) → +.000208; rloo_budget (−1/16, 0, 1/16) → 0: Σxy = 0, r = 0; the test over the
-    # 2 contrasts between the 3 units has 1 df
+    # rloo (−.0417, .0208, .0208) → +.000208; rloo_budget (−1/16, 0, 1/16) → 0: Σxy = 0, r = 0, permuted over the
+    # 3 units' 6 orderings: every ordering is as extreme, p = 1
     level = {a: np.mean([sum(c) / 16 for c in per]) for a, per in CORRECT.items()}
     fix = make_sweep(tmp_path / "fix", CORRECT, {"principal": BUDGET},
                      kappa=lambda arm, seed: -10 * level[arm] - 0.01 * seed + (0.01 if seed == 1 else 0.0))
@@ -295,7 +293,7 @@ def test_association_between_arms_only_is_not_shown_within_arms(tmp_path: Path) 
 
     v = apply_rule(study.config.claims["e"], study, {})
     row = v.table.iloc[0]
-    assert (row["df"], row["blocks"], row["level"]) == (1, 2, "unit")
+    assert (row["blocks"], row["orderings"], row["level"], row["p"]) == (3, 6, "unit", pytest.approx(1.0))
     assert abs(row["r"]) < 1e-6 and row["other_r"] == pytest.approx(-1.0)
     assert v.outcome == "inconclusive" and v.reason.endswith("on fixpoint shown across the arms' means only, not within arms")
     # the same data read on the arm means: significant, negative, and said to carry the arms' effects

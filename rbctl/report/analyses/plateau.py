@@ -23,6 +23,7 @@ from rbctl.tasks.ceilings import task_ceiling
 PLATEAU_ARM = ("grpo", "base")  # (baseline, variant) of the arm the report tests
 
 STALL_POINTS = 2.0  # held-out pass@1 change over the last quarter, in points
+MIN_LAST_QUARTER_EVALS = 2  # evaluations at steps ≥ ¾T a seed needs for "stalled" to be measured at all
 BELOW_CEILING_POINTS = 15.0
 ENTROPY_RATIO = 1 / 3
 
@@ -72,8 +73,9 @@ def plateau_check(heldout: dict, entropy: dict,
 
     - **stalled**: per seed, T = its last evaluation step; the change is |pass@1(T) − pass@1(t*)| with
       t* the evaluation step nearest (1 − ``fraction``)·T = ¾T (the earlier one on a tie, never T
-      itself unless it is the only evaluation). Held when the mean over seeds of that change is
-      < ``stall_points`` points.
+      itself). Held when the mean over seeds of that change is < ``stall_points`` points. Evaluated
+      only when every seed has at least `MIN_LAST_QUARTER_EVALS` evaluations in its last quarter
+      (steps ≥ ¾T): with one, the change would be 0 by construction, a stall no measurement showed.
     - **below_ceiling**: final pass@1 = pass@1(T) per seed, averaged over seeds; held when
       ceiling − final ≥ ``below_points`` points. Not evaluated (``held=None``) without a ceiling.
     - **entropy_collapsed**: per seed, warm = the entropy of its first logged step, final = the mean
@@ -82,18 +84,21 @@ def plateau_check(heldout: dict, entropy: dict,
     - **held**: all three held (a criterion not evaluated does not hold).
     Values are reported in points (percent) for pass@1 and nats/token for entropy.
     """
-    changes, finals, per_seed = [], [], {}
+    changes, finals, per_seed, sparse = [], [], {}, 0
     for seed, (steps, values) in sorted(heldout.items()):
         s, v = _points(steps, values)
         if len(s) == 0:
             continue
         t = s[-1]
-        earlier = s[:-1] if len(s) > 1 else s
+        finals.append(v[-1] * 100)
+        per_seed.setdefault(seed, {}).update({"final": finals[-1], "t": float(t)})
+        if np.sum(s >= (1 - fraction) * t) < MIN_LAST_QUARTER_EVALS:
+            sparse += 1
+            continue
+        earlier = s[:-1]
         j = int(np.argmin(np.abs(earlier - (1 - fraction) * t)))
         changes.append(abs(v[-1] - v[j]) * 100)
-        finals.append(v[-1] * 100)
-        per_seed.setdefault(seed, {}).update({"change": changes[-1], "final": finals[-1], "t": float(t),
-                                              "t_ref": float(earlier[j])})
+        per_seed[seed].update({"change": changes[-1], "t_ref": float(earlier[j])})
     warms, ends = [], []
     for seed, (steps, values) in sorted(entropy.items()):
         _, v = _points(steps, values)
@@ -103,7 +108,11 @@ def plateau_check(heldout: dict, entropy: dict,
         ends.append(float(v[-max(1, math.ceil(fraction * len(v))):].mean()))
         per_seed.setdefault(seed, {}).update({"entropy_warm": warms[-1], "entropy_final": ends[-1]})
 
-    if changes:
+    if sparse:
+        stalled = Criterion("stalled", None, None, stall_points,
+                            f"not evaluated: {sparse} of {len(finals)} unit{'s' * (len(finals) != 1)} have fewer than "
+                            f"{MIN_LAST_QUARTER_EVALS} held-out evaluations in the last quarter of their steps")
+    elif changes:
         change = float(np.mean(changes))
         stalled = Criterion("stalled", change < stall_points, change, stall_points,
                             f"mean over {len(changes)} unit{'s' * (len(changes) != 1)} of |pass@1(T) − pass@1(≈¾T)| = {change:.2f} points "
@@ -128,7 +137,7 @@ def plateau_check(heldout: dict, entropy: dict,
     else:
         entropy_c = Criterion("entropy_collapsed", None, None, None, "no entropy logged")
     held = all(c.held is True for c in (stalled, below, entropy_c))
-    return PlateauVerdict(stalled, below, entropy_c, held, max(len(changes), len(warms)), per_seed)
+    return PlateauVerdict(stalled, below, entropy_c, held, max(len(finals), len(warms)), per_seed)
 
 
 def per_unit_criteria(v: PlateauVerdict, ceiling: float | None, *, stall_points: float = STALL_POINTS,

@@ -4,19 +4,18 @@ sweeps, and calls each sweep by the sign of a significant statistic; the claim r
 a calls rule (`rbctl.report.study.rules.decide`).
 
 **Association.** Pearson's r of a training measure x with the final held-out level y, with the arms'
-own effects taken out (arm + unit residuals, or centred within arms). Its test counts **units**, not
-runs: arms that differ in noise make a residual's products unequal in variance (one arm 2× noisier in
-x and y weighs 16× in Σxy), so a t-test of r on N − rank − 1 df rejects too often (0.08–0.41 at α 0.05
-with one arm's noise ×2 to ×5 at the shipped shapes, 2,000 trials each;
-tests/unit/test_association_null.py). Here the residual matrix (arms × units, over the units every
-arm has) is turned by orthonormal contrasts between units (Helmert), whose U − 1 columns are
-independent and identically distributed whatever each arm's noise; each column's Σ over arms of
-x·y residual products is one value, and the t-test of their mean over U − 1 values (U − 2 df) holds α
-(0.02–0.05 at every shape and noise ratio). With warm starts the unit is the warm start (`level`): per
-warm start the residuals of its own runs' fit (arm + seed within it), Σ x·y one value each, a t-test
-over the W warm starts (W − 1 df): a warm-start-specific association is then noise, not replication.
-r printed is the residuals' correlation Σxy/√(Σx²Σy²); its interval is the t-interval of the mean
-product scaled alike.
+own effects taken out (arm + unit residuals, or centred within arms). A t-test of r on N − rank − 1 df
+holds α only when every arm is as noisy as the others: one arm 2× noisier in x and y weighs 16× in Σxy,
+and it rejected in 8–41% of null trials at α 0.05 with one arm's noise ×2 to ×5 at the shipped shapes
+(tests/unit/test_association_null.py). Here r is tested by **permuting the units**: y's units are
+reordered against x's (every arm's run of a unit moves with it), every ordering up to `ENUMERATED`
+compared, else `PERMUTATIONS` drawn with a fixed seed. With no association the residuals' unit columns
+are exchangeable whatever each arm's noise (the units' own effects are fitted out), so the test is exact;
+3 units give 6 orderings (p ≥ 1/6) and 4 give 24, so it needs about 5 units to reject at 0.05. With warm
+starts the unit is the warm start (`level`): per warm start the residuals of its own runs' fit (arm +
+seed within it), Σ x·y one value each, a t-test over the W warm starts (W − 1 df), so an association
+specific to each warm start is noise, not replication. r printed is the residuals' correlation
+Σxy/√(Σx²Σy²); over warm starts its interval is the t-interval of the mean value scaled alike.
 
 **Trend.** Per unit the least-squares slope of the members' Δ on x, a t-test of the slopes over units
 (`rbctl.report.analyses.trend`); the slopes of units are identically distributed whatever each arm's
@@ -28,12 +27,12 @@ of trials (tests/unit/test_association_null.py).
 
 from __future__ import annotations
 
+import itertools
 import math
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
-from scipy import stats as sps
-from scipy.linalg import helmert
 
 from rbctl.config.base import flatten
 from rbctl.config.study import AssociationRule, TrendRule
@@ -42,11 +41,9 @@ from rbctl.report.analyses.trend import trend
 from rbctl.report.load import Run
 from rbctl.report.render.tables import pval
 from rbctl.report.series import final_heldout
-from rbctl.report.stats import Correlation, finite, holm, paired_delta, pearson_ci, tail_mean
+from rbctl.report.stats import finite, holm, paired_delta, pearson_ci, tail_mean
 from rbctl.report.study.families import FamilyResult
 from rbctl.report.study.sweeps import Study, did_you_mean, logged_keys
-
-NOT_TESTABLE = Correlation(math.nan, math.nan, math.nan, math.nan, 0, 0)
 
 
 def window_mean(run: Run, key: str, window: str, fraction: float) -> float:
@@ -59,11 +56,31 @@ def window_mean(run: Run, key: str, window: str, fraction: float) -> float:
     return float(np.mean(vals[:max(1, math.ceil(fraction * len(vals)))]))
 
 
+class Association(NamedTuple):
+    """r and its test: ``units`` the units (or warm starts) tested over; ``df`` the t-test's degrees of
+    freedom over warm starts or arm means (0 for a permutation test); ``orderings`` the permutations a
+    permutation test compared r with (0 for a t-test)."""
+
+    r: float
+    lo: float
+    hi: float
+    p: float
+    units: int
+    df: int
+    orderings: int = 0
+
+
+NOT_TESTABLE = Association(math.nan, math.nan, math.nan, math.nan, 0, 0)
+ENUMERATED = 10_000  # up to this many orderings every one is compared (7 units: 5,040); beyond, PERMUTATIONS drawn
+PERMUTATIONS = 9_999
+
+
 def _grid(x, y, arms, units) -> tuple[np.ndarray, np.ndarray, list]:
-    """The runs as ``[arms, units]`` matrices of x and y over the units every arm has (finite x and y)."""
+    """The runs as ``[arms, units]`` matrices of x and y over the units every arm has (finite x and y),
+    units in their order (warm start, then seed)."""
     cells = {(a, u): (float(xi), float(yi)) for xi, yi, a, u in zip(x, y, arms, units) if finite(xi) and finite(yi)}
     names = sorted(set(arms), key=str)
-    complete = [u for u in sorted(set(units), key=str) if all((a, u) in cells for a in names)]
+    complete = [u for u in sorted(set(units)) if all((a, u) in cells for a in names)]
     grid = np.array([[cells[a, u] for u in complete] for a in names], dtype=float).reshape(len(names), len(complete), 2)
     return grid[..., 0], grid[..., 1], complete
 
@@ -75,59 +92,78 @@ def _residual(m: np.ndarray, unit: str) -> np.ndarray:
     return m - m.mean(axis=0, keepdims=True) if unit == "arm_and_unit" else m
 
 
-def _block_test(s: np.ndarray, norm: float, level: float = 0.95) -> Correlation:
-    """r = Σs / norm and the one-sample t-test of the blocks' products ``s`` (n − 1 df), its interval the
-    t-interval of their mean scaled to r."""
-    n = len(s)
-    if n < 2 or not norm > 0:
-        return NOT_TESTABLE._replace(units=n)
-    r = float(np.clip(s.sum() / norm, -1.0, 1.0))
-    sd = float(s.std(ddof=1))
-    if sd <= 1e-12 * max(1.0, float(np.abs(s).max())):
-        return Correlation(r, math.nan, math.nan, math.nan, n, n - 1)
-    se = sd / math.sqrt(n)
-    p = float(2 * sps.t.sf(abs(s.mean()) / se, n - 1))
-    half = float(sps.t.ppf((1 + level) / 2, n - 1)) * se * n / norm
-    return Correlation(r, max(-1.0, r - half), min(1.0, r + half), p, n, n - 1)
+def permutation_p(g: np.ndarray, seed: int = 0) -> tuple[float, int]:
+    """(two-sided p, orderings) of the permutation test over units of Σ_u g[u, u], ``g[u, v]`` = Σ over
+    arms of x's residual at unit u times y's at unit v: every ordering of y's units against x's (all of
+    them up to `ENUMERATED`, the identity included; else `PERMUTATIONS` drawn with ``seed``, p =
+    (1 + as extreme) / (draws + 1)). Exact under no association: the residuals' columns are exchangeable
+    whatever each arm's noise."""
+    n = g.shape[0]
+    obs = float(np.trace(g))
+    tol = 1e-9 * max(1.0, float(np.abs(g).sum()))
+    if math.factorial(n) <= ENUMERATED:
+        perms = np.array(list(itertools.permutations(range(n))))
+        null = g[np.arange(n), perms].sum(axis=1)
+        return float(np.mean(np.abs(null) >= abs(obs) - tol)), len(perms)
+    perms = np.random.default_rng(seed).permuted(np.tile(np.arange(n), (PERMUTATIONS, 1)), axis=1)
+    null = g[np.arange(n), perms].sum(axis=1)
+    return float((1 + np.sum(np.abs(null) >= abs(obs) - tol)) / (PERMUTATIONS + 1)), PERMUTATIONS
 
 
-def association(x, y, arms, unit: str, units=None, level: str = "unit") -> Correlation:
+def _within_arms_alone(x, y, arms) -> Association:
+    """No unit shared across arms: y permuted within each arm (every combination up to `ENUMERATED`)."""
+    ok = np.isfinite(x) & np.isfinite(y)
+    groups = [(x[ok][arms[ok] == a], y[ok][arms[ok] == a]) for a in sorted(set(arms[ok]), key=str)]
+    groups = [(xa - xa.mean(), ya - ya.mean()) for xa, ya in groups if len(xa) >= 2]
+    norm = math.sqrt(sum(float((xa ** 2).sum()) for xa, _ in groups) * sum(float((ya ** 2).sum()) for _, ya in groups))
+    if not groups or not norm > 0:
+        return NOT_TESTABLE
+    obs = sum(float(xa @ ya) for xa, ya in groups)
+    total = math.prod(math.factorial(len(xa)) for xa, _ in groups)
+    if total <= ENUMERATED:
+        parts = [np.array([xa @ ya[list(p)] for p in itertools.permutations(range(len(ya)))]) for xa, ya in groups]
+        null = sum(np.meshgrid(*parts, indexing="ij")).ravel()
+        p, orderings = float(np.mean(np.abs(null) >= abs(obs) - 1e-9 * max(1.0, abs(obs)))), total
+    else:
+        rng = np.random.default_rng(0)
+        null = sum(np.array([xa @ ya[rng.permutation(len(ya))] for _ in range(PERMUTATIONS)]) for xa, ya in groups)
+        p, orderings = float((1 + np.sum(np.abs(null) >= abs(obs) - 1e-9 * max(1.0, abs(obs)))) / (PERMUTATIONS + 1)), PERMUTATIONS
+    return Association(float(np.clip(obs / norm, -1, 1)), math.nan, math.nan, p, sum(len(xa) for xa, _ in groups), 0, orderings)
+
+
+def association(x, y, arms, unit: str, units=None, level: str = "unit") -> Association:
     """Pearson r of ``x`` with ``y`` on the ``unit`` of docs/method.md (studies), tested at ``level``
     (module docstring): "arm_and_unit" (each run's residual from arm + unit) or "within_arm" (each run
-    minus its arm's mean), tested over contrasts between units (``level`` "unit": U − 2 df) or over
-    warm starts (``level`` "warm_start": each warm start's own fit, W − 1 df; a unit is then
-    (warm start, seed)); or "arm_means" (Pearson r over the k arm means, k − 2 df: it holds α only
-    where the arms' means are about equally noisy). Without ``units`` every run is its own unit, and
-    the blocks are the contrasts within each arm. Runs are never centred on their unit alone (across
-    arms): that leaves the arms' own effects on x and y in the data."""
+    minus its arm's mean), tested by permuting the units (``level`` "unit": y's units reordered against
+    x's, every arm alike) or over warm starts (``level`` "warm_start": each warm start's own fit, a
+    t-test on W − 1 df; a unit is then (warm start, seed)); or "arm_means" (Pearson r over the k arm
+    means, k − 2 df: it holds α only where the arms' means are about equally noisy). Without ``units``
+    every run is its own unit, and y is permuted within each arm. Runs are never centred on their unit
+    alone (across arms): that leaves the arms' own effects on x and y in the data."""
     x, y, arms = np.asarray(x, dtype=float), np.asarray(y, dtype=float), np.asarray(arms, dtype=object)
     if unit == "arm_means":
         ok = np.isfinite(x) & np.isfinite(y)
         names = sorted(set(arms[ok]), key=str)
-        return pearson_ci([x[ok][arms[ok] == a].mean() for a in names], [y[ok][arms[ok] == a].mean() for a in names])
-    if units is None:  # no unit shared across arms: each arm's own contrasts
-        ok = np.isfinite(x) & np.isfinite(y)
-        s, nx, ny = [], 0.0, 0.0
-        for a in sorted(set(arms[ok]), key=str):
-            xa, ya = x[ok][arms[ok] == a], y[ok][arms[ok] == a]
-            if len(xa) >= 2:
-                q = helmert(len(xa))  # (n − 1) × n, rows orthonormal and orthogonal to the mean
-                s += list((q @ xa) * (q @ ya))
-                nx, ny = nx + float(((xa - xa.mean()) ** 2).sum()), ny + float(((ya - ya.mean()) ** 2).sum())
-        return _block_test(np.array(s), math.sqrt(nx * ny))
+        c = pearson_ci([x[ok][arms[ok] == a].mean() for a in names], [y[ok][arms[ok] == a].mean() for a in names])
+        return Association(c.r, c.lo, c.hi, c.p, c.units, c.df)
+    if units is None:
+        return _within_arms_alone(x, y, arms)
     units = [tuple(u) if isinstance(u, (list, tuple)) else u for u in units]
     if level == "warm_start":
         return _by_warm_start(x, y, arms, units, unit)
     mx, my, _ = _grid(x, y, arms, units)
-    if mx.shape[1] < 3 or mx.shape[0] < (2 if unit == "arm_and_unit" else 1):
-        return NOT_TESTABLE._replace(units=max(0, mx.shape[1] - 1))
     ex, ey = _residual(mx, unit), _residual(my, unit)
-    q = helmert(mx.shape[1]).T  # units × (U − 1): contrasts between units
-    return _block_test(((ex @ q) * (ey @ q)).sum(axis=0), math.sqrt(float((ex ** 2).sum() * (ey ** 2).sum())))
+    norm = math.sqrt(float((ex ** 2).sum() * (ey ** 2).sum()))
+    if mx.shape[1] < 3 or mx.shape[0] < (2 if unit == "arm_and_unit" else 1) or not norm > 0:
+        return NOT_TESTABLE._replace(units=mx.shape[1])
+    p, orderings = permutation_p(ex.T @ ey)
+    return Association(float(np.clip((ex * ey).sum() / norm, -1, 1)), math.nan, math.nan, p, mx.shape[1], 0, orderings)
 
 
-def _by_warm_start(x, y, arms, units, unit: str) -> Correlation:
-    """One block per warm start: Σ x·y of the residuals of its own runs' fit (arm + seed within it)."""
+def _by_warm_start(x, y, arms, units, unit: str) -> Association:
+    """One value per warm start: Σ x·y of the residuals of its own runs' fit (arm + seed within it); r
+    their sum over the residuals' norms, tested by a t-test of the values over warm starts (W − 1 df),
+    its interval that t-interval scaled to r."""
     s, nx, ny = [], 0.0, 0.0
     for ws in sorted({u[0] for u in units}, key=str):
         mine = np.array([u[0] == ws for u in units])
@@ -137,9 +173,14 @@ def _by_warm_start(x, y, arms, units, unit: str) -> Correlation:
         ex, ey = _residual(mx, unit), _residual(my, unit)
         s.append(float((ex * ey).sum()))
         nx, ny = nx + float((ex ** 2).sum()), ny + float((ey ** 2).sum())
-    if len(s) < 3:
-        return NOT_TESTABLE._replace(units=len(s))
-    return _block_test(np.array(s), math.sqrt(nx * ny))
+    s, norm, n = np.array(s), math.sqrt(nx * ny), len(s)
+    if n < 3 or not norm > 0:
+        return NOT_TESTABLE._replace(units=n)
+    r = float(np.clip(s.sum() / norm, -1.0, 1.0))
+    d = paired_delta(dict(enumerate(s)), dict.fromkeys(range(n), 0.0))
+    if not d.testable:
+        return Association(r, math.nan, math.nan, math.nan, n, n - 1)
+    return Association(r, max(-1.0, n * d.lo / norm), min(1.0, n * d.hi / norm), d.p, n, n - 1)
 
 
 def resolved_level(level: str, runs: list[Run]) -> str:
@@ -147,9 +188,6 @@ def resolved_level(level: str, runs: list[Run]) -> str:
     if level != "auto":
         return level
     return "warm_start" if any(r.unit[0] for r in runs) else "unit"
-
-
-LEVEL_WORDS = {"unit": "t over the contrasts between units", "warm_start": "t over warm starts (each its own runs' fit)"}
 
 
 def association_rows(rule: AssociationRule, study: Study) -> pd.DataFrame:
@@ -169,10 +207,11 @@ def association_rows(rule: AssociationRule, study: Study) -> pd.DataFrame:
         other = (association(x, y, arms, "arm_means") if rule.unit != "arm_means"
                  else association(x, y, arms, "arm_and_unit", units, level))
         rows.append({"sweep": tb.name, "runs": int(np.sum(np.isfinite(x) & np.isfinite(y))), "arms": len(set(arms)),
-                     "level": level, "blocks": mine.units, "df": mine.df, "r": mine.r, "r_lo": mine.lo, "r_hi": mine.hi,
-                     "p": mine.p, "other_r": other.r, "other_p": other.p, "other_df": other.df})
-    df = pd.DataFrame(rows, columns=["sweep", "runs", "arms", "level", "blocks", "df", "r", "r_lo", "r_hi", "p",
-                                     "other_r", "other_p", "other_df"])
+                     "level": level if rule.unit != "arm_means" else "arm_means", "blocks": mine.units, "df": mine.df,
+                     "orderings": mine.orderings, "r": mine.r, "r_lo": mine.lo, "r_hi": mine.hi, "p": mine.p,
+                     "other_r": other.r, "other_p": other.p, "other_df": other.df})
+    df = pd.DataFrame(rows, columns=["sweep", "runs", "arms", "level", "blocks", "df", "orderings", "r", "r_lo", "r_hi",
+                                     "p", "other_r", "other_p", "other_df"])
     return _holm_column(df, rule.alpha)
 
 
@@ -192,15 +231,15 @@ UNIT_WORDS = {"within_arm": "within arms (each run minus its arm's means)",
 def association_reading(row, rule: AssociationRule):
     """(call word, text, not separable) of one sweep's row."""
     if not finite(row.p):
-        ws = row.level == "warm_start" and rule.unit != "arm_means"
-        few = row.blocks < (3 if ws else 2)
-        why = ("a test needs 3 warm starts" if ws else "a test needs 3 units") if few else \
-            "x or y does not vary once the arms' and units' effects are out"
-        return "not testable", (f"not testable ({row.runs} runs, {row.arms} arms, {row.blocks} "
-                                f"{'warm starts' if ws else 'contrasts between units'}: {why})"), False
+        what = {"warm_start": "warm starts", "unit": "units every arm has", "arm_means": "arms"}[row.level]
+        few = row.blocks < 3
+        why = f"a test needs 3 {what}" if few else "x or y does not vary once the arms' and units' effects are out"
+        return "not testable", f"not testable ({row.runs} runs, {row.arms} arms, {row.blocks} {what}: {why})", False
     sig = row.p_holm <= rule.alpha
     word = ("positive" if row.r > 0 else "negative") if sig else "inconclusive"
-    how = f"Pearson's t over the arm means, {row.df} df" if rule.unit == "arm_means" else f"{LEVEL_WORDS[row.level]}, {row.df} df"
+    how = {"arm_means": f"Pearson's t over the arm means, {row.df} df",
+           "unit": f"a permutation test over {row.blocks} units ({row.orderings:,} orderings)",
+           "warm_start": f"a t-test over {row.blocks} warm starts (each its own runs' fit), {row.df} df"}[row.level]
     other = "arm means" if rule.unit != "arm_means" else "within arms and units"
     text = (f"r {row.r:+.2f}" + (f" [{row.r_lo:+.2f}, {row.r_hi:+.2f}]" if finite(row.r_lo) else "")
             + f" {UNIT_WORDS[rule.unit]}, {how}, Holm p {pval(row.p_holm)}; {other}: r "

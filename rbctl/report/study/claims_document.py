@@ -292,9 +292,12 @@ def claim_lines(study: Study, fams: dict[str, FamilyResult], verdict_of: dict[st
                                         "Holm p": [pval(p, "–") for p in shown["p_holm"]],
                                         "other unit: r, p (unadj.)": [f"{r:+.2f}, {pval(p, '–')}" if math.isfinite(r) else "–"
                                                                       for r, p in zip(shown["other_r"], shown["other_p"])],
-                                        "test over": [("warm starts" if lv == "warm_start" else "unit contrasts") + f" ({b})"
-                                                      for lv, b in zip(shown["level"], shown["blocks"])]})
-                shown = shown[["sweep", "runs", "arms", "test over", "df", "r [95% CI]", "p (unadj.)", "Holm p",
+                                        "test": [{"warm_start": f"t over {b} warm starts, {d} df",
+                                                  "unit": f"permutation over {b} units ({o:,} orderings)",
+                                                  "arm_means": f"Pearson over {b} arm means, {d} df"}[lv]
+                                                 for lv, b, d, o in zip(shown["level"], shown["blocks"], shown["df"],
+                                                                        shown["orderings"])]})
+                shown = shown[["sweep", "runs", "arms", "test", "r [95% CI]", "p (unadj.)", "Holm p",
                                "other unit: r, p (unadj.)"]]
             out += [markdown_table(shown), ""]
     return out

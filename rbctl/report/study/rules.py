@@ -285,8 +285,8 @@ def association_rule(claim: Claim, study: Study) -> Verdict:
         reason += f"; on {', '.join(apart)} shown across the arms' means only, not within arms"
     window = (f"the first {rule.fraction:g} of logged steps (lagged)" if rule.window == "early" else "the last quarter (same time)")
     test = ("Pearson's t over the arm means" if rule.unit == "arm_means" else
-            {"auto": "a t-test over warm starts where the runs carry them, else over the contrasts between units",
-             "unit": "a t-test over the contrasts between units", "warm_start": "a t-test over warm starts"}[rule.level])
+            {"auto": "a t-test over warm starts where the runs carry them, else a permutation test over units",
+             "unit": "a permutation test over units", "warm_start": "a t-test over warm starts"}[rule.level])
     words = (f"`{rule.predictor}` over {window} against the final held-out {rule.outcome}, r "
              f"{UNIT_WORDS[rule.unit]} by {test}, Holm over the sweeps at α {rule.alpha:g}: supported when "
              f"{_count_words(rule.count, 'sweep')} significant with the expected {rule.sign} sign; contradicted when "
