@@ -65,7 +65,8 @@ def match_members(patterns: list[str], arms: list[str]) -> list[tuple[tuple[str,
             if m is None:
                 continue
             names = (arm, *(_WILD.sub(lambda w: m.group(w.group(1)), r) for r in rest))
-            if all(n in arms for n in names) and len(set(names[:2])) == 2 and names not in [x for x, _ in out]:
+            same_pairs = len(names) == 4 and names[:2] == names[2:]  # an interaction of a pair with itself is 0
+            if all(n in arms for n in names) and len(set(names[:2])) == 2 and not same_pairs and names not in [x for x, _ in out]:
                 out.append((names, "/".join(m.groupdict().values())))
     return out
 
