@@ -60,6 +60,35 @@ def _points(steps, values) -> tuple[np.ndarray, np.ndarray]:
     return s[ok][order], v[ok][order]
 
 
+def _stalled(heldout: dict, stall_points: float, fraction: float) -> tuple[Criterion, list[float], dict]:
+    """The stalled criterion of `plateau_check`, each unit's final pass@1 (points) and its numbers."""
+    changes, finals, per_seed, sparse = [], [], {}, 0
+    for seed, (steps, values) in sorted(heldout.items()):
+        s, v = _points(steps, values)
+        if len(s) == 0:
+            continue
+        t = s[-1]
+        finals.append(v[-1] * 100)
+        per_seed[seed] = {"final": finals[-1], "t": float(t)}
+        if np.sum(s >= (1 - fraction) * t) < MIN_LAST_QUARTER_EVALS:
+            sparse += 1
+            continue
+        earlier = s[:-1]
+        j = int(np.argmin(np.abs(earlier - (1 - fraction) * t)))
+        changes.append(abs(v[-1] - v[j]) * 100)
+        per_seed[seed].update({"change": changes[-1], "t_ref": float(earlier[j])})
+    if sparse:
+        return Criterion("stalled", None, None, stall_points,
+                         f"not evaluated: {sparse} of {len(finals)} unit{'s' * (len(finals) != 1)} have fewer than "
+                         f"{MIN_LAST_QUARTER_EVALS} held-out evaluations in the last quarter of their steps"), finals, per_seed
+    if not changes:
+        return Criterion("stalled", None, None, stall_points, "no held-out evaluation"), finals, per_seed
+    change = float(np.mean(changes))
+    return Criterion("stalled", change < stall_points, change, stall_points,
+                     f"mean over {len(changes)} unit{'s' * (len(changes) != 1)} of |pass@1(T) − pass@1(≈¾T)| = "
+                     f"{change:.2f} points ({'<' if change < stall_points else '≥'} {stall_points:g})"), finals, per_seed
+
+
 def plateau_check(heldout: dict, entropy: dict,
                   ceiling: float | None, *, stall_points: float = STALL_POINTS,
                   below_points: float = BELOW_CEILING_POINTS, entropy_ratio: float = ENTROPY_RATIO,
@@ -84,21 +113,7 @@ def plateau_check(heldout: dict, entropy: dict,
     - **held**: all three held (a criterion not evaluated does not hold).
     Values are reported in points (percent) for pass@1 and nats/token for entropy.
     """
-    changes, finals, per_seed, sparse = [], [], {}, 0
-    for seed, (steps, values) in sorted(heldout.items()):
-        s, v = _points(steps, values)
-        if len(s) == 0:
-            continue
-        t = s[-1]
-        finals.append(v[-1] * 100)
-        per_seed.setdefault(seed, {}).update({"final": finals[-1], "t": float(t)})
-        if np.sum(s >= (1 - fraction) * t) < MIN_LAST_QUARTER_EVALS:
-            sparse += 1
-            continue
-        earlier = s[:-1]
-        j = int(np.argmin(np.abs(earlier - (1 - fraction) * t)))
-        changes.append(abs(v[-1] - v[j]) * 100)
-        per_seed[seed].update({"change": changes[-1], "t_ref": float(earlier[j])})
+    stalled, finals, per_seed = _stalled(heldout, stall_points, fraction)
     warms, ends = [], []
     for seed, (steps, values) in sorted(entropy.items()):
         _, v = _points(steps, values)
@@ -108,17 +123,6 @@ def plateau_check(heldout: dict, entropy: dict,
         ends.append(float(v[-max(1, math.ceil(fraction * len(v))):].mean()))
         per_seed.setdefault(seed, {}).update({"entropy_warm": warms[-1], "entropy_final": ends[-1]})
 
-    if sparse:
-        stalled = Criterion("stalled", None, None, stall_points,
-                            f"not evaluated: {sparse} of {len(finals)} unit{'s' * (len(finals) != 1)} have fewer than "
-                            f"{MIN_LAST_QUARTER_EVALS} held-out evaluations in the last quarter of their steps")
-    elif changes:
-        change = float(np.mean(changes))
-        stalled = Criterion("stalled", change < stall_points, change, stall_points,
-                            f"mean over {len(changes)} unit{'s' * (len(changes) != 1)} of |pass@1(T) − pass@1(≈¾T)| = {change:.2f} points "
-                            f"({'<' if change < stall_points else '≥'} {stall_points:g})")
-    else:
-        stalled = Criterion("stalled", None, None, stall_points, "no held-out evaluation")
     final = float(np.mean(finals)) if finals else None
     if final is None or ceiling is None or not math.isfinite(ceiling):
         why = "no held-out evaluation" if final is None else "ceiling unknown"
