@@ -25,12 +25,12 @@ SHAPES = [(8, 3), (3, 24), (12, 12), (9, 5), (4, 3), (2, 6)]
 NOISE = [1, 2, 3, 5]
 
 
-def draw(rng, arms: int, units: int, noisy: float, trials: int = TRIALS) -> np.ndarray:
-    """[trials, arms, units]: an arm effect (sd 2), a unit effect shared by every arm's run of that unit (sd 1)
-    and each run's noise (sd 1; arm 0's × ``noisy``)."""
+def draw(rng, arms: int, units: int, noisy: float, trials: int = TRIALS, arm_sd: float = 2.0) -> np.ndarray:
+    """[trials, arms, units]: an arm effect (sd ``arm_sd``), a unit effect shared by every arm's run of that unit
+    (sd 1) and each run's noise (sd 1; arm 0's × ``noisy``)."""
     scale = np.ones(arms)
     scale[0] = noisy
-    return (rng.normal(0, 2, (trials, arms, 1)) + rng.normal(0, 1, (trials, 1, units))
+    return (rng.normal(0, arm_sd, (trials, arms, 1)) + rng.normal(0, 1, (trials, 1, units))
             + rng.normal(0, 1, (trials, arms, units)) * scale[None, :, None])
 
 
@@ -87,6 +87,22 @@ def test_the_association_holds_alpha_when_one_arm_is_noisier(arms: int, units: i
             assert c.p == (pytest.approx(mine, rel=1e-9) if units <= 7 else pytest.approx(mine, abs=0.02))
             assert c.r == pytest.approx(float(np.corrcoef(ex[t].ravel(), ey[t].ravel())[0, 1]))
             assert (c.units, c.orderings) == (units, min(math.factorial(units), 9999))
+
+
+def test_the_arm_means_hold_alpha_only_where_the_arms_means_are_equally_noisy() -> None:
+    # no arm effects and arm 0's noise × 5: its mean is the one far point in both x and y (12 arms × 12 units); with
+    # arm effects (sd 2, as the draws above) the same noise leaves the arm means' test near α
+    rng = np.random.default_rng(5)
+
+    def rate(arm_sd: float) -> float:
+        mx, my = (draw(rng, 12, 12, 5, arm_sd=arm_sd).mean(2) for _ in range(2))
+        mx, my = mx - mx.mean(1, keepdims=True), my - my.mean(1, keepdims=True)
+        r = (mx * my).sum(1) / np.sqrt((mx * mx).sum(1) * (my * my).sum(1))
+        return float(np.mean(2 * sps.t.sf(np.abs(r) * np.sqrt(10 / (1 - r * r)), 10) <= ALPHA))
+
+    assert rate(0.0) > 0.25 and rate(2.0) <= ALPHA + 0.02
+    c = association(np.arange(6.0), [1, 3, 2, 5, 4, 6], [0, 0, 1, 1, 2, 2], "arm_means")  # means (.5, 2.5, 4.5), (2, 3.5, 5)
+    assert (c.r, c.df) == (pytest.approx(1.0), 1)
 
 
 def clustered(rng, arms: int, ws: int, seeds: int, tau: float, noisy: float = 1.0):
