@@ -279,8 +279,8 @@ def test_association_between_arms_only_is_not_shown_within_arms(tmp_path: Path) 
     # κ_eff's arm means are −10 × the arm's mean pass@1 (r = −1 over the 5 arm means); within arms its seed
     # pattern is (0, .01, 0) (make_sweep's 0.01·seed taken out), centred (−1/300, 2/300, −1/300), against pass@1
     # centred per arm: grpo (−1/16, 0, 1/16) → 0; grpo_budget (−.0833, −.0208, .1042) → −.000208; grpo_entropy 0;
-    # rloo (−.0417, .0208, .0208) → +.000208; rloo_budget (−1/16, 0, 1/16) → 0: Σxy = 0, r = 0, permuted over the
-    # 3 units' 6 orderings: every ordering is as extreme, p = 1
+    # rloo (−.0417, .0208, .0208) → +.000208; rloo_budget (−1/16, 0, 1/16) → 0: Σxy = 0, r = 0. Permuted over the
+    # 3 units' 6 orderings no p can fall below 1/6 > α: not testable, and said why
     level = {a: np.mean([sum(c) / 16 for c in per]) for a, per in CORRECT.items()}
     fix = make_sweep(tmp_path / "fix", CORRECT, {"principal": BUDGET},
                      kappa=lambda arm, seed: -10 * level[arm] - 0.01 * seed + (0.01 if seed == 1 else 0.0))
@@ -289,13 +289,23 @@ def test_association_between_arms_only_is_not_shown_within_arms(tmp_path: Path) 
     path = tmp_path / "study.yaml"
     path.write_text(yaml.safe_dump({"testbeds": {"fixpoint": str(fix)}, "claims": {"e": e}}))
     study = claims.load_study(path, n_boot=50)
+    from rbctl.report.study.association import association_reading
     from rbctl.report.study.rules import apply_rule
 
     v = apply_rule(study.config.claims["e"], study, {})
     row = v.table.iloc[0]
-    assert (row["blocks"], row["orderings"], row["level"], row["p"]) == (3, 6, "unit", pytest.approx(1.0))
+    assert (row["blocks"], row["orderings"], row["level"]) == (3, 6, "unit") and math.isnan(row["p"])
     assert abs(row["r"]) < 1e-6 and row["other_r"] == pytest.approx(-1.0)
-    assert v.outcome == "inconclusive" and v.reason.endswith("on fixpoint shown across the arms' means only, not within arms")
+    assert v.readings[0].text == ("not testable: r +0.00 over 3 units, whose 6 orderings cannot give a p below 0.17 > "
+                                  "α 0.05")
+    # with units enough: an inconclusive test within arms beside a significant r over the arm means is said to be
+    # shown across the arms' means only
+    shown = row.copy()
+    shown["p"], shown["p_holm"], shown["orderings"], shown["other_p"] = 0.4, 0.4, 120, 0.001
+    word, text, apart = association_reading(shown, study.config.claims["e"].rule)
+    assert (word, apart) == ("inconclusive", True) and text.endswith(
+        "— across the arms' means only (unadjusted, and that test holds α only where the arms' means are about "
+        "equally noisy): within arms it is inconclusive")
     # the same data read on the arm means: significant, negative, and said to carry the arms' effects
     e["rule"]["unit"] = "arm_means"
     path.write_text(yaml.safe_dump({"testbeds": {"fixpoint": str(fix)}, "claims": {"e": e}}))

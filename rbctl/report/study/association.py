@@ -208,7 +208,9 @@ def association_rows(rule: AssociationRule, study: Study) -> pd.DataFrame:
                  else association(x, y, arms, "arm_and_unit", units, level))
         rows.append({"sweep": tb.name, "runs": int(np.sum(np.isfinite(x) & np.isfinite(y))), "arms": len(set(arms)),
                      "level": level if rule.unit != "arm_means" else "arm_means", "blocks": mine.units, "df": mine.df,
-                     "orderings": mine.orderings, "r": mine.r, "r_lo": mine.lo, "r_hi": mine.hi, "p": mine.p,
+                     "orderings": mine.orderings, "r": mine.r, "r_lo": mine.lo, "r_hi": mine.hi,
+                     # a permutation test over so few units that no ordering can reach α is no test (3 units: 1/6)
+                     "p": mine.p if not (mine.orderings and 1 / mine.orderings > rule.alpha) else math.nan,
                      "other_r": other.r, "other_p": other.p, "other_df": other.df})
     df = pd.DataFrame(rows, columns=["sweep", "runs", "arms", "level", "blocks", "df", "orderings", "r", "r_lo", "r_hi",
                                      "p", "other_r", "other_p", "other_df"])
@@ -230,6 +232,9 @@ UNIT_WORDS = {"within_arm": "within arms (each run minus its arm's means)",
 
 def association_reading(row, rule: AssociationRule):
     """(call word, text, not separable) of one sweep's row."""
+    if not finite(row.p) and row.orderings and 1 / row.orderings > rule.alpha:
+        return "not testable", (f"not testable: r {row.r:+.2f} over {row.blocks} units, whose {row.orderings} "
+                                f"orderings cannot give a p below {1 / row.orderings:.2f} > α {rule.alpha:g}"), False
     if not finite(row.p):
         what = {"warm_start": "warm starts", "unit": "units every arm has", "arm_means": "arms"}[row.level]
         few = row.blocks < 3

@@ -293,7 +293,8 @@ def claim_lines(study: Study, fams: dict[str, FamilyResult], verdict_of: dict[st
                                         "other unit: r, p (unadj.)": [f"{r:+.2f}, {pval(p, '–')}" if math.isfinite(r) else "–"
                                                                       for r, p in zip(shown["other_r"], shown["other_p"])],
                                         "test": [{"warm_start": f"t over {b} warm starts, {d} df",
-                                                  "unit": f"permutation over {b} units ({o:,} orderings)",
+                                                  "unit": f"permutation over {b} units"
+                                                          + (f" ({o:,} orderings)" if o else ""),
                                                   "arm_means": f"Pearson over {b} arm means, {d} df"}[lv]
                                                  for lv, b, d, o in zip(shown["level"], shown["blocks"], shown["df"],
                                                                         shown["orderings"])]})

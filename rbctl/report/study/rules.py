@@ -274,7 +274,8 @@ def _check_key(key: str, beds, what: str) -> None:
 def association_rule(claim: Claim, study: Study) -> Verdict:
     rule: AssociationRule = claim.rule
     df = association_rows(rule, study)
-    readings, apart = [], []
+    readings = [Reading(name, None, "", name, f"not read: {why}") for name, why in study.unread(rule.sweeps)]
+    apart = []
     for row in df.itertuples(index=False):
         word, text, alone = association_reading(row, rule)
         readings.append(Reading(row.sweep, word, text, row.sweep))
