@@ -22,7 +22,6 @@ from rbctl.report.power import mde_paired
 from rbctl.report.study.families import families, match_pairs
 from rbctl.report.study.association import association
 from rbctl.report.study.rules import decide, Reading
-from rbctl.report.study.sweeps import load_testbed
 from tests.integration.hand_runs import write_run, write_sweep_files
 
 REPO = Path(__file__).resolve().parents[2]
@@ -95,6 +94,9 @@ FAMILIES = {"entropy_vs_base": {"pairs": [["grpo_entropy", "grpo"]]}}
 # periodic evaluations: GRPO at step 3 equals its final level (stalled), far below a 0.98 ceiling, and its
 # entropy falls from 0.6 to 0.1 (< 0.6 / 3): the plateau test holds for plain GRPO
 PLATEAU = {("grpo", s): [{"step": 0, "avg@n": 0.2}, {"step": 3, "avg@n": v}] for s, v in enumerate((0.25, 0.3125, 0.375))}
+# RLOO's too, at its final level: "stalled" needs two evaluations in the last quarter (steps 3 and 4), never one
+PLATEAU.update({("rloo", s): [{"step": 0, "avg@n": 0.2}, {"step": 3, "avg@n": v}]
+                for s, v in enumerate((0.375, 0.4375, 0.4375))})
 STUDY_FAMILIES = {"budget": {"members": ["{X}_budget − {X}"], "declared": "principal"},
                   "entropy_vs_base": {"members": ["{X}_entropy − {X}"], "declared": "entropy_vs_base"},
                   "budget_entropy": {"members": ["{X}_budget − {X}"], "metric": "last_quarter:entropy"}}
