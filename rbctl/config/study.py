@@ -24,9 +24,11 @@ from pydantic import Field, field_validator, model_validator
 from rbctl.config.base import Section
 from rbctl.config.sweep import Escape
 
-Call = Literal["higher", "lower", "equivalent"]
+Call = Literal["higher", "lower", "equivalent", "non-inferior"]
 # a member pattern: "arm − reference" (U+2212 or an ASCII hyphen between spaces)
 PAIR = re.compile(r"^\s*(\S+)\s+[−-]\s+(\S+)\s*$")
+# an interaction: "(arm − reference) − (arm − reference)", the difference of two members' Δ per unit
+INTERACTION = re.compile(r"^\s*\(\s*(\S+)\s+[−-]\s+(\S+)\s*\)\s+[−-]\s+\(\s*(\S+)\s+[−-]\s+(\S+)\s*\)\s*$")
 _FINAL = re.compile(r"avg@n|pass@[1-9][0-9]*|pass@n")
 _LAST = re.compile(r"last_quarter:\S+")
 
@@ -39,10 +41,26 @@ def split_pair(text: str) -> tuple[str, str]:
     return m.group(1), m.group(2)
 
 
+def split_member(text: str) -> tuple[str, ...]:
+    """The names of a member: ("arm", "reference") of a pair, or the four names of an interaction
+    ``"(a − b) − (c − d)"``; ValueError naming the text otherwise."""
+    m = INTERACTION.match(text)
+    return m.groups() if m else split_pair(text)
+
+
 def _pairs(members: list[str]) -> list[str]:
     for m in members:
-        split_pair(m)
+        if not INTERACTION.match(m):
+            try:
+                split_pair(m)
+            except ValueError:
+                raise ValueError(f"member '{m}' is neither 'arm − reference' nor '(arm − reference) − (arm − reference)'") from None
     return members
+
+
+# the unit a test counts (docs/method.md, studies): "unit" is each (warm start, seed) pair or seed; "warm_start"
+# each warm start (its statistic over its seeds; t over warm starts); "auto" the warm start when the runs carry them
+Level = Literal["auto", "unit", "warm_start"]
 
 
 class LongHorizon(Section):
@@ -52,6 +70,7 @@ class LongHorizon(Section):
     dir: str = Field(..., description="The sweep directory (relative to the current directory).")
     main_step: int = Field(..., ge=0, description="The testbed's horizon: the periodic evaluation at this step is read beside the final one.")
     family: str = Field("principal", description="The family of the long sweep's file whose calls are the final level (its margin makes 'same final level' an equivalence call).")
+    ahead_family: Optional[str] = Field(None, description="A study family on this long sweep whose `step` is main_step: a member is 'ahead at the horizon' (and 'faster' beside an equivalent final level) only when this family calls it higher; without one, Δ at main_step is printed as exploratory, no call.")
 
 
 class Selection(Section):
@@ -77,23 +96,30 @@ class StudyFamily(Section):
     margin: Optional[float] = Field(None, gt=0.0, description="Equivalence margin δ: points for a final metric, steps for escape, the key's own units for last_quarter (null = never equivalent).")
     power: float = Field(0.8, gt=0.0, lt=1.0, description="Power at which an inconclusive member's detectable effect is stated.")
     adjust: Literal["separate", "joint"] = Field("separate", description="separate: Holm over the superiority p-values and, apart, over the TOST p-values, each at alpha (family-wise error over both kinds of call at most 2·alpha); joint: one Holm over both sets together (at most alpha).")
+    unit: Literal["unit", "warm_start"] = Field("unit", description="What a member's test counts: unit (each (warm start, seed) pair or seed; a call over (warm start, seed) units holds for these warm starts and says so) or warm_start (each warm start's mean Δ over its seeds, a t-test over the W warm starts on W − 1 df: what generalises to another warm start; at least 3 warm starts).")
+    step: Optional[int] = Field(None, ge=0, description="A held-out metric (avg@n, pass@k) read at the periodic evaluation at this step instead of the final evaluation (each unit of both arms needs one there).")
+    test: Literal["two_sided", "noninferiority"] = Field("two_sided", description="two_sided: superiority (higher, lower) and, with a margin, equivalence by TOST; noninferiority: one one-sided test per member that Δ is not worse than the margin (Δ > −margin, or Δ < +margin where lower is better), Holm over the members: 'non-inferior' or 'inconclusive'.")
+    better: Literal["higher", "lower"] = Field("higher", description="Which direction of Δ is better (a non-inferiority test's side): higher for a score, lower for escape steps.")
 
     _members = field_validator("members")(classmethod(lambda cls, v: _pairs(v)))
 
     @model_validator(mode="after")
     def _metric_known(self):
         if self.declared is not None:
-            set_here = [k for k in ("benchmark", "escape", "margin") if getattr(self, k) is not None]
-            if self.adjust != "separate":
-                set_here.append("adjust")
-            if set_here or self.metric != "avg@n":
-                raise ValueError(f"a declared family's metric, benchmark, escape and margin are its sweep file's "
-                                 f"(remove {', '.join(set_here) or 'metric'})")
+            set_here = [k for k in ("benchmark", "escape", "margin", "step") if getattr(self, k) is not None]
+            set_here += [k for k, v in (("adjust", "separate"), ("unit", "unit"), ("test", "two_sided")) if getattr(self, k) != v]
+            if set_here or self.metric != "avg@n" or any(INTERACTION.match(m) for m in self.members):
+                raise ValueError(f"a declared family's members, metric, benchmark, escape, margin, step, unit, test and "
+                                 f"adjustment are its sweep file's (remove {', '.join(set_here) or 'metric'})")
         elif self.metric == "escape":
             if self.escape is None:
                 raise ValueError("metric escape needs an `escape` setting")
         elif not (_FINAL.fullmatch(self.metric) or _LAST.fullmatch(self.metric)):
             raise ValueError(f"metric '{self.metric}' is none of avg@n, pass@k, pass@n, last_quarter:KEY, escape")
+        if self.step is not None and not re.fullmatch(r"avg@n|pass@[1-9][0-9]*", self.metric):
+            raise ValueError(f"step: a metric at a stated step is a held-out avg@n or pass@k (not {self.metric})")
+        if self.test == "noninferiority" and (self.margin is None or self.adjust != "separate"):
+            raise ValueError("test noninferiority needs a margin (how much worse is still non-inferior) and no adjust")
         return self
 
 
@@ -104,6 +130,7 @@ class Applies(Section):
     raised: Optional[str] = Field(None, description="Only members whose arm raised this metrics.jsonl key (last-quarter mean) over its reference: paired t-test, one-sided direction by Δ, at the claim's alpha, unadjusted.")
     called_in: Optional[str] = Field(None, description="Only members whose same pair on the same sweep is called `called` in this study family.")
     called: Optional[Call] = Field(None, description="The call the member must have in `called_in`.")
+    # "raised" reads an unadjusted test: a member where it does not reject is "not shown to rise", not "not raised"
 
     @model_validator(mode="after")
     def _both(self):
@@ -122,7 +149,7 @@ class CallsRule(Section):
     members: Optional[list[str]] = Field(None, description="A subset of the family's members by 'arm − reference' pattern (null = all).")
     support: Call = Field(..., description="The call each supporting member has.")
     count: Union[Literal["all"], int] = Field("all", description="How many applicable members must be called `support` (all, or at least k; members sharing runs count once).")
-    contradict: Optional[list[Call]] = Field(None, description="Calls that contradict the claim when any applicable member has one (null = the opposite direction of support; none for equivalent).")
+    contradict: Optional[list[Call]] = Field(None, description="Calls that contradict the claim when any applicable member has one (null = the opposite direction of support; higher and lower for equivalent; lower for non-inferior). A significant opposite call left out is named as such wherever a member has it.")
     applies_if: Applies = Field(default_factory=Applies, description="When a member counts for the claim.")
     crossing: bool = Field(False, description="Also report, per member, the step from which the arm's mean held-out curve stays above the reference's, with a bootstrap-over-units interval (reported whatever the call; it decides nothing).")
 
@@ -150,7 +177,8 @@ class AssociationRule(Section):
     outcome: str = Field("avg@n", description="The outcome: avg@n (held-out pass@1) of each run's final evaluation.")
     benchmark: Optional[str] = Field(None, description="The outcome's benchmark (null = the sweep's first).")
     sign: Literal["negative", "positive"] = Field(..., description="The sign the claim expects.")
-    unit: Literal["within_arm", "arm_and_unit", "arm_means"] = Field("arm_and_unit", description="arm_and_unit: each run's residual from the additive fit arm + unit (the arms' and the shared units' effects both out; N − rank − 1 df); within_arm: rmcorr, runs centred on their arm's means (N − k − 1 df; too liberal where arms share units with effects of their own); arm_means: Pearson r over the k arm means (k − 2 df).")
+    unit: Literal["within_arm", "arm_and_unit", "arm_means"] = Field("arm_and_unit", description="arm_and_unit: each run's residual from the additive fit arm + unit (the arms' and the shared units' effects both out); within_arm: runs centred on their arm's means (the shared units' effects stay in, as noise); both tested over units (`level`), which holds α when arms differ in noise; arm_means: Pearson r over the k arm means (k − 2 df; holds α only where the arms' means are about equally noisy).")
+    level: Level = Field("auto", description="What the test of r counts (arm_and_unit, within_arm): unit (the residuals' products summed per contrast between units, a t-test over the U − 1 contrasts; at least 3 units), warm_start (per warm start, the residuals of its own runs' fit, a t-test over the W warm starts; at least 3), auto (warm_start when the runs carry warm starts).")
     sweeps: Optional[list[str]] = Field(None, description="The study's sweeps to test on (null = every testbed).")
     count: Union[Literal["all"], int] = Field("all", description="How many tested sweeps must show the expected sign.")
     alpha: float = Field(0.05, gt=0.0, lt=1.0, description="Family-wise error over the claim's sweeps (Holm–Bonferroni).")
@@ -176,6 +204,7 @@ class TrendRule(Section):
     sign: Literal["negative", "positive"] = Field(..., description="The sign of the slope the claim expects.")
     count: Union[Literal["all"], int] = Field("all", description="How many tested sweeps must show the expected sign.")
     alpha: float = Field(0.05, gt=0.0, lt=1.0, description="Family-wise error over the claim's sweeps (Holm–Bonferroni).")
+    level: Level = Field("auto", description="What the t-test of the slopes counts: unit (each unit's slope), warm_start (each warm start's mean slope over its seeds, W − 1 df: a warm-start-specific slope is then noise, not replication; at least 3), auto (warm_start when the runs carry warm starts).")
 
 
 class ExactRule(Section):
@@ -234,6 +263,7 @@ class StudyConfig(Section):
     families: dict[str, StudyFamily] = Field(default_factory=dict, description="Family name -> its members, metric and adjustment.")
     claims: dict[str, Claim] = Field(default_factory=dict, description="Claim id -> its hypothesis and rule (printed in this order).")
     readme: Optional[str] = Field(None, description="The family whose members the README's claims block lists (`rbctl.report.study.readme_block`), or null.")
+    written_after_results: list[str] = Field(default_factory=list, description="Claim ids and families (families.NAME) first written after results of the same design had been seen (an earlier run set, a pilot): each prints 'declared after an earlier run set's results', whatever this directory's records show.")
     curves: list[Curves] = Field(default_factory=list, description="Figures of held-out curves over a sweep's evaluations (one line per arm, bands over units).")
     checks: Optional[str] = Field(None, description="A Python file of the study's own exact checks (relative to the study file): each a function returning (what was measured, whether it passed, a table or None), its docstring's first line printed as the rule; an exact rule's check names one.")
 
@@ -275,4 +305,12 @@ class StudyConfig(Section):
                 raise ValueError(f"curves: sweep '{c.sweep}' is not one of the study's ({', '.join(sweeps)})")
         if self.readme is not None and self.readme not in self.families:
             raise ValueError(f"readme: family '{self.readme}' is not one of the study's")
+        for name in self.written_after_results:
+            if name not in self.claims and name.removeprefix("families.") not in self.families:
+                raise ValueError(f"written_after_results: '{name}' is no claim id and no families.NAME of the study")
+        for bed, lh in self.long.items():
+            fam = self.families.get(lh.ahead_family) if lh.ahead_family else None
+            if lh.ahead_family and (fam is None or fam.step != lh.main_step or f"{bed}_long" not in (fam.sweeps or [])):
+                raise ValueError(f"long '{bed}': ahead_family '{lh.ahead_family}' must be a study family on {bed}_long "
+                                 f"whose step is {lh.main_step}")
         return self

@@ -27,6 +27,21 @@ def iqm(scores) -> float | np.ndarray:
     return float(out) if out.ndim == 0 else out
 
 
+# The fewest runs an IQM's bootstrap interval is shown with (`iqm_interval`): rliable's percentile interval of the
+# IQM over n runs covered the population IQM in 0.76 of trials at 3 runs, 0.89 at 5, 0.91–0.92 at 6–7 and 0.93–0.94
+# from 8 on (normal and Beta(2, 5) scores, 2,000–4,000 trials; tests/unit/test_interval_coverage.py).
+MIN_IQM_UNITS = 8
+
+
+def iqm_interval(scores, n_boot: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """The IQM's stratified bootstrap interval (`stratified_bootstrap`) of ``scores`` ``[runs, tasks]``,
+    NaN (withheld) with fewer than `MIN_IQM_UNITS` runs: there it covers less than 0.93."""
+    x = np.atleast_2d(np.asarray(scores, dtype=float))
+    if x.shape[0] < MIN_IQM_UNITS:
+        return float("nan"), float("nan")
+    return stratified_bootstrap(iqm, [x], n_boot=n_boot, seed=seed)
+
+
 def prob_improvement(x, y) -> float | np.ndarray:
     """P(X > Y): per task, the mean over every pair (run i of X, run j of Y) of 1[x_i > y_j] +
     ½·1[x_i = y_j] (the Mann–Whitney U / (n·m)), averaged over tasks (rliable's

@@ -15,6 +15,14 @@ reworded comment is no new version and two versions compare key by key; ``sha256
 the latest one recorded (a file edited back to an earlier version is recorded again, at that
 time: the latest line is always the version in force). ``runs_finished`` / ``runs_total``: the
 sweep directory's runs recorded done, and all its runs, at that moment.
+
+The records are **hash-chained**: each line also holds ``prev``, the ``chain`` hash of the line before
+it (None on the first; a line written before records were chained is hashed whole), and ``chain``,
+the sha256 of the line itself without ``chain`` as canonical JSON. `chain_problem` checks every
+line on read: a line edited by hand (a ``runs_finished`` set to 0, a ``content`` changed with its
+``sha256`` left stale) or deleted breaks the chain at that line. It is no signature: someone who
+recomputes every hash after an edit is not detected. A history written before records were
+chained still reads, its unchained lines checked only against their ``sha256`` (`legacy_lines`).
 """
 
 from __future__ import annotations
@@ -43,6 +51,35 @@ def read_history(path: Path) -> list[dict]:
     return read_jsonl(Path(path))
 
 
+def line_hash(record: dict) -> str:
+    """The sha256 of a history line without its own ``chain`` field, as canonical JSON: what the next
+    line's ``prev`` holds (a line written before chaining is hashed whole, having no ``chain``)."""
+    return content_sha256({k: v for k, v in record.items() if k != "chain"})
+
+
+def chain_problem(history: list[dict]) -> str | None:
+    """"history chain broken at line k" for the first line whose ``content`` does not hash to its
+    ``sha256``, whose ``chain`` is not its own hash, or whose ``prev`` is not the line before it (a
+    chained line after unchained ones covers them); None when every line checks."""
+    prev = None
+    for i, h in enumerate(history, 1):
+        if not isinstance(h, dict) or content_sha256(h.get("content") or {}) != h.get("sha256"):
+            return f"history chain broken at line {i}"
+        chained = "chain" in h
+        if chained and (h["chain"] != line_hash(h) or h.get("prev") != (prev if i > 1 else None)):
+            return f"history chain broken at line {i}"
+        if not chained and any("chain" in x for x in history[:i - 1]):
+            return f"history chain broken at line {i}"  # an unchained line after chained ones: written by hand
+        prev = h["chain"] if chained else line_hash(h)
+    return None
+
+
+def legacy_lines(history: list[dict]) -> int:
+    """How many lines were written before records were chained (edits to them are detectable only
+    where a later chained line covers them)."""
+    return sum(1 for h in history if "chain" not in h)
+
+
 def record_version(path: Path, content: dict, source: str, runs_finished: int, runs_total: int,
                    now: str | None = None) -> dict | None:
     """Append the version ``content`` to the history at ``path`` unless it is the latest one recorded;
@@ -53,7 +90,9 @@ def record_version(path: Path, content: dict, source: str, runs_finished: int, r
     if history and history[-1].get("sha256") == sha:
         return None
     record = {"sha256": sha, "first_seen": now or utc_now(), "runs_finished": int(runs_finished),
-              "runs_total": int(runs_total), "source": str(source), "content": content}
+              "runs_total": int(runs_total), "source": str(source), "content": content,
+              "prev": (history[-1].get("chain") or line_hash(history[-1])) if history else None}
+    record["chain"] = line_hash(record)
     path.parent.mkdir(parents=True, exist_ok=True)
     append_jsonl(path, record)
     return record

@@ -20,8 +20,8 @@ from rbctl.report import study as claims
 from rbctl.report.analyses.comparisons import EQUIVALENT, HIGHER, INCONCLUSIVE, call
 from rbctl.report.power import mde_paired
 from rbctl.report.study.families import families, match_pairs
-from rbctl.report.study.rules import association, decide, Reading
-from rbctl.report.study.sweeps import load_testbed
+from rbctl.report.study.association import association
+from rbctl.report.study.rules import decide, Reading
 from tests.integration.hand_runs import write_run, write_sweep_files
 
 REPO = Path(__file__).resolve().parents[2]
@@ -94,6 +94,9 @@ FAMILIES = {"entropy_vs_base": {"pairs": [["grpo_entropy", "grpo"]]}}
 # periodic evaluations: GRPO at step 3 equals its final level (stalled), far below a 0.98 ceiling, and its
 # entropy falls from 0.6 to 0.1 (< 0.6 / 3): the plateau test holds for plain GRPO
 PLATEAU = {("grpo", s): [{"step": 0, "avg@n": 0.2}, {"step": 3, "avg@n": v}] for s, v in enumerate((0.25, 0.3125, 0.375))}
+# RLOO's too, at its final level: "stalled" needs two evaluations in the last quarter (steps 3 and 4), never one
+PLATEAU.update({("rloo", s): [{"step": 0, "avg@n": 0.2}, {"step": 3, "avg@n": v}]
+                for s, v in enumerate((0.375, 0.4375, 0.4375))})
 STUDY_FAMILIES = {"budget": {"members": ["{X}_budget − {X}"], "declared": "principal"},
                   "entropy_vs_base": {"members": ["{X}_entropy − {X}"], "declared": "entropy_vs_base"},
                   "budget_entropy": {"members": ["{X}_budget − {X}"], "metric": "last_quarter:entropy"}}
@@ -207,8 +210,10 @@ def test_each_rule_outcome_comes_out_of_a_hand_made_study(tmp_path: Path) -> Non
     # entropy Δ per seed: (.05 − .01 s) − .10 = −.05, −.06, −.07: mean −.06, sd .01, t = −10.39 on 2 df, p .0091
     p_ent = p_two_sided([-0.05, -0.06, -0.07])
     assert p_ent == pytest.approx(2 * sps.t.sf(0.06 / (0.01 / math.sqrt(3)), 2))
-    assert v["n"].reason.startswith("no member applies (fixpoint grpo_budget − grpo: entropy not raised: Δ -0.060 "
-                                    f"(paired t-test p {p_ent:.3f}, 3 units, unadjusted)")
+    # a test that did not reject is "not shown to rise", never "not raised"
+    assert v["n"].reason.startswith("no member applies (fixpoint grpo_budget − grpo: entropy not shown to rise: entropy "
+                                    f"Δ -0.060 (paired t-test p {p_ent:.3f}, 3 units, unadjusted)")
+    assert "not raised" not in v["n"].reason
     # (c)'s rule reads GRPO only (RLOO's budget is not called higher); the family's Holm over both members: RLOO's
     # entropy Δ (.06 − .01 s) − .12 = −.06, −.07, −.08 (t −12.1) has the smaller p, so GRPO's Holm p is
     # max(2 p_rloo, p_grpo) = 2 p_rloo
@@ -247,7 +252,7 @@ def test_raising_entropy_is_read_only_where_the_plateau_holds_and_the_bonus_rais
     # entropy Δ per seed: .20 − .10, .25 − .10, .30 − .10 = .10, .15, .20: mean .15, t 5.2 on 2 df, p .035;
     # Δ pass@1: +.0625, 0, −.0625: inconclusive, so "does not move" is not shown
     assert "- fixpoint grpo_entropy − grpo: inconclusive (Δ = 0; detectable ≥ " in doc
-    assert "entropy Δ +0.150 (p 0.035, 3 units, unadjusted)" in doc
+    assert "entropy Δ +0.150 (paired t-test p 0.035, 3 units, unadjusted)" in doc
     assert "Call: **inconclusive** — 0 of the 1 needed members called equivalent; 1 inconclusive." in doc
     # without a stated ceiling the plateau test cannot hold: not applicable
     other = claims.load_study(study_file(tmp_path / "no_ceiling", ceiling=None, claims_={"b": b}), n_boot=50)
@@ -257,25 +262,27 @@ def test_raising_entropy_is_read_only_where_the_plateau_holds_and_the_bonus_rais
 
 
 def test_within_arm_association_by_hand() -> None:
-    # three arms × three runs; within arms x − x̄_arm = (−1, 0, 1) in each arm, y − ȳ_arm = (−1, 1, 0),
-    # (−.5, .5, 0), (−.5, 0, .5): Σxy = 1 + .5 + 1 = 2.5, Σx² = 6, Σy² = 3, r = 2.5/√18 = .5893, 9 − 3 − 1 = 5 df
+    # three arms × three runs sharing no unit; within arms x − x̄_arm = (−1, 0, 1) in each arm, y − ȳ_arm = (−1, 1, 0),
+    # (−.5, .5, 0), (−.5, 0, .5): Σxy = 1 + .5 + 1 = 2.5, Σx² = 6, Σy² = 3, r = 2.5/√18 = .5893. The test permutes y
+    # within each arm (6³ = 216 orderings): over an arm's 6 orderings x·y takes a: 2, 1, 1, −1, −1, −2; b: half a's;
+    # c: 1, .5, .5, −.5, −.5, −1. Sums ≥ 2.5: a = 2 with b + c ≥ .5 (13 of 36), a = 1 (2 ways) with b + c ≥ 1.5
+    # (5 each): 23; by symmetry 23 more ≤ −2.5: p = 46/216
     x = [1, 2, 3, 10, 11, 12, 5, 6, 7]
     y = [1, 3, 2, 0, 1, 0.5, 4, 4.5, 5]
     arms = ["a"] * 3 + ["b"] * 3 + ["c"] * 3
     c = association(x, y, arms, "within_arm")
-    r = 2.5 / math.sqrt(18)
-    assert (c.r, c.df) == (pytest.approx(r), 5)
-    assert c.p == pytest.approx(2 * sps.t.sf(r * math.sqrt(5 / (1 - r * r)), 5))
+    assert (c.r, c.p, c.orderings) == (pytest.approx(2.5 / math.sqrt(18)), pytest.approx(46 / 216), 216)
     # arm means (2, 11, 6) and (2, .5, 4.5): Σdxdy = −7.833, Σdx² = 40.67, Σdy² = 8.167, r = −.4298 on 1 df
     m = association(x, y, arms, "arm_means")
     assert (m.r, m.df) == (pytest.approx(-7.8333 / math.sqrt(40.6667 * 8.1667), rel=1e-4), 1)
 
 
-def test_association_between_arms_only_is_not_separable_from_the_arms_effects(tmp_path: Path) -> None:
+def test_association_between_arms_only_is_not_shown_within_arms(tmp_path: Path) -> None:
     # κ_eff's arm means are −10 × the arm's mean pass@1 (r = −1 over the 5 arm means); within arms its seed
     # pattern is (0, .01, 0) (make_sweep's 0.01·seed taken out), centred (−1/300, 2/300, −1/300), against pass@1
     # centred per arm: grpo (−1/16, 0, 1/16) → 0; grpo_budget (−.0833, −.0208, .1042) → −.000208; grpo_entropy 0;
-    # rloo (−.0417, .0208, .0208) → +.000208; rloo_budget (−1/16, 0, 1/16) → 0: Σxy = 0, r = 0 on 15 − 5 − 1 df
+    # rloo (−.0417, .0208, .0208) → +.000208; rloo_budget (−1/16, 0, 1/16) → 0: Σxy = 0, r = 0. Permuted over the
+    # 3 units' 6 orderings no p can fall below 1/6 > α: not testable, and said why
     level = {a: np.mean([sum(c) / 16 for c in per]) for a, per in CORRECT.items()}
     fix = make_sweep(tmp_path / "fix", CORRECT, {"principal": BUDGET},
                      kappa=lambda arm, seed: -10 * level[arm] - 0.01 * seed + (0.01 if seed == 1 else 0.0))
@@ -284,68 +291,29 @@ def test_association_between_arms_only_is_not_separable_from_the_arms_effects(tm
     path = tmp_path / "study.yaml"
     path.write_text(yaml.safe_dump({"testbeds": {"fixpoint": str(fix)}, "claims": {"e": e}}))
     study = claims.load_study(path, n_boot=50)
+    from rbctl.report.study.association import association_reading
     from rbctl.report.study.rules import apply_rule
 
     v = apply_rule(study.config.claims["e"], study, {})
     row = v.table.iloc[0]
-    assert row["df"] == 15 - 5 - 1 and abs(row["r"]) < 1e-6 and row["other_r"] == pytest.approx(-1.0)
-    assert v.outcome == "inconclusive" and v.reason.endswith("on fixpoint not separable from the arms' effects")
+    assert (row["blocks"], row["orderings"], row["level"]) == (3, 6, "unit") and math.isnan(row["p"])
+    assert abs(row["r"]) < 1e-6 and row["other_r"] == pytest.approx(-1.0)
+    assert v.readings[0].text == ("not testable: r +0.00 over 3 units, whose 6 orderings cannot give a p below 0.17 > "
+                                  "α 0.05")
+    # with units enough: an inconclusive test within arms beside a significant r over the arm means is said to be
+    # shown across the arms' means only
+    shown = row.copy()
+    shown["p"], shown["p_holm"], shown["orderings"], shown["other_p"] = 0.4, 0.4, 120, 0.001
+    word, text, apart = association_reading(shown, study.config.claims["e"].rule)
+    assert (word, apart) == ("inconclusive", True) and text.endswith(
+        "— across the arms' means only (unadjusted, and that test holds α only where the arms' means are about "
+        "equally noisy): within arms it is inconclusive")
     # the same data read on the arm means: significant, negative, and said to carry the arms' effects
     e["rule"]["unit"] = "arm_means"
     path.write_text(yaml.safe_dump({"testbeds": {"fixpoint": str(fix)}, "claims": {"e": e}}))
     study = claims.load_study(path, n_boot=50)
     v = apply_rule(study.config.claims["e"], study, {})
     assert v.outcome == "supported" and "the arms' own effects on both are part of it" in v.readings[0].text
-
-
-# the shipped designs' shapes (arms × units per arm): the main job, the fixpoint testbed, the maze testbed
-SHAPES = [(3, 24), (12, 12), (9, 5)]
-
-
-@pytest.mark.parametrize("arms, units", SHAPES)
-def test_the_association_rule_keeps_its_false_positive_rate_under_arm_and_unit_effects(arms: int, units: int) -> None:
-    # arm effects on x and on y, independent; unit effects (a warm start, a seed: shared by every arm's run of
-    # that unit) on x and on y, independent; no association of x with y: every rejection is a false positive
-    rng = np.random.default_rng(arms * 100 + units)
-    trials, alpha = 2000, 0.05
-    arm_of = np.repeat(np.arange(arms), units)
-    unit_of = np.tile(np.arange(units), arms)
-
-    def draw(unit_sd):
-        return (rng.normal(0, 2, (trials, arms))[:, arm_of] + rng.normal(0, unit_sd, (trials, units))[:, unit_of]
-                + rng.normal(0, 1, (trials, arms * units)))
-
-    def rate(cx, cy, df):  # vectorized Pearson r of each trial's residuals, two-sided t-test on df
-        r = (cx * cy).sum(1) / np.sqrt((cx * cx).sum(1) * (cy * cy).sum(1))
-        return np.mean(2 * sps.t.sf(np.abs(r) * np.sqrt(df / (1 - r * r)), df) <= alpha)
-
-    def centred(v, by, k):
-        means = np.stack([v[:, by == g].mean(1) for g in range(k)], 1)
-        return v - means[:, by]
-
-    x, y = draw(1.0), draw(1.0)
-    # the shipped unit: residuals of arm + unit (balanced: centred within arms, then within units), N − k − u df
-    two_way = lambda v: centred(centred(v, arm_of, arms), unit_of, units)  # noqa: E731
-    fit = rate(two_way(x), two_way(y), arms * units - arms - units)
-    mx = np.stack([x[:, arm_of == g].mean(1) for g in range(arms)], 1)
-    my = np.stack([y[:, arm_of == g].mean(1) for g in range(arms)], 1)
-    means = rate(mx - mx.mean(1, keepdims=True), my - my.mean(1, keepdims=True), arms - 2)
-    assert fit <= alpha + 0.02 and means <= alpha + 0.02
-    # runs centred on their unit's mean across arms (the old rule) keep the arms' effects in: far above α
-    assert rate(centred(x, unit_of, units), centred(y, unit_of, units), arms * units - units - 1) > 2 * alpha
-    # within arms alone keeps the shared units' effects in: too liberal here; with arm effects only it holds α
-    assert rate(centred(x, arm_of, arms), centred(y, arm_of, arms), arms * units - arms - 1) > alpha + 0.02
-    x0, y0 = draw(0.0), draw(0.0)
-    assert rate(centred(x0, arm_of, arms), centred(y0, arm_of, arms), arms * units - arms - 1) <= alpha + 0.02
-    # the vectorized residuals are the library's: the first trials agree (r and df)
-    for t in range(3):
-        c = association(x[t], y[t], arm_of, "arm_and_unit", unit_of)
-        assert c.df == arms * units - arms - units
-        assert c.r == pytest.approx(float(np.corrcoef(two_way(x[t:t + 1])[0], two_way(y[t:t + 1])[0])[0, 1]))
-        assert association(x[t], y[t], arm_of, "arm_means").r == pytest.approx(float(np.corrcoef(mx[t], my[t])[0, 1]))
-        w = association(x0[t], y0[t], arm_of, "within_arm")
-        assert w.r == pytest.approx(float(np.corrcoef(centred(x0[t:t + 1], arm_of, arms)[0],
-                                                       centred(y0[t:t + 1], arm_of, arms)[0])[0, 1]))
 
 
 def test_no_baseline_arm_variant_claim_letter_or_paper_table_is_named_in_the_report_code() -> None:
@@ -586,16 +554,40 @@ WALK = {"grpo": ([.1, .1, .1, .1, .1, .6], [.1] * 6, [.1, .1, .1, .6, .6, .6]), 
     # at ±10, P(T2 < −1.9) = 0.098: not shown equivalent with 3 units, so the sentence says so
     (10.0, "**ahead at the horizon; final level inconclusive (Δ > 0; detectable ≥ "),
 ])
-def test_long_horizon_same_final_level_only_by_tost(tmp_path: Path, margin: float, said: str) -> None:
-    from rbctl.report.study.claims_document import long_rows
+def test_faster_only_from_a_declared_family_at_the_horizon(tmp_path: Path, margin: float, said: str) -> None:
+    from rbctl.report.study.claims_document import ahead_family
+    from rbctl.report.study.long_horizons import long_rows
 
-    tb = load_testbed("fixpoint_long", long_sweep(tmp_path / "long", margin), n_boot=50)
+    fix = make_sweep(tmp_path / "fix", CORRECT, {"principal": BUDGET})
+    long = long_sweep(tmp_path / "long", margin)
+    ahead = {"members": ["grpo_budget − grpo"], "sweeps": ["fixpoint_long"], "metric": "avg@n", "step": 100}
+    study = {"testbeds": {"fixpoint": str(fix)}, "long": {"fixpoint": {"dir": str(long), "main_step": 100, "name": "fixpoint_long"}},
+             "families": {"ahead": ahead}}
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(study, allow_unicode=True))
+    s = claims.load_study(path, n_boot=50)
+    tb = s.long[0][0]
+    # without a family that reads step 100, Δ there (.30, .27, .30: t 29 on 2 df) is exploratory: no "ahead", no "faster"
     rows, (line,) = long_rows(tb, 100, "principal")
-    assert line.startswith("fixpoint_long, grpo_budget − grpo: +29.0 [") and "at step 100 (p " in line
-    assert ", +2.1 [" in line and "at the final evaluation (step 400), " in line and said in line
-    assert rows.iloc[0]["units"] == 3
-
-
+    assert line.startswith("fixpoint_long, grpo_budget − grpo: +29.0 [") and "at step 100 (p 0.001, unadjusted, " \
+        "exploratory: no declared family reads this step)" in line
+    assert ", +2.1 [" in line and "at the final evaluation (step 400), " in line
+    assert "faster" not in line and "ahead" not in line and rows.iloc[0]["units"] == 3
+    # the study family `ahead` reads the periodic evaluation at step 100 and calls the member higher (Holm over 1)
+    study["long"]["fixpoint"]["ahead_family"] = "ahead"
+    path.write_text(yaml.safe_dump(study, allow_unicode=True))
+    s = claims.load_study(path, n_boot=50)
+    fams = families(s)
+    (m,) = fams["ahead"].members
+    assert m.comparison.delta.deltas == pytest.approx((0.30, 0.27, 0.30)) and call(m.comparison) == HIGHER
+    assert m.comparison.p_holm == pytest.approx(p_two_sided([0.30, 0.27, 0.30]))
+    _, (line,) = long_rows(s.long[0][0], 100, "principal", ahead_family(s, s.long[0][0], fams))
+    assert "; `ahead` higher, Holm p 0.001)" in line and said in line
+    # an ahead family that is not at the horizon's step is refused
+    study["families"]["ahead"]["step"] = 50
+    path.write_text(yaml.safe_dump(study, allow_unicode=True))
+    with pytest.raises(UserError, match="ahead_family 'ahead' must be a study family on fixpoint_long whose step is 100"):
+        claims.load_study(path)
 
 
 def test_a_row_prints_the_same_holm_p_in_the_sweeps_report_and_in_the_claims_document(tmp_path: Path) -> None:
@@ -661,7 +653,7 @@ def test_each_family_and_claim_prints_when_it_was_declared_from_the_records(tmp_
     from rbctl.store.history import record_version
     from rbctl.store.rundir import SWEEP_HISTORY, study_history_path
 
-    path = study_file(tmp_path)
+    path = study_file(tmp_path, margin=15.0)  # sweep.yaml: the second version below, the one in force
     fix = tmp_path / "fix"
     design = {"principal": BUDGET, "metric": "avg@n", "mde": 10.0, "planning_sd": 3.5, "families": FAMILIES}
     # the sweep file before any run, then its principal margin set after 1 of the 15 runs had finished
@@ -673,12 +665,15 @@ def test_each_family_and_claim_prints_when_it_was_declared_from_the_records(tmp_
     record_version(study_history_path(fix, "study"), content, str(path), 0, 15, now="2026-12-01T00:00:00Z")
     doc = claims.claims_markdown(claims.load_study(path, n_boot=50))
     fams = {part.split("`")[1]: part for part in doc.split("### Family ")[1:]}
-    assert "Declared (the sweep files): declared after 1 of 15 runs had finished" in fams["budget"]  # the margin
-    assert "Declared (the sweep files): declared before the first result" in fams["entropy_vs_base"]  # unchanged
-    assert "Declared (the study file): declared before the first result" in fams["budget_entropy"]
+    # the runs started on 2026-12-05 (their provenance), after both versions
+    both = "Declared (the study file and the sweep files): "
+    assert both + "declared after 1 of 15 runs had finished" in fams["budget"]  # the margin
+    assert both + "declared before any run in this directory finished" in fams["entropy_vs_base"]  # unchanged
+    assert "Declared (the study file): declared before any run in this directory finished" in fams["budget_entropy"]
     # claim (a) reads the budget family: in force only once the family was, after 1 of 15 runs
     claim = doc.split("### (a) ")[1]
-    assert "Declared (the study file): declared after 1 of 15 runs had finished (every sweep it reads)." in claim
+    assert both + "declared after 1 of 15 runs had finished (every sweep it reads)." in claim
+    assert "before the first result" not in doc
 
 
 def test_a_joint_adjustment_holds_the_family_wise_error_over_both_kinds_of_call(tmp_path: Path) -> None:
@@ -695,7 +690,9 @@ def test_a_joint_adjustment_holds_the_family_wise_error_over_both_kinds_of_call(
     assert call(grpo) == HIGHER and call(rloo) == EQUIVALENT
     doc = claims.claims_markdown(study)
     assert ("one Holm over the 2 testable members' superiority and TOST p-values together at α 0.05 (family-wise "
-            "error at most α over both kinds of call)") in doc
+            "error at most α = 0.05 over both kinds of call; the detectable effect at α/4, Holm's first step)") in doc
+    # Holm's first step over the 2m = 4 p-values is α/4: the detectable effect is stated at that level
+    assert grpo.detectable == pytest.approx(mde_paired(grpo.delta.sd, 3, 0.05 / 4, 0.8))
 
 
 def test_the_shipped_study_file_is_valid_in_the_vocabulary() -> None:

@@ -5,6 +5,7 @@ runs' work stays refused; the report prints each family's declaration."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 import yaml
@@ -47,6 +48,7 @@ def fake_runs(monkeypatch):
             out = final_eval_dir(rd, cfg.steps) / bench_dir_name("builtin")
             out.mkdir(parents=True)
             (out / SUMMARY).write_text("{}")
+            (rd / "provenance.json").write_text(json.dumps({"started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}))
             state["runs"][key] = {"status": "done", "error": None}
         write_sweep_state(sweep_dir, state)
 
@@ -76,8 +78,8 @@ def test_a_margin_edited_after_one_run_is_recorded_and_a_changed_run_is_refused(
     assert (second["runs_finished"], second["runs_total"]) == (1, 2)
     assert second["content"]["comparisons"]["margin"] == 3.0
     assert sweep_declaration(out, "comparisons.margin").text == "declared after 1 of 2 runs had finished"
-    assert sweep_declaration(out, "comparisons.families.budget").text == "declared before the first result"
-    assert sweep_declaration(out, "comparisons.principal").text == "declared before the first result"
+    assert sweep_declaration(out, "comparisons.families.budget").text == "declared before any run in this directory finished"
+    assert sweep_declaration(out, "comparisons.principal").text == "declared before any run in this directory finished"
 
     _write(tmp_path, margin=3.0, budget=2.0)  # another budget changes what the runs trained: refused, nothing recorded
     with pytest.raises(UserError, match="holds a different sweep"):
@@ -116,6 +118,7 @@ def test_resumed_sweep_with_an_edited_margin_and_its_report(tmp_path, rbctl_cach
     answer = report[report.index("## Answer: the principal comparisons"):report.index("## Declared family: budget")]
     family = report[report.index("## Declared family: budget"):]
     assert "Declaration (recorded by rbctl ablate in sweep_history.jsonl): declared after 1 of 2 runs had finished" in answer
-    assert "Declaration (recorded by rbctl ablate in sweep_history.jsonl): declared before the first result" in family
+    assert ("Declaration (recorded by rbctl ablate in sweep_history.jsonl): declared before any run in this directory "
+            "finished") in family
     header = json.loads((out / "runs" / "grpo" / "seed_0" / "provenance.json").read_text())
     assert isinstance(header["git_dirty"], bool) and "torch" in header["packages"]

@@ -38,7 +38,7 @@ def test_a_version_is_appended_only_when_it_differs_from_the_latest(tmp_path):
     record_version(path, a, "f.yaml", 3, 4)  # edited back: recorded again, the latest line is the version in force
     assert [(h["content"]["x"], h["runs_finished"]) for h in read_history(path)] == [(1, 0), (2, 2), (1, 3)]
     line = json.loads(path.read_text().splitlines()[0])
-    assert set(line) == {"sha256", "first_seen", "runs_finished", "runs_total", "source", "content"}
+    assert set(line) == {"sha256", "first_seen", "runs_finished", "runs_total", "source", "content", "prev", "chain"}
 
 
 def test_a_margin_changed_after_a_run_finished_is_declared_after_it_and_an_unchanged_family_before(tmp_path):
@@ -49,10 +49,10 @@ def test_a_margin_changed_after_a_run_finished_is_declared_after_it_and_an_uncha
     assert margin.text == "declared after 1 of 4 runs had finished"
     budget = sweep_declaration(d, "comparisons.families.budget")
     assert budget.in_force_before_first is True and budget.first_seen == "2026-12-01T00:00:00Z"
-    assert budget.text == "declared before the first result"
+    assert budget.text == "declared before any run in this directory finished"
     # the principal family resolves the principal margin, so it changed with it; the budget family's own margin did not
     assert family_declaration(d, "principal").text == "declared after 1 of 4 runs had finished"
-    assert family_declaration(d, "budget").text == "declared before the first result"
+    assert family_declaration(d, "budget").text == "declared before any run in this directory finished"
 
 
 def test_a_value_changed_and_changed_back_counts_from_its_return(tmp_path):
@@ -60,14 +60,14 @@ def test_a_value_changed_and_changed_back_counts_from_its_return(tmp_path):
     d = _history(tmp_path, [(_comparisons(budget_margin=5.0), 0, 6), (_comparisons(budget_margin=3.0), 2, 6),
                             (_comparisons(budget_margin=5.0), 5, 6)])
     assert sweep_declaration(d, "comparisons.families.budget.margin").text == "declared after 5 of 6 runs had finished"
-    assert sweep_declaration(d, "comparisons.principal").text == "declared before the first result"
+    assert sweep_declaration(d, "comparisons.principal").text == "declared before any run in this directory finished"
 
 
 def test_an_inherited_value_changes_the_family_that_inherits_it(tmp_path):
     # the budget family leaves alpha null: it is called at the principal alpha, so a changed alpha is a new declaration
     d = _history(tmp_path, [(_comparisons(alpha=0.05), 0, 4), (_comparisons(alpha=0.1), 2, 4)])
     assert family_declaration(d, "budget").text == "declared after 2 of 4 runs had finished"
-    assert sweep_declaration(d, "comparisons.families.budget").text == "declared before the first result"  # its own block
+    assert sweep_declaration(d, "comparisons.families.budget").text == "declared before any run in this directory finished"  # its own block
 
 
 def test_changed_keys_compare_versions_key_by_key():
@@ -83,7 +83,7 @@ def test_changed_keys_compare_versions_key_by_key():
 def test_no_history_and_an_absent_key(tmp_path):
     none = sweep_declaration(tmp_path, "comparisons.margin")
     assert none == Declaration("comparisons.margin", None, None, None, None)
-    assert none.text == "no declaration record (sweep run before rbctl kept one)"
+    assert none.text == "no declaration record in this directory"
     d = _history(tmp_path, [(_comparisons(), 0, 2)])
     missing = sweep_declaration(d, "comparisons.families.escape")
     assert missing.absent and missing.text.startswith("not declared")
@@ -96,8 +96,7 @@ def test_a_sweep_whose_history_began_after_runs_had_finished_is_unknown_there(tm
     d = _history(tmp_path, [(_comparisons(margin=None), 3, 4), (_comparisons(margin=2.0), 4, 4)])
     budget = sweep_declaration(d, "comparisons.families.budget")
     assert (budget.in_force_before_first, budget.finished_before) == (None, 3)
-    assert budget.text == ("first recorded after 3 of 4 runs had finished (the sweep started before rbctl kept a "
-                           "record, so when it was declared is unknown)")
+    assert budget.text == "first recorded after 3 of 4 runs had finished: whether it was in force before them is not recorded"
     assert sweep_declaration(d, "comparisons.margin").text == "declared after 4 of 4 runs had finished"
 
 
@@ -117,7 +116,7 @@ def test_a_study_is_declared_in_each_sweep_it_reads_before_its_runs(tmp_path):
     assert declare_study(study, content, [bed, main, bed]) == [study_history_path(bed, "my_study"),
                                                                study_history_path(main, "my_study")]
     assert declare_study(study, content, [bed, main]) == []  # the same version: nothing new
-    assert study_declaration(study, bed, "claims.c1").text == "declared before the first result"  # bed made, no runs
+    assert study_declaration(study, bed, "claims.c1").text == "declared before any run in this directory finished"  # bed made, no runs
     other = tmp_path / "not_yet"
     assert declare_study(tmp_path / "s2.yaml", content, [other, main], create=False) == [study_history_path(main, "s2")]
     assert not other.exists()  # a report records only where a sweep directory exists
@@ -151,7 +150,7 @@ def test_rbctl_report_declare_records_the_study_and_writes_no_document(tmp_path,
     assert not (tmp_path / "runs" / "q").exists()  # no document
     assert run(["report", str(path), "--declare"]) == 0
     assert "recorded already" in capsys.readouterr().out
-    assert study_declaration(path, tmp_path / "runs" / "quick", "testbeds.quick").text == "declared before the first result"
+    assert study_declaration(path, tmp_path / "runs" / "quick", "testbeds.quick").text == "declared before any run in this directory finished"
     # reporting it records the version it reads first (here the sweep has no runs yet, so no document)
     path.write_text(yaml.safe_dump({"name": "q2", "testbeds": {"quick": "runs/quick"}}))
     assert run(["report", str(path)]) == 2
@@ -169,8 +168,8 @@ def test_the_reports_sentence_names_the_version_and_each_sweep(tmp_path):
     _history(a, [(_comparisons(), 0, 2)])
     sha = read_history(a / SWEEP_HISTORY)[0]["sha256"][:7]
     assert declaration_sentence([a, a], "budget") == (
-        "Declaration (recorded by rbctl ablate in sweep_history.jsonl): declared before the first result "
+        "Declaration (recorded by rbctl ablate in sweep_history.jsonl): declared before any run in this directory finished "
         f"(sweep-file version `{sha}`, first seen 2026-12-01T00:00:00Z).")
     assert declaration_sentence([a, b], "budget").endswith(
-        f"`{b}`: no declaration record (sweep run before rbctl kept one).")
+        f"`{b}`: no declaration record in this directory.")
     assert declaration_sentence([], "principal") == "Declaration: no sweep directory, so no declaration record."

@@ -275,6 +275,20 @@ def test_plateau_three_quarter_point_is_the_nearest_evaluation():
     assert v.entropy_collapsed.held is None
 
 
+def test_stalled_needs_two_evaluations_in_the_last_quarter():
+    # one evaluation (T = 100 alone): a change of 0 by construction is no stall that was measured
+    v = plateau_check({0: ([100], [0.30])}, {}, 0.8)
+    assert v.stalled.held is None and not v.held and v.seeds == 1
+    assert v.stalled.detail == ("not evaluated: 1 of 1 unit have fewer than 2 held-out evaluations in the last quarter of "
+                                "their steps")
+    # evaluations at 0 and 100: the last quarter [75, 100] holds one; at 0, 80, 100 it holds two (t* = 80)
+    assert plateau_check({0: ([0, 100], [0.1, 0.3])}, {}, 0.8).stalled.held is None
+    v = plateau_check({0: ([0, 80, 100], [0.1, 0.295, 0.30]), 1: ([0, 100], [0.1, 0.3])}, {}, 0.8)
+    assert v.stalled.held is None and v.stalled.detail.startswith("not evaluated: 1 of 2 units have fewer than 2")
+    v = plateau_check({0: ([0, 80, 100], [0.1, 0.295, 0.30])}, {}, 0.8)
+    assert v.stalled.held and v.stalled.value == pytest.approx(0.5) and v.per_seed[0]["t_ref"] == 80
+
+
 def test_arm_variants_name_what_is_added_to_the_estimator():
     from rbctl.config.sweep import arm_variant
 

@@ -37,8 +37,8 @@ from rbctl.report.analyses.scores import ArmScores
 from rbctl.report.load import unit_label
 from rbctl.report.robust import prob_improvement, stratified_bootstrap
 from rbctl.report.power import mde_paired
-from rbctl.report.stats import (DELTA_BOUNDS, NOT_TESTABLE, PairedDelta, hierarchical_bootstrap_delta, holm,
-                                paired_delta, tost_paired)
+from rbctl.report.stats import (DELTA_BOUNDS, MIN_HIERARCHICAL_UNITS, NOT_TESTABLE, PairedDelta,
+                                hierarchical_bootstrap_delta, holm, noninferiority_paired, paired_delta, tost_paired)
 
 ALPHA = 0.05
 POWER = 0.8  # the power at which an inconclusive row's detectable effect is stated (a family may state its own)
@@ -46,6 +46,7 @@ POWER = 0.8  # the power at which an inconclusive row's detectable effect is sta
 
 PRINCIPAL, EXPLORATORY, STATED = "principal", "exploratory", "stated"
 HIGHER, LOWER, EQUIVALENT, INCONCLUSIVE = "higher", "lower", "equivalent", "inconclusive"
+NONINFERIOR = "non-inferior"  # a non-inferiority family's call (a study's `test: noninferiority`)
 NO_CALL = "exploratory: no call"  # the call cell of an exploratory comparison
 SAME_CONFIG = "same config"
 
@@ -76,6 +77,8 @@ class Comparison:
     equivalent: bool = False
     detectable: float = math.nan  # smallest |Δ| (fraction) the family's test detects at its power with these units
     unequal: str = ""  # the compute keys on which the two arms' runs differ ("steps 120 ≠ 100"); "": equal compute
+    test: str = "two_sided"  # or "noninferiority": p_tost is then the one-sided test against the margin, `better` its side
+    better: str = "higher"
 
     @property
     def label(self) -> str:
@@ -93,8 +96,8 @@ def compare(a: ArmScores, b: ArmScores, metric: str, kind: str, baseline: str, f
     kind_of = "avg" if metric == "avg@n" else "pass"
     pa, pb = a.per_unit(kind_of, k), b.per_unit(kind_of, k)
     d = paired_delta(pa, pb, bounds=DELTA_BOUNDS)
-    hb = (math.nan, math.nan)
-    if d.n >= 2:
+    hb = (math.nan, math.nan)  # withheld below the units where it covers (`MIN_HIERARCHICAL_UNITS`)
+    if d.n >= MIN_HIERARCHICAL_UNITS:
         va, vb = a.values(kind_of, k), b.values(kind_of, k)
         hb = hierarchical_bootstrap_delta(va[[a.units.index(u) for u in d.units]],
                                           vb[[b.units.index(u) for u in d.units]], n_boot=n_boot)
@@ -186,6 +189,21 @@ def apply_family(comps: list[Comparison], alpha: float = ALPHA, margin: float | 
     return comps
 
 
+def apply_noninferiority(comps: list[Comparison], alpha: float, margin: float, better: str = "higher") -> None:
+    """A non-inferiority family (docs/method.md, studies): per counted member the one-sided test that Δ
+    is not worse than ``margin`` (a fraction; `rbctl.report.stats.noninferiority_paired`), Holm over the
+    members at ``alpha``; held in ``p_tost``/``p_tost_holm``/``equivalent`` with ``test`` set, so that
+    `call` says "non-inferior" or "inconclusive" (`apply_family` ran first: its superiority p stays,
+    unused by the call)."""
+    counted = [c for c in comps if in_family(c)]
+    for c in comps:
+        c.margin, c.test, c.better = margin, "noninferiority", better
+    ps = [noninferiority_paired(c.delta, margin, better) for c in counted]
+    adj, reject = holm(ps, alpha)
+    for c, p0, p, r in zip(counted, ps, adj, reject):
+        c.p_tost, c.p_tost_holm, c.equivalent = p0, float(p), bool(r)
+
+
 def call_word(d: PairedDelta, significant: bool, equivalent: bool = False) -> str:
     """The call of a family's member from its test results: "higher" / "lower" (superiority rejected,
     by the sign of Δ), "equivalent" (TOST rejected, superiority not), "inconclusive" (neither), or
@@ -215,6 +233,8 @@ def call(c: Comparison) -> str:
         return SAME_CONFIG
     if c.family == EXPLORATORY:
         return NOT_TESTABLE if not c.delta.testable else NO_CALL
+    if c.test == "noninferiority":
+        return NOT_TESTABLE if not c.delta.testable else NONINFERIOR if c.equivalent else INCONCLUSIVE
     return call_word(c.delta, c.significant, c.equivalent)
 
 
@@ -226,6 +246,9 @@ def call_text(c: Comparison, scale: float = 100.0, unit: str = "points") -> str:
     ``unit`` (points of a fraction by default; a comparison of steps passes 1 and "steps")."""
     word = call(c)
     margin = f"±{scale * c.margin:g}" if math.isfinite(c.margin) else ""
+    if c.test == "noninferiority" and word in (NONINFERIOR, INCONCLUSIVE):
+        bound = f"Δ {'>' if c.better == 'higher' else '<'} {'−' if c.better == 'higher' else '+'}{scale * c.margin:g} {unit}"
+        return f"non-inferior ({bound})" if word == NONINFERIOR else f"inconclusive (not shown {bound})"
     if word == EQUIVALENT:
         return f"equivalent within {margin}"
     if word in (HIGHER, LOWER) and c.equivalent:
@@ -243,9 +266,20 @@ def deciding_p(c: Comparison) -> tuple[str, float]:
     """The p-value that decided the call, and its name: the Holm-adjusted TOST p for "equivalent"
     (the test that rejected |Δ| ≥ δ), the Holm-adjusted superiority p otherwise (the test that rejected
     Δ = 0 for "higher"/"lower", or did not, for "inconclusive")."""
+    if c.test == "noninferiority" and c.family != EXPLORATORY:
+        return "non-inferiority Holm p", c.p_tost_holm
     if call(c) == EQUIVALENT:
         return "TOST Holm p", c.p_tost_holm
     return "Holm p", c.p_holm
+
+
+def reading_p(c: Comparison, word: str) -> tuple[str, float]:
+    """The p that decided the call a rule reads, ``word``: the TOST Holm p where an equivalence rule
+    reads a member within the margin as "equivalent" (even one called by its direction, "lower (within
+    ±5)"), else `deciding_p`."""
+    if word == EQUIVALENT and c.equivalent and c.test == "two_sided":
+        return "TOST Holm p", c.p_tost_holm
+    return deciding_p(c)
 
 
 def in_family(c: Comparison) -> bool:

@@ -23,6 +23,7 @@ from rbctl.tasks.ceilings import task_ceiling
 PLATEAU_ARM = ("grpo", "base")  # (baseline, variant) of the arm the report tests
 
 STALL_POINTS = 2.0  # held-out pass@1 change over the last quarter, in points
+MIN_LAST_QUARTER_EVALS = 2  # evaluations at steps ≥ ¾T a seed needs for "stalled" to be measured at all
 BELOW_CEILING_POINTS = 15.0
 ENTROPY_RATIO = 1 / 3
 
@@ -59,6 +60,35 @@ def _points(steps, values) -> tuple[np.ndarray, np.ndarray]:
     return s[ok][order], v[ok][order]
 
 
+def _stalled(heldout: dict, stall_points: float, fraction: float) -> tuple[Criterion, list[float], dict]:
+    """The stalled criterion of `plateau_check`, each unit's final pass@1 (points) and its numbers."""
+    changes, finals, per_seed, sparse = [], [], {}, 0
+    for seed, (steps, values) in sorted(heldout.items()):
+        s, v = _points(steps, values)
+        if len(s) == 0:
+            continue
+        t = s[-1]
+        finals.append(v[-1] * 100)
+        per_seed[seed] = {"final": finals[-1], "t": float(t)}
+        if np.sum(s >= (1 - fraction) * t) < MIN_LAST_QUARTER_EVALS:
+            sparse += 1
+            continue
+        earlier = s[:-1]
+        j = int(np.argmin(np.abs(earlier - (1 - fraction) * t)))
+        changes.append(abs(v[-1] - v[j]) * 100)
+        per_seed[seed].update({"change": changes[-1], "t_ref": float(earlier[j])})
+    if sparse:
+        return Criterion("stalled", None, None, stall_points,
+                         f"not evaluated: {sparse} of {len(finals)} unit{'s' * (len(finals) != 1)} have fewer than "
+                         f"{MIN_LAST_QUARTER_EVALS} held-out evaluations in the last quarter of their steps"), finals, per_seed
+    if not changes:
+        return Criterion("stalled", None, None, stall_points, "no held-out evaluation"), finals, per_seed
+    change = float(np.mean(changes))
+    return Criterion("stalled", change < stall_points, change, stall_points,
+                     f"mean over {len(changes)} unit{'s' * (len(changes) != 1)} of |pass@1(T) − pass@1(≈¾T)| = "
+                     f"{change:.2f} points ({'<' if change < stall_points else '≥'} {stall_points:g})"), finals, per_seed
+
+
 def plateau_check(heldout: dict, entropy: dict,
                   ceiling: float | None, *, stall_points: float = STALL_POINTS,
                   below_points: float = BELOW_CEILING_POINTS, entropy_ratio: float = ENTROPY_RATIO,
@@ -72,8 +102,9 @@ def plateau_check(heldout: dict, entropy: dict,
 
     - **stalled**: per seed, T = its last evaluation step; the change is |pass@1(T) − pass@1(t*)| with
       t* the evaluation step nearest (1 − ``fraction``)·T = ¾T (the earlier one on a tie, never T
-      itself unless it is the only evaluation). Held when the mean over seeds of that change is
-      < ``stall_points`` points.
+      itself). Held when the mean over seeds of that change is < ``stall_points`` points. Evaluated
+      only when every seed has at least `MIN_LAST_QUARTER_EVALS` evaluations in its last quarter
+      (steps ≥ ¾T): with one, the change would be 0 by construction, a stall no measurement showed.
     - **below_ceiling**: final pass@1 = pass@1(T) per seed, averaged over seeds; held when
       ceiling − final ≥ ``below_points`` points. Not evaluated (``held=None``) without a ceiling.
     - **entropy_collapsed**: per seed, warm = the entropy of its first logged step, final = the mean
@@ -82,18 +113,7 @@ def plateau_check(heldout: dict, entropy: dict,
     - **held**: all three held (a criterion not evaluated does not hold).
     Values are reported in points (percent) for pass@1 and nats/token for entropy.
     """
-    changes, finals, per_seed = [], [], {}
-    for seed, (steps, values) in sorted(heldout.items()):
-        s, v = _points(steps, values)
-        if len(s) == 0:
-            continue
-        t = s[-1]
-        earlier = s[:-1] if len(s) > 1 else s
-        j = int(np.argmin(np.abs(earlier - (1 - fraction) * t)))
-        changes.append(abs(v[-1] - v[j]) * 100)
-        finals.append(v[-1] * 100)
-        per_seed.setdefault(seed, {}).update({"change": changes[-1], "final": finals[-1], "t": float(t),
-                                              "t_ref": float(earlier[j])})
+    stalled, finals, per_seed = _stalled(heldout, stall_points, fraction)
     warms, ends = [], []
     for seed, (steps, values) in sorted(entropy.items()):
         _, v = _points(steps, values)
@@ -103,13 +123,6 @@ def plateau_check(heldout: dict, entropy: dict,
         ends.append(float(v[-max(1, math.ceil(fraction * len(v))):].mean()))
         per_seed.setdefault(seed, {}).update({"entropy_warm": warms[-1], "entropy_final": ends[-1]})
 
-    if changes:
-        change = float(np.mean(changes))
-        stalled = Criterion("stalled", change < stall_points, change, stall_points,
-                            f"mean over {len(changes)} unit{'s' * (len(changes) != 1)} of |pass@1(T) − pass@1(≈¾T)| = {change:.2f} points "
-                            f"({'<' if change < stall_points else '≥'} {stall_points:g})")
-    else:
-        stalled = Criterion("stalled", None, None, stall_points, "no held-out evaluation")
     final = float(np.mean(finals)) if finals else None
     if final is None or ceiling is None or not math.isfinite(ceiling):
         why = "no held-out evaluation" if final is None else "ceiling unknown"
@@ -128,7 +141,7 @@ def plateau_check(heldout: dict, entropy: dict,
     else:
         entropy_c = Criterion("entropy_collapsed", None, None, None, "no entropy logged")
     held = all(c.held is True for c in (stalled, below, entropy_c))
-    return PlateauVerdict(stalled, below, entropy_c, held, max(len(changes), len(warms)), per_seed)
+    return PlateauVerdict(stalled, below, entropy_c, held, max(len(finals), len(warms)), per_seed)
 
 
 def per_unit_criteria(v: PlateauVerdict, ceiling: float | None, *, stall_points: float = STALL_POINTS,

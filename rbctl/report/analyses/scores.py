@@ -15,7 +15,7 @@ import pandas as pd
 from rbctl.errors import UserError
 from rbctl.grading.metrics import bootstrap_ci, pass_at_k
 from rbctl.report.load import Issue, Run, unit_label
-from rbctl.report.robust import iqm, score_distribution, stratified_bootstrap
+from rbctl.report.robust import iqm, iqm_interval, score_distribution, stratified_bootstrap
 from rbctl.report.stats import bounded_t_interval
 
 
@@ -174,7 +174,7 @@ def _robust(scores: dict[tuple[str, str], ArmScores], arms: list[str], benchmark
         for metric in ("avg", "pass"):
             per = [scores[arm, b].per_unit(metric) for b in benches]
             x = np.array([[p[u] for p in per] for u in units])  # [units, benchmarks]
-            lo, hi = stratified_bootstrap(iqm, [x], n_boot=n_boot) if len(units) else (math.nan, math.nan)
+            lo, hi = iqm_interval(x, n_boot) if len(units) else (math.nan, math.nan)  # withheld below MIN_IQM_UNITS
             rows.append({"arm": arm, "metric": "avg@n" if metric == "avg" else "pass@n", "benchmarks": ",".join(benches),
                          "units": len(units), "iqm": iqm(x) if len(units) else math.nan, "iqm_lo": lo, "iqm_hi": hi,
                          "mean": float(x.mean()) if len(units) else math.nan})

@@ -17,7 +17,8 @@ from rbctl.report.render.page import Page
 from rbctl.report.render.tables import (delta, finite, num, pct, plural, points_list, pval, slug, unequal_cells,
                                         with_ci)
 from rbctl.report.series import KAPPA_EFF_WINDOW
-from rbctl.report.stats import NOT_TESTABLE
+from rbctl.report.robust import MIN_IQM_UNITS
+from rbctl.report.stats import MIN_HIERARCHICAL_UNITS, NOT_TESTABLE
 from rbctl.store.rundir import EVAL_DIR, REPORT_TABLES, STEP_PREFIX
 
 
@@ -64,7 +65,8 @@ def final_scores(data: ReportData, page: Page) -> None:
     robust = f.iqm
     doc.para("Interquartile mean (IQM: the mean of the middle 50% of runs × benchmarks; rliable, Agarwal et al. "
              "2021) per arm, with a 95% stratified bootstrap interval (runs resampled within each benchmark; with "
-             "one benchmark a plain bootstrap over runs).")
+             f"one benchmark a plain bootstrap over runs), shown from {MIN_IQM_UNITS} runs on: with fewer it covers less "
+             "than 0.93 (n/a).")
     page.table(robust, pd.DataFrame({"arm": robust["arm"], "metric": robust["metric"], "units": robust["units"],
                                      "benchmarks": robust["benchmarks"],
                                      "IQM % [95% bootstrap CI]": [with_ci(*x) for x in zip(robust["iqm"], robust["iqm_lo"], robust["iqm_hi"])],
@@ -85,7 +87,8 @@ def final_scores(data: ReportData, page: Page) -> None:
 # --- exploratory comparisons ------------------------------------------------------------------------
 
 DETAIL = ("Δ in points with its 95% t-interval over units (n − 1 df), clipped to [−100, +100]; a comparison with fewer "
-          "than 3 units or the same Δ in every unit is not testable (no p, outside the Holm family).")
+          "than 3 units or the same Δ in every unit is not testable (no p, outside the Holm family). The hierarchical "
+          f"bootstrap is shown from {MIN_HIERARCHICAL_UNITS} units on: with fewer it covers less than 0.93 (docs/method.md).")
 
 
 def exploratory(data: ReportData, page: Page) -> None:

@@ -10,22 +10,20 @@ import datetime as dt
 import math
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from rbctl.config.base import read_yaml
 from rbctl.config.study import AssociationRule, CallsRule, TrendRule
-from rbctl.report.analyses.comparisons import EQUIVALENT, call, call_text, deciding_p
+from rbctl.report.analyses.comparisons import EQUIVALENT, call, call_text, deciding_p, in_family
 from rbctl.report.analyses.plateau import setting_by_rule
 from rbctl.report.power import units_for_tost
 from rbctl.report.provenance import code_text, cpu_description, provenance, same_training_code
 from rbctl.report.render.figures import draw_curves
-from rbctl.report.render.tables import criterion_cell, delta, markdown_table, pct, pval
-from rbctl.report.series import at_step, run_series
-from rbctl.report.stats import DELTA_BOUNDS, paired_delta
-from rbctl.report.study.declared import declaration_lines
+from rbctl.report.render.tables import criterion_cell, markdown_table, pct, pval
+from rbctl.report.study.declared import families_read, declaration_lines
 from rbctl.report.study.families import FamilyResult, Member, families
-from rbctl.report.study.rules import Verdict, delta_format, apply_rule, delta_text
+from rbctl.report.study.long_horizons import long_rows, pass_at_k_lines
+from rbctl.report.study.rules import Verdict, apply_rule, delta_format, delta_text, warm_start_caveat
 from rbctl.report.study.sweeps import Study, Testbed, load_study
 from rbctl.store.rundir import REPORT_FIGURES
 
@@ -153,7 +151,7 @@ def family_rows(fam: FamilyResult) -> pd.DataFrame:
                "p that decided the call": f"{name} {pval(p, 'not testable')}",
                "TOST Holm p": (f"±{m.scale * c.margin:g}: {pval(c.p_tost_holm, '–')}" if math.isfinite(c.margin)
                                else "no margin"),
-               "call": call_text(c, m.scale, m.unit)}
+               "call": call_text(c, m.scale, m.unit) + (" (these warm starts)" if warm_start_caveat(m) else "")}
         if m.extra:
             row.update({"escaped reference / arm": f"{m.extra['escaped_ref']} / {m.extra['escaped_arm']} of {d.n}",
                         "τ (step)": f"{m.extra['tau']:.0f}",
@@ -170,30 +168,43 @@ def family_rows(fam: FamilyResult) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def adjustment_words(fam: FamilyResult) -> str:
+    """How the family is adjusted and the family-wise error it guarantees (`error_bound`)."""
+    s = fam.spec
+    tested = sum(1 for m in fam.members if in_family(m.comparison))
+    bound = fam.bound[1]
+    if s.declared:
+        return f"Holm p and calls are the sweep's own report's (family-wise error {bound}, the sweep file's adjustment)"
+    if s.test == "noninferiority":
+        side = f"Δ > −{s.margin:g}" if s.better == "higher" else f"Δ < +{s.margin:g}"
+        return (f"non-inferiority: one one-sided t-test per member of {side}, Holm over the {tested} testable members at "
+                f"α {s.alpha:g} (family-wise error {bound})")
+    if s.margin is None:
+        return f"Holm over the {tested} testable members at α {s.alpha:g}, no equivalence margin (family-wise error {bound})"
+    if s.adjust == "joint":
+        return (f"equivalence by TOST within ±{s.margin:g}; one Holm over the {tested} testable members' superiority "
+                f"and TOST p-values together at α {s.alpha:g} (family-wise error {bound} over both kinds of call; the "
+                f"detectable effect at α/{2 * max(1, tested)}, Holm's first step)")
+    return (f"Holm over the {tested} testable members at α {s.alpha:g}, equivalence by TOST within ±{s.margin:g} "
+            f"Holm-adjusted alike (family-wise error {bound} over both kinds of call)")
+
+
 def family_lines(study: Study, fam: FamilyResult) -> list[str]:
     s = fam.spec
-    tested = sum(1 for m in fam.members if m.comparison.delta.testable)
-    if s.declared:
-        adjusted = "Holm p and calls are the sweep's own report's"
-    elif s.margin is None:
-        adjusted = f"Holm over the {tested} testable members at α {s.alpha:g}, no equivalence margin"
-    elif s.adjust == "joint":
-        adjusted = (f"equivalence by TOST within ±{s.margin:g}; one Holm over the {tested} testable members' superiority "
-                    f"and TOST p-values together at α {s.alpha:g} (family-wise error at most α over both kinds of call)")
-    else:
-        adjusted = (f"Holm over the {tested} testable members at α {s.alpha:g}, equivalence by TOST within ±{s.margin:g} "
-                    "Holm-adjusted alike (family-wise error at most 2α over both kinds of call)")
-    eq = [m for m in fam.members if call(m.comparison) == EQUIVALENT and m.over_warm_starts is not None]
     out = [f"### Family `{fam.name}`", "",
            f"Members {', '.join(f'`{p}`' for p in s.members)} on {', '.join(tb.name for tb in study.named(s.sweeps)) or 'no finished sweep'}; "
-           f"each compares {fam.measure}, paired by unit; {adjusted}.", "",
+           f"each compares {fam.measure}, paired by "
+           f"{'warm start (each its seeds’ mean Δ)' if s.unit == 'warm_start' else 'unit'}; {adjustment_words(fam)}.", "",
            *declaration_lines(study, f"families.{fam.name}", s.declared, study.named(s.sweeps)), "",
            table(family_rows(fam), "No member has runs."), ""]
+    eq = [m for m in fam.members if call(m.comparison) == EQUIVALENT and m.over_warm_starts is not None]
     if eq:
         out += ["An equivalence with (warm start, seed) units holds for the warm starts these runs used; the warm-start "
                 "column is what generalises to another warm start.", ""]
     if fam.notes:
         out += ["Not read: " + "; ".join(fam.notes) + ".", ""]
+    if any(m.level == "warm_start" for m in fam.members):
+        out += ["Each member's test counts warm starts: a call holds for the warm starts these runs are a sample of.", ""]
     return out
 
 
@@ -215,52 +226,6 @@ def measured_keys(study: Study) -> list[str]:
     keys += [c.rule.applies_if.raised for c in study.config.claims.values()
              if isinstance(c.rule, CallsRule) and c.rule.applies_if.raised]
     return list(dict.fromkeys(keys))
-
-
-# --- the long horizons ------------------------------------------------------------------------------------
-
-
-def long_rows(tb: Testbed, main_step: int, family: str) -> tuple[pd.DataFrame, list[str]]:
-    """Per member of the long sweep's family: Δ at the testbed's horizon (periodic evaluation; p
-    unadjusted, exploratory) and the final level's call (the declared family: equivalence by TOST at
-    its margin), with one sentence each."""
-    rows, lines = [], []
-    for c in tb.family(family):
-        a, b = tb.data.sweep.by_arm[c.arm], tb.data.sweep.by_arm[c.ref]
-        d0 = paired_delta(at_step(a, main_step, tb.benchmark), at_step(b, main_step, tb.benchmark), bounds=DELTA_BOUNDS)
-        last = max((int(s) for r in a for s in run_series(r, "avg@n", tb.benchmark).index), default=math.nan)
-        ahead = d0.testable and d0.p <= ALPHA and d0.mean > 0
-        name, p = deciding_p(c)
-        rows.append({"comparison": c.label, "units": c.delta.n,
-                     f"Δ at step {main_step} (periodic; p unadj.)": f"{delta(d0.mean, d0.lo, d0.hi)}, p {pval(d0.p, 'not testable')}",
-                     "Δ final (declared family)": delta(c.delta.mean, c.delta.lo, c.delta.hi),
-                     "p that decided the call": f"{name} {pval(p, '–')}", "call (final level)": call_text(c)})
-        what = ("faster, same final level" if ahead and call(c) == EQUIVALENT else
-                "ahead at the horizon; final level " + call_text(c) if ahead else
-                f"final level {call_text(c)}")
-        lines.append(f"{tb.name}, {c.label}: {delta(d0.mean, d0.lo, d0.hi)} at step {main_step} (p {pval(d0.p, 'not testable')}, "
-                     f"unadjusted), {delta(c.delta.mean, c.delta.lo, c.delta.hi)} at the final evaluation"
-                     f"{f' (step {last})' if math.isfinite(last) else ''}, {name} {pval(p, '–')}: **{what}**.")
-    return pd.DataFrame(rows), lines
-
-
-def pass_at_k_lines(tb: Testbed) -> list[str]:
-    """Per arm: pass@k at the largest k over the periodic evaluations (first → last), measured, not called."""
-    keys = sorted({k for r in tb.runs for e in r.evals for k in e if k.startswith("pass@") and k != "pass@1"},
-                  key=lambda s: int(s[5:]))
-    if not keys:
-        return []
-    kk = keys[-1]
-    out = []
-    for arm, runs in sorted(tb.data.sweep.by_arm.items()):
-        steps = sorted({int(s) for r in runs for s in run_series(r, kk, tb.benchmark).index})
-        if not steps:
-            continue
-        first, last = at_step(runs, steps[0], tb.benchmark, kk), at_step(runs, steps[-1], tb.benchmark, kk)
-        p1 = at_step(runs, steps[-1], tb.benchmark)
-        out.append(f"{arm}: {kk} {pct(np.mean(list(first.values())))} → {pct(np.mean(list(last.values())))}, "
-                   f"pass@1 {pct(np.mean(list(p1.values())) if p1 else math.nan)} at step {steps[-1]}")
-    return out
 
 
 # --- the curves ------------------------------------------------------------------------------------------
@@ -313,8 +278,7 @@ def claim_lines(study: Study, fams: dict[str, FamilyResult], verdict_of: dict[st
     for cid, c in study.config.claims.items():
         v = verdict_of[cid]
         out += [f"### ({cid}) {c.hypothesis}", "", f"Rule: {v.rule}.", "", f"Call: **{v.outcome}** — {v.reason}.", "",
-                *declaration_lines(study, f"claims.{cid}", None, claim_reads(c, study, fams),
-                                   c.rule.family if isinstance(c.rule, (CallsRule, TrendRule)) else None), ""]
+                *declaration_lines(study, f"claims.{cid}", None, claim_reads(c, study, fams), families_read(c)), ""]
         if v.readings:
             out += [f"- {r.where}: " + (f"not applicable ({r.why})" if r.call is None else r.text) for r in v.readings]
             out.append("")
@@ -327,13 +291,37 @@ def claim_lines(study: Study, fams: dict[str, FamilyResult], verdict_of: dict[st
                                         "p (unadj.)": [pval(p, "–") for p in shown["p"]],
                                         "Holm p": [pval(p, "–") for p in shown["p_holm"]],
                                         "other unit: r, p (unadj.)": [f"{r:+.2f}, {pval(p, '–')}" if math.isfinite(r) else "–"
-                                                                      for r, p in zip(shown["other_r"], shown["other_p"])]})
-                shown = shown[["sweep", "runs", "arms", "df", "r [95% CI]", "p (unadj.)", "Holm p", "other unit: r, p (unadj.)"]]
+                                                                      for r, p in zip(shown["other_r"], shown["other_p"])],
+                                        "test": [{"warm_start": f"t over {b} warm starts, {d} df",
+                                                  "unit": f"permutation over {b} units"
+                                                          + (f" ({o:,} orderings)" if o else ""),
+                                                  "arm_means": f"Pearson over {b} arm means, {d} df"}[lv]
+                                                 for lv, b, d, o in zip(shown["level"], shown["blocks"], shown["df"],
+                                                                        shown["orderings"])]})
+                shown = shown[["sweep", "runs", "arms", "test", "r [95% CI]", "p (unadj.)", "Holm p",
+                               "other unit: r, p (unadj.)"]]
             out += [markdown_table(shown), ""]
     return out
 
 
 # --- the document ----------------------------------------------------------------------------------------
+
+
+def multiplicity_line(study: Study, fams: dict[str, FamilyResult]) -> str:
+    """The study-level multiplicity: how many members are called in how many families, each at its own
+    α, and how many association and trend claims test at their own α; nothing is adjusted across them,
+    so the chance of a false call somewhere in the study is bounded only by the sum of their bounds."""
+    called = {n: sum(1 for m in f.members if in_family(m.comparison)) for n, f in fams.items()}
+    live = [n for n, k in called.items() if k]
+    tests = [c.rule for c in study.config.claims.values() if isinstance(c.rule, (AssociationRule, TrendRule))]
+    total = sum(fams[n].bound[0] for n in live) + sum(r.alpha for r in tests)
+    alphas = sorted({f"{fams[n].bound[0] / (2 if '2α' in fams[n].bound[1] else 1):g}" for n in live}
+                    | {f"{r.alpha:g}" for r in tests})
+    return (f"Study-level multiplicity: {sum(called.values())} members called in {len(live)} families, each family "
+            f"adjusted within itself at its own α ({', '.join(alphas) or '–'}), and {len(tests)} association or trend "
+            "claims each Holm over its sweeps at its α. Nothing is adjusted across families or claims: the chance of at "
+            "least one false call somewhere in this document is bounded only by the sum of their bounds, "
+            + (f"{total:.2f}." if total < 1 else f"{total:.2f}, which bounds nothing."))
 
 
 def claims_markdown(study: Study, command: str | None = None, today: dt.date | None = None,
@@ -361,10 +349,12 @@ def claims_markdown(study: Study, command: str | None = None, today: dt.date | N
            "seed) with a 95% t-interval clipped to [−100, +100]. A family's members are Holm-adjusted within it and "
            "called higher, lower (superiority, the Holm p printed beside the call), equivalent within the stated margin "
            "(TOST, its Holm p printed), or inconclusive with its direction and the smallest effect its test could detect "
-           "(docs/method.md, \"Comparing arms\"). Superiority and TOST are each Holm-adjusted at α, so the family-wise "
-           "error over both kinds of call is at most 2α. Columns marked unadjusted are exploratory. Whether each family "
-           "and claim was declared before the first result it reads is computed from the records the tool keeps in "
-           "the sweep directories, not from comments.", ""]
+           "(docs/method.md, \"Comparing arms\"). Each family states the family-wise error its adjustment "
+           "guarantees: at most 2α where superiority and TOST are each Holm-adjusted at α, at most α where one kind "
+           "of call is made or the two are adjusted jointly. Columns marked unadjusted are exploratory. Whether each "
+           "family and claim was declared before any run it reads finished is computed from the records the tool "
+           "keeps in the sweep directories and the runs' own provenance, not from comments.", "",
+           multiplicity_line(study, fams), ""]
     number = iter(range(1, 10))
     out += [f"## {next(number)}. The sweeps", "", "Plateau test of each plain arm (docs/method.md, \"Premature convergence\"): a rule "
             "that asks for the plateau reads a member only where it holds for the member's reference.", "",
@@ -382,7 +372,7 @@ def claims_markdown(study: Study, command: str | None = None, today: dt.date | N
     if study.long:
         out += [f"## {next(number)}. The long horizons", ""]
         for tb, main_step, family in study.long:
-            rows, lines = long_rows(tb, main_step, family)
+            rows, lines = long_rows(tb, main_step, family, ahead_family(study, tb, fams))
             at_k = pass_at_k_lines(tb)
             out += [f"### {tb.name}", "", *lines, "", table(rows, "No member of the family has runs."), "",
                     *(["pass@k over the periodic evaluations (measured, not called): " + "; ".join(at_k) + ".", ""]
@@ -393,23 +383,32 @@ def claims_markdown(study: Study, command: str | None = None, today: dt.date | N
     return "\n".join(out)
 
 
+def ahead_family(study: Study, tb: Testbed, fams: dict[str, FamilyResult]) -> FamilyResult | None:
+    """The study family that says whether a long horizon's member is ahead at the testbed's horizon."""
+    spec = study.config.long.get(tb.name.removesuffix("_long"))
+    return fams.get(spec.ahead_family) if spec is not None and spec.ahead_family else None
+
+
 def readme_block(study: Study) -> str:
     """One line per member pair of the study's ``readme`` family (its call on each sweep, with the p
     that decided it), the long horizons' lines, and what is still pending."""
     out = []
     name = study.config.readme
+    fams = families(study)
     if name:
-        fam = families(study)[name]
+        fam = fams[name]
         labels = list(dict.fromkeys(m.comparison.label for m in fam.members))
         for label in labels:
             parts = []
             for m in (m for m in fam.members if m.comparison.label == label):
                 c = m.comparison
                 p_name, p = deciding_p(c)
-                parts.append(f"{m.sweep} {call_text(c, m.scale, m.unit)} ({delta_text(m)}, {p_name} {pval(p, '–')})")
+                caveat = warm_start_caveat(m)
+                parts.append(f"{m.sweep} {call_text(c, m.scale, m.unit)} ({delta_text(m)}, {p_name} {pval(p, '–')}"
+                             + (f"; {caveat}" if caveat else "") + ")")
             out.append(f"- **{label}** — " + "; ".join(parts))
     for tb, main_step, family in study.long:
-        out += [f"- Long horizon: {line}" for line in long_rows(tb, main_step, family)[1]]
+        out += [f"- Long horizon: {line}" for line in long_rows(tb, main_step, family, ahead_family(study, tb, fams))[1]]
     if study.pending:
         out.append("- Not in these lines yet: " + "; ".join(f"{what} ({why})" for what, why in study.pending))
     return "\n".join(out)

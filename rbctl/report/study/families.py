@@ -2,11 +2,15 @@
 `Comparison` adjusted and called like any family's (`rbctl.report.analyses.comparisons.apply_family`).
 
 A member pattern ``"{X}_budget − {X}"`` binds the wildcard ``{X}`` to the same text in both arm names,
-so it names every arm ``<x>_budget`` whose arm ``<x>`` the sweep also ran. A family the sweep file
-declares (``declared``) is read as it is: its members keep the sweep report's own Holm p and call.
-Members on different sweeps that share runs (a long horizon resumes the testbed's runs: the same
-config but for the steps and the evaluation grid) are marked dependent and share a group, which a
-rule counts once.
+so it names every arm ``<x>_budget`` whose arm ``<x>`` the sweep also ran; an interaction
+``"(a − b) − (c − d)"`` is the difference of two pairs' Δ over the units all four arms share (does
+the budget's effect differ between baselines?), its wildcards bound by its first arm. A family the
+sweep file declares (``declared``) is read as it is: its members keep the sweep report's own Holm p
+and call. Members on different sweeps that share runs (a long horizon resumes the testbed's runs: the
+same config but for the steps and the evaluation grid) are marked dependent and share a group, which a
+rule counts once. What a family cannot read is refused in one line (a pattern that matches no arm of
+any sweep it reads; a training metric no run logs), and a sweep it names but does not read is named
+with the reason (`FamilyResult.notes`).
 """
 
 from __future__ import annotations
@@ -19,14 +23,16 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rbctl.config.base import RUN_ONLY_KEYS
-from rbctl.config.study import StudyFamily, split_pair
+from rbctl.config.study import INTERACTION, StudyFamily, split_member
 from rbctl.errors import UserError
-from rbctl.report.analyses.comparisons import Comparison, apply_family, compare, in_family
+from rbctl.report.analyses.comparisons import Comparison, apply_family, apply_noninferiority, compare, in_family
 from rbctl.report.analyses.escape_time import escape_rows, logrank_rows
 from rbctl.report.analyses.warm_starts import warm_start_level
 from rbctl.report.load import Run
-from rbctl.report.stats import PairedDelta, holm, paired_delta
-from rbctl.report.study.sweeps import Study, Testbed
+from rbctl.report.power import mde_paired
+from rbctl.report.series import at_step
+from rbctl.report.stats import DELTA_BOUNDS, PairedDelta, holm, paired_delta
+from rbctl.report.study.sweeps import Study, Testbed, did_you_mean, logged_keys
 from rbctl.store.rundir import METRICS
 
 _WILD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -42,39 +48,51 @@ def _regex(pattern: str) -> re.Pattern:
     return re.compile("".join(parts) + re.escape(pattern[last:]) + r"\Z")
 
 
-def match_pairs(patterns: list[str], arms: list[str]) -> list[tuple[str, str, str]]:
-    """(arm, reference, binding) of every pair of ``arms`` a member pattern names, in the patterns'
-    order then the arms'; binding is the wildcards' text joined by "/" ("" for a plain pair)."""
-    out = []
+def match_members(patterns: list[str], arms: list[str]) -> list[tuple[tuple[str, ...], str]]:
+    """(names, binding) of every member of ``arms`` a pattern names, in the patterns' order then the
+    arms': names is (arm, reference) for a pair, the four arms of an interaction; binding is the
+    wildcards' text joined by "/" ("" for a plain member). A wildcard of a later name that the first
+    arm does not bind is an error."""
+    out: list[tuple[tuple[str, ...], str]] = []
     for p in patterns:
-        arm_p, ref_p = split_pair(p)
-        loose = set(_WILD.findall(ref_p)) - set(_WILD.findall(arm_p))
+        first, *rest = split_member(p)
+        loose = set().union(*(_WILD.findall(r) for r in rest)) - set(_WILD.findall(first))
         if loose:
-            raise UserError(f"member '{p}': the reference's wildcard {{{sorted(loose)[0]}}} is not in the arm's")
-        rx = _regex(arm_p)
+            raise UserError(f"member '{p}': the wildcard {{{sorted(loose)[0]}}} is not in its first arm '{first}'")
+        rx = _regex(first)
         for arm in arms:
             m = rx.match(arm)
             if m is None:
                 continue
-            ref = _WILD.sub(lambda w: m.group(w.group(1)), ref_p)
-            if ref in arms and ref != arm and (arm, ref) not in [(a, r) for a, r, _ in out]:
-                out.append((arm, ref, "/".join(m.groupdict().values())))
+            names = (arm, *(_WILD.sub(lambda w: m.group(w.group(1)), r) for r in rest))
+            same_pairs = len(names) == 4 and names[:2] == names[2:]  # an interaction of a pair with itself is 0
+            if all(n in arms for n in names) and len(set(names[:2])) == 2 and not same_pairs and names not in [x for x, _ in out]:
+                out.append((names, "/".join(m.groupdict().values())))
     return out
+
+
+def match_pairs(patterns: list[str], arms: list[str]) -> list[tuple[str, str, str]]:
+    """(arm, reference, binding) of every pair a pair pattern names (`match_members`; interactions
+    left out)."""
+    pairs = [p for p in patterns if not INTERACTION.match(p)]
+    return [(names[0], names[1], b) for names, b in match_members(pairs, arms)]
 
 
 @dataclass
 class Member:
-    """One member of a study family: ``arm − ref`` on one sweep."""
+    """One member of a study family: ``arm − ref`` (or an interaction) on one sweep."""
 
     sweep: str
     binding: str  # the wildcards' text ("grpo" for "{X}_budget − {X}" on grpo_budget − grpo), "" for a plain pair
     comparison: Comparison
     scale: float  # Δ, margin and detectable effect printed × scale in ``unit``
     unit: str
-    over_warm_starts: PairedDelta | None = None  # the warm start as the unit (None: the runs carry none)
+    over_warm_starts: PairedDelta | None = None  # the warm start as the unit (None: the runs carry none, or it is the test)
     group: str = ""  # members sharing runs share a group
     shares: str = ""  # "shares its runs with fixpoint up to step 100", or ""
     extra: dict = field(default_factory=dict)  # escape: tau, escaped_arm, escaped_ref, logrank_p
+    level: str = "unit"  # "warm_start": the test's units are warm starts (each its seeds' mean Δ)
+    interaction: bool = False  # Δ is the difference of two pairs' Δ; comparison.arm / ref are "(a − b)", "(c − d)"
 
     @property
     def where(self) -> str:
@@ -86,7 +104,8 @@ class FamilyResult:
     name: str
     spec: StudyFamily
     members: tuple[Member, ...]
-    notes: tuple[str, ...]  # sweeps that do not declare the family, patterns that match nothing
+    notes: tuple[str, ...]  # sweeps it names but does not read, and why
+    bound: tuple[float, str] = (0.0, "")  # the family-wise error its adjustment guarantees, and in words (`error_bound`)
 
     def member(self, sweep: str, arm: str, ref: str) -> Member | None:
         return next((m for m in self.members if m.sweep == sweep and m.comparison.arm == arm
@@ -104,6 +123,8 @@ class FamilyResult:
                     f"{e.threshold:g} and stays so for the next {e.hold} (a crossing not held that long is censored)")
         if s.metric.startswith("last_quarter:"):
             return f"the last-quarter mean of `{s.metric.split(':', 1)[1]}` ({METRICS})"
+        if s.step is not None:
+            return f"{s.metric} of the periodic held-out evaluation at step {s.step}"
         return f"{s.metric} of the final held-out evaluation"
 
 
@@ -140,7 +161,27 @@ def mark_shared(members: list[Member], sweeps: dict[str, Testbed]) -> None:
                         + f" up to step {steps}")
 
 
-def _final(tb: Testbed, name: str, spec: StudyFamily, arm: str, ref: str, binding: str) -> Comparison | None:
+# --- one member's per-unit values -----------------------------------------------------------------------
+
+
+def _per_unit(tb: Testbed, spec: StudyFamily, arm: str) -> dict:
+    """{unit: value} of an arm for a last-quarter or an at-step family."""
+    if spec.metric.startswith("last_quarter:"):
+        return tb.per_unit(arm, spec.metric.split(":", 1)[1])
+    return at_step(tb.data.sweep.by_arm.get(arm, []), spec.step, spec.benchmark or tb.benchmark, spec.metric)
+
+
+def _pair(tb: Testbed, name: str, spec: StudyFamily, arm: str, ref: str, binding: str) -> Comparison | None:
+    """One pair's comparison: the final evaluation's scores, a training metric's last quarter, or a
+    held-out metric at a stated step; None when either arm has no values."""
+    if spec.metric.startswith("last_quarter:") or spec.step is not None:
+        a, b = _per_unit(tb, spec, arm), _per_unit(tb, spec, ref)
+        if not a or not b:
+            return None
+        bounds = None if spec.metric.startswith("last_quarter:") else DELTA_BOUNDS
+        return Comparison(name, "study", binding, arm, ref, spec.benchmark or tb.benchmark, spec.metric, 0,
+                          float(np.mean(list(a.values()))), float(np.mean(list(b.values()))),
+                          paired_delta(a, b, bounds=bounds))
     bench = spec.benchmark or tb.benchmark
     sc = tb.data.sweep.scores
     if (arm, bench) not in sc or (ref, bench) not in sc:
@@ -151,18 +192,25 @@ def _final(tb: Testbed, name: str, spec: StudyFamily, arm: str, ref: str, bindin
     return c
 
 
-def _last_quarter(tb: Testbed, name: str, key: str, arm: str, ref: str, binding: str) -> Comparison | None:
-    a, b = tb.per_unit(arm, key), tb.per_unit(ref, key)
-    if not a or not b:
+def _interaction(tb: Testbed, name: str, spec: StudyFamily, names: tuple[str, ...], binding: str) -> Comparison | None:
+    """(a − b) − (c − d) per unit over the units all four arms share: the difference of two pairs' Δ."""
+    first, second = _pair(tb, name, spec, *names[:2], binding), _pair(tb, name, spec, *names[2:], binding)
+    if first is None or second is None:
         return None
-    return Comparison(name, "study", binding, arm, ref, tb.benchmark, key, 0, float(np.mean(list(a.values()))),
-                      float(np.mean(list(b.values()))), paired_delta(a, b))
+    d1, d2 = (dict(zip(c.delta.units, c.delta.deltas)) for c in (first, second))
+    bounds = None if spec.metric.startswith("last_quarter:") else (-2.0, 2.0)
+    d = paired_delta(d1, d2, bounds=bounds)
+    return Comparison(name, "study", binding, f"({names[0]} − {names[1]})", f"({names[2]} − {names[3]})",
+                      first.benchmark, first.metric, first.k, float(np.mean(list(d1.values()))),
+                      float(np.mean(list(d2.values()))), d)
 
 
-def _escape(tb: Testbed, name: str, spec: StudyFamily, pairs) -> list[tuple[Comparison, dict]]:
-    rows = escape_rows(tb.runs, spec.escape, spec.escape.benchmark or spec.benchmark or tb.benchmark)
+def _escape(tb: Testbed, name: str, spec: StudyFamily, pairs) -> tuple[list[tuple[Comparison, dict]], str]:
+    """The escape members of ``pairs`` and, when there are none, why."""
+    bench = spec.escape.benchmark or spec.benchmark or tb.benchmark
+    rows = escape_rows(tb.runs, spec.escape, bench)
     if not len(rows):
-        return []
+        return [], f"no run logs `{spec.escape.metric}` at its {spec.escape.signal} points on {bench}"
     tau = float(rows["last_step"].min())
     rows = rows.assign(restricted=rows["time"].clip(upper=tau))
     out = []
@@ -176,60 +224,133 @@ def _escape(tb: Testbed, name: str, spec: StudyFamily, pairs) -> list[tuple[Comp
         lr = logrank_rows(rows, [(arm, ref)])
         out.append((c, {"tau": tau, "escaped_arm": int(a["event"].sum()), "escaped_ref": int(b["event"].sum()),
                         "logrank_p": float(lr["p"].iloc[0]) if len(lr) else math.nan}))
-    return out
+    return out, ""
 
 
-def joint_holm(comps: list[Comparison], alpha: float) -> None:
+# --- adjustment -----------------------------------------------------------------------------------------
+
+
+def joint_holm(comps: list[Comparison], alpha: float, power: float) -> None:
     """One Holm–Bonferroni over a family's superiority and TOST p-values together (2m hypotheses), so
     the family-wise error over both kinds of call is at most α (docs/method.md, "Comparing arms");
-    replaces the separate adjustments `apply_family` made. The detectable effect keeps α/m."""
+    replaces the separate adjustments `apply_family` made. Holm's first step is then α/(2m), so each
+    member's detectable effect is the |Δ| its t-test detects at α/(2m) with ``power``."""
     counted = [c for c in comps if in_family(c)]
     adj, reject = holm([c.delta.p for c in counted] + [c.p_tost for c in counted], alpha)
     m = len(counted)
     for i, c in enumerate(counted):
         c.p_holm, c.significant = float(adj[i]), bool(reject[i])
         c.p_tost_holm, c.equivalent = float(adj[m + i]), bool(reject[m + i])
+        c.detectable = mde_paired(c.delta.sd, c.delta.n, alpha / (2 * max(1, m)), power)
+
+
+def error_bound(spec: StudyFamily, beds: list[Testbed] = ()) -> tuple[float, str]:
+    """The family-wise error over the family's calls that its adjustment guarantees, and in words: α
+    for one kind of call (no margin, non-inferiority) or a joint adjustment, 2α for superiority and
+    TOST each adjusted at α (docs/method.md). A family the sweep files declare (``declared``) takes
+    their α and margin (adjusted separately), the largest bound over the sweeps ``beds``."""
+    alpha, two = spec.alpha, spec.margin is not None and spec.adjust == "separate" and spec.test == "two_sided"
+    if spec.declared:
+        found = [f for tb in beds if tb.data.sweep.spec is not None
+                 for f in tb.data.sweep.spec.families_declared() if f.name == spec.declared]
+        alpha = max((f.alpha for f in found), default=spec.alpha)
+        two = any(f.margin is not None for f in found)
+    return (2 * alpha, f"at most 2α = {2 * alpha:g}") if two else (alpha, f"at most α = {alpha:g}")
+
+
+def adjust(members: list[Member], spec: StudyFamily) -> None:
+    """Holm within the family (`apply_family`; the joint or non-inferiority adjustment where it says)."""
+    comps = [m.comparison for m in members]
+    margin = None if spec.margin is None else spec.margin / _scale(spec)[0]
+    if spec.test == "noninferiority":
+        apply_family(comps, spec.alpha, None, spec.power)
+        apply_noninferiority(comps, spec.alpha, margin, spec.better)
+        return
+    apply_family(comps, spec.alpha, margin, spec.power)
+    if spec.adjust == "joint" and margin is not None:
+        joint_holm(comps, spec.alpha, spec.power)
+
+
+# --- the family ------------------------------------------------------------------------------------------
+
+
+def _scale(spec: StudyFamily) -> tuple[float, str]:
+    if spec.metric == "escape":
+        return 1.0, "steps"
+    if spec.metric.startswith("last_quarter:"):
+        return 1.0, f"(units of {spec.metric.split(':', 1)[1]})"
+    return 100.0, "points"
+
+
+def _found(tb: Testbed, name: str, spec: StudyFamily, matched) -> tuple[list[tuple[Comparison, str, dict]], list[str]]:
+    """The comparisons of one sweep's matched members, and notes on those it cannot read."""
+    if spec.declared:
+        if not tb.declares(spec.declared):
+            return [], [f"{tb.name}: its sweep file declares no family `{spec.declared}`"]
+        comps = {(c.arm, c.ref): c for c in tb.family(spec.declared)}
+        missing = [f"{n[0]} − {n[1]}" for n, _ in matched if n[:2] not in comps]
+        found = [(comps[n[:2]], b, {}) for n, b in matched if n[:2] in comps]
+        return found, ([f"{tb.name}: {', '.join(missing)} not in its declared family `{spec.declared}`"] if missing else [])
+    if spec.metric == "escape":
+        got, why = _escape(tb, name, spec, [(n[0], n[1], b) for n, b in matched])
+        return [(c, c.baseline, x) for c, x in got], ([f"{tb.name}: {why}"] if why else [])
+    found, missing = [], []
+    for names, b in matched:
+        c = _pair(tb, name, spec, *names, b) if len(names) == 2 else _interaction(tb, name, spec, names, b)
+        if c is None:
+            missing.append(" − ".join(names) if len(names) == 2 else f"({names[0]} − {names[1]}) − ({names[2]} − {names[3]})")
+        else:
+            found.append((c, b, {}))
+    what = f"the periodic evaluation at step {spec.step}" if spec.step is not None else (
+        "its metrics" if spec.metric.startswith("last_quarter:") else "final scores")
+    return found, ([f"{tb.name}: {', '.join(missing)}: no {what} of both arms"] if missing else [])
+
+
+def check_readable(study: Study, name: str, spec: StudyFamily, beds: list[Testbed]) -> None:
+    """Refuse what the family cannot read on any sweep it reads (one line, with the nearest name): a
+    member pattern that matches no arm, a training metric no run logs."""
+    arms = sorted({a for tb in beds for a in tb.arms})
+    for p in spec.members:
+        if beds and not any(match_members([p], tb.arms) for tb in beds):
+            first = split_member(p)[0]
+            raise UserError(f"family '{name}': member '{p}' matches no arm of {', '.join(tb.name for tb in beds)}"
+                            + did_you_mean(first, arms))
+    if spec.metric.startswith("last_quarter:") and beds:
+        key = spec.metric.split(":", 1)[1]
+        keys = logged_keys(beds)
+        if key not in keys:
+            raise UserError(f"family '{name}': metric last_quarter:{key}: no run of {', '.join(tb.name for tb in beds)} "
+                            f"logs '{key}' in {METRICS}" + did_you_mean(key, sorted(keys)))
 
 
 def family(study: Study, name: str, spec: StudyFamily) -> FamilyResult:
-    """The members of one study family on every finished sweep it reads, adjusted and called."""
-    members, notes = [], []
-    declared = spec.declared
-    scale, unit = ((1.0, "steps") if spec.metric == "escape" else
-                   (1.0, f"(units of {spec.metric.split(':', 1)[1]})") if spec.metric.startswith("last_quarter:") else
-                   (100.0, "points"))
-    for tb in study.named(spec.sweeps):
-        pairs = match_pairs(spec.members, tb.arms)
-        if not pairs:
-            notes.append(f"{tb.name}: no pair of its arms matches {', '.join(spec.members)}")
+    """The members of one study family on every finished sweep it reads, adjusted and called; a sweep it
+    names but does not read is a note with the reason."""
+    members, notes = [], [f"{s}: {why}" for s, why in study.unread(spec.sweeps)]
+    scale, unit = _scale(spec)
+    beds = study.named(spec.sweeps)
+    check_readable(study, name, spec, beds)
+    for tb in beds:
+        matched = match_members(spec.members, tb.arms)
+        if not matched:
+            notes.append(f"{tb.name}: no arms match {', '.join(spec.members)}")
             continue
-        if declared:
-            if not tb.declares(declared):
-                notes.append(f"{tb.name}: its sweep file declares no family `{declared}`")
-                continue
-            comps = {(c.arm, c.ref): c for c in tb.family(declared)}
-            found = [(comps[a, r], b, {}) for a, r, b in pairs if (a, r) in comps]
-            missing = [f"{a} − {r}" for a, r, _ in pairs if (a, r) not in comps]
-            if missing:
-                notes.append(f"{tb.name}: {', '.join(missing)} not in its declared family `{declared}`")
-        elif spec.metric == "escape":
-            found = [(c, c.baseline, x) for c, x in _escape(tb, name, spec, pairs)]
-        elif spec.metric.startswith("last_quarter:"):
-            key = spec.metric.split(":", 1)[1]
-            found = [(c, b, {}) for a, r, b in pairs if (c := _last_quarter(tb, name, key, a, r, b)) is not None]
-        else:
-            found = [(c, b, {}) for a, r, b in pairs if (c := _final(tb, name, spec, a, r, b)) is not None]
+        found, why = _found(tb, name, spec, matched)
+        notes += why
         for c, binding, extra in found:
             over = (warm_start_level(c.delta).over_warm_starts
                     if any(u[0] for u in c.delta.units) and spec.metric != "escape" else None)
-            members.append(Member(tb.name, binding or c.baseline, c, scale, unit, over, extra=extra))
-    if not declared:
-        margin = None if spec.margin is None else spec.margin / scale
-        apply_family([m.comparison for m in members], spec.alpha, margin, spec.power)
-        if spec.adjust == "joint" and margin is not None:
-            joint_holm([m.comparison for m in members], spec.alpha)
+            level = "unit"
+            if spec.unit == "warm_start":
+                if over is None:
+                    raise UserError(f"family '{name}': unit warm_start, but the runs of {tb.name} carry no warm start")
+                c.delta, c.hb_lo, c.hb_hi, over, level = over, math.nan, math.nan, None, "warm_start"
+            members.append(Member(tb.name, binding or c.baseline, c, scale, unit, over, extra=extra, level=level,
+                                  interaction=c.arm.startswith("(")))
+    if not spec.declared:
+        adjust(members, spec)
     mark_shared(members, study.sweeps)
-    return FamilyResult(name, spec, tuple(members), tuple(notes))
+    return FamilyResult(name, spec, tuple(members), tuple(notes), error_bound(spec, beds))
 
 
 def families(study: Study) -> dict[str, FamilyResult]:

@@ -9,11 +9,12 @@ and ends in one of four outcomes (`decide`):
   call; members that share runs count once (`rbctl.report.study.families.mark_shared`);
 - **inconclusive**: otherwise. A member called something that neither supports nor contradicts (an
   entropy bonus that lowered the level, read by "does not move the level") is named as a finding
-  of its own, not counted either way.
+  of its own, not counted either way; one called the opposite of the claim that the study's
+  ``contradict`` leaves out is named as such.
 
-The text of each outcome says the rule beside the call and, per member, the p-value that decided its
-call (`rbctl.report.analyses.comparisons.deciding_p`). It never calls an inconclusive result an
-absence of effect.
+The text of each outcome says the rule beside the call and, per member, the p-value that decided the
+call the rule reads (`rbctl.report.analyses.comparisons.reading_p`). It never calls an inconclusive
+result, or a test that did not reject, an absence of effect.
 """
 
 from __future__ import annotations
@@ -21,24 +22,26 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import numpy as np
 import pandas as pd
 
 from rbctl.config.study import AssociationRule, CallsRule, Claim, ExactRule, TrendRule
 from rbctl.errors import UserError
-from rbctl.report.analyses.comparisons import EQUIVALENT, HIGHER, LOWER, call, call_text, deciding_p
+from rbctl.report.analyses.comparisons import (EQUIVALENT, HIGHER, LOWER, NONINFERIOR, call, call_text,
+                                               reading_p)
 from rbctl.report.analyses.crossing import crossing_step
-from rbctl.report.analyses.trend import trend
-from rbctl.report.load import Run
 from rbctl.report.render.tables import pval
-from rbctl.report.series import final_heldout, run_series
-from rbctl.report.stats import finite, holm, paired_delta, pearson_ci, tail_mean
+from rbctl.report.series import run_series
+from rbctl.report.stats import finite, paired_delta
+from rbctl.report.study.association import UNIT_WORDS, association_reading, association_rows, trend_rows
 from rbctl.report.study.checks import find_check
-from rbctl.report.study.families import FamilyResult, Member, match_pairs
-from rbctl.report.study.sweeps import Study
+from rbctl.report.study.families import FamilyResult, Member, match_members
+from rbctl.report.study.sweeps import Study, did_you_mean, logged_keys
 
 SUPPORTED, CONTRADICTED, INCONCLUSIVE, NOT_APPLICABLE = "supported", "contradicted", "inconclusive", "not applicable"
 OPPOSITE = {HIGHER: LOWER, LOWER: HIGHER, "positive": "negative", "negative": "positive"}
+# the calls that say the opposite of a claim of each support (a rule's default `contradict`)
+OPPOSITES = {HIGHER: [LOWER], LOWER: [HIGHER], EQUIVALENT: [HIGHER, LOWER], NONINFERIOR: [],
+             "positive": ["negative"], "negative": ["positive"]}
 
 
 @dataclass(frozen=True)
@@ -62,11 +65,13 @@ class Verdict:
     table: pd.DataFrame | None = None  # an association's or an exact check's numbers
 
 
-def decide(readings: list[Reading], support: str, count, contradict: list[str], what: str = "members") -> tuple[str, str]:
-    """(outcome, one-sentence reason) of a rule over its members' readings (module docstring)."""
+def decide(readings: list[Reading], support: str, count, contradict: list[str], what: str = "members",
+           unread: tuple[str, ...] = ()) -> tuple[str, str]:
+    """(outcome, one-sentence reason) of a rule over its members' readings (module docstring);
+    ``unread``: why sweeps the rule names were not read (said when no member applies)."""
     live = [r for r in readings if r.call is not None]
     if not live:
-        why = "; ".join(f"{r.where}: {r.why}" for r in readings) or "no member has runs"
+        why = "; ".join([*(f"{r.where}: {r.why}" for r in readings), *unread]) or "no member has runs"
         return NOT_APPLICABLE, f"no member applies ({why})"
     groups: dict[str, list[Reading]] = {}
     for r in live:
@@ -85,38 +90,17 @@ def decide(readings: list[Reading], support: str, count, contradict: list[str], 
     for word in ("inconclusive", "not testable"):
         if any(r.call == word for r in live):
             reason += f"; {sum(r.call == word for r in live)} {word}"
-    if own:
-        reason += "; " + "; ".join(f"{r.where} is called {r.call}: a finding of its own, neither support nor contradiction"
-                                   for r in own)
+    for r in own:
+        if r.call in OPPOSITES.get(support, []):
+            reason += (f"; {r.where} is called {r.call}, the opposite of the claim, which the study file's `contradict` "
+                       "leaves out: counted neither way")
+        else:
+            reason += f"; {r.where} is called {r.call}: a finding of its own, neither support nor contradiction"
     return INCONCLUSIVE, reason
 
 
 def _count_words(count, what: str = "member") -> str:
     return f"every applicable {what} is" if count == "all" else f"at least {count} applicable {what}s are"
-
-
-def member_text(m: Member) -> str:
-    """A member's call with the p that decided it, and its population when the unit holds warm starts."""
-    c = m.comparison
-    text = call_text(c, m.scale, m.unit)
-    name, p = deciding_p(c)
-    out = f"{text} (Δ {delta_text(m)}, {name} {pval(p, 'not testable')})"
-    if m.over_warm_starts is not None and call(c) in (HIGHER, LOWER, EQUIVALENT):
-        # a call over (warm start, seed) units is about these warm starts; the warm start as the unit is what
-        # would carry it to another warm start
-        o = m.over_warm_starts
-        n_ws = len({u[0] for u in c.delta.units})
-        fmt = delta_format(m)
-        out += (f"; holds for these {n_ws} warm starts (units: (warm start, seed)); with the warm start as the unit "
-                + (f"Δ {fmt.format(m.scale * o.mean)} [{fmt.format(m.scale * o.lo)}, {fmt.format(m.scale * o.hi)}]"
-                   if finite(o.lo) else "not testable"))
-        if call(c) == EQUIVALENT and finite(o.lo) and max(abs(o.lo), abs(o.hi)) >= c.margin:
-            out += f", wider than ±{m.scale * c.margin:g}: not shown for other warm starts"
-        elif call(c) != EQUIVALENT and finite(o.lo) and o.lo <= 0 <= o.hi:
-            out += ", which holds 0: not shown for other warm starts"
-    if m.shares:
-        out += f"; {m.shares}"
-    return out
 
 
 def delta_format(m: Member) -> str:
@@ -133,6 +117,40 @@ def delta_text(m: Member) -> str:
                                             if finite(d.lo) else ""))
 
 
+def warm_start_caveat(m: Member) -> str:
+    """For a call over (warm start, seed) units: the population it holds for, the interval with the warm
+    start as the unit, and whether that interval shows the call for another warm start; "" otherwise."""
+    c, o = m.comparison, m.over_warm_starts
+    if o is None or call(c) not in (HIGHER, LOWER, EQUIVALENT, NONINFERIOR):
+        return ""
+    fmt = delta_format(m)
+    n_ws = len({u[0] for u in c.delta.units})
+    out = (f"holds for these {n_ws} warm starts (units: (warm start, seed)); with the warm start as the unit "
+           + (f"Δ {fmt.format(m.scale * o.mean)} [{fmt.format(m.scale * o.lo)}, {fmt.format(m.scale * o.hi)}]"
+              if finite(o.lo) else "not testable"))
+    if call(c) in (EQUIVALENT, NONINFERIOR) and finite(o.lo) and max(abs(o.lo), abs(o.hi)) >= c.margin:
+        out += f", wider than ±{m.scale * c.margin:g}: not shown for other warm starts"
+    elif call(c) in (HIGHER, LOWER) and finite(o.lo) and o.lo <= 0 <= o.hi:
+        out += ", which holds 0: not shown for other warm starts"
+    return out
+
+
+def member_text(m: Member, word: str | None = None) -> str:
+    """A member's call with the p that decided the call the rule reads (``word``; default its own
+    call), the population its units stand for, and the runs it shares."""
+    c = m.comparison
+    name, p = reading_p(c, word or call(c))
+    out = f"{call_text(c, m.scale, m.unit)} (Δ {delta_text(m)}, {name} {pval(p, 'not testable')})"
+    if m.level == "warm_start":
+        out += f"; units: the {c.delta.n} warm starts (each its seeds' mean Δ)"
+    caveat = warm_start_caveat(m)
+    if caveat:
+        out += f"; {caveat}"
+    if m.shares:
+        out += f"; {m.shares}"
+    return out
+
+
 def _word(m: Member, support: str) -> str:
     """The call a rule reads: the call word, except that a member within the margin (TOST rejected) is
     "equivalent" for a rule whose support is equivalence (its direction stays in its text)."""
@@ -142,17 +160,29 @@ def _word(m: Member, support: str) -> str:
     return call(c)
 
 
+def raised_words(m: Member, key: str, study: Study, alpha: float) -> tuple[bool, str]:
+    """(whether the arm is shown to raise ``key`` over its reference, the words): a paired t-test of the
+    last-quarter means at ``alpha``, unadjusted; a test that does not reject says "not shown to rise",
+    never that it did not rise."""
+    tb, c = study.sweeps[m.sweep], m.comparison
+    d = paired_delta(tb.per_unit(c.arm, key), tb.per_unit(c.ref, key))
+    shown = d.testable and d.p <= alpha and d.mean > 0
+    test = (f"paired t-test p {pval(d.p)}, {d.n} units, unadjusted" if d.testable else f"not testable: {d.untestable}")
+    return shown, f"{key} Δ {d.mean:+.3f} ({test})" if finite(d.mean) else f"{key}: no common unit"
+
+
 def applies(m: Member, rule: CallsRule, study: Study, fams: dict[str, FamilyResult], alpha: float) -> str:
     """"" when member ``m`` applies for ``rule``, else why not."""
     cond, c, tb = rule.applies_if, m.comparison, study.sweeps[m.sweep]
+    if m.interaction and (cond.plateau or cond.raised):
+        return "an interaction has no one arm and reference to test the plateau or a raised metric on"
     if cond.plateau and not tb.plateau_held(c.ref):
         return (f"the plateau test does not hold for {c.ref}" if tb.ceiling is not None
                 else "no stated ceiling, so the plateau test cannot hold")
     if cond.raised:
-        d = paired_delta(tb.per_unit(c.arm, cond.raised), tb.per_unit(c.ref, cond.raised))
-        if not (d.testable and d.p <= alpha and d.mean > 0):
-            return (f"{cond.raised} not raised: Δ {d.mean:+.3f} (paired t-test p {pval(d.p, 'not testable')}, "
-                    f"{d.n} units, unadjusted)")
+        shown, words = raised_words(m, cond.raised, study, alpha)
+        if not shown:
+            return f"{cond.raised} not shown to rise: {words}"
     if cond.called_in:
         other = fams[cond.called_in].member(m.sweep, c.arm, c.ref)
         if other is None:
@@ -162,17 +192,17 @@ def applies(m: Member, rule: CallsRule, study: Study, fams: dict[str, FamilyResu
     return ""
 
 
-def raised_note(m: Member, key: str, study: Study) -> str:
-    tb, c = study.sweeps[m.sweep], m.comparison
-    d = paired_delta(tb.per_unit(c.arm, key), tb.per_unit(c.ref, key))
-    return f"{key} Δ {d.mean:+.3f} (p {pval(d.p, 'not testable')}, {d.n} units, unadjusted)"
-
-
 def crossing_text(m: Member, study: Study) -> str:
     """When member ``m``'s arm's mean held-out curve (its metric, over the periodic evaluations every
     unit of both arms has) rises above the reference's for good, with its 95% bootstrap interval over
-    units (`rbctl.report.analyses.crossing`)."""
-    c, runs = m.comparison, study.sweeps[m.sweep].data.sweep.by_arm
+    units (`rbctl.report.analyses.crossing`). Only where the family's test says the arm ends higher:
+    without that the curves are not shown to differ, and a crossing step of two equal curves is noise."""
+    c = m.comparison
+    if m.interaction:
+        return "crossing step: not defined for an interaction"
+    if call(c) != HIGHER:
+        return f"crossing step: not reported (the arm is not shown to end higher: {call(c)})"
+    runs = study.sweeps[m.sweep].data.sweep.by_arm
     metric = "avg@n" if c.metric == "avg@n" else f"pass@{c.k}"
     curves = {arm: {r.unit: run_series(r, metric, c.benchmark) for r in runs.get(arm, [])} for arm in (c.arm, c.ref)}
     units = sorted(set(curves[c.arm]) & set(curves[c.ref]), key=str)
@@ -186,184 +216,106 @@ def crossing_text(m: Member, study: Study) -> str:
             f"{show(x.lo)} to {show(x.hi)}; {100 * x.crossed:.0f}% of resamples cross by step {steps[-1]:g})")
 
 
+def _selected(rule: CallsRule, fam: FamilyResult, study: Study) -> list[Member]:
+    if rule.members is None:
+        return list(fam.members)
+    keep = set()
+    for tb in study.named(fam.spec.sweeps):
+        keep |= {(tb.name, names) for names, _ in match_members(rule.members, tb.arms)}
+    key = lambda m: (m.comparison.arm.strip("()").split(" − ") + m.comparison.ref.strip("()").split(" − ")  # noqa: E731
+                     if m.interaction else [m.comparison.arm, m.comparison.ref])
+    return [m for m in fam.members if (m.sweep, tuple(key(m))) in keep]
+
+
 def calls_rule(claim: Claim, study: Study, fams: dict[str, FamilyResult]) -> Verdict:
     rule: CallsRule = claim.rule
     fam = fams[rule.family]
-    contradict = rule.contradict if rule.contradict is not None else [OPPOSITE[rule.support]] if rule.support in OPPOSITE else []
-    members = list(fam.members)
-    if rule.members is not None:
-        keep = set()
-        for tb in study.named(fam.spec.sweeps):
-            keep |= {(tb.name, a, r) for a, r, _ in match_pairs(rule.members, tb.arms)}
-        members = [m for m in members if (m.sweep, m.comparison.arm, m.comparison.ref) in keep]
+    contradict = rule.contradict if rule.contradict is not None else OPPOSITES[rule.support]
+    if rule.applies_if.raised:
+        _check_key(rule.applies_if.raised, study.named(fam.spec.sweeps), "applies_if.raised")
     readings = []
-    for m in members:
+    for m in _selected(rule, fam, study):
         why = applies(m, rule, study, fams, fam.spec.alpha)
-        text = member_text(m)
+        word = _word(m, rule.support)
+        text = member_text(m, word)
         if rule.applies_if.raised and not why:
-            text += f"; {raised_note(m, rule.applies_if.raised, study)}"
+            text += f"; {raised_words(m, rule.applies_if.raised, study, fam.spec.alpha)[1]}"
         if rule.crossing:
             text += f"; {crossing_text(m, study)}"
-        readings.append(Reading(m.where, None if why else _word(m, rule.support), text, m.group, why))
-    outcome, reason = decide(readings, rule.support, rule.count, contradict)
-    conds = [w for w, on in (("the plateau test holds for the reference on its sweep (stated ceiling)", rule.applies_if.plateau),
-                             (f"the arm raised {rule.applies_if.raised} over the reference (paired t-test, unadjusted)",
-                              bool(rule.applies_if.raised)),
-                             (f"the member is called {rule.applies_if.called} in `{rule.applies_if.called_in}`",
-                              bool(rule.applies_if.called_in))) if on]
-    words = (f"family `{rule.family}`" + (f" ({', '.join(rule.members)})" if rule.members else "")
-             + (f", where {' and '.join(conds)}" if conds else "")
-             + f": supported when {_count_words(rule.count)} called {rule.support}"
-             + (f"{' within the margin (TOST)' if rule.support == EQUIVALENT else ''}; contradicted when any is called "
-                f"{' or '.join(contradict)}" if contradict else "; no call contradicts it")
-             + "; else inconclusive")
-    return Verdict(outcome, reason, words, readings)
+        readings.append(Reading(m.where, None if why else word, text, m.group, why))
+    outcome, reason = decide(readings, rule.support, rule.count, contradict, unread=fam.notes)
+    return Verdict(outcome, reason, calls_words(rule, contradict), readings)
 
 
-# --- association ---------------------------------------------------------------------------------------
+def calls_words(rule: CallsRule, contradict: list[str]) -> str:
+    cond = rule.applies_if
+    conds = [w for w, on in (("the plateau test holds for the reference on its sweep (stated ceiling)", cond.plateau),
+                             (f"the arm is shown to raise {cond.raised} over the reference (paired t-test, unadjusted)",
+                              bool(cond.raised)),
+                             (f"the member is called {cond.called} in `{cond.called_in}`", bool(cond.called_in))) if on]
+    left_out = [w for w in OPPOSITES[rule.support] if w not in contradict]
+    return (f"family `{rule.family}`" + (f" ({', '.join(rule.members)})" if rule.members else "")
+            + (f", where {' and '.join(conds)}" if conds else "")
+            + f": supported when {_count_words(rule.count)} called {rule.support}"
+            + (f"{' within the margin (TOST)' if rule.support == EQUIVALENT else ''}; contradicted when any is called "
+               f"{' or '.join(contradict)}" if contradict else "; no call contradicts it")
+            + (f"; a member called {' or '.join(left_out)} (the opposite of the claim) is counted neither way: the "
+               "study file's `contradict` leaves it out" if left_out else "")
+            + "; else inconclusive")
 
 
-def window_mean(run: Run, key: str, window: str, fraction: float) -> float:
-    """A run's mean of ``key`` over its first ``fraction`` of logged steps (early) or its last quarter (late)."""
-    vals = [m.get(key) for m in run.metrics if finite(m.get(key))]
-    if not vals:
-        return math.nan
-    if window == "late":
-        return tail_mean(vals)
-    return float(np.mean(vals[:max(1, math.ceil(fraction * len(vals)))]))
-
-
-def association(x, y, arms, unit: str, units=None):
-    """Pearson r of ``x`` with ``y`` on the ``unit`` of docs/method.md (studies):
-
-    - "within_arm": each value minus its arm's mean (rmcorr with the arm as the subject; N − k − 1 df);
-    - "arm_and_unit": each value's residual from the additive fit arm + unit (least squares on arm and
-      unit indicators; ``units`` names each run's unit), so neither the arms' effects nor those of the
-      units the arms share (a warm start, a seed) enter: N − rank − 1 df. Where the arms' runs share
-      units, "within_arm" keeps the units' own effects on x and y in and rejects too often;
-    - "arm_means": over the k arm means (k − 2 df).
-
-    Never centred within units alone: that leaves the arms' own effects on x and y in the data. A
-    `rbctl.report.stats.Correlation`."""
-    x, y, arms = np.asarray(x, dtype=float), np.asarray(y, dtype=float), np.asarray(arms)
-    ok = np.isfinite(x) & np.isfinite(y)
-    x, y, arms = x[ok], y[ok], arms[ok]
-    if not len(x):
-        return pearson_ci([], [])
-    _, code = np.unique(arms, return_inverse=True)
-    n = np.bincount(code)
-    mx, my = np.bincount(code, x) / n, np.bincount(code, y) / n
-    if unit == "arm_means":
-        return pearson_ci(mx, my)
-    if unit == "within_arm":
-        return pearson_ci(x - mx[code], y - my[code], groups=len(n))
-    _, ucode = np.unique(np.asarray([str(u) for u in np.asarray(units, dtype=object)[ok]]), return_inverse=True)
-    design = np.concatenate([np.eye(len(n))[code], np.eye(ucode.max() + 1)[ucode][:, 1:]], axis=1)
-    fit = np.linalg.lstsq(design, np.stack([x, y], 1), rcond=None)
-    resid = np.stack([x, y], 1) - design @ fit[0]
-    return pearson_ci(resid[:, 0], resid[:, 1], groups=int(fit[2]))
-
-
-def association_rows(rule: AssociationRule, study: Study) -> pd.DataFrame:
-    rows = []
-    for tb in study.named(rule.sweeps):
-        bench = rule.benchmark or tb.benchmark
-        x = [window_mean(r, rule.predictor, rule.window, rule.fraction) for r in tb.runs]
-        y = [final_heldout(r, bench) for r in tb.runs]
-        arms, units = [r.arm for r in tb.runs], [r.unit for r in tb.runs]
-        mine = association(x, y, arms, rule.unit, units)
-        other = association(x, y, arms, "arm_means" if rule.unit != "arm_means" else "arm_and_unit", units)
-        rows.append({"sweep": tb.name, "runs": int(np.sum(np.isfinite(x) & np.isfinite(y))), "arms": len(set(arms)),
-                     "df": mine.df, "r": mine.r, "r_lo": mine.lo, "r_hi": mine.hi, "p": mine.p,
-                     "other_r": other.r, "other_p": other.p, "other_df": other.df})
-    df = pd.DataFrame(rows, columns=["sweep", "runs", "arms", "df", "r", "r_lo", "r_hi", "p", "other_r", "other_p",
-                                     "other_df"])
-    testable = df["p"].apply(finite) if len(df) else pd.Series(dtype=bool)
-    df["p_holm"] = math.nan
-    if testable.any():
-        adj, _ = holm(df.loc[testable, "p"].to_numpy(), rule.alpha)
-        df.loc[testable, "p_holm"] = adj
-    return df
+def _check_key(key: str, beds, what: str) -> None:
+    keys = logged_keys(beds)
+    if beds and key not in keys:
+        raise UserError(f"{what} '{key}': no run of {', '.join(tb.name for tb in beds)} logs it"
+                        + did_you_mean(key, sorted(keys)))
 
 
 def association_rule(claim: Claim, study: Study) -> Verdict:
     rule: AssociationRule = claim.rule
     df = association_rows(rule, study)
-    readings, separable = [], []
-    unit_words = {"within_arm": "within arms (rmcorr: each run minus its arm's means)",
-                  "arm_and_unit": "within arms and units (each run's residual from arm + unit)",
-                  "arm_means": "over the arm means"}[rule.unit]
-    other_words = "arm means" if rule.unit != "arm_means" else "within arms and units"
+    readings = [Reading(name, None, "", name, f"not read: {why}") for name, why in study.unread(rule.sweeps)]
+    apart = []
     for row in df.itertuples(index=False):
-        if not finite(row.p):
-            readings.append(Reading(row.sweep, "not testable", f"not testable ({row.runs} runs, {row.arms} arms)", row.sweep))
-            continue
-        sig = row.p_holm <= rule.alpha
-        word = ("positive" if row.r > 0 else "negative") if sig else "inconclusive"
-        text = (f"r {row.r:+.2f}" + (f" [{row.r_lo:+.2f}, {row.r_hi:+.2f}]" if finite(row.r_lo) else "")
-                + f" {unit_words}, {row.df} df, Holm p {pval(row.p_holm)}; {other_words}: r "
-                + (f"{row.other_r:+.2f}, p {pval(row.other_p)} (unadjusted)" if finite(row.other_r) else "not testable"))
-        if not sig and rule.unit != "arm_means" and finite(row.other_p) and row.other_p <= rule.alpha:
-            text += (" — not separable from the arms' effects: the association is across arms, whose own effects on "
-                     "both it carries; within arms it is inconclusive")
-            separable.append(row.sweep)
-        if sig and rule.unit == "arm_means":
-            text += " (across arms: the arms' own effects on both are part of it)"
+        word, text, alone = association_reading(row, rule)
         readings.append(Reading(row.sweep, word, text, row.sweep))
+        if alone:
+            apart.append(row.sweep)
     outcome, reason = decide(readings, rule.sign, rule.count, [OPPOSITE[rule.sign]], "sweeps")
-    if outcome == INCONCLUSIVE and separable:
-        reason += f"; on {', '.join(separable)} not separable from the arms' effects"
+    if outcome == INCONCLUSIVE and apart:
+        reason += f"; on {', '.join(apart)} shown across the arms' means only, not within arms"
     window = (f"the first {rule.fraction:g} of logged steps (lagged)" if rule.window == "early" else "the last quarter (same time)")
-    words = (f"`{rule.predictor}` over {window} against the final held-out {rule.outcome}, r {unit_words}, Holm over "
-             f"the sweeps at α {rule.alpha:g}: supported when {_count_words(rule.count, 'sweep')} significant "
-             f"with the expected {rule.sign} sign; contradicted when any shows the opposite; else inconclusive")
+    test = ("Pearson's t over the arm means" if rule.unit == "arm_means" else
+            {"auto": "a t-test over warm starts where the runs carry them, else a permutation test over units",
+             "unit": "a permutation test over units", "warm_start": "a t-test over warm starts"}[rule.level])
+    words = (f"`{rule.predictor}` over {window} against the final held-out {rule.outcome}, r "
+             f"{UNIT_WORDS[rule.unit]} by {test}, Holm over the sweeps at α {rule.alpha:g}: supported when "
+             f"{_count_words(rule.count, 'sweep')} significant with the expected {rule.sign} sign; contradicted when "
+             "any shows the opposite; else inconclusive")
     return Verdict(outcome, reason, words, readings, df)
-
-
-def setting_value(run: Run, key: str):
-    """The value at dotted ``key`` of a run's saved config (None when absent)."""
-    v = run.config or {}
-    for part in key.split("."):
-        v = v.get(part) if isinstance(v, dict) else None
-    return v
 
 
 def trend_rule(claim: Claim, study: Study, fams: dict[str, FamilyResult]) -> Verdict:
     rule: TrendRule = claim.rule
-    rows, readings = [], []
-    for sweep in dict.fromkeys(m.sweep for m in fams[rule.family].members):
-        members = [m for m in fams[rule.family].members if m.sweep == sweep]
-        runs = study.sweeps[sweep].data.sweep.by_arm
-        levels = [setting_value(runs[m.comparison.arm][0], rule.over) for m in members]
-        if len(members) < 2 or any(not isinstance(v, (int, float)) or (rule.x == "log2" and v <= 0) for v in levels):
-            readings.append(Reading(sweep, "not testable", f"not testable: `{rule.over}` of the members' arms is "
-                                    f"{levels} (needs two or more numeric levels)", sweep))
-            continue
-        x = [math.log2(v) if rule.x == "log2" else float(v) for v in levels]
-        common = set.intersection(*(set(m.comparison.delta.units) for m in members))
-        per_unit = {u: [dict(zip(m.comparison.delta.units, m.comparison.delta.deltas))[u] for m in members]
-                    for u in sorted(common)}
-        t = trend(x, per_unit, rule.alpha)
-        rows.append({"sweep": sweep, "levels": ", ".join(f"{v:g}" for v in levels), "units": t.test.n,
-                     "slope": t.test.mean, "lo": t.test.lo, "hi": t.test.hi, "p": t.test.p})
-    df = pd.DataFrame(rows, columns=["sweep", "levels", "units", "slope", "lo", "hi", "p"])
-    testable = df["p"].apply(finite) if len(df) else pd.Series(dtype=bool)
-    df["p_holm"] = math.nan
-    if testable.any():
-        df.loc[testable, "p_holm"] = holm(df.loc[testable, "p"].to_numpy(), rule.alpha)[0]
+    df, skipped = trend_rows(rule, study, fams)
+    readings = [Reading(s, "not testable", why, s) for s, why in skipped]
     per = "per doubling" if rule.x == "log2" else "per unit of the setting"
+    scale = fams[rule.family].members[0].scale if fams[rule.family].members else 100.0
     for row in df.itertuples(index=False):
-        scale = fams[rule.family].members[0].scale
+        units = f"{row.units} {'warm starts (each its seeds’ mean slope)' if row.level == 'warm_start' else 'units'}"
         if not finite(row.p):
-            readings.append(Reading(row.sweep, "not testable", f"slope not testable ({row.units} units)", row.sweep))
+            readings.append(Reading(row.sweep, "not testable", f"slope not testable ({units})", row.sweep))
             continue
         word = ("positive" if row.slope > 0 else "negative") if row.p_holm <= rule.alpha else "inconclusive"
         readings.append(Reading(row.sweep, word, f"{word}: slope of Δ on {rule.x} `{rule.over}` ({row.levels}) "
                                 f"{scale * row.slope:+.2f} [{scale * row.lo:+.2f}, {scale * row.hi:+.2f}] {per}, "
-                                f"{row.units} units, Holm p {pval(row.p_holm)}", row.sweep))
-    outcome, reason = decide(readings, rule.sign, rule.count, [OPPOSITE[rule.sign]], "sweeps")
+                                f"{units}, Holm p {pval(row.p_holm)}", row.sweep))
+    outcome, reason = decide(readings, rule.sign, rule.count, [OPPOSITE[rule.sign]], "sweeps",
+                             unread=fams[rule.family].notes)
+    over = {"auto": "over warm starts where the runs carry them (each its seeds' mean slope), else over units",
+            "unit": "over units", "warm_start": "over warm starts (each its seeds' mean slope)"}[rule.level]
     words = (f"family `{rule.family}`'s members as levels of `{rule.over}` (x = {rule.x}): per unit the least-squares "
-             f"slope of Δ on x, a t-test of the slopes over units, Holm over the sweeps at α {rule.alpha:g}: supported "
+             f"slope of Δ on x, a t-test of the slopes {over}, Holm over the sweeps at α {rule.alpha:g}: supported "
              f"when {_count_words(rule.count, 'sweep')} significant with the expected {rule.sign} slope; contradicted "
              "when any shows the opposite; else inconclusive")
     return Verdict(outcome, reason, words, readings)

@@ -4,6 +4,7 @@ them by it); and the settings sweeps."""
 
 from __future__ import annotations
 
+import difflib
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,6 +70,17 @@ class Testbed:
         return self.ceiling is not None and self.data.plateau.held_for(arm)
 
 
+def did_you_mean(name: str, choices: list[str]) -> str:
+    """" (did you mean 'entropy'?)" for the nearest of ``choices``, or "" when none is near."""
+    near = difflib.get_close_matches(str(name), [str(c) for c in choices], n=1, cutoff=0.6)
+    return f" (did you mean '{near[0]}'?)" if near else ""
+
+
+def logged_keys(beds) -> set[str]:
+    """Every metrics.jsonl key a run of the sweeps ``beds`` logged."""
+    return {k for tb in beds for r in tb.runs for m in r.metrics for k in m}
+
+
 def load_testbed(name: str, path: Path, n_boot: int) -> Testbed:
     path = Path(path)
     if not path.is_dir() and not is_manifest(path):  # a runs manifest (runs trained elsewhere) is a testbed too
@@ -109,6 +121,19 @@ class Study:
         out.update({tb.name: tb for tb, _, _ in self.long})
         if self.main is not None:
             out[self.main.name] = self.main
+        return out
+
+    def unread(self, names: list[str] | None) -> list[tuple[str, str]]:
+        """(sweep, why) of each sweep of ``names`` (null: every testbed) that is not read: not finished
+        (the reason), or a long horizon whose testbed is not finished."""
+        have = self.sweeps
+        wanted = list(self.config.testbeds) if names is None else names
+        out = []
+        for n in (n for n in wanted if n not in have):
+            why = next((w for what, w in self.pending if what.split()[-1] == n or (n, what) == ("main", "main job")), None)
+            if why is None:
+                why = "its testbed's sweep is not finished" if n.endswith("_long") else "not finished"
+            out.append((n, why))
         return out
 
     def named(self, names: list[str] | None) -> list[Testbed]:

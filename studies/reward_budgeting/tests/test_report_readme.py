@@ -46,7 +46,9 @@ def test_results_document_from_the_report_tables(tmp_path, capsys):
     assert "| Holm p | P(improvement) [95% paired-bootstrap CI] | rliable 95% CI (independent bootstrap) |" in text
     assert "P(improvement) with a 95% paired-bootstrap interval and rliable's independent-bootstrap interval" in text
     # plateau of grpo: held-out .40, .41, .42 at T = 4 vs .20, .21, .22 at step 2 (nearest ¾T = 3 before T)
-    assert "| stalled | no | mean over 3 units of \\|pass@1(T) − pass@1(≈¾T)\\| = 20.00 points (≥ 2) |" in text
+    # a stall needs two evaluations in the last quarter (steps 3-4): one here, so "stalled" is not evaluated
+    assert ("| stalled | not evaluated | not evaluated: 3 of 3 units have fewer than 2 held-out evaluations in the last "
+            "quarter of their steps |") in text
     assert "| below_ceiling | yes | ceiling 90.0 − final pass@1 41.0 = 49.0 points (≥ 15) |" in text
     assert "0.000" not in text
 

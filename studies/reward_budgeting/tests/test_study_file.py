@@ -38,9 +38,18 @@ def test_rbctl_report_of_the_study_file_on_tiny_sweeps(tmp_path: Path, capsys, m
     assert capsys.readouterr().out.strip().endswith("claims.md")
     for cid in ("a", "a-speed", "b", "c", "d", "e", "e-entropy", "f", "g"):
         assert f"\n### ({cid}) " in doc
-    # the study's version was recorded by this report, after every run had finished; the sweep files kept none
-    assert "Declared (the study file): fixpoint: declared after 15 of 15 runs had finished" in doc
-    assert "Declared (the sweep files): no declaration record (sweep run before rbctl kept one)" in doc
+    # the study's version was recorded by this report, after every run had finished; the sweep files kept none; the
+    # study file lists claims a to f as written after an earlier run set's results, and the claims say so
+    earlier = "declared after an earlier run set's results (the study file says so); "
+    assert f"Declared (the study file): fixpoint: {earlier}declared after 15 of 15 runs had finished" in doc
+    assert f"Declared (the study file and the sweep files): {earlier}no declaration record in this directory" in doc
+    claim_a = doc.split("### (a) ")[1].split("### ")[0]
+    assert f"Declared (the study file and the sweep files): {earlier}no declaration record" in claim_a
+    assert "before the first result" not in doc and "declared before any run in this directory" not in doc
+    # a sweep a family names but does not read is named, with why
+    assert "Not read: fixpoint: no run logs `label/strategy/walk` at its eval points on builtin; maze: " in doc
+    assert "Not read: maze_horizon: `runs/ablate_maze_horizon` does not exist yet." in doc
+    assert "Study-level multiplicity: 12 members called in 4 families" in doc
     # (a): GRPO higher, RLOO equivalent within ±15 on both tiny testbeds
     assert "### (a) The budget improves several RL baselines" in doc
     assert "Call: **inconclusive** — 1 of the 2 needed members called higher" in doc
