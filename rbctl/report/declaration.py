@@ -98,7 +98,8 @@ def declaration_of(history: list[dict], key: str, value_of: Callable[[dict], Any
 def declaration_sentence(dirs: list[Path], family: str) -> str:
     """The report's line on when a family of the sweep file was declared (`family_declaration`), for
     the sweep directories its runs come from: ``Declaration (recorded by rbctl ablate): declared
-    before the first result (sweep-file version `1a2b3c4`, first seen 2026-12-04T21:40:12Z).``"""
+    before the first result (sweep-file version `1a2b3c4`, first seen 2026-12-04T21:40:12Z).``
+    A runs manifest's is recorded by `rbctl report` (`manifest_sentence`)."""
     def one(d: Declaration) -> str:
         where = f" (sweep-file version `{d.sha256[:7]}`, first seen {d.first_seen})" if d.sha256 else ""
         return d.text + where
@@ -106,11 +107,30 @@ def declaration_sentence(dirs: list[Path], family: str) -> str:
     dirs = list(dict.fromkeys(Path(d) for d in dirs))
     if not dirs:
         return "Declaration: no sweep directory, so no declaration record."
+    if all(is_manifest(d) for d in dirs):
+        return manifest_sentence(dirs, family)
     found = [(d, family_declaration(d, family)) for d in dirs]
     if len(found) == 1:
         return f"Declaration (recorded by rbctl ablate in {SWEEP_HISTORY}): {one(found[0][1])}."
     return (f"Declaration (recorded by rbctl ablate in each sweep's {SWEEP_HISTORY}): "
             + "; ".join(f"`{d}`: {one(x)}" for d, x in found) + ".")
+
+
+def manifest_sentence(manifests: list[Path], family: str) -> str:
+    """The declaration line of a family of runs manifests, from each one's history
+    (`rbctl.report.sources.declare`: recorded by `rbctl report`, runs counted by their own end times)."""
+    from rbctl.report.sources.declare import history_path
+
+    def one(path: Path) -> str:
+        d = family_declaration(path, family)
+        if d.first_seen is None and not d.absent:
+            return f"no declaration record (`rbctl report {path}` records one)"
+        return d.text + (f" (manifest version `{d.sha256[:7]}`, first seen {d.first_seen})" if d.sha256 else "")
+
+    texts = [(p, one(p)) for p in manifests]
+    if len(texts) == 1:
+        return f"Declaration (recorded by rbctl report in {history_path(texts[0][0])}, runs counted by their own clocks): {texts[0][1]}."
+    return "Declaration (recorded by rbctl report beside each manifest): " + "; ".join(f"`{p}`: {t}" for p, t in texts) + "."
 
 
 def sweep_declaration(sweep_dir: Path, key: str) -> Declaration:
@@ -126,6 +146,12 @@ def family_declaration(sweep_dir: Path, family: str) -> Declaration:
     from rbctl.config.sweep import PRINCIPAL_FAMILY
 
     key = "comparisons.principal" if family == PRINCIPAL_FAMILY else f"comparisons.families.{family}"
+    if is_manifest(sweep_dir):  # a runs manifest's history: its first report is its declaration
+        from rbctl.report.sources import read_manifest
+        from rbctl.report.sources.declare import manifest_history
+
+        history = manifest_history(sweep_dir, read_manifest(sweep_dir))
+        return declaration_of(history, key, lambda c: _resolved_family(c, family), kept_from_start=False)
     return declaration_of(read_history(Path(sweep_dir) / SWEEP_HISTORY), key, lambda c: _resolved_family(c, family))
 
 
