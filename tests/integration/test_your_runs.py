@@ -275,3 +275,21 @@ def test_reporting_a_study_with_a_manifest_testbed_records_nothing_into_the_mani
     assert rc == 0, printed
     assert manifest.read_text() == before and sorted(p.name for p in tmp_path.iterdir()) == [
         "export.csv", "manifest.yaml", "study.yaml"]
+
+
+def test_a_study_of_a_manifest_without_held_out_scores_compares_a_training_metric(tmp_path: Path) -> None:
+    # no held-out role: no benchmark at all; a family on the last quarter of entropy needs none
+    manifest = table_manifest(tmp_path, wandb_export(tmp_path), roles={"entropy": "train/entropy",
+                                                                        "reward": "train/reward"}, comparisons=None)
+    study = tmp_path / "study.yaml"
+    study.write_text(yaml.safe_dump({
+        "name": "entropy study", "testbeds": {"imported": str(manifest)},
+        "families": {"entropy": {"members": ["{X}_budget − {X}"], "metric": "last_quarter:entropy"}}}))
+    s = claims.load_study(study, n_boot=50)
+    fams = families(s)
+    members = {m.comparison.arm: m.comparison for m in fams["entropy"].members}
+    # train/entropy is 0.1 at the last quarter's step (4) in every run: Δ = 0 in every seed, not testable
+    assert set(members) == {"grpo_budget", "rloo_budget"}
+    assert all(c.delta.mean == pytest.approx(0.0) and call(c) == "not testable" for c in members.values())
+    doc = claims.claims_markdown(s, command="rbctl report study.yaml")
+    assert "grpo_budget − grpo" in doc
