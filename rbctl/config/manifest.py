@@ -60,9 +60,9 @@ HELDOUT_PREFIXES = {"trl": ("eval_", "test_"), "verl": ("val-", "val/")}
 TRAINING_PREFIXES = ("train/", "train_", "training/", "rollout/", "actor/", "critic/")
 
 
-def _close(word: str, known, what: str) -> str:
+def _close(word: str, known, what: str, cutoff: float = 0.6) -> str:
     """A did-you-mean error text for ``word`` among ``known`` ("" when nothing is close)."""
-    near = difflib.get_close_matches(word, list(known), n=1, cutoff=0.75)
+    near = difflib.get_close_matches(word, list(known), n=1, cutoff=cutoff)
     return f"unknown {what} '{word}' (did you mean '{near[0]}'?)" if near else ""
 
 
@@ -85,7 +85,7 @@ class ArmInfo(Section):
     def _known_variant(cls, variant):
         known = known_variants()
         for part in variant.split("+"):
-            if part not in known and (hint := _close(part, known, "variant")):
+            if part not in known and (hint := _close(part, known, "variant", cutoff=0.75)):
                 raise ValueError(f"{hint}; known: {', '.join(known)}")
         return variant
 

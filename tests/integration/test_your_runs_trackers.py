@@ -21,6 +21,7 @@ import yaml
 
 from rbctl.report.analyses.comparisons import HIGHER
 from rbctl.report.data import report_data
+from tests.integration.test_your_runs_verl import tracking  # noqa: F401  (verl's logger module, or a skip saying why)
 
 # arm -> final held-out accuracy per seed 0, 1, 2: Δ = .25, .25, .3125 (paired t over 3 seeds)
 FINAL = {"grpo": (0.25, 0.3125, 0.375), "grpo_budget": (0.5, 0.5625, 0.6875)}
@@ -244,3 +245,16 @@ def test_a_wandb_folder_alone_is_reported_and_its_manifest_round_trips(wandb_dir
     assert run(["report", "m.yaml", "-o", "out"]) == 0
     assert "grpo_budget − grpo" in capsys.readouterr().out
     assert "sweep file" not in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_verls_file_logger_gives_the_same_calls(tracking, tmp_path: Path, monkeypatch) -> None:
+    """verl's `Tracking` (its file backend, orjson writing a None as null) logging the same runs."""
+    root = tmp_path / "verl"
+    root.mkdir()
+    for arm, seed in units():
+        monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(root / f"{run_name(arm, seed)}.jsonl"))
+        logger = tracking.Tracking(project_name="rbctl", experiment_name=run_name(arm, seed), default_backend=["file"])
+        for step, row in history(arm, seed).items():
+            logger.log(data=row, step=step)
+        logger.finish()
+    check_report(manifest(root, "verl", "verl", names="none", path="{arm}-seed{seed}.jsonl"))

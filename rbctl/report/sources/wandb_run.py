@@ -77,6 +77,9 @@ def _read_log(path: str, mtime_ns: int, size: int) -> list[dict]:
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
         why = (proc.stderr.strip().splitlines() or ["no output"])[-1].removeprefix("Error: ")
+        if "not defined" in why or "unknown command" in why.lower():  # an SDK without `leet inspect --json`
+            raise UserError(f"the installed wandb cannot print a run's records (`wandb leet inspect --json`: {why}); "
+                            f"{EXTRA.replace('pip install', 'pip install -U')}")
         raise UserError(f"{path}: not a readable W&B transaction log ({why})")
     out = []
     for i, line in enumerate(proc.stdout.splitlines(), 1):
@@ -178,6 +181,7 @@ class Index:
     run id, or its folder's path relative to the root; read once each."""
 
     def __init__(self, root: Path):
+        _core()  # the reader first: without the wandb package, one line naming its extra
         self.root = Path(root)
         self._read: dict[str, tuple[dict, dict]] = {}
         self.by_id: dict[str, list[Path]] = {}
