@@ -437,7 +437,7 @@ def report(
                    f"then `rbctl report {written}`")
         return
     if declare and not all(is_manifest(d) for d in dirs):
-        raise UserError("--declare records a study file's or runs manifests' versions: pass one study file (STUDY.yaml) "
+        raise UserError("--declare records a study file's version, or runs manifests': pass one study file (STUDY.yaml) "
                         "or runs manifests, not run or sweep directories")
     declared = declare_manifests(dirs)  # a manifest's first report is its declaration, before its results are read
     if declare:

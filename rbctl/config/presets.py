@@ -96,7 +96,8 @@ PURPOSES = {
     "study_claims": "The study's claims document from the claims sweeps, their long horizons and the main job",
     "runs_trl": "A runs manifest: TRL runs (GRPOTrainer, BudgetGRPOTrainer) reported by rbctl (docs/your_runs.md)",
     "runs_verl": "A runs manifest: verl runs (its file logger) reported by rbctl (docs/your_runs.md)",
-    "runs_wandb": "A runs manifest: any trainer's runs from a W&B or MLflow long-table export (docs/your_runs.md)",
+    "runs_wandb": "A runs manifest: any trainer's runs logged to W&B (the SDK's run folders or exports) (docs/your_runs.md)",
+    "runs_mlflow": "A runs manifest: any trainer's runs logged to MLflow (a store or a server) (docs/your_runs.md)",
     "study_quickstart": "A second study: does an adaptive entropy bonus beat GRPO + budget on the quick sweep?",
 }
 

@@ -49,11 +49,16 @@ def imported_checkpoint(path: Path) -> ImportedCheckpoint | None:
         m = _VERL.fullmatch(step_dir.name)
         if m and list(path.relative_to(step_dir).parts) == list(VERL_EXPORT[:up]):
             model = step_dir.joinpath(*VERL_EXPORT)
-            if not (model / "config.json").is_file():
-                raise UserError(f"{path}: verl checkpoint {m.group(1)} has no HF export at {model} (save it with "
+            if not _has_weights(model):  # verl writes the config and tokenizer there whatever it saves
+                raise UserError(f"{path}: verl checkpoint {m.group(1)} has no HF model at {model} (save it with "
                                 "actor_rollout_ref.actor.checkpoint.save_contents including hf_model)")
             return ImportedCheckpoint(model, int(m.group(1)), step_dir.parent, "verl")
     return None
+
+
+def _has_weights(model: Path) -> bool:
+    return (model / "config.json").is_file() and any(
+        p.suffix in (".safetensors", ".bin") for p in model.glob("*") if p.name != "training_args.bin")
 
 
 def where_line(ck: ImportedCheckpoint) -> str:
