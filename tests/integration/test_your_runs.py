@@ -212,7 +212,7 @@ def test_the_cli_tells_a_manifest_by_its_content_and_writes_runs_name(tmp_path: 
     assert "| grpo_budget − grpo | math | avg@n | 3 |" in report
     assert report.count("κ_eff: not logged by these runs") == 1
     bad = tmp_path / "bad.yaml"
-    bad.write_text(yaml.safe_dump({"runs_from": "mlflow", "arms": {"a": {}}}))
+    bad.write_text(yaml.safe_dump({"runs_from": "neptune", "arms": {"a": {}}}))
     rc, printed = _report([str(bad)], capsys)
     assert rc == 2 and "runs_from" in printed
 

@@ -102,8 +102,11 @@ def answer(data: ReportData, page: Page) -> None:
                  "exploratory (no call).")
         doc.para(_declared(sw, PRINCIPAL_FAMILY))
     elif comps:
-        noun = source_noun(list(sw.runs)) if any(r.sweep_dir for r in sw.runs) else None
-        doc.para(f"{f'The {noun} states no principal comparisons (`comparisons:`)' if noun else 'These runs come from no sweep file or runs manifest, so no comparison was declared before running'}, so the report's verdicts "
+        noun = source_noun(list(sw.runs)) if any(r.sweep_dir for r in sw.runs) else "none"
+        why = {"none": "These runs come from no sweep file, so no comparison was declared before running",
+               None: "These runs were read from a folder without a runs manifest, so no comparison was declared "
+                     "before running"}.get(noun, f"The {noun} states no principal comparisons (`comparisons:`)")
+        doc.para(f"{why}, so the report's verdicts "
                  f"are over every stated pair (each baseline + budget vs the baseline; each other arm vs its "
                  f"baseline + budget and vs its baseline), avg@n and pass@n, as one family: {family}. Δ in points, "
                  f"paired by unit ({units}); {INTERVALS}; {P_IMPROVEMENT}. {CALLS}. {UNTESTABLE}")

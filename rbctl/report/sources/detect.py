@@ -161,9 +161,9 @@ def guess_units(names: list[str]) -> dict[str, tuple[str, int]] | None:
 
 
 def guess_arm(arm: str) -> dict:
-    """What an arm is, where its name says it exactly: ``ESTIMATOR`` or ``ESTIMATOR_VARIANT``
-    (``grpo``, ``rloo_budget``, ``grpo_entropy_static``) of rbctl's estimators and variants; else
-    nothing (the defaults: grpo, base)."""
+    """What an arm is, where its name says it exactly: ``ESTIMATOR`` or ``ESTIMATOR_VARIANT`` (``grpo``,
+    ``rloo_budget``) of rbctl's estimators and variants (`known_variants`); else nothing (the defaults:
+    grpo, base)."""
     from rbctl.algo import registry
     from rbctl.config.manifest import known_variants
 
