@@ -155,15 +155,16 @@ def test_a_trl_output_folder_alone_is_reported(tmp_path: Path, capsys, monkeypat
     monkeypatch.chdir(tmp_path)
     rc, printed = cli(["report", "trl/grpo/seed_0"], capsys)
     assert rc == 0, printed
-    assert ("note: no runs manifest: 1 trl run found under trl/grpo/seed_0, one arm per run, none paired (the names "
-            "follow no seed pattern); for calls, `rbctl report --init-manifest trl/grpo/seed_0` writes a manifest") in printed
-    report = (tmp_path / "runs" / "seed_0" / "report.md").read_text()
-    assert "| grpo | eval | 1 |" in report.replace("grpo/seed_0", "grpo")  # its final eval_reward, 0.29
+    assert ("note: no runs manifest: 1 trl run found under trl/grpo/seed_0, arms and seeds guessed from their names: "
+            "grpo: seed 0; for calls, `rbctl report --init-manifest trl/grpo/seed_0` writes a manifest") in printed
+    report = (tmp_path / "runs" / "grpo_seed_0" / "report.md").read_text()  # named after the run
+    assert "| grpo | eval | 1 | 1 × 1 | 29.0 [29.0, 29.0] |" in report  # its final eval_reward, 0.25 + 0.01·4
     rc, printed = cli(["report", "--init-manifest", "trl/grpo/seed_0"], capsys)
-    assert rc == 0 and (tmp_path / "runs_seed_0.yaml").is_file()
-    assert yaml.safe_load((tmp_path / "runs_seed_0.yaml").read_text())["runs"] == [{"arm": "grpo", "seed": 0, "path": "."}]
+    assert rc == 0 and (tmp_path / "runs_grpo_seed_0.yaml").is_file()
+    written = yaml.safe_load((tmp_path / "runs_grpo_seed_0.yaml").read_text())
+    assert written["runs"] == [{"arm": "grpo", "seed": 0, "path": "."}] and written["runs_from"] == "trl"
     rc, printed = cli(["report", "--init-manifest", "trl/grpo/seed_0"], capsys)  # never over the user's edits
-    assert rc == 2 and "runs_seed_0.yaml exists" in printed
+    assert rc == 2 and "runs_grpo_seed_0.yaml exists" in printed
 
 
 def test_b_splits_on_commas_but_not_inside_a_custom_benchmarks_fields(capsys, tmp_path: Path) -> None:

@@ -148,6 +148,13 @@ def detect(path: Path) -> Found | None:
     return None
 
 
+def run_names(found: Found, folder: Path) -> list[str]:
+    """The names arms and seeds are guessed from: each run's; a folder that is one run is named with
+    its parent's name (``grpo/seed_0``)."""
+    folder = Path(folder).resolve()
+    return [n if n != "." else f"{folder.parent.name}/{folder.name}" for n, _ in found.runs]
+
+
 def guess_units(names: list[str]) -> dict[str, tuple[str, int]] | None:
     """{name: (arm, seed)} when every name follows one of `SEED_PATTERNS` and no (arm, seed) repeats;
     else None (the runs are listed for the user to map)."""
@@ -224,12 +231,13 @@ def _folder_manifest(resolved: str, given: str, signature: float) -> RunsManifes
     if found is None:
         raise UserError(f"no runs under {given}: neither rbctl's (a metrics log, a sweep) nor TRL's, verl's, W&B's, "
                         "MLflow's or TensorBoard's files; a runs manifest names runs anywhere (docs/your_runs.md)")
-    here = Path(resolved)  # a folder that is one run is named with its parent's name (grpo/seed_0)
-    names = [n if n != "." else f"{here.parent.name}/{here.name}" for n, _ in found.runs]
+    here = Path(resolved)
+    names = run_names(found, here)
     units = guess_units(names)
     runs = [{"arm": units[n][0] if units else arm_name(n), "seed": units[n][1] if units else 0, "path": p}
             for n, (_, p) in zip(names, found.runs)]
-    data = {"runs_from": found.runs_from, "name": Path(resolved).name, "root": found.root,
+    name = names[0].replace("/", "_") if found.runs == ((".", "."),) else here.name  # one run: grpo_seed_0
+    data = {"runs_from": found.runs_from, "name": name, "root": found.root,
             "arms": {r["arm"]: guess_arm(r["arm"]) for r in runs}, "runs": runs}
     if found.experiment is not None:
         data["experiment"] = found.experiment

@@ -11,7 +11,7 @@ import yaml
 
 from rbctl.config.manifest import RunsManifest
 from rbctl.errors import UserError
-from rbctl.report.sources.detect import logged_keys
+from rbctl.report.sources.detect import detect, guess_units, logged_keys, run_names
 from rbctl.report.sources.roles import ROLE_NAMES
 
 ROLE_HINTS = {"heldout": "a held-out score in [0, 1] per evaluation (not a training metric)",
@@ -22,7 +22,8 @@ def folder_note(path: Path, m: RunsManifest) -> str:
     """The report's line on a folder read without a manifest: what was found, how arms and seeds
     were told, and how to write the manifest the calls need."""
     entries = m.entries()
-    guessed = len(m.arms) < len(entries) or any(e.seed for e in entries)
+    found = detect(path)
+    guessed = found is not None and guess_units(run_names(found, path)) is not None
     how = ("arms and seeds guessed from their names: " + "; ".join(
         f"{a}: seed{'s' if len(s) > 1 else ''} {', '.join(map(str, s))}"
         for a, s in _seeds(m).items()) if guessed else "one arm per run, none paired (the names follow no seed pattern)")
