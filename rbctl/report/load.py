@@ -24,7 +24,7 @@ from rbctl.errors import UserError
 from rbctl.report import sources
 from rbctl.report.runs import Issue, Run, unit_label  # noqa: F401  (the report's modules import them from here)
 from rbctl.store import read
-from rbctl.store.rundir import REPORT_DIR, SWEEP_FILE, SWEEP_RUNS, seed_of
+from rbctl.store.rundir import METRICS, REPORT_DIR, SWEEP_FILE, SWEEP_RUNS, seed_of
 
 SEARCH_DEPTH = 3  # levels below an input directory searched for runs and sweeps
 
@@ -95,8 +95,16 @@ def _is_sweep(d: Path) -> bool:
     return read.is_sweep(d) and bool(read.read_sweep_state(d) or read.sweep_run_dirs(d))
 
 
+def _is_run(d: Path) -> bool:
+    """An rbctl run directory: a metrics log that is rbctl's (verl's file logger, pointed at a
+    metrics.jsonl as docs/your_runs.md does, writes ``{"step", "data"}`` lines: another framework's run)."""
+    from rbctl.report.sources.detect import is_verl_log
+
+    return read.has_metrics(d) and not is_verl_log(d / METRICS)
+
+
 def _collect(d: Path, depth: int) -> tuple[list[Run], list[Issue], bool]:
-    if read.has_metrics(d):
+    if _is_run(d):
         return [load_run(d)], [], True
     if _is_sweep(d):
         return (*load_sweep(d), True)
@@ -156,8 +164,8 @@ def imported(d: Path) -> bool:
 
 
 def _has_rbctl_runs(d: Path, depth: int) -> bool:
-    """Whether `_collect` finds an rbctl run or sweep at or below ``d`` (nothing is read)."""
-    if read.has_metrics(d) or _is_sweep(d):
+    """Whether `_collect` finds an rbctl run or sweep at or below ``d`` (nothing is read but first lines)."""
+    if _is_run(d) or _is_sweep(d):
         return True
     return depth < SEARCH_DEPTH and any(
         _has_rbctl_runs(c, depth + 1) for c in sorted(d.iterdir())

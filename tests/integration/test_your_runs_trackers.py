@@ -233,6 +233,8 @@ def test_a_wandb_folder_alone_is_reported_and_its_manifest_round_trips(wandb_dir
     assert run(["report", "--init-manifest", str(wandb_dir.parent), "-o", "m.yaml"]) == 0
     text = (tmp_path / "m.yaml").read_text()
     assert "runs_from: wandb" in text and "{arm: grpo_budget, seed: 2, path: grpo_budget-seed2}" in text
+    assert "grpo_budget: {baseline: grpo, variant: budget}" in text  # the arm's name says what it is
+    assert "principal comparisons" not in printed  # a folder's guesses call nothing
     assert "eval/acc" in text  # the names the runs logged, listed to map the roles
     edited = yaml.safe_load(text)
     edited["arms"]["grpo_budget"]["variant"] = "budget"

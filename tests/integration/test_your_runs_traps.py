@@ -200,3 +200,20 @@ def test_a_missing_tracker_package_is_one_line_naming_its_extra(tmp_path: Path, 
                                  "path": "run-{seed}"}))
     with pytest.raises(UserError, match=rf"needs the {module} package: pip install '{re.escape(extra)}'$"):
         report_data([m])
+
+
+def test_a_verl_log_named_metrics_jsonl_is_verls_not_an_rbctl_run(tmp_path: Path) -> None:
+    # docs/your_runs.md points VERL_FILE_LOGGER_PATH at <arm>/seed_<s>/metrics.jsonl, rbctl's own log name
+    for arm in ("grpo", "grpo_budget"):
+        for seed in (0, 1, 2):
+            log = tmp_path / "verl" / arm / f"seed_{seed}" / "metrics.jsonl"
+            log.parent.mkdir(parents=True)
+            log.write_text("".join(json.dumps({"step": s, "data": {"actor/entropy": 1.0 / s, "response_length/mean": 9.0,
+                                                                   "critic/score/mean": 0.1 * s}}) + "\n"
+                                   for s in range(1, STEPS + 1)))
+    data = report_data([tmp_path / "verl"], n_boot=20)
+    assert {(r.arm, r.seed, r.provenance["imported"]) for r in data.sweep.runs} == {
+        (a, s, "folder") for a in ("grpo", "grpo_budget") for s in (0, 1, 2)}
+    run = data.sweep.runs[0]
+    assert [m["entropy"] for m in run.metrics] == pytest.approx([1.0, 0.5, 1 / 3, 0.25])
+    assert data.sweep.remarks[0].startswith("no runs manifest: 6 verl runs found under")

@@ -114,7 +114,8 @@ def _trl(path: Path) -> Found | None:
     return Found("trl", str(path), tuple((_rel(path, d), _rel(path, d)) for d in sorted(folders))) if folders else None
 
 
-def _is_verl_log(f: Path) -> bool:
+def is_verl_log(f: Path) -> bool:
+    """Whether the file's first line is verl's file logger's ``{"step": N, "data": {...}}``."""
     try:
         with open(f, errors="replace") as fh:
             first = next((line for line in fh if line.strip()), "")
@@ -125,7 +126,7 @@ def _is_verl_log(f: Path) -> bool:
 
 
 def _verl(path: Path) -> Found | None:
-    logs = [f for f in _files(path, "*.jsonl") if _is_verl_log(f)]
+    logs = [f for f in _files(path, "*.jsonl") if is_verl_log(f)]
     runs = [(_rel(path, f.parent) if len([g for g in logs if g.parent == f.parent]) == 1 else _rel(path, f).removesuffix(".jsonl"),
              _rel(path, f)) for f in logs]
     return Found("verl", str(path), tuple(runs)) if runs else None
@@ -238,7 +239,7 @@ def _folder_manifest(resolved: str, given: str, signature: float) -> RunsManifes
             for n, (_, p) in zip(names, found.runs)]
     name = names[0].replace("/", "_") if found.runs == ((".", "."),) else here.name  # one run: grpo_seed_0
     data = {"runs_from": found.runs_from, "name": name, "root": found.root,
-            "arms": {r["arm"]: guess_arm(r["arm"]) for r in runs}, "runs": runs}
+            "arms": {r["arm"]: {} for r in runs}, "runs": runs}
     if found.experiment is not None:
         data["experiment"] = found.experiment
     if found.runs_from not in PRESETS:

@@ -11,7 +11,7 @@ import yaml
 
 from rbctl.config.manifest import RunsManifest
 from rbctl.errors import UserError
-from rbctl.report.sources.detect import detect, guess_units, logged_keys, run_names
+from rbctl.report.sources.detect import detect, guess_arm, guess_units, logged_keys, run_names
 from rbctl.report.sources.roles import ROLE_NAMES
 
 ROLE_HINTS = {"heldout": "a held-out score in [0, 1] per evaluation (not a training metric)",
@@ -56,7 +56,8 @@ def manifest_text(path: Path, m: RunsManifest, out: Path) -> str:
     body = yaml.safe_dump(data, sort_keys=False)
     runs = "runs:\n" + "".join(f"  - {{arm: {e.arm}, seed: {e.seed}, path: {yaml.safe_dump(e.path).splitlines()[0]}}}\n"
                                for e in m.entries())
-    arms = "arms:\n" + "".join(f"  {a}: {{baseline: {i.baseline}, variant: {i.variant}}}\n" for a, i in m.arms.items())
+    arms = "arms:\n" + "".join(f"  {a}: {{baseline: {i['baseline']}, variant: {i['variant']}}}\n"
+                               for a, i in ((a, {"baseline": "grpo", "variant": "base", **guess_arm(a)}) for a in m.arms))
     return "\n".join(head) + "\n" + body + runs + arms + _roles_text(m) + _comparisons_text(m)
 
 

@@ -13,13 +13,14 @@ from collections import Counter
 from rbctl.config.manifest import RunsManifest
 from rbctl.report.runs import Run
 from rbctl.report.sources.checkpoint_evals import checkpoint_folders
-from rbctl.report.sources.roles import ROLE_LABELS, ROLE_NAMES, did_you_mean
+from rbctl.report.sources.roles import ROLE_LABELS, ROLE_NAMES, did_you_mean, matches
 
 UNDEFINED = "null or NaN"
 
 
 def _logged_names(runs: list[Run]) -> set[str]:
-    return {k for r in runs for x in r.metrics for k in x if k != "step"}
+    """The names the runs logged (rbctl's names for the roles they fill aside)."""
+    return {k for r in runs for x in r.metrics for k in x if k != "step"} - set(ROLE_NAMES.values())
 
 
 def _names(runs: list[Run]) -> str:
@@ -101,6 +102,8 @@ def remarks(m: RunsManifest, runs: list[Run]) -> list[str]:
     if not runs:
         return []
     roles, out, logged = m.resolved_roles(), [], _logged_names(runs)
+    # a did-you-mean never offers a name another role already reads (κ_eff's for κ)
+    logged -= {k for role in ROLE_LABELS if getattr(roles, role) for k in matches(getattr(roles, role), logged)}
     for role, label in ROLE_LABELS.items():
         pattern = getattr(roles, role)
         if role == "heldout":
