@@ -270,7 +270,7 @@ def eval_(
         batch_size=batch_size, max_batch_tokens=max_batch_tokens, threads=threads, device=device, dtype=dtype,
         cpu_linear=cpu_linear, benchmarks=split_benchmarks(benchmarks) if benchmarks is not None else None,
     )
-    _check_out_folder(out)
+    _check_out_folder(out, access=False)
     model, step, cfg, note = eval_target(model, step, {k: v for k, v in options.items() if v is not None})
     precision = None
     if cfg.precision is not None:  # a run's training precision: its autocast while generating
@@ -453,12 +453,14 @@ def report(
     typer.echo(str(path))
 
 
-def _check_out_folder(out: Optional[Path]) -> None:
-    """-o OUT of a command that writes a folder: one that cannot be one (a file on its path, no write
-    access) is the same one-line error (exit 2) in report, eval, train and ablate."""
+def _check_out_folder(out: Optional[Path], access: bool = True) -> None:
+    """-o OUT of a command that writes a folder: a file on its path is the same one-line error (exit 2)
+    in report, eval, train and ablate; ``access``: so is a folder it cannot write in (eval says that
+    itself, with the errno, before the first sample)."""
     from rbctl.train.preflight import writable_problem
 
-    if out is not None and (problem := writable_problem(out)) is not None:
+    problem = writable_problem(out) if out is not None else None
+    if problem is not None and (access or problem.endswith("is a file, not a folder")):
         raise UserError(problem)
 
 

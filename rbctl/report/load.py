@@ -138,9 +138,9 @@ def find_runs(dirs: list[Path]) -> tuple[list[Run], list[Issue]]:
             r, i = sources.load_manifest(d)
             found = True
         if not found:
-            raise UserError(f"no runs under {d}: no rbctl run (a metrics log) or sweep ({SWEEP_RUNS}/ or a state "
-                            "file), and no TRL, verl, W&B, MLflow or TensorBoard files; runs elsewhere are named by a "
-                            "runs manifest (docs/your_runs.md)")
+            raise UserError(f"no run or sweep directory under {d} (a run holds a metrics log; a sweep holds "
+                            f"{SWEEP_RUNS}/ or a state file), and no TRL, verl, W&B, MLflow or TensorBoard runs; runs "
+                            "trained elsewhere can also be named by a runs manifest (docs/your_runs.md)")
         runs.update({x.path.resolve(): x for x in r})
         issues += [x for x in i if x not in issues]
     out = sorted(runs.values(), key=lambda x: (x.arm, x.unit))
