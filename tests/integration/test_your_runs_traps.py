@@ -165,6 +165,9 @@ def test_a_trl_output_folder_alone_is_reported(tmp_path: Path, capsys, monkeypat
     assert written["runs"] == [{"arm": "grpo", "seed": 0, "path": "."}] and written["runs_from"] == "trl"
     rc, printed = cli(["report", "--init-manifest", "trl/grpo/seed_0"], capsys)  # never over the user's edits
     assert rc == 2 and "runs_grpo_seed_0.yaml exists" in printed
+    rc, printed = cli(["report", "runs_grpo_seed_0.yaml", "-o", "from_manifest"], capsys)  # accepted as written
+    assert rc == 0, printed
+    assert "| grpo | eval | 1 | 1 × 1 | 29.0 [29.0, 29.0] |" in (tmp_path / "from_manifest" / "report.md").read_text()
 
 
 def test_b_splits_on_commas_but_not_inside_a_custom_benchmarks_fields(capsys, tmp_path: Path) -> None:
@@ -189,11 +192,13 @@ def test_o_file_is_exit_2_with_the_same_words_everywhere(tmp_path: Path, capsys,
     assert taken.read_text() == "mine"
 
 
-@pytest.mark.parametrize(("module", "runs_from", "extra"), [("wandb", "wandb", "rbctl[wandb]"), ("mlflow", "mlflow", "rbctl[mlflow]")])
+@pytest.mark.parametrize(("module", "runs_from", "extra"), [("wandb", "wandb", "rbctl[wandb]"), ("mlflow", "mlflow", "rbctl[mlflow]"),
+                                                       ("tensorboard", "tensorboard", "rbctl[tensorboard]")])
 def test_a_missing_tracker_package_is_one_line_naming_its_extra(tmp_path: Path, monkeypatch, module, runs_from, extra) -> None:
     import sys
 
-    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "run-0").mkdir(parents=True)
+    (tmp_path / "runs" / "run-0" / "events.out.tfevents.1.host").write_bytes(b"")
     monkeypatch.setitem(sys.modules, module, None)  # as if not installed: `import wandb` raises ImportError
     m = tmp_path / "m.yaml"
     m.write_text(yaml.safe_dump({"runs_from": runs_from, "root": str(tmp_path / "runs"), "arms": {"a": {}}, "seeds": [0],

@@ -49,8 +49,11 @@ def _scalar(value) -> float | None:
 def read(path: Path, trl_names: bool = False) -> tuple[dict[int, dict[str, float]], dict]:
     """``{step: {tag: value}}`` of every scalar in the run's event files, and ``{"files", "ended"}``
     (``ended``: the latest event's wall time)."""
-    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
-
+    try:
+        from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+    except ImportError:
+        raise UserError("reading TensorBoard event files needs the tensorboard package: "
+                        "pip install 'rbctl[tensorboard]'") from None
     files = event_files(path)
     if not files:
         raise NoRecords(f"{path}: no TensorBoard event files ({EVENTS})")
