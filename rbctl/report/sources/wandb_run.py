@@ -52,6 +52,7 @@ def run_folders(root: Path) -> list[Path]:
 
 def _core() -> str:
     try:
+        import wandb  # noqa: F401  (the package first: its submodules may be cached without it)
         from wandb.util import get_core_path
     except ImportError:
         raise UserError(f"reading W&B run folders needs the wandb package: {EXTRA}") from None
