@@ -207,7 +207,7 @@ def _eval_help(name: str, run_key: str | None = None) -> str:
 
 @app.command("eval", cls=_Command)
 def eval_(
-    model: str = typer.Argument(..., metavar="MODEL", help="Hub id, local model dir, GGUF file, rbctl run directory (or a checkpoint folder of one), or 'builtin'."),
+    model: str = typer.Argument(..., metavar="MODEL", help="Hub id, local model dir, GGUF file, rbctl run directory (or a checkpoint folder of one), a TRL checkpoint-N or verl global_step_N folder (results go beside it, where a runs manifest's report reads them), or 'builtin'."),
     benchmarks: Optional[str] = typer.Option(None, "--benchmarks", "-b",
                                              help="Comma-separated. " + _eval_help("benchmarks", "eval.benchmarks")),
     n: Optional[int] = typer.Option(None, "--n", help=_eval_help("n", "eval.n")),
@@ -261,14 +261,16 @@ def eval_(
 
     Examples: `rbctl eval runs/first`; `rbctl eval runs/first --n 16 --force`;
     `rbctl eval Qwen/Qwen2.5-Math-1.5B -b gsm8k --limit 100`."""
+    from rbctl.eval.imported import split_benchmarks
     from rbctl.eval.run import EvalInterrupted, eval_target, run_eval
 
     options = dict(
         n=n, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, seed=seed, template=template,
         instruction=instruction, extraction=extraction, limit=limit, data_dir=str(data_dir) if data_dir else None, engine=engine,
         batch_size=batch_size, max_batch_tokens=max_batch_tokens, threads=threads, device=device, dtype=dtype,
-        cpu_linear=cpu_linear, benchmarks=[b.strip() for b in benchmarks.split(",") if b.strip()] if benchmarks is not None else None,
+        cpu_linear=cpu_linear, benchmarks=split_benchmarks(benchmarks) if benchmarks is not None else None,
     )
+    _check_out_folder(out, access=False)
     model, step, cfg, note = eval_target(model, step, {k: v for k, v in options.items() if v is not None})
     precision = None
     if cfg.precision is not None:  # a run's training precision: its autocast while generating
@@ -391,11 +393,12 @@ def _int_list(text: str, option: str) -> list[int]:
 
 @app.command(cls=_Command)
 def report(
-    dirs: List[Path] = typer.Argument(..., metavar="DIR... | MANIFEST.yaml | STUDY.yaml", help="Run or sweep directories, runs manifests (runs trained with TRL, verl or any tracker: docs/your_runs.md), or one study file."),
+    dirs: List[Path] = typer.Argument(..., metavar="DIR... | MANIFEST.yaml | STUDY.yaml", help="Run or sweep directories, runs manifests or folders of runs trained elsewhere (TRL, verl, W&B, MLflow, TensorBoard: docs/your_runs.md), or one study file."),
     out: Optional[Path] = typer.Option(
-        None, "--out", "-o", help="Output folder [default: DIR/report for a single run or sweep directory, runs/NAME for a manifest or study file; required for several inputs]."
+        None, "--out", "-o", help="Output folder [default: DIR/report for a single run or sweep directory, runs/NAME for a manifest, a folder of runs trained elsewhere or a study file; required for several inputs]."
     ),
-    declare: bool = typer.Option(False, "--declare", help="With a study file: record its version in every sweep directory it names (study_history/), as reporting it does, and write no document: a study declared before its sweeps run."),
+    declare: bool = typer.Option(False, "--declare", help="With a study file: record its version in every sweep directory it names (study_history/), as reporting it does, and write no document: a study declared before its sweeps run. With runs manifests: record each one's version beside it (as its first report does), before its runs exist."),
+    init_manifest: bool = typer.Option(False, "--init-manifest", help="Given one folder of runs another framework wrote (TRL, verl, W&B, MLflow, TensorBoard): write a runs manifest of the runs found, to edit (-o FILE; default runs_NAME.yaml here), and no report."),
     debug: bool = DebugOpt,
 ) -> None:
     """Comparison plots and tables from run and sweep directories, or a study's claims document.
@@ -412,6 +415,8 @@ def report(
 
     from rbctl.report.declaration import declare_study_file
 
+    if not init_manifest:
+        _check_out_folder(out)
     if len(dirs) == 1 and is_study_file(dirs[0]):
         written = declare_study_file(dirs[0], create=declare)  # recorded before any of its results is read
         if declare:
@@ -419,8 +424,25 @@ def report(
             return
         typer.echo(str(make_study_report(dirs[0], out, command=shlex.join(["rbctl", *_ARGV]))))
         return
+    from rbctl.report.sources import is_manifest
+    from rbctl.report.sources.declare import declare_manifests
+
+    if init_manifest:
+        from rbctl.report.sources.init_manifest import write_init_manifest
+
+        if len(dirs) != 1:
+            raise UserError("--init-manifest takes one folder of runs")
+        written = write_init_manifest(dirs[0], out)
+        typer.echo(f"wrote {written}: name each run's arm and seed, say what each arm is, state the comparisons, "
+                   f"then `rbctl report {written}`")
+        return
+    if declare and not all(is_manifest(d) for d in dirs):
+        raise UserError("--declare records a study file's version, or runs manifests': pass one study file (STUDY.yaml) "
+                        "or runs manifests, not run or sweep directories")
+    declared = declare_manifests(dirs)  # a manifest's first report is its declaration, before its results are read
     if declare:
-        raise UserError("--declare records a study file's version: pass one study file (STUDY.yaml), not run or sweep directories")
+        typer.echo("\n".join(declared))
+        return
     path, data = build_report(dirs, out)
     console = table_console()  # piped, a table keeps its width (not Rich's 80 columns)
     for table in (final_scores_table(path.parent), verdicts_table(data)):
@@ -429,6 +451,17 @@ def report(
     for line in incomplete_lines(data):  # a run the report could not score is named here, not only in report.md
         typer.secho(line, fg=typer.colors.YELLOW)
     typer.echo(str(path))
+
+
+def _check_out_folder(out: Optional[Path], access: bool = True) -> None:
+    """-o OUT of a command that writes a folder: a file on its path is the same one-line error (exit 2)
+    in report, eval, train and ablate; ``access``: so is a folder it cannot write in (eval says that
+    itself, with the errno, before the first sample)."""
+    from rbctl.train.preflight import writable_problem
+
+    problem = writable_problem(out) if out is not None else None
+    if problem is not None and (access or problem.endswith("is a file, not a folder")):
+        raise UserError(problem)
 
 
 @app.command(cls=_Command)

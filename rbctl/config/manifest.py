@@ -1,11 +1,17 @@
 """The runs manifest (`rbctl report MANIFEST.yaml`): runs trained elsewhere (TRL, verl, any trainer
-writing TensorBoard, a tracker's export) named by arm and seed, the framework's metric names mapped to
-rbctl's roles, and the comparisons stated before running (the sweep file's `comparisons` schema), so
-the report reads them as it reads rbctl's own sweeps (`rbctl.report.sources`).
+writing TensorBoard, W&B run folders or exports, MLflow stores, a long table) named by arm and seed,
+the framework's metric names mapped to rbctl's roles, and the comparisons stated before running (the
+sweep file's `comparisons` schema), so the report reads them as it reads rbctl's own sweeps
+(`rbctl.report.sources`).
+
+Mistakes caught here, before anything is read: a format, preset or variant one letter off (a
+did-you-mean error: ``variant: budgett`` would silently drop the budget comparisons), and a training
+metric named as the held-out score (`training_heldout`: the report's calls are on held-out scores).
 """
 
 from __future__ import annotations
 
+import difflib
 import re
 from typing import Literal, Optional
 
@@ -15,7 +21,8 @@ from rbctl.config.base import Section
 from rbctl.config.sweep import Ceiling, Comparisons, Escape, SequentialDesign, check_design_units, distinct_seeds
 from rbctl.store.rundir import run_key
 
-FORMATS = ("trl", "verl", "tensorboard", "table")
+FORMATS = ("trl", "verl", "tensorboard", "table", "wandb", "mlflow")
+NAME_PRESETS = ("trl", "verl", "none")
 MANIFEST_KEY = "runs_from"  # the top-level key that tells a manifest from a sweep or study file
 
 
@@ -48,11 +55,39 @@ PRESETS: dict[str, dict[str, str]] = {
 }
 
 
+# Where each framework logs its evaluation: a held-out role outside these is a training metric.
+HELDOUT_PREFIXES = {"trl": ("eval_", "test_"), "verl": ("val-", "val/")}
+TRAINING_PREFIXES = ("train/", "train_", "training/", "rollout/", "actor/", "critic/")
+
+
+def _close(word: str, known, what: str, cutoff: float = 0.6) -> str:
+    """A did-you-mean error text for ``word`` among ``known`` ("" when nothing is close)."""
+    near = difflib.get_close_matches(word, list(known), n=1, cutoff=cutoff)
+    return f"unknown {what} '{word}' (did you mean '{near[0]}'?)" if near else ""
+
+
+def known_variants() -> list[str]:
+    """Every variant label rbctl's report knows (`rbctl.algo.registry`): base, budget, the entropy
+    bonus's modes and each registered method's label."""
+    from rbctl.algo import registry
+
+    return [*registry.CORE_LABELS, *(m.variant for m in registry.variant_methods())]
+
+
 class ArmInfo(Section):
     """What an arm is, for the report's default pairs (each baseline + budget against that baseline)."""
 
     baseline: str = Field("grpo", description="The estimator the arm builds on (grpo, rloo, dr_grpo, …).")
-    variant: str = Field("base", description="What the arm adds to it: base (nothing), budget, entropy_static, …")
+    variant: str = Field("base", description="What the arm adds to it: base (nothing), budget, entropy_static, … ('+' joins several; a label of your own that is close to none of these is taken as written).")
+
+    @field_validator("variant")
+    @classmethod
+    def _known_variant(cls, variant):
+        known = known_variants()
+        for part in variant.split("+"):
+            if part not in known and (hint := _close(part, known, "variant", cutoff=0.75)):
+                raise ValueError(f"{hint}; known: {', '.join(known)}")
+        return variant
 
 
 class RunEntry(Section):
@@ -69,22 +104,33 @@ class RunsManifest(Section):
     starts through `path`, or `runs` by hand), how they were logged (`runs_from`), whose metric
     names they use, and what the report compares."""
 
-    runs_from: Literal["trl", "verl", "tensorboard", "table"] = Field(..., description="How the runs were logged: trl (an output folder's trainer_state.json), verl (its file logger's JSON lines), tensorboard (event files, from any trainer), table (one CSV or JSON-lines file of run, step, key, value rows, a W&B or MLflow export).")
+    runs_from: Literal["trl", "verl", "tensorboard", "table", "wandb", "mlflow"] = Field(..., description="How the runs were logged: trl (an output folder's trainer_state.json), verl (its file logger's JSON lines), tensorboard (event files, from any trainer), wandb (run folders the wandb SDK wrote, or history exports), mlflow (a tracking store or server), table (one CSV or JSON-lines file of run, step, key, value rows).")
     names: Optional[Literal["trl", "verl", "none"]] = Field(None, description="Whose metric names the `roles` preset takes: trl, verl or none (null = runs_from's for trl and verl, else none).")
     name: str = Field("imported", description="The name of this set of runs (shown in reports).")
-    root: str = Field(".", description="The folder run paths and `table` are relative to (relative to the current directory).")
+    root: str = Field(".", description="The folder run paths and `table` are relative to (relative to the current directory); for mlflow the tracking store: an mlruns/ folder, a .db file or a URI (http://host:port, sqlite:///…).")
     arms: dict[str, ArmInfo] = Field(..., min_length=1, description="Arm name -> what it is (baseline, variant).")
     seeds: list[int] = Field(default_factory=lambda: [0], description="Seeds every arm ran (with `path`).")
     warm_starts: list[str] = Field(default_factory=list, description="Warm starts crossed with the seeds (with `path`; empty = one).")
-    path: Optional[str] = Field(None, description="Where each run is below `root`, a pattern of {arm}, {seed} and {warm_start} (null = {arm}/seed_{seed}, or {arm}/{warm_start}/seed_{seed} with warm starts).")
+    path: Optional[str] = Field(None, description="Where each run is below `root`, a pattern of {arm}, {seed} and {warm_start} (null = {arm}/seed_{seed}, or {arm}/{warm_start}/seed_{seed} with warm starts); for wandb a run folder, an export file or the run's name or id; for mlflow and table the run's name.")
     runs: list[RunEntry] = Field(default_factory=list, description="Runs named one by one (then arms × seeds through `path` is not used).")
     table: Optional[str] = Field(None, description="runs_from table: the CSV or JSON-lines file, relative to `root`.")
+    experiment: Optional[str] = Field(None, description="runs_from mlflow: the experiment's name (null = every experiment of the store).")
+    checkpoints: Optional[str] = Field(None, description="Where each run's checkpoints are below `root`, a pattern like `path` (TRL's checkpoint-N/, verl's global_step_N/): `rbctl eval` of a checkpoint writes its held-out score there, and the report reads it (null = the run's own folder for trl, else none).")
+    protocol: Optional[str] = Field(None, description="The `rbctl eval` protocol folder (protocol_XXXXXXXXXX) to read where the checkpoints were evaluated under several (null = the only one).")
     steps: Optional[int] = Field(None, ge=1, description="The steps each run was meant to train (null = what the runs record, TRL's max_steps).")
     roles: Roles = Field(default_factory=Roles, description="The runs' metric names for rbctl's roles: the preset's (`names`; docs/your_runs.md lists them), a key given here, null included, replacing its own.")
     comparisons: Optional[Comparisons] = Field(None, description="Principal comparisons and further families, stated before running (a sweep file's `comparisons`).")
     design: Optional[SequentialDesign] = Field(None, description="A sequential design over the manifest's units (a sweep file's `design`): its last look is the manifest's units (seeds × warm starts, or the units `runs` names), taken in that order.")
     escape: Optional[Escape] = Field(None, description="Escape-time analysis (a sweep file's `escape`; its metric is a name the runs log).")
     ceiling: Optional[Ceiling] = Field(None, description="A reachable held-out score for the plateau test (null = unknown).")
+
+    @field_validator("runs_from", "names", mode="before")
+    @classmethod
+    def _known_name(cls, value, info):
+        known = FORMATS if info.field_name == "runs_from" else NAME_PRESETS
+        if isinstance(value, str) and value not in known and (hint := _close(value, known, info.field_name)):
+            raise ValueError(hint)
+        return value
 
     @field_validator("arms")
     @classmethod
@@ -99,7 +145,7 @@ class RunsManifest(Section):
     def _distinct_seeds(cls, seeds):
         return distinct_seeds(seeds)
 
-    @field_validator("path")
+    @field_validator("path", "checkpoints")
     @classmethod
     def _pattern(cls, path):
         if path is not None:
@@ -115,6 +161,11 @@ class RunsManifest(Section):
                 raise ValueError(f"config key 'runs.{i}.arm': unknown arm '{r.arm}' (arms: {', '.join(self.arms)})")
         if (self.runs_from == "table") != (self.table is not None):
             raise ValueError("config key 'table': required with runs_from table, and only then")
+        if self.experiment is not None and self.runs_from != "mlflow":
+            raise ValueError("config key 'experiment': only with runs_from mlflow")
+        problem = training_heldout(self)
+        if problem:
+            raise ValueError(f"config key 'roles.heldout': {problem}")
         if self.comparisons is not None:
             for fam in self.comparisons.families_declared():
                 for pair in fam.pairs:
@@ -150,6 +201,12 @@ class RunsManifest(Section):
             return self.path
         return run_key("{arm}", "{seed}", "{warm_start}" if self.warm_starts else None)
 
+    def checkpoints_of(self, entry: RunEntry) -> str | None:
+        """The folder of ``entry``'s checkpoints below `root` (`checkpoints`; a TRL run's own folder)."""
+        if self.checkpoints is not None:
+            return self.checkpoints.format(arm=entry.arm, seed=entry.seed, warm_start=entry.warm_start or "")
+        return entry.path if self.runs_from == "trl" else None
+
     def entries(self) -> list[RunEntry]:
         """Every run the manifest names: `runs`, else each arm × warm start × seed through `pattern`."""
         if self.runs:
@@ -161,3 +218,27 @@ class RunsManifest(Section):
                     out.append(RunEntry(arm=arm, seed=seed, warm_start=ws,
                                         path=self.pattern().format(arm=arm, seed=seed, warm_start=ws or "")))
         return out
+
+
+def training_heldout(m: RunsManifest) -> str | None:
+    """Why the manifest's held-out role names a training metric, else None: it is also the name of
+    a training role, or it is outside where its framework logs evaluations (TRL: ``eval_*``; verl:
+    ``val-*``), or it carries a training prefix (``train/`` …). The report's calls are on held-out
+    scores; a training reward in their place would be called as one."""
+    roles = m.resolved_roles()
+    name = roles.heldout
+    if name is None:
+        return None
+    for role in ("reward", "entropy", "kappa", "kappa_eff", "adv_gap", "response_length"):
+        if getattr(roles, role) == name:
+            return (f"`{name}` is also roles.{role}, a training metric, not held out; a held-out score comes "
+                    "from an evaluation on problems the run does not train on (docs/your_runs.md)")
+    prefixes = HELDOUT_PREFIXES.get(m.preset())
+    if prefixes is not None and not name.startswith(prefixes):
+        return (f"`{name}` is a training metric, not held out: {m.preset()} logs its evaluation as "
+                f"{' or '.join(p + '…' for p in prefixes)}; runs without one get held-out scores from `rbctl eval` "
+                "on their checkpoints (docs/your_runs.md)")
+    if name.startswith(TRAINING_PREFIXES):
+        return (f"`{name}` is a training metric, not held out (its prefix says so); runs without an evaluation "
+                "get held-out scores from `rbctl eval` on their checkpoints (docs/your_runs.md)")
+    return None

@@ -85,7 +85,8 @@ PURPOSES = {
     "paper_qwen3_8b_sweep": "The paper-scale ablation on Qwen3-8B: every baseline ± budget",
     "runs_trl": "A runs manifest: TRL runs (GRPOTrainer, BudgetGRPOTrainer) reported by rbctl (docs/your_runs.md)",
     "runs_verl": "A runs manifest: verl runs (its file logger) reported by rbctl (docs/your_runs.md)",
-    "runs_wandb": "A runs manifest: any trainer's runs from a W&B or MLflow long-table export (docs/your_runs.md)",
+    "runs_wandb": "A runs manifest: any trainer's runs logged to W&B (the SDK's run folders or exports) (docs/your_runs.md)",
+    "runs_mlflow": "A runs manifest: any trainer's runs logged to MLflow (a store or a server) (docs/your_runs.md)",
     "study_quickstart": "An example study: does an adaptive entropy bonus beat GRPO + budget on the quick sweep?",
 }
 

@@ -17,6 +17,7 @@ from rbctl.console import PlainProgress
 from rbctl.config.eval import BUILTIN_MAX_NEW_TOKENS, DEFAULT_MAX_NEW_TOKENS, EvalConfig, build_config
 from rbctl.errors import UserError
 from rbctl.eval import protocols
+from rbctl.eval.imported import imported_checkpoint, where_line
 from rbctl.eval.pipeline import evaluate_policy, load_problems, protocol_text, sanitize, summary_warnings
 from rbctl.rollout.factory import engine_class
 from rbctl.store.atomic import check_writable
@@ -68,8 +69,14 @@ def eval_config(model: str, options: dict) -> tuple[EvalConfig, str]:
 
 def eval_target(model: str, step: int | None, options: dict) -> tuple[str, int | None, EvalConfig, str]:
     """(model, step, config, note) of `rbctl eval MODEL [--step N]` given `options`: a checkpoint
-    folder inside a run is the run at that step (`enclosing_run`), then `eval_config`."""
+    folder inside a run is the run at that step (`enclosing_run`), a TRL or verl checkpoint the model
+    folder it holds (`rbctl.eval.imported`), then `eval_config`."""
     model, step, where = enclosing_run(model, step)
+    ck = imported_checkpoint(Path(model)) if where is None and model != "builtin" else None
+    if ck is not None:
+        if step is not None and step != ck.step:
+            raise UserError(f"{model} is checkpoint {ck.step} of a {ck.framework} run; --step {step} names another (drop --step)")
+        model, step, where = str(ck.model), ck.step, where_line(ck)
     cfg, note = eval_config(model, options)
     return model, step, cfg, f"{where}\n{note}" if where else note
 
@@ -223,6 +230,9 @@ def default_out_dir(model: str, step: int | None, protocol: dict) -> Path:
         if step is None:
             raise UserError(f"cannot tell the checkpoint step of {model}; pass --out")
         return protocol_eval_dir(final_eval_dir(path, step), protocol)
+    ck = imported_checkpoint(path) if model != "builtin" else None
+    if ck is not None:  # into the run's checkpoints folder, where its manifest's report reads it
+        return protocol_eval_dir(final_eval_dir(ck.folder, ck.step), protocol)
     name = path.name.removesuffix(".gguf") if path.exists() else model
     return protocol_eval_dir(Path(RUNS_ROOT) / EVAL_DIR / sanitize(name.replace("/", "_")), protocol)
 
@@ -444,7 +454,8 @@ def _evaluate_loaded(model: str, cfg: EvalConfig, out_dir: Path | None, candidat
     from rbctl.tasks import builtin
 
     opts = dict(device=cfg.device, dtype=cfg.dtype, cpu_linear=cfg.cpu_linear, log=console.print)
-    ckpt_step = None
+    ck = imported_checkpoint(Path(model)) if model != "builtin" else None
+    ckpt_step = ck.step if ck is not None else None
     if candidates:
         ck, policy = load_first_intact(candidates, **opts)
         ckpt_step = ck.step

@@ -58,6 +58,7 @@ class Declaration:
     problem: str = ""
     legacy: bool = False
     earlier: bool = False
+    where: str = "in this directory"  # whose runs the record counts (a manifest's: "of this manifest, by their own clocks")
 
     @property
     def text(self) -> str:
@@ -71,13 +72,13 @@ class Declaration:
         if self.absent:
             return f"not declared (no {self.key} in the recorded file)"
         if self.first_seen is None:
-            return "no declaration record in this directory"
+            return f"no declaration record {self.where}"
         legacy = " (a history kept before records were chained: an edit to its early lines would not show)" * self.legacy
         if self.in_force_before_first is None:
             return (f"first recorded after {self.finished_before} of {self.total} runs had finished: whether it was in "
                     f"force before them is not recorded{legacy}")
         if self.in_force_before_first:
-            return f"declared before any run in this directory finished{legacy}"
+            return f"declared before any run {self.where} finished{legacy}"
         done = self.finished_before or 0
         parts = [f"declared after {done} of {self.total} runs had finished"] if done else []
         if self.started_before > done:
@@ -235,6 +236,23 @@ def _sweep_history(sweep_dir: Path) -> tuple[list[dict], str]:
     return history, chain_problem(history) or sweep_file_problem(sweep_dir, history)
 
 
+def manifest_sentence(manifests: list[Path], family: str) -> str:
+    """The declaration line of a family of runs manifests, from each one's history
+    (`rbctl.report.sources.declare`: recorded by `rbctl report`, runs counted by their own end times)."""
+    from rbctl.report.sources.declare import history_path
+
+    def one(path: Path) -> str:
+        d = family_declaration(path, family)
+        if d.first_seen is None and not d.absent:
+            return f"no declaration record (`rbctl report {path}` records one)"
+        return d.text + (f" (manifest version `{d.sha256[:7]}`, first seen {d.first_seen})" if d.sha256 else "")
+
+    texts = [(p, one(p)) for p in manifests]
+    if len(texts) == 1:
+        return f"Declaration (recorded by rbctl report in {history_path(texts[0][0])}, runs counted by their own clocks): {texts[0][1]}."
+    return "Declaration (recorded by rbctl report beside each manifest): " + "; ".join(f"`{p}`: {t}" for p, t in texts) + "."
+
+
 def sweep_declaration(sweep_dir: Path, key: str) -> Declaration:
     """The declaration of ``key`` of the sweep file, from ``SWEEP/sweep_history.jsonl``."""
     history, problem = _sweep_history(sweep_dir)
@@ -251,6 +269,16 @@ def family_declaration(sweep_dir: Path, family: str) -> Declaration:
     from rbctl.config.sweep import PRINCIPAL_FAMILY
 
     key = "comparisons.principal" if family == PRINCIPAL_FAMILY else f"comparisons.families.{family}"
+    if is_manifest(sweep_dir):  # a runs manifest's history: its first report is its declaration
+        from rbctl.report.sources import read_manifest
+        from rbctl.report.sources.declare import manifest_history
+
+        history = manifest_history(sweep_dir, read_manifest(sweep_dir))
+        problem = chain_problem(history)
+        if problem:
+            return Declaration(key, None, None, None, None, problem=problem)
+        return declaration_of(history, key, lambda c: _resolved_family(c, family),
+                              kept_from_start=False).but(where="of this manifest (by the runs' own clocks)")
     history, problem = _sweep_history(sweep_dir)
     if problem:
         return Declaration(key, None, None, None, None, problem=problem)
@@ -276,7 +304,8 @@ def _resolved_family(content: dict, family: str):
 def declaration_sentence(dirs: list[Path], family: str) -> str:
     """The report's line on when a family of the sweep file was declared (`family_declaration`), for
     the sweep directories its runs come from: ``Declaration (recorded by rbctl ablate): declared
-    before any run in this directory finished (sweep-file version `1a2b3c4`, first seen 2026-12-04T21:40:12Z).``"""
+    before any run in this directory finished (sweep-file version `1a2b3c4`, first seen 2026-12-04T21:40:12Z).``
+    A runs manifest's is recorded by `rbctl report` (`manifest_sentence`)."""
     def one(d: Declaration) -> str:
         where = f" (sweep-file version `{d.sha256[:7]}`, first seen {d.first_seen})" if d.sha256 else ""
         return d.text + where
@@ -284,6 +313,8 @@ def declaration_sentence(dirs: list[Path], family: str) -> str:
     dirs = list(dict.fromkeys(Path(d) for d in dirs))
     if not dirs:
         return "Declaration: no sweep directory, so no declaration record."
+    if all(is_manifest(d) for d in dirs):
+        return manifest_sentence(dirs, family)
     found = [(d, family_declaration(d, family)) for d in dirs]
     if len(found) == 1:
         return f"Declaration (recorded by rbctl ablate in {SWEEP_HISTORY}): {one(found[0][1])}."

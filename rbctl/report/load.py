@@ -8,7 +8,9 @@ at its last step) and its side evaluations (`rbctl eval` under other protocols: 
 state file, its resolved sweep file, and optionally a ceiling file (read by `rbctl.report.analyses.plateau`).
 A runs manifest (`rbctl.config.manifest`) goes wherever a sweep directory goes: its runs, trained with
 TRL, verl or any tracker, are read by `rbctl.report.sources` into the same `Run`, the manifest playing
-the sweep file's part (``Run.sweep_dir`` is the manifest's path).
+the sweep file's part (``Run.sweep_dir`` is the manifest's path). A folder holding no rbctl run but
+another framework's runs (TRL, verl, W&B, MLflow, TensorBoard) is read as the manifest
+`rbctl.report.sources.detect` makes for it (then ``Run.sweep_dir`` is the folder).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from rbctl.errors import UserError
 from rbctl.report import sources
 from rbctl.report.runs import Issue, Run, unit_label  # noqa: F401  (the report's modules import them from here)
 from rbctl.store import read
-from rbctl.store.rundir import REPORT_DIR, SWEEP_FILE, SWEEP_RUNS, seed_of
+from rbctl.store.rundir import METRICS, REPORT_DIR, SWEEP_FILE, SWEEP_RUNS, seed_of
 
 SEARCH_DEPTH = 3  # levels below an input directory searched for runs and sweeps
 
@@ -87,10 +89,24 @@ def load_sweep(sweep: Path) -> tuple[list[Run], list[Issue]]:
     return runs, issues
 
 
+def _is_sweep(d: Path) -> bool:
+    """A sweep directory: a state file, or runs with metrics under runs/ (a TRL output folder's runs/
+    holds TensorBoard logs, not a sweep's runs)."""
+    return read.is_sweep(d) and bool(read.read_sweep_state(d) or read.sweep_run_dirs(d))
+
+
+def _is_run(d: Path) -> bool:
+    """An rbctl run directory: a metrics log that is rbctl's (verl's file logger, pointed at a
+    metrics.jsonl as docs/your_runs.md does, writes ``{"step", "data"}`` lines: another framework's run)."""
+    from rbctl.report.sources.detect import is_verl_log
+
+    return read.has_metrics(d) and not is_verl_log(d / METRICS)
+
+
 def _collect(d: Path, depth: int) -> tuple[list[Run], list[Issue], bool]:
-    if read.has_metrics(d):
+    if _is_run(d):
         return [load_run(d)], [], True
-    if read.is_sweep(d):
+    if _is_sweep(d):
         return (*load_sweep(d), True)
     runs, issues, found = [], [], False
     if depth < SEARCH_DEPTH:
@@ -118,9 +134,13 @@ def find_runs(dirs: list[Path]) -> tuple[list[Run], list[Issue]]:
         if not d.is_dir():
             raise UserError(f"{d} is not a directory or a runs manifest (a YAML file with `runs_from:`)")
         r, i, found = _collect(d, 0)
+        if not found and sources.is_imported(d):  # another framework's runs: read as a manifest of the folder
+            r, i = sources.load_manifest(d)
+            found = True
         if not found:
             raise UserError(f"no run or sweep directory under {d} (a run holds a metrics log; a sweep holds "
-                            f"{SWEEP_RUNS}/ or a state file)")
+                            f"{SWEEP_RUNS}/ or a state file), and no TRL, verl, W&B, MLflow or TensorBoard runs; runs "
+                            "trained elsewhere can also be named by a runs manifest (docs/your_runs.md)")
         runs.update({x.path.resolve(): x for x in r})
         issues += [x for x in i if x not in issues]
     out = sorted(runs.values(), key=lambda x: (x.arm, x.unit))
@@ -136,10 +156,36 @@ def find_runs(dirs: list[Path]) -> tuple[list[Run], list[Issue]]:
     return sorted(out, key=lambda x: (x.arm, x.unit)), issues
 
 
+def imported(d: Path) -> bool:
+    """Whether ``d`` is read as runs trained elsewhere: a runs manifest, or a folder of another
+    framework's runs holding no rbctl run or sweep (`_collect`)."""
+    d = Path(d)
+    return sources.is_manifest(d) or (d.is_dir() and not _has_rbctl_runs(d, 0) and sources.is_imported(d))
+
+
+def _has_rbctl_runs(d: Path, depth: int) -> bool:
+    """Whether `_collect` finds an rbctl run or sweep at or below ``d`` (nothing is read but first lines)."""
+    if _is_run(d) or _is_sweep(d):
+        return True
+    return depth < SEARCH_DEPTH and any(
+        _has_rbctl_runs(c, depth + 1) for c in sorted(d.iterdir())
+        if c.is_dir() and c.name not in read.NOT_RUNS and not c.name.startswith("."))
+
+
+def source_noun(runs: list[Run]) -> str | None:
+    """What states the runs' comparisons, in the report's words: "runs manifest" when every run was
+    named by one (trained elsewhere), None when they come from a folder read without one (nothing
+    states comparisons), else "sweep file"."""
+    kinds = {r.provenance.get("imported") for r in runs}
+    if kinds == {"manifest"}:
+        return "runs manifest"
+    return None if kinds == {"folder"} else "sweep file"
+
+
 def default_out(dirs: list[Path]) -> Path:
     """``DIR/report`` for a single input directory (a run or a sweep), ``runs/NAME`` for a single runs
-    manifest (as for a study file); several need an explicit one."""
-    if len(dirs) == 1 and sources.is_manifest(dirs[0]):
+    manifest or folder of another framework's runs (as for a study file); several need an explicit one."""
+    if len(dirs) == 1 and imported(dirs[0]):
         return Path("runs") / sources.read_manifest(dirs[0]).name
     if len(dirs) == 1:
         return Path(dirs[0]) / REPORT_DIR
@@ -152,7 +198,7 @@ def sweep_settings(runs: list[Run]) -> tuple[Comparisons | None, Escape | None, 
     for runs outside a sweep; runs of several sweeps with different settings are an error."""
     found = {}
     for d in dict.fromkeys(r.sweep_dir for r in runs if r.sweep_dir):
-        if sources.is_manifest(d):
+        if imported(d):
             m = sources.read_manifest(d)
             found[str(d)] = (m.comparisons, m.escape, sorted({e["benchmark"] for r in runs if r.sweep_dir == d
                                                               for e in r.evals}))
@@ -176,6 +222,11 @@ def data_remarks(runs: list[Run]) -> list[str]:
     (`rbctl.report.sources.remarks`); [] for rbctl's own runs, whose logs hold every role."""
     out = []
     for d in dict.fromkeys(r.sweep_dir for r in runs if r.sweep_dir):
-        if sources.is_manifest(d):
-            out += sources.remarks(sources.read_manifest(d), [r for r in runs if r.sweep_dir == d])
+        if not imported(d):
+            continue
+        if not sources.is_manifest(d):  # a folder read without a manifest
+            from rbctl.report.sources.init_manifest import folder_note
+
+            out.append(folder_note(Path(d), sources.read_manifest(d)))
+        out += sources.remarks(sources.read_manifest(d), [r for r in runs if r.sweep_dir == d])
     return out

@@ -31,7 +31,7 @@ def contains_a(completions, **kwargs):
     return [float("a" in c) for c in completions]
 
 
-def train(out: Path, arm: str, seed: int) -> None:
+def train(out: Path, arm: str, seed: int, evaluate: bool = True) -> None:
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
@@ -45,17 +45,19 @@ def train(out: Path, arm: str, seed: int) -> None:
     train_set = Dataset.from_dict({"prompt": ["ab#c?", "cd#e?", "ef#g?", "gh#a?"]})
     eval_set = Dataset.from_dict({"prompt": ["ba#d?", "dc#a?"]})
     last_seed = seed == SEEDS[-1]  # these runs save a checkpoint (its trainer_state.json) instead of save_state()
+    save = last_seed or not evaluate  # without TRL's evaluation every run keeps its last checkpoint for rbctl eval
     args = GRPOConfig(
         output_dir=str(out), max_steps=STEPS, per_device_train_batch_size=P * G, per_device_eval_batch_size=P * G,
-        num_generations=G, max_completion_length=6, learning_rate=LR, logging_steps=1, eval_strategy="steps",
-        eval_steps=EVAL_EVERY, report_to=["tensorboard"], save_strategy="steps" if last_seed else "no",
-        save_steps=STEPS, use_cpu=True, seed=seed, dataloader_num_workers=0, disable_tqdm=True,
+        num_generations=G, max_completion_length=6, learning_rate=LR, logging_steps=1,
+        eval_strategy="steps" if evaluate else "no", eval_steps=EVAL_EVERY, report_to=["tensorboard"],
+        save_strategy="steps" if save else "no", save_steps=STEPS, use_cpu=True, seed=seed, dataloader_num_workers=0,
+        disable_tqdm=True,
     )
     cls, extra = (GRPOTrainer, {}) if arm == "grpo" else (BudgetGRPOTrainer, {"budget": 1.0})
-    trainer = cls(model=model, reward_funcs=contains_a, args=args, train_dataset=train_set, eval_dataset=eval_set,
-                  processing_class=tokenizer, **extra)
+    trainer = cls(model=model, reward_funcs=contains_a, args=args, train_dataset=train_set,
+                  eval_dataset=eval_set if evaluate else None, processing_class=tokenizer, **extra)
     trainer.train()
-    if not last_seed:
+    if not last_seed or not evaluate:
         trainer.save_state()
 
 
@@ -154,3 +156,54 @@ def test_a_report_over_trl_runs_calls_the_declared_comparison_from_trls_own_file
     tb_ke = {c.metric: c for c in tb.trajectories.curves}["kappa_eff"].bands["budget"]["mean"]
     assert list(tb_ke.index) == sorted(ke.index)
     assert tb_ke.to_numpy() == pytest.approx(ke.sort_index().to_numpy())
+
+
+@pytest.fixture(scope="module")
+def trl_runs_without_eval(tmp_path_factory) -> Path:
+    """The same six runs without TRL's evaluation: each keeps checkpoint-4 (model and tokenizer)."""
+    root = tmp_path_factory.mktemp("trl_runs_no_eval")
+    for arm in ARMS:
+        for seed in SEEDS:
+            train(root / arm / f"seed_{seed}", arm, seed, evaluate=False)
+    return root
+
+
+@pytest.mark.slow  # six TRL runs, six `rbctl eval` of their checkpoints and three reports
+def test_trl_runs_without_evaluation_get_held_out_scores_from_rbctl_eval_of_their_checkpoints(
+        trl_runs_without_eval, tmp_path, monkeypatch, capsys) -> None:
+    from rbctl.cli import run
+    from rbctl.report.data import report_data
+
+    root = trl_runs_without_eval
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    # an output folder alone: reported (its trajectories), and the hint names its own checkpoint
+    assert run(["report", str(root / "grpo" / "seed_0")]) == 0
+    printed = capsys.readouterr().out
+    ck = root / "grpo" / "seed_0" / f"checkpoint-{STEPS}"
+    assert "1 trl run found" in printed and f"`rbctl eval {ck} -b BENCHMARKS`" in printed
+    # rbctl eval of each last checkpoint, a custom benchmark whose fields follow its @ (the comma kept whole)
+    problems = tmp_path / "problems.jsonl"
+    problems.write_text("".join(json.dumps({"question": q, "solution": a}) + "\n"
+                                for q, a in (("ab#c?", "1"), ("cd#a?", "2"), ("ef#g?", "3"))))
+    spec = f"file:{problems}@question,solution"
+    for arm in ARMS:
+        for seed in SEEDS:
+            rc = run(["eval", str(root / arm / f"seed_{seed}" / f"checkpoint-{STEPS}"), "-b", spec, "--n", "4",
+                      "--max-new-tokens", "6", "--extraction", "last_number"])
+            assert rc == 0, capsys.readouterr()
+    summaries = {(arm, seed): json.loads(next((root / arm / f"seed_{seed}" / "eval").glob(
+        "step_000004/protocol_*/problems/summary.json")).read_text()) for arm in ARMS for seed in SEEDS}
+    path = manifest(root, "trl")
+    data = report_data([path], n_boot=200)
+    for r in data.sweep.runs:
+        final = r.finals[spec]
+        s = summaries[(r.arm, r.seed)]
+        assert not final.get("mean_only") and final["per_problem"] == s["per_problem"] and r.final_step == STEPS
+        assert s["num_problems"] == 3 and s["n"] == 4
+    row = data.verdict.rows.iloc[0]
+    avg = {arm: [summaries[(arm, s)]["metrics"]["avg@n"]["value"] for s in SEEDS] for arm in ARMS}
+    assert row.delta == pytest.approx(sum(b - a for b, a in zip(avg["budget"], avg["grpo"])) / 3)
+    assert not any(r.startswith("held-out score") for r in data.sweep.remarks)
+    assert run(["report", str(path), "-o", str(tmp_path / "out")]) == 0
+    assert "sweep file" not in (tmp_path / "out" / "report.md").read_text()

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from rbctl.config.sweep import Escape
-from rbctl.report.load import Run, unit_label
+from rbctl.report.load import Run, source_noun, unit_label
 from rbctl.report.series import run_series
 from rbctl.report.survival import kaplan_meier, logrank, rmst
 
@@ -92,11 +92,12 @@ def logrank_rows(rows: pd.DataFrame, pairs: list[tuple[str, str]]) -> pd.DataFra
 def escape_setting(setting: Escape | None, runs: list[Run]) -> tuple[Escape | None, str]:
     """The sweep file's ``escape`` (``setting``); else the default setting when runs log its metric;
     else off. With where it comes from."""
+    noun = source_noun(runs) or "runs manifest"
     if setting is not None:
-        return setting, "the sweep file's `escape` setting"
+        return setting, f"the {noun}'s `escape` setting"
     default = Escape()
     if any(default.metric in e for r in runs for e in r.evals):
-        return default, "the default setting (the sweep file sets no `escape`)"
+        return default, f"the default setting (the {noun} sets no `escape`)"
     return None, ""
 
 

@@ -13,6 +13,7 @@ from rbctl.config.sweep import PRINCIPAL_FAMILY
 from rbctl.report.analyses.comparisons import MIN_BOOTSTRAP_UNITS, Comparison, call, call_text, untestable_note
 from rbctl.report.data import ReportData, SweepData
 from rbctl.report.declaration import declaration_sentence
+from rbctl.report.load import source_noun
 from rbctl.report.render.figures import plot_deltas
 from rbctl.report.render.page import Page
 from rbctl.report.stats import MIN_UNITS, NOT_TESTABLE
@@ -50,8 +51,8 @@ def holm_p_cell(p, untestable: str) -> str:
 
 TOST_P = "equivalence: margin, TOST Holm p"
 CALLS = ("Each comparison gets one of four calls: **higher** or **lower** (the paired t-test rejects Δ = 0 after "
-         "Holm), **equivalent within ±δ** (two one-sided tests, Holm-adjusted alike, reject |Δ| ≥ δ, the margin the "
-         "sweep file states; without a margin nothing is called equivalent), or **inconclusive**, "
+         "Holm), **equivalent within ±δ** (two one-sided tests, Holm-adjusted alike, reject |Δ| ≥ δ, the margin stated "
+         "with the comparisons; without a margin nothing is called equivalent), or **inconclusive**, "
          "with the direction of Δ and the smallest |Δ| the test detects at power 0.8 with these units and their "
          "measured sd(Δ) (at α/m)")
 
@@ -94,20 +95,23 @@ def answer(data: ReportData, page: Page) -> None:
               f"Holm–Bonferroni over {'this comparison' if m == 1 else f'these {m} comparisons'} at α = {v.alpha:g}")
     if sw.spec is not None:
         s = sw.spec
-        doc.para(f"The {plural(len(s.principal), 'comparison')} the sweep file states, on "
+        doc.para(f"The {plural(len(s.principal), 'comparison')} the {source_noun(list(sw.runs))} states, on "
                  f"{s.metric} ({comps[0].benchmark if comps else s.benchmark or 'the first benchmark'}). Δ = arm − "
                  f"reference in points, paired by unit ({units}); {INTERVALS}; {family}; {P_IMPROVEMENT}. "
                  f"{CALLS}. {UNTESTABLE} Every other comparison in this report is in a declared family below or "
                  "exploratory (no call).")
         doc.para(_declared(sw, PRINCIPAL_FAMILY))
     elif comps:
-        from_sweep = any(r.sweep_dir for r in sw.runs)
-        doc.para(f"{'The sweep file states no principal comparisons (`comparisons:`)' if from_sweep else 'These runs come from no sweep file, so no comparison was declared before running'}, so the report's verdicts "
+        noun = source_noun(list(sw.runs)) if any(r.sweep_dir for r in sw.runs) else "none"
+        why = {"none": "These runs come from no sweep file, so no comparison was declared before running",
+               None: "These runs were read from a folder without a runs manifest, so no comparison was declared "
+                     "before running"}.get(noun, f"The {noun} states no principal comparisons (`comparisons:`)")
+        doc.para(f"{why}, so the report's verdicts "
                  f"are over every stated pair (each baseline + budget vs the baseline; each other arm vs its "
                  f"baseline + budget and vs its baseline), avg@n and pass@n, as one family: {family}. Δ in points, "
                  f"paired by unit ({units}); {INTERVALS}; {P_IMPROVEMENT}. {CALLS}. {UNTESTABLE}")
     else:
-        doc.para("No principal comparisons are stated (no sweep file's `comparisons:`) and the runs hold no stated "
+        doc.para(f"No principal comparisons are stated (no {source_noun(list(sw.runs)) or 'runs manifest'}'s `comparisons:`) and the runs hold no stated "
                  "pair of arms to compare: no verdict is called, and everything below is exploratory.")
     if v.missing:
         doc.para("**Not computed** (no final evaluations of both arms on the principal benchmark): "
@@ -155,7 +159,7 @@ def families(data: ReportData, page: Page) -> None:
         page.doc.heading(2, f"Declared family: {name}")
         margin = f"equivalence margin ±{fam.margin:g} points" if fam.margin is not None else "no equivalence margin"
         alpha = fam.alpha if fam.alpha is not None else spec.alpha
-        page.doc.para(f"Stated in the sweep file (`comparisons.families.{name}`): "
+        page.doc.para(f"Stated in the {source_noun(list(data.sweep.runs))} (`comparisons.families.{name}`): "
                       f"{plural(len(fam.pairs), 'comparison')} on {fam.metric or spec.metric}, Holm–Bonferroni over "
                       f"the {tested} tested at α = {alpha:g}, {margin}; called as the answer's comparisons are.")
         page.doc.para(_declared(data.sweep, name))

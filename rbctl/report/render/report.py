@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from rbctl.report.data import ReportData, analyse, sweep_data
-from rbctl.report.load import default_out
+from rbctl.report.load import default_out, source_noun
 from rbctl.report.render import answer, convergence, sections
 from rbctl.report.render.page import Page, TablePage
 from rbctl.report.render.tables import call_cell, delta, finite, pval, unequal_cells, with_ci
@@ -78,7 +78,8 @@ def verdicts_table(data: ReportData):
     rows = data.verdict.rows
     if not len(rows):
         return None
-    title = "principal comparisons" if data.verdict.principal_declared else "stated pairs, one Holm family (no sweep file declares comparisons)"
+    title = ("principal comparisons" if data.verdict.principal_declared else
+             f"stated pairs, one Holm family (no {source_noun(list(data.sweep.runs)) or 'runs manifest'} declares comparisons)")
     table = Table(title=f"{title}: Δ points [95% t-CI], Holm p, call")
     for col, justify in (("comparison", "left"), ("metric", "left"), ("units", "right"), ("Δ", "right"),
                          ("Holm p", "right"), ("call", "left")):

@@ -12,6 +12,7 @@ from rbctl.report.analyses import entropy as ent
 from rbctl.report.analyses.comparisons import EXPLORATORY, STATED
 from rbctl.report.analyses.scores import BOOTSTRAP_ONE_UNIT, T_OVER_UNITS
 from rbctl.report.data import ReportData
+from rbctl.report.load import source_noun
 from rbctl.report.render.figures import plot_association, plot_pass_at_k, plot_profiles, plot_trajectory
 from rbctl.report.render.page import Page
 from rbctl.report.render.tables import (delta, finite, num, pct, plural, points_list, pval, slug, unequal_cells,
@@ -42,7 +43,11 @@ def final_scores(data: ReportData, page: Page) -> None:
     f, doc = data.final_scores, page.doc
     doc.heading(2, "Final scores")
     if f is None:
-        doc.para(f"No final evaluations found (`rbctl eval RUN` writes its evaluation under RUN/{EVAL_DIR}/{STEP_PREFIX}N/).")
+        if source_noun(list(data.sweep.runs)) == "sweep file":
+            doc.para(f"No final evaluations found (`rbctl eval RUN` writes its evaluation under RUN/{EVAL_DIR}/{STEP_PREFIX}N/).")
+        else:  # runs trained elsewhere: what applies to them is said with what they do not log
+            doc.para("No final evaluations found: the runs logged no held-out score at their last step (see the notes "
+                     "on what the runs do not log).")
         return
     for note in data.sweep.notes:
         doc.para(f"Note: {note}")

@@ -47,17 +47,23 @@ def _scalar(value) -> float | None:
 
 
 def read(path: Path, trl_names: bool = False) -> tuple[dict[int, dict[str, float]], dict]:
-    """``{step: {tag: value}}`` of every scalar in the run's event files, and ``{"files"}``."""
-    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
-
+    """``{step: {tag: value}}`` of every scalar in the run's event files, and ``{"files", "ended"}``
+    (``ended``: the latest event's wall time)."""
+    try:
+        from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+    except ImportError:
+        raise UserError("reading TensorBoard event files needs the tensorboard package: "
+                        "pip install 'rbctl[tensorboard]'") from None
     files = event_files(path)
     if not files:
         raise NoRecords(f"{path}: no TensorBoard event files ({EVENTS})")
     records: dict[int, dict[str, float]] = {}
+    ended = 0.0
     for f in files:
         refuse_pickle(f)
         try:
             for event in EventFileLoader(str(f)).Load():
+                ended = max(ended, float(event.wall_time))
                 if not event.HasField("summary"):
                     continue
                 for value in event.summary.value:
@@ -67,4 +73,4 @@ def read(path: Path, trl_names: bool = False) -> tuple[dict[int, dict[str, float
                         records.setdefault(int(event.step), {})[name] = x
         except Exception as e:  # the reader's own errors (a corrupt record) differ by version
             raise UserError(f"{f}: not a readable TensorBoard event file ({type(e).__name__}: {e})") from None
-    return records, {"max_steps": None, "files": [str(f) for f in files]}
+    return records, {"max_steps": None, "files": [str(f) for f in files], "ended": ended or None}

@@ -33,16 +33,26 @@ def refuse_pickle(path: Path) -> Path:
     return path
 
 
-def _number(v):
-    """A finite or non-finite float from a JSON value; None for what is not a number (text, null, bool)."""
+NON_FINITE = {"NaN": math.nan, "nan": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+def _number(v, null: bool = False):
+    """A finite or non-finite float from a JSON value (W&B's transaction log writes NaN and the
+    infinities as text); None for what is not a number (text, bool). ``null``: a null is NaN (a
+    value logged as undefined at that step, kept apart from a name not logged at all), else None."""
+    if v is None:
+        return math.nan if null else None
+    if isinstance(v, str):
+        return NON_FINITE.get(v)
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return None
     return float(v)
 
 
-def numbers(d: dict) -> dict[str, float]:
-    """The numeric entries of one record (NaN kept: the report drops non-finite values itself)."""
-    return {str(k): x for k, v in d.items() if (x := _number(v)) is not None}
+def numbers(d: dict, null: bool = False) -> dict[str, float]:
+    """The numeric entries of one record (NaN kept: the report drops non-finite values itself, and
+    says where a role is undefined); ``null``: a null value is NaN (`_number`)."""
+    return {str(k): x for k, v in d.items() if (x := _number(v, null)) is not None}
 
 
 def _cut(e: json.JSONDecodeError, text: str) -> str:

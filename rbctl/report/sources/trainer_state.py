@@ -29,7 +29,9 @@ def state_files(path: Path) -> list[Path]:
 
 def read(path: Path) -> tuple[dict[int, dict[str, float]], dict]:
     """``{step: {name: value}}`` of the newest trainer state's log history (a train and an evaluation
-    record of one step merged), and ``{"max_steps", "files"}``."""
+    record of one step merged; a null value is NaN: undefined at that step), and ``{"max_steps",
+    "files", "ended", "finished"}`` (``ended``: the state file's modification time, when the run last
+    wrote it: a trainer state holds no clock time; ``finished``: its global step reached max_steps)."""
     files = state_files(path)
     if not files:
         raise NoRecords(f"{path}: no {STATE} (TRL writes it into each checkpoint-N/ and, with "
@@ -46,7 +48,8 @@ def read(path: Path) -> tuple[dict[int, dict[str, float]], dict]:
         if not isinstance(rec, dict) or "step" not in rec:
             raise UserError(f"{newest}: log_history[{i}] has no step")
         records.setdefault(as_step(rec["step"], newest, i), {}).update(
-            {k: v for k, v in numbers(rec).items() if k != "step"})
+            {k: v for k, v in numbers(rec, null=True).items() if k != "step"})
     max_steps = state.get("max_steps")
-    return records, {"max_steps": max_steps if isinstance(max_steps, int) and max_steps > 0 else None,
-                     "files": [str(newest)]}
+    max_steps = max_steps if isinstance(max_steps, int) and max_steps > 0 else None
+    return records, {"max_steps": max_steps, "files": [str(newest)], "ended": newest.stat().st_mtime,
+                     "finished": max_steps is None or int(state.get("global_step") or 0) >= max_steps}

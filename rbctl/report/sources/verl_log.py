@@ -29,11 +29,13 @@ def log_file(path: Path) -> Path:
 
 
 def read(path: Path) -> tuple[dict[int, dict[str, float]], dict]:
-    """``{step: {name: value}}`` of a verl file-logger log (lines of one step merged) and ``{"files"}``."""
+    """``{step: {name: value}}`` of a verl file-logger log (lines of one step merged; orjson writes
+    NaN as null: a null is NaN, undefined at that step) and ``{"files", "ended"}`` (the log's
+    modification time: its lines hold no clock time)."""
     f = log_file(path)
     records: dict[int, dict[str, float]] = {}
     for line, rec in read_json_lines(f):
         if "step" not in rec or not isinstance(rec.get("data"), dict):
             raise UserError(f"{f} line {line}: not a verl file-logger line (expected {{\"step\": N, \"data\": {{...}}}})")
-        records.setdefault(as_step(rec["step"], f, line), {}).update(numbers(rec["data"]))
-    return records, {"max_steps": None, "files": [str(f)]}
+        records.setdefault(as_step(rec["step"], f, line), {}).update(numbers(rec["data"], null=True))
+    return records, {"max_steps": None, "files": [str(f)], "ended": f.stat().st_mtime}

@@ -39,8 +39,11 @@ class Testbed:
 
     @property
     def benchmark(self) -> str:
+        """The declared benchmark, else the first evaluated; "" for runs without any held-out evaluation
+        (a runs manifest without a held-out role: its training metrics' families need none)."""
         spec = self.data.sweep.spec
-        return (spec.benchmark if spec is not None and spec.benchmark else None) or self.data.sweep.benchmarks[0]
+        benches = self.data.sweep.benchmarks
+        return (spec.benchmark if spec is not None and spec.benchmark else None) or (benches[0] if benches else "")
 
     def family(self, name: str | None):
         """The members of the declared family ``name`` of this sweep file ([] when it declares none)."""
