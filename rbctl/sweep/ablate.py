@@ -514,6 +514,7 @@ def _execute(todo, sweep: SweepConfig, sweep_dir: Path, state: dict, jobs: int, 
     import sys
 
     from rbctl.sweep import local
+    from rbctl.sweep.display import PlainDisplay, RichDisplay
 
     threads = max(1, (os.cpu_count() or 1) // min(jobs, len(todo)))
     work = [(key, cfg.steps, (str(rd), cfg.model_dump(mode="json"), meta, sweep.eval.model_dump(mode="json"), threads))
@@ -523,12 +524,13 @@ def _execute(todo, sweep: SweepConfig, sweep_dir: Path, state: dict, jobs: int, 
         state["runs"][key] = {"status": res["status"], "error": res["error"]}
         write_sweep_state(sweep_dir, state)
 
+    parallel = min(jobs, len(todo))
     if progress and sys.stdout.isatty():
-        display = local.RichDisplay()
+        display = RichDisplay(jobs=parallel)
     elif progress:  # a log file or a Slurm job: plain lines, not a live display
-        display = local.PlainDisplay(every=progress_every)
+        display = PlainDisplay(every=progress_every, jobs=parallel)
     else:
-        display = local.RichDisplay(enabled=False)
+        display = RichDisplay(enabled=False)
     local.execute(_run_one, work, jobs, record, display, alone={key for key, _, cfg, _ in todo if not on_cpu(cfg)})
 
 
