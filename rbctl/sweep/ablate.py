@@ -395,9 +395,41 @@ def check_sweep_start(sweep: SweepConfig, configs: dict[str, TrainConfig], sweep
     from rbctl.train.preflight import writable_problem
 
     check_arms_runnable(sweep, configs, machine=machine)
-    for problem in (writable_problem(sweep_dir), sweep_dir_problem(sweep_dir, resolved, force)):
+    for problem in (writable_problem(sweep_dir), sweep_dir_problem(sweep_dir, resolved, force),
+                    forced_runs_problem(sweep, configs, sweep_dir) if force else None):
         if problem is not None:
             raise UserError(problem)
+
+
+def forced_runs_problem(sweep: SweepConfig, configs: dict[str, TrainConfig], sweep_dir: Path) -> str | None:
+    """Why ``--force`` cannot take ``sweep_dir`` for this sweep, else None: runs in it that got
+    somewhere with another config than their arm's now, which a run does not take on resume
+    (`rbctl.train.run_setup.check_run_dir`: another `steps` needs `rbctl train --extend`, which a
+    sweep does not pass; another key, a new run). Each would fail, and a finished one would be kept as
+    if it had run this config; a changed sweep is another sweep (docs/scaling.md)."""
+    from rbctl.config.base import flatten
+    from rbctl.config.train import read_run_config
+    from rbctl.store.rundir import CONFIG
+    from rbctl.train.run_setup import check_run_dir
+
+    stale = []
+    for arm, cfg in configs.items():
+        for ws, seed in units(sweep):
+            key = run_key(arm, seed, ws)
+            rd = sweep_run_dir(sweep_dir, key)
+            rcfg = _with_warm_start(cfg, ws).model_copy(update={"seed": seed})
+            try:
+                check_run_dir(rcfg, rd, force=False)
+            except UserError:
+                old, new = flatten(read_run_config(rd / CONFIG).model_dump(mode="json")), flatten(rcfg.model_dump(mode="json"))
+                keys = [k for k in new if old.get(k) != new.get(k) and k.split(".")[0] not in RUN_ONLY_KEYS]
+                stale.append((key, ", ".join(f"{k} {old.get(k)} ≠ {new.get(k)}" for k in keys[:3]) or "its schedule"))
+    if not stale:
+        return None
+    return (f"--force: sweep directory {sweep_dir} holds {len(stale)} run{'s' * (len(stale) != 1)} made with another "
+            f"config than this sweep gives them ({stale[0][0]}: {stale[0][1]}); a run keeps its config, so each would "
+            "fail, and a finished one would stand for a config it did not run. A changed sweep is another sweep: run "
+            "it in another directory (-o NEW_DIR)")
 
 
 def check_arms_runnable(sweep: SweepConfig, configs: dict[str, TrainConfig], machine: bool = True) -> None:
