@@ -209,7 +209,8 @@ def sweep_plan(sweep_path, sweep_dir: Path, power, jobs: int | None = None, arms
     caller hands it down)."""
     from rbctl.config.base import apply_overrides, read_yaml, validate
     from rbctl.config.presets import resolve_config
-    from rbctl.sweep.ablate import base_path, check_sweep_start, load_sweep, resolved_sweep, units
+    from rbctl.sweep.ablate import base_path, load_sweep, resolved_sweep, units
+    from rbctl.sweep.start import check_sweep_start
     from rbctl.train.preflight import machine_problems
 
     path = resolve_config(sweep_path, "sweep file")

@@ -80,7 +80,7 @@ def answer(data: ReportData, page: Page) -> None:
         doc.para(_declared(sw, PRINCIPAL_FAMILY))
     elif comps:
         from_sweep = any(r.sweep_dir for r in sw.runs)
-        doc.para(f"{f'{source.capitalize()} declares no principal comparisons (`comparisons:`)' if from_sweep else 'No comparison was declared before these runs'}, so the report's verdicts "
+        doc.para(f"{f'{source.capitalize()} declares no principal comparisons (`comparisons:`)' if from_sweep else 'These runs come from no sweep file, so no comparison was declared before running'}, so the report's verdicts "
                  f"are over every stated pair (each baseline + budget vs the baseline; each other arm vs its "
                  f"baseline + budget and vs its baseline), avg@n and pass@n, as one family: {family} [^2]. Δ in points, "
                  f"paired by unit ({units}) [^1]; P(improvement) [^4].")

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from rbctl.report.analyses.comparisons import (EQUIVALENT, HIGHER, INCONCLUSIVE, LOWER, PRINCIPAL, Comparison, call,
                                                call_text, deciding_p)
 from rbctl.report.data import ReportData, SweepData
-from rbctl.report.render.tables import delta, num, plural, pval
+from rbctl.report.render.tables import call_cell, delta, num, plural, pval
 from rbctl.store.rundir import parse_run_key
 
 
@@ -75,7 +75,7 @@ def call_row(c: Comparison, units: str) -> CallRow:
     p_name, p = deciding_p(c)
     d = c.delta
     shown = delta(d.mean, d.lo, d.hi)
-    text = call_text(c)
+    text = call_cell(call_text(c), c.unequal)  # "(unequal compute: steps 12 ≠ 10)" where the arms' runs differ
     gloss = _gloss(c)
     evidence = f"Δ = {shown} points over {d.n} {units}" + (f", {p_name} {pval(p)}" if math.isfinite(p) else "")
     sentence = f"**{c.label}** ({c.metric}): **{text}**" + (f": {gloss}" if gloss else "") + f". {evidence}."
@@ -151,6 +151,7 @@ def _span(values: list[float], digits: int = 2) -> str:
 
 
 NOT_FINISHED = ("pending", "running", "interrupted", "unknown")
+STATUS_WORDS = {"missing": "missing (recorded done, no metrics on disk)", "no final evaluation": "without a final evaluation"}
 
 
 def missing_lines(sw: SweepData) -> list[str]:
@@ -175,15 +176,16 @@ def missing_lines(sw: SweepData) -> list[str]:
         by_status[status][arm].append(i.name)
         if i.status == "failed":
             errors[(i.detail or "").split(" (its logged steps")[0] or "no error recorded"] += 1
-    word = "runs" if sw.warm_starts else "seeds"
+    word = "run" if sw.warm_starts else "seed"
     out = []
     for status, arms in by_status.items():
         counts = {a: len(v) for a, v in arms.items()}
+        said = STATUS_WORDS.get(status, status)
         if set(arms) == set(totals) and len(set(counts.values())) == 1 and len({len(totals[a]) for a in arms}) == 1:
             n, total = next(iter(counts.values())), len(totals[next(iter(arms))])
-            line = f"{n} of {total} {word} {status} in {'each arm' if len(arms) > 1 else next(iter(arms))}"
+            line = f"{n} of {plural(total, word)} {said} in {'each arm' if len(arms) > 1 else next(iter(arms))}"
         else:
-            line = "; ".join(f"{a}: {n} of {len(totals[a])} {word} {status}" for a, n in sorted(counts.items()))
+            line = "; ".join(f"{a}: {n} of {plural(len(totals[a]), word)} {said}" for a, n in sorted(counts.items()))
         if status == "failed":
             line += " (" + "; ".join(f"{e}" + (f" ×{k}" if k > 1 else "") for e, k in errors.most_common(3)) + ")"
         out.append(line)

@@ -91,7 +91,7 @@ def lead(data: ReportData, page: Page) -> None:
     else:
         doc.para("No call.")
     if data.verdict.missing:
-        doc.para("**Not computed** (no final evaluations of both arms on the declared benchmark): "
+        doc.para("**Not computed** (no final evaluations of both arms on the principal benchmark): "
                  + ", ".join(data.verdict.missing) + ".")
     doc.para("**Design.** " + " ".join(calls.design(data)))
     if rows:

@@ -82,6 +82,7 @@ def incomplete_lines(data: ReportData) -> list[str]:
 def final_scores_table(report_dir: Path):
     """A Rich table of a written report's final scores (None when there are none)."""
     from rich.table import Table
+    from rich.text import Text
 
     path = Path(report_dir) / REPORT_TABLES / "final_scores.csv"
     if not path.exists():
@@ -92,6 +93,6 @@ def final_scores_table(report_dir: Path):
         table.add_column(col, justify="left" if col in ("arm", "benchmark", "interval") else "right", overflow="fold")
     for r in df.itertuples(index=False):
         maj = f"maj@{int(r.maj_k)} {with_ci(r.maj, r.maj_lo, r.maj_hi)}" if finite(r.maj_k) else "–"
-        table.add_row(r.arm, r.benchmark, str(r.seeds), with_ci(r.avg, r.avg_lo, r.avg_hi),
-                      with_ci(r.pass_k, r.pass_k_lo, r.pass_k_hi), maj, str(r.interval))
+        table.add_row(*map(Text, (r.arm, r.benchmark, str(r.seeds), with_ci(r.avg, r.avg_lo, r.avg_hi),
+                                   with_ci(r.pass_k, r.pass_k_lo, r.pass_k_hi), maj, str(r.interval))))  # "[n/a]": no tag
     return table

@@ -16,6 +16,7 @@ def calls_table(data: ReportData):
     columns without cutting a word."""
     from rich import box
     from rich.table import Table
+    from rich.text import Text
 
     rows = calls.call_rows(data)
     if not rows:
@@ -31,19 +32,18 @@ def calls_table(data: ReportData):
     for r in rows:
         label = (f"{r.family}: " if families else "") + f"{r.comparison} ({r.metric})"
         p = "–" if r.p == "–" else (r.p if r.p_name == "Holm p" else f"{r.p} TOST")
-        table.add_row(label, r.delta, str(r.units), p, r.call)
+        table.add_row(*map(Text, (label, r.delta, str(r.units), p, r.call)))  # Text: "[n/a]" is no markup tag
     table.caption = "p: Holm-adjusted in its family (TOST: of the equivalence test)"
     table.caption_justify = "left"
     return table
 
 
 def report_paths(report_md: Path) -> list[str]:
-    """The report's files a reader opens, one line each."""
+    """Where the report is (its path alone on a line: a path does not fold) and what is beside it."""
     from rbctl.report.render.summary import SUMMARY_MD, SUMMARY_TEX
     from rbctl.store.rundir import REPORT_HTML
 
-    out = Path(report_md).parent
-    return [f"report: {report_md} (and {out / REPORT_HTML})", f"summary: {out / SUMMARY_MD} and {out / SUMMARY_TEX}"]
+    return [f"report: {report_md}", f"  beside it: {REPORT_HTML}, {SUMMARY_MD} and {SUMMARY_TEX} (one page)"]
 
 
 def claims_table(verdicts: dict):
@@ -51,6 +51,7 @@ def claims_table(verdicts: dict):
     claim); ``verdicts[claim] = Verdict`` (`rbctl.report.study.rules`)."""
     from rich import box
     from rich.table import Table
+    from rich.text import Text
 
     if not verdicts:
         return None
@@ -59,7 +60,7 @@ def claims_table(verdicts: dict):
     table.add_column("call", overflow="fold", ratio=2)
     table.add_column("why", overflow="fold", ratio=5)
     for cid, v in verdicts.items():
-        table.add_row(cid, v.outcome, v.reason)
+        table.add_row(Text(cid), Text(v.outcome), Text(v.reason))
     return table
 
 
