@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 from pathlib import Path
 
@@ -426,7 +427,11 @@ def test_rbctl_report_of_the_shipped_study_file_on_tiny_sweeps(tmp_path: Path, c
     study.write_text((REPO / "configs" / "study_claims.yaml").read_text())
     assert run(["report", str(study), "-o", "out"]) == 0
     doc = (tmp_path / "out" / "claims.md").read_text()
-    assert capsys.readouterr().out.strip().endswith("claims.md")
+    out = capsys.readouterr().out
+    assert "claims: out/claims.md" in out
+    claims = out[re.search(r"^claims *$", out, re.M).start():]  # the table of each claim's call ends the output
+    for cid, call in (("a", "inconclusive"), ("d", "supported")):
+        assert re.search(rf"^ {re.escape(cid)} +{call} ", claims, re.M), claims
     for cid in ("a", "a-speed", "b", "c", "d", "e", "e-entropy", "f", "g"):
         assert f"\n### ({cid}) " in doc
     # the study's version was recorded by this report, after every run had finished; the sweep files kept none

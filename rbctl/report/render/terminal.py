@@ -24,11 +24,11 @@ def calls_table(data: ReportData):
     families = len({r.family for r in rows}) > 1
     what = "declared comparisons" if data.sweep.spec is not None else "stated pairs, one Holm family (none declared)"
     table = Table(title=f"calls: {what}", box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left")
-    table.add_column("comparison", overflow="fold", ratio=3)
+    table.add_column("comparison", overflow="fold")
     table.add_column("Δ pts [95% CI]", justify="right", no_wrap=True)
     table.add_column("n", justify="right", no_wrap=True)
     table.add_column("p", justify="right", no_wrap=True)
-    table.add_column("call", overflow="fold", ratio=4)
+    table.add_column("call", overflow="fold")
     for r in rows:
         label = (f"{r.family}: " if families else "") + f"{r.comparison} ({r.metric})"
         p = "–" if r.p == "–" else (r.p if r.p_name == "Holm p" else f"{r.p} TOST")
@@ -56,9 +56,9 @@ def claims_table(verdicts: dict):
     if not verdicts:
         return None
     table = Table(title="claims", box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left")
-    table.add_column("claim", overflow="fold", ratio=2)
-    table.add_column("call", overflow="fold", ratio=2)
-    table.add_column("why", overflow="fold", ratio=5)
+    table.add_column("claim", overflow="fold")
+    table.add_column("call", overflow="fold")
+    table.add_column("why", overflow="fold")
     for cid, v in verdicts.items():
         table.add_row(Text(cid), Text(v.outcome), Text(v.reason))
     return table
