@@ -147,12 +147,14 @@ class RichDisplay:
     """The live display at a terminal (module docstring); ``enabled`` False shows nothing (--quiet)."""
 
     def __init__(self, jobs: int = 1, enabled: bool = True, console=None):
+        from rich.console import Console
+
         self.progress = SweepProgress(jobs)
         self.enabled, self.live = enabled, None
-        self.console = console
+        self.console = console or Console()
 
     def _render(self):
-        size = self.live.console.size
+        size = self.console.size  # read at each refresh: a resized terminal gets its new height
         return self.progress.renderable(max(1, size.height - 1), size.width)  # the last row keeps the cursor
 
     def __enter__(self):

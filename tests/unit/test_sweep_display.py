@@ -106,3 +106,28 @@ def test_plain_lines_carry_the_overall_line():
     assert lines[2] == "done a/seed_0 (0.5 min into the sweep)"
     # a/seed_0 took 30 s; b/seed_0 has run 3 s: 27 s left
     assert lines[4] == "progress: runs 1/2 done, 1 running, 0 failed, 0 pending; 0:33 elapsed, ETA 0:27 (b/seed_0 step 0/10)"
+
+
+def test_the_live_display_redraws_within_the_terminal():
+    """RichDisplay itself (Rich's Live) at a terminal of 80×24: every frame it draws fits."""
+    import time
+
+    from rbctl.sweep.display import RichDisplay
+
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=80, height=24, color_system=None)
+    with RichDisplay(jobs=30, console=console) as d:
+        for arm in ARMS:
+            for seed in range(24):
+                d.add(f"{arm}/seed_{seed}", 100)
+        for seed in range(24):
+            d.started(f"grpo/seed_{seed}")
+            d.step(f"grpo/seed_{seed}", seed, "reward 0.512  entropy 0.188")
+        time.sleep(0.4)  # at least one refresh (4 a second)
+        d.finished("grpo/seed_0", {"status": "done", "error": None})
+    text = out.getvalue().replace("\x1b[?25l", "").replace("\x1b[?25h", "")  # the cursor hidden, then shown
+    frames = [f for f in re.split(r"(?:\x1b\[2K|\x1b\[1A|\r)+", text) if f.strip()]
+    assert len(frames) >= 2  # redrawn in place
+    last = frames[-1].rstrip("\n").split("\n")
+    assert len(last) <= 23 and all(len(x) <= 80 for x in last)
+    assert last[0].startswith("runs 1/72 done, 23 running") and last[-1].startswith("… and ")
