@@ -128,6 +128,8 @@ def test_the_live_display_redraws_within_the_terminal():
     text = out.getvalue().replace("\x1b[?25l", "").replace("\x1b[?25h", "")  # the cursor hidden, then shown
     frames = [f for f in re.split(r"(?:\x1b\[2K|\x1b\[1A|\r)+", text) if f.strip()]
     assert len(frames) >= 2  # redrawn in place
+    for frame in frames:
+        lines = frame.rstrip("\n").split("\n")
+        assert len(lines) <= 23 and all(len(x) <= 80 for x in lines)
     last = frames[-1].rstrip("\n").split("\n")
-    assert len(last) <= 23 and all(len(x) <= 80 for x in last)
     assert last[0].startswith("runs 1/72 done, 23 running") and last[-1].startswith("… and ")
