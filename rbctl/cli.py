@@ -334,9 +334,8 @@ def ablate(
 
         typer.echo(sweep_plan(path, sweep_dir, power, jobs=jobs, seed_offset=seed_offset, force=force, **selection), nl=False)
         return
-    from rbctl.report.render.report import build_report
     from rbctl.sweep.local import Interrupted
-    from rbctl.sweep.plan import sweep_estimate, time_line
+    from rbctl.sweep.plan import sweep_estimate
 
     estimate = sweep_estimate(path, sweep_dir, jobs, seed_offset, **selection)  # what --dry-run states, for the end
     try:
@@ -357,12 +356,20 @@ def ablate(
         typer.secho(f"interrupted: {done}/{total} runs done, the rest recorded in {sweep_dir / SWEEP_STATE} "
                     f"(partial runs keep their checkpoints); finish with: {shlex.join(again)}", err=True)
         raise typer.Exit(130)
+    _ablate_end(sweep_dir, state, time.perf_counter() - t0, estimate, no_report)
+
+
+def _ablate_end(sweep_dir: Path, state: dict, seconds: float, estimate, no_report: bool) -> None:
+    """What `rbctl ablate` prints when its runs are over: the time beside --dry-run's estimate, each arm's
+    final held-out score, the failed runs, then the report's end (`_report_end`: the calls last); exit 1
+    where a run failed."""
+    from rbctl.store.rundir import REPORT_DIR
+    from rbctl.sweep.ablate import arm_final_lines, summarize_state
+    from rbctl.sweep.plan import time_line
+
     done, total, failed = summarize_state(state)
-    seconds = time.perf_counter() - t0
     typer.echo(f"sweep finished: {done}/{total} runs done in {seconds / 60:.1f} min -> {sweep_dir}")
     typer.echo(time_line(seconds, estimate))
-    from rbctl.sweep.ablate import arm_final_lines
-
     for line in arm_final_lines(sweep_dir, state):
         typer.echo(line)
     for key, err in failed:
@@ -370,7 +377,7 @@ def ablate(
     if no_report:
         typer.echo(f"calls: not computed (--no-report); rbctl report {sweep_dir} prints them")
     else:
-        from rbctl.store.rundir import REPORT_DIR
+        from rbctl.report.render.report import build_report
 
         _report_end(*build_report([sweep_dir], sweep_dir / REPORT_DIR), scores=False)
     if failed:
