@@ -417,7 +417,7 @@ def report(
     Writes OUT/report.md and OUT/report.html (first the question and the calls, then the details),
     OUT/summary.md and OUT/summary.tex (one page to paste into a paper), `OUT/tables/*.{csv,md,tex}`,
     `OUT/figures/*.{png,svg}` and `OUT/data/*.csv`; prints the final scores, the report's paths and, last, the
-    calls of the declared comparisons. Given a study file (configs/study_claims.yaml), writes OUT/claims.md: each
+    calls of the declared comparisons. Given a study file (configs/study_quickstart.yaml), writes OUT/claims.md: each
     claim of the study tested on its sweeps, after recording the study file's version in each sweep directory it
     names (`--declare`: only that), and prints each claim's call."""
     from rbctl.report.study import is_study_file, load_study

@@ -12,7 +12,7 @@ from typing import Literal, Optional
 from pydantic import Field, field_validator, model_validator
 
 from rbctl.config.base import Section
-from rbctl.config.sweep import Ceiling, Comparisons, Escape, distinct_seeds
+from rbctl.config.sweep import Ceiling, Comparisons, Escape, SequentialDesign, check_design_units, distinct_seeds
 from rbctl.store.rundir import run_key
 
 FORMATS = ("trl", "verl", "tensorboard", "table")
@@ -82,6 +82,7 @@ class RunsManifest(Section):
     steps: Optional[int] = Field(None, ge=1, description="The steps each run was meant to train (null = what the runs record, TRL's max_steps).")
     roles: Roles = Field(default_factory=Roles, description="The runs' metric names for rbctl's roles: the preset's (`names`; docs/your_runs.md lists them), a key given here, null included, replacing its own.")
     comparisons: Optional[Comparisons] = Field(None, description="Principal comparisons and further families, stated before running (a sweep file's `comparisons`).")
+    design: Optional[SequentialDesign] = Field(None, description="A sequential design over the manifest's units (a sweep file's `design`): its last look is the manifest's units (seeds × warm starts, or the units `runs` names), taken in that order.")
     escape: Optional[Escape] = Field(None, description="Escape-time analysis (a sweep file's `escape`; its metric is a name the runs log).")
     ceiling: Optional[Ceiling] = Field(None, description="A reachable held-out score for the plateau test (null = unknown).")
 
@@ -120,7 +121,19 @@ class RunsManifest(Section):
                     for arm in pair:
                         if arm not in self.arms:
                             raise ValueError(f"config key 'comparisons': unknown arm '{arm}' (arms: {', '.join(self.arms)})")
+        units = self.units()
+        check_design_units(self.design, self.comparisons, len(units),
+                           "the units `runs` names" if self.runs else
+                           f"{max(1, len(self.warm_starts))} warm starts × {len(self.seeds)} seeds" if self.warm_starts
+                           else f"{len(self.seeds)} seeds")
         return self
+
+    def units(self) -> list[tuple[Optional[str], int]]:
+        """The manifest's units of replication, (warm start, seed), in the order a sequential design
+        runs them: seed by seed, each seed's warm starts together (`runs`: in the order it names them)."""
+        if self.runs:
+            return list(dict.fromkeys((r.warm_start, r.seed) for r in self.runs))
+        return [(ws, s) for s in self.seeds for ws in (self.warm_starts or [None])]
 
     def preset(self) -> str:
         """The name of the roles preset in use ("none": none)."""

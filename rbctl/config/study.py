@@ -2,8 +2,8 @@
 rules the library applies (docs/method.md, "Comparing arms", studies).
 
 A study file names
-- its **sweeps**: testbeds (claims sweeps), optional long horizons of a testbed (named
-  ``<testbed>_long``), a settings sweep per testbed, and the main job (named ``main``);
+- its **sweeps**, each by the name the study gives it: testbeds (claims sweeps), optional long horizons
+  of a testbed, a settings sweep per testbed and the rule that chose its setting, and the main job;
 - its **families**: members as ``"arm − reference"`` pairs (``{X}`` a wildcard bound to the same text on
   both sides, so ``"{X}_budget − {X}"`` is every baseline with its budgeted arm) on named sweeps, what
   each member compares (the final held-out metric, a training metric's last quarter, or the
@@ -46,9 +46,9 @@ def _pairs(members: list[str]) -> list[str]:
 
 
 class LongHorizon(Section):
-    """A long-horizon sweep: the same arms as a testbed, run past the testbed's horizon (its sweep name in
-    the study: ``<testbed>_long``)."""
+    """A long-horizon sweep: the same arms as a testbed, run past the testbed's horizon."""
 
+    name: str = Field(..., min_length=1, description="The sweep's name in the study (families and claims read it by this name).")
     dir: str = Field(..., description="The sweep directory (relative to the current directory).")
     main_step: int = Field(..., ge=0, description="The testbed's horizon: the periodic evaluation at this step is read beside the final one.")
     family: str = Field("principal", description="The family of the long sweep's file whose calls are the final level (its margin makes 'same final level' an equivalence call).")
@@ -56,11 +56,10 @@ class LongHorizon(Section):
 
 class Selection(Section):
     """How a testbed's setting was chosen: a sweep over settings of plain X alone, run before any other
-    arm ran there, and the rule of docs/method.md ("Premature convergence"): the setting whose plain arm
-    passes all three plateau criteria, the smallest last-quarter change among several; if none passes,
-    the most criteria passed, then the smallest change."""
+    arm ran there, and the rule that keeps one setting."""
 
     dir: str = Field(..., description="The settings sweep directory (relative to the current directory).")
+    rule: Literal["plateau"] = Field(..., description="The rule that keeps a setting: plateau, the rule of docs/method.md (\"Premature convergence\"): the setting whose plain arm passes all three plateau criteria, the smallest last-quarter change among several; if none passes, the most criteria passed, then the smallest change.")
     kept: str = Field(..., description="The arm (setting) the testbed's claims sweep runs, as stated before that sweep ran; the document checks it against the rule.")
 
 
@@ -180,11 +179,12 @@ class TrendRule(Section):
 
 
 class ExactRule(Section):
-    """A claim checked exactly, not statistically: a named check of `rbctl.report.study.checks.CHECKS`
+    """A claim checked exactly, not statistically: a named function of the study's own checks file
+    (`checks`) or of `rbctl.report.study.checks.CHECKS`
     (supported when it passes, contradicted when it does not)."""
 
     kind: Literal["exact"] = Field(..., description="exact")
-    check: str = Field(..., description="The check's name in rbctl.report.study.checks.CHECKS.")
+    check: str = Field(..., description="The check's name: a function of the study's checks file, else of rbctl.report.study.checks.CHECKS.")
 
 
 Rule = Annotated[Union[CallsRule, AssociationRule, TrendRule, ExactRule], Field(discriminator="kind")]
@@ -215,19 +215,27 @@ class Curves(Section):
         return v
 
 
+class MainJob(Section):
+    """The main job's sweep, read beside the testbeds (its commits are listed apart in the provenance)."""
+
+    name: str = Field(..., min_length=1, description="The sweep's name in the study (families and claims read it by this name).")
+    dir: str = Field(..., description="The sweep directory (relative to the current directory).")
+
+
 class StudyConfig(Section):
     """A study: its sweeps, its families and its claims."""
 
     name: str = Field("study", description="The study's name (the document's title).")
     note: Optional[str] = Field(None, description="The author's note printed under the document's header, in their words (e.g. what was seen before the claims were written); it declares nothing.")
     testbeds: dict[str, str] = Field(..., min_length=1, description="Testbed name -> its claims sweep directory (relative to the current directory).")
-    long: dict[str, LongHorizon] = Field(default_factory=dict, description="Testbed name -> its long-horizon sweep (the study's sweep <testbed>_long).")
+    long: dict[str, LongHorizon] = Field(default_factory=dict, description="Testbed name -> its long-horizon sweep (read by the name it gives).")
     selection: dict[str, Selection] = Field(default_factory=dict, description="Testbed name -> the settings sweep its setting was chosen from.")
-    main: Optional[str] = Field(None, description="The main job's sweep directory (the study's sweep main), or null.")
+    main: Optional[MainJob] = Field(None, description="The main job's sweep (its name in the study and its directory), or null.")
     families: dict[str, StudyFamily] = Field(default_factory=dict, description="Family name -> its members, metric and adjustment.")
     claims: dict[str, Claim] = Field(default_factory=dict, description="Claim id -> its hypothesis and rule (printed in this order).")
-    readme: Optional[str] = Field(None, description="The family whose members the README's claims block lists (scripts/claims.py), or null.")
+    readme: Optional[str] = Field(None, description="The family whose members the README's claims block lists (`rbctl.report.study.readme_block`), or null.")
     curves: list[Curves] = Field(default_factory=list, description="Figures of held-out curves over a sweep's evaluations (one line per arm, bands over units).")
+    checks: Optional[str] = Field(None, description="A Python file of the study's own exact checks (relative to the study file): each a function returning (what was measured, whether it passed, a table or None), its docstring's first line printed as the rule; an exact rule's check names one.")
 
     @field_validator("long", "selection")
     @classmethod
@@ -240,11 +248,14 @@ class StudyConfig(Section):
 
     def sweep_names(self) -> list[str]:
         """Every sweep name a family or claim may read."""
-        return [*self.testbeds, *(f"{n}_long" for n in self.long), *(["main"] if self.main else [])]
+        return [*self.testbeds, *(h.name for h in self.long.values()), *([self.main.name] if self.main else [])]
 
     @model_validator(mode="after")
     def _references(self):
         sweeps = self.sweep_names()
+        twice = sorted({s for s in sweeps if sweeps.count(s) > 1})
+        if twice:
+            raise ValueError(f"sweep name {', '.join(twice)} given to more than one sweep (testbeds, long, main)")
         for fname, fam in self.families.items():
             for s in fam.sweeps or []:
                 if s not in sweeps:

@@ -136,6 +136,41 @@ class Comparisons(Section):
         return out
 
 
+class SequentialDesign(Section):
+    """A group-sequential design over the declared families (docs/method.md, "Sequential designs"):
+    each comparison is tested at every look by α-spending boundaries and stops once decided."""
+
+    looks: list[int] = Field(..., min_length=1, description="Units at each look, increasing from at least 3; the last is the design's units (seeds × warm starts).")
+    spending: Literal["obrien_fleming", "pocock"] = Field("obrien_fleming", description="Lan–DeMets α-spending: obrien_fleming (little α at early looks; gsDesign's sfLDOF) or pocock (about equal α at each look; sfLDPocock).")
+    futility: bool = Field(False, description="Stop a comparison whose superiority test falls below its non-binding β-spending bound at the family's MDE (never inflates α).")
+
+    @field_validator("looks")
+    @classmethod
+    def _increasing(cls, looks):
+        return check_looks(looks)
+
+
+def check_looks(looks: list[int]) -> list[int]:
+    """``looks`` itself, or a ValueError: each at least 3 units (a paired t-test's least), increasing."""
+    if looks[0] < 3:
+        raise ValueError(f"the first look needs at least 3 units (a paired t-test's least), got {looks[0]}")
+    bad = next((i for i in range(1, len(looks)) if looks[i] <= looks[i - 1]), None)
+    if bad is not None:
+        raise ValueError(f"looks must increase: look {bad + 1} ({looks[bad]}) is not after look {bad} ({looks[bad - 1]})")
+    return looks
+
+
+def check_design_units(design: Optional[SequentialDesign], comparisons, units: int, what: str) -> None:
+    """A design needs declared comparisons, and its last look must be the ``units`` (``what`` says of what)."""
+    if design is None:
+        return
+    if comparisons is None:
+        raise ValueError("config key 'design': a sequential design decides declared comparisons: state `comparisons`")
+    if design.looks[-1] != units:
+        raise ValueError(f"config key 'design.looks': the last look ({design.looks[-1]}) must be the design's units, "
+                         f"{units} ({what})")
+
+
 class Escape(Section):
     """When a run leaves the plateau's shortcut: the first point of a signal (the periodic evaluation's
     eval.jsonl, or the training batch's metrics.jsonl) at which it crosses a threshold and stays across
@@ -170,6 +205,7 @@ class SweepConfig(Section):
     same_labels: bool = Field(False, description="Allow two arms the same (baseline, variant) label, for a sweep over settings (G, α, ...) rather than methods; the report's label-based pairs (each baseline + X against that baseline) then do not tell those arms apart. false = two arms with one label are an error.")
     launcher: Optional[LauncherCfg] = Field(None, description="submitit settings for `--launcher submitit` (Slurm, or its local mode).")
     comparisons: Optional[Comparisons] = Field(None, description="Principal comparisons, metric and power design, stated before running (null = every stated pair, one Holm family).")
+    design: Optional[SequentialDesign] = Field(None, description="A sequential design (docs/method.md, \"Sequential designs\"): the looks at which each declared comparison may be called, by α-spending boundaries (null = none).")
     escape: Optional[Escape] = Field(None, description="Escape-time analysis of the report (null = off).")
     ceiling: Optional[Ceiling] = Field(None, description="A reachable pass@1 for the plateau test, written to SWEEP_DIR/ceiling.json (null = the ceiling the built-in task states, else unknown).")
 
@@ -187,6 +223,13 @@ class SweepConfig(Section):
             if not name or "/" in name or name.startswith("."):
                 raise ValueError(f"arm name '{name}' is not a valid directory name")
         return arms
+
+    @model_validator(mode="after")
+    def _design_units(self):
+        n_ws = max(1, len(self.warm_starts))
+        what = f"{n_ws} warm starts × {len(self.seeds)} seeds" if self.warm_starts else f"{len(self.seeds)} seeds"
+        check_design_units(self.design, self.comparisons, n_ws * len(self.seeds), what)
+        return self
 
     @model_validator(mode="after")
     def _comparisons_name_arms(self):

@@ -1,6 +1,6 @@
 """The report's data: the runs as loaded (`SweepData`) and every analysis' result (`ReportData`),
-built once (`report_data`) and read by the renderers (`rbctl.report.render`) and by the result
-scripts (scripts/readme_results.py, scripts/maze_results.py).
+built once (`report_data`) and read by the renderers (`rbctl.report.render`) and by a study's
+document generators.
 """
 
 from __future__ import annotations

@@ -187,7 +187,7 @@ def study_sweep_dirs(cfg) -> list[Path]:
     """Every sweep directory a study reads (`rbctl.config.study.StudyConfig`): testbeds, long
     horizons, settings sweeps and the main job."""
     dirs = [*cfg.testbeds.values(), *(lh.dir for lh in cfg.long.values()), *(s.dir for s in cfg.selection.values())]
-    return [Path(d) for d in dict.fromkeys(dirs + ([cfg.main] if cfg.main else []))]
+    return [Path(d) for d in dict.fromkeys(dirs + ([cfg.main.dir] if cfg.main else []))]
 
 
 def declare_study_file(study_path: Path, create: bool = True) -> list[Path]:

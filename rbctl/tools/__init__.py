@@ -1,2 +1,2 @@
-"""Tools behind the project's documents and checks: benchmarks, probes, data builders and the
-reference-document generators. `scripts/` holds one short entry point for each."""
+"""The GPU check of the paper-scale path (`scripts/gpu_check.py` is its entry point); the benchmarks,
+probes, data builders and reference-document generators are in scripts/, outside the package."""

@@ -13,6 +13,7 @@ from rbctl.cli import run
 
 REPO = Path(__file__).resolve().parents[2]
 QUICK = str(REPO / "configs" / "ablate_quickstart.yaml")
+CLAIMS = str(REPO / "studies" / "reward_budgeting" / "configs" / "ablate_claims_fixpoint.yaml")  # a sweep with families
 
 
 @pytest.fixture(autouse=True)
@@ -63,7 +64,7 @@ def test_power_of_the_main_job_from_the_report_power_functions(tmp_path, capsys)
 def test_every_declared_family_gets_its_power_and_a_margin_its_tost_power(tmp_path, capsys):
     from rbctl.report.power import power_tost, units_for_tost
 
-    out = _plan(capsys, "ablate_claims_fixpoint", "-o", str(tmp_path / "s"))
+    out = _plan(capsys, CLAIMS, "-o", str(tmp_path / "s"))
     for name in ("principal", "entropy_vs_budget", "entropy_vs_base"):
         assert f"comparisons   {name} (4, Holm at α 0.05): " in out
     # 12 (warm start, seed) units, planning SD 7, margin ±5, a family of 4: TOST at 0.05/4

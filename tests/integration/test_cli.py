@@ -198,7 +198,7 @@ def test_ablate_rejects_an_unknown_launcher(tmp_path, capsys):
 def test_config_reference_doc_is_current():
     from pathlib import Path
 
-    from rbctl.tools.config_doc import reference_markdown
+    from scripts.config_doc import reference_markdown
 
     doc = Path("docs/config.md").read_text()
     assert doc == reference_markdown(), "regenerate it: python scripts/config_doc.py > docs/config.md"

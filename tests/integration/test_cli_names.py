@@ -63,7 +63,10 @@ def test_a_file_given_to_the_wrong_command_names_the_right_one(capsys):
     assert not Path("r").exists() and not Path("s").exists()
 
 
-def test_presets_lists_every_shipped_config_with_its_command_and_purpose(capsys):
+def test_presets_lists_every_shipped_config_with_its_command_and_purpose(capsys, tmp_path, monkeypatch):
+    import shutil
+
+    from rbctl.config import presets
     from rbctl.config.presets import PURPOSES, preset_names
 
     assert set(PURPOSES) == set(preset_names())  # a preset added without a purpose fails here
@@ -73,7 +76,11 @@ def test_presets_lists_every_shipped_config_with_its_command_and_purpose(capsys)
     assert set(rows) == set(preset_names())
     assert rows["fixpoint"].split()[1] == "train" and PURPOSES["fixpoint"] in rows["fixpoint"]
     assert rows["ablate_quickstart"].split()[1] == "ablate" and "(8 arms × 3 seeds)" in rows["ablate_quickstart"]
-    assert "(12 arms × 4 warm starts × 3 seeds)" in rows["ablate_claims_fixpoint"]
+    assert "(3 arms × 24 seeds)" in rows["ablate_fixpoint"]
+    # a sweep over warm starts (none is shipped): its design names them
+    shutil.copy(REPO / "studies" / "reward_budgeting" / "configs" / "ablate_claims_fixpoint.yaml", tmp_path)
+    monkeypatch.setattr(presets, "presets_dir", lambda: tmp_path)
+    assert presets.preset_summary("ablate_claims_fixpoint")[2].endswith("(12 arms × 4 warm starts × 3 seeds)")
 
 
 def test_config_prints_the_resolved_training_config_and_a_sweep_arm(capsys):

@@ -23,11 +23,7 @@ from tests.conftest import TINY_TRAIN
 
 
 def generator(name):  # the doc generators (docs/config.md, docs/metrics.md)
-    for where in ("rbctl.tools", "scripts"):
-        try:
-            return importlib.import_module(f"{where}.{name}").reference_markdown
-        except ModuleNotFoundError:
-            continue
+    return importlib.import_module(f"scripts.{name}").reference_markdown
 
 
 seen = []  # what each call of the loss received

@@ -18,8 +18,8 @@ from rbctl.config.sweep import arm_variant
 from rbctl.config.train import TrainConfig, load_train_config
 from rbctl.errors import UserError
 from rbctl.train.loop import train
-from rbctl.tools.config_doc import reference_markdown
-from rbctl.tools.metrics_doc import reference_markdown as metrics_markdown
+from scripts.config_doc import reference_markdown
+from scripts.metrics_doc import reference_markdown as metrics_markdown
 from tests.conftest import TINY_TRAIN
 
 out = {}

@@ -20,7 +20,7 @@ def documented(key: str, table) -> bool:
 
 
 def test_docs_metrics_md_is_current():
-    from rbctl.tools.metrics_doc import reference_markdown
+    from scripts.metrics_doc import reference_markdown
 
     assert (ROOT / "docs" / "metrics.md").read_text() == reference_markdown(), \
         "regenerate it: python scripts/metrics_doc.py > docs/metrics.md"

@@ -83,7 +83,7 @@ def test_rbctl_report_a_b_shows_both_arms_and_a_verdict_line_in_80_columns(tmp_p
 
 @pytest.mark.slow  # a subprocess of rbctl report
 def test_report_screens_captures_the_terminal_at_80_columns(tmp_path: Path) -> None:
-    from rbctl.tools.report_screens import main
+    from scripts.report_screens import main
 
     make_run(tmp_path / "first", 10, (0, 10), [4, 2, 1, 0])
     make_run(tmp_path / "a_budget_arm_with_a_long_name", 10, (0, 10), [4, 3, 2, 1], budget=1.0)

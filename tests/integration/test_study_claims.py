@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import subprocess
 from pathlib import Path
 
@@ -109,7 +108,7 @@ def study_file(tmp_path: Path, margin: float | None = None, ceiling: float | Non
     study = {"name": "toy", "testbeds": {"fixpoint": str(fix)}, "families": fams or STUDY_FAMILIES,
              "claims": claims_ if claims_ is not None else {"a": SEVERAL}, "readme": "budget"}
     if long:
-        study["long"] = {"fixpoint": {"dir": str(long_sweep(tmp_path / "long", 20.0)), "main_step": 100}}
+        study["long"] = {"fixpoint": {"name": "fixpoint_long", "dir": str(long_sweep(tmp_path / "long", 20.0)), "main_step": 100}}
     path = tmp_path / "study.yaml"
     path.write_text(yaml.safe_dump(study, allow_unicode=True))
     return path
@@ -412,50 +411,6 @@ def test_members_on_a_testbed_and_its_long_horizon_share_runs_and_are_marked_dep
     assert _identity(short) != _identity(longer)
 
 
-def test_rbctl_report_of_the_shipped_study_file_on_tiny_sweeps(tmp_path: Path, capsys, monkeypatch) -> None:
-    from rbctl.cli import run
-
-    comps = {"principal": BUDGET, "margin": 15.0, "families": {
-        "entropy_vs_budget": {"pairs": [["grpo_entropy", "grpo_budget"]], "margin": 15.0},
-        "entropy_vs_base": {"pairs": [["grpo_entropy", "grpo"]], "margin": 15.0}}}
-    monkeypatch.chdir(tmp_path)
-    for name in ("ablate_claims_fixpoint", "ablate_claims_maze", "ablate_fixpoint", "ablate_maze_claims_setting"):
-        make_sweep(tmp_path / "runs" / name, CORRECT, comps, periodic=PLATEAU, ceiling=0.98)
-    for name in ("ablate_fixpoint_long", "ablate_maze_long"):
-        long_sweep(tmp_path / "runs" / name, 20.0)
-    study = tmp_path / "study_claims.yaml"
-    study.write_text((REPO / "configs" / "study_claims.yaml").read_text())
-    assert run(["report", str(study), "-o", "out"]) == 0
-    doc = (tmp_path / "out" / "claims.md").read_text()
-    out = capsys.readouterr().out
-    assert "claims: out/claims.md" in out
-    claims = out[re.search(r"^claims *$", out, re.M).start():]  # the table of each claim's call ends the output
-    for cid, call in (("a", "inconclusive"), ("d", "supported")):
-        assert re.search(rf"^ {re.escape(cid)} +{call} ", claims, re.M), claims
-    for cid in ("a", "a-speed", "b", "c", "d", "e", "e-entropy", "f", "g"):
-        assert f"\n### ({cid}) " in doc
-    # the study's version was recorded by this report, after every run had finished; the sweep files kept none
-    assert "Declared (the study file): fixpoint: declared after 15 of 15 runs had finished" in doc
-    assert "Declared (the sweep files): no declaration record (sweep run before rbctl kept one)" in doc
-    # (a): GRPO higher, RLOO equivalent within ±15 on both tiny testbeds
-    assert "### (a) The budget improves several RL baselines" in doc
-    assert "Call: **inconclusive** — 1 of the 2 needed members called higher" in doc
-    assert "Call: **supported** — GRPO + budget κ: 1.000, 0.500" in doc  # (d), exact
-    assert "nothing" not in doc and "no effect" not in doc
-    # scripts/claims.py writes the README block: per member the p that decided each call (RLOO: TOST, Holm over 2
-    # members: 2 × .0125 = .025; GRPO: superiority, 2 × .0059 = .012)
-    from scripts.claims import main as claims_main
-
-    readme = tmp_path / "README.md"
-    readme.write_text("x\n<!-- claims: begin -->\nold\n<!-- claims: end -->\n")
-    assert claims_main([str(study), "--write-readme", str(readme)]) == 0
-    text = readme.read_text()
-    assert ("- **rloo_budget − rloo** — fixpoint equivalent within ±15 (+2.1 [-6.9, +11.0], TOST Holm p 0.025); "
-            "maze equivalent within ±15 (+2.1 [-6.9, +11.0], TOST Holm p 0.025)") in text
-    assert "- **grpo_budget − grpo** — fixpoint higher (+27.1 [+18.1, +36.0], Holm p 0.012); maze higher" in text
-    assert "old" not in text
-
-
 def test_the_quickstart_study_writes_its_own_claims_document(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     make_sweep(tmp_path / "runs" / "ablate_quickstart", QUICK, None)
@@ -500,7 +455,7 @@ def test_the_setting_is_checked_against_the_rule_on_plain_arms(tmp_path: Path) -
     study_yaml = yaml.safe_load(path.read_text())
     # the testbed's own sweep stands in for a settings sweep: its plain arms grpo and rloo both plateau,
     # both with a last-quarter change of 0 points, so the rule keeps the first by name
-    study_yaml["selection"] = {"fixpoint": {"dir": study_yaml["testbeds"]["fixpoint"], "kept": "rloo"}}
+    study_yaml["selection"] = {"fixpoint": {"dir": study_yaml["testbeds"]["fixpoint"], "rule": "plateau", "kept": "rloo"}}
     path.write_text(yaml.safe_dump(study_yaml))
     study = claims.load_study(path, n_boot=50)
     from rbctl.report.study.claims_document import selection_lines
@@ -517,7 +472,7 @@ def test_a_study_with_unfinished_sweeps_documents_the_finished_ones_and_names_th
     path = study_file(tmp_path)
     study_yaml = yaml.safe_load(path.read_text())
     study_yaml["testbeds"]["maze"] = str(tmp_path / "not_run")  # no directory yet
-    study_yaml["long"] = {"fixpoint": {"dir": str(tmp_path / "long_half"), "main_step": 100}}
+    study_yaml["long"] = {"fixpoint": {"name": "fixpoint_long", "dir": str(tmp_path / "long_half"), "main_step": 100}}
     half = tmp_path / "long_half"
     half.mkdir()
     (half / "state.json").write_text(json.dumps({"runs": {"grpo/seed_0": {"status": "done", "error": None},
@@ -571,6 +526,31 @@ def test_kappa_falls_with_k_under_the_budget_and_the_finite_g_identity() -> None
     assert k[3]["grpo"] == pytest.approx(1 / math.sqrt(8 / 7 * 0.25), rel=1e-5)
     worst, best = finite_g_check(g=6)
     assert worst < 1e-6 < 1e-3 < best
+
+
+
+def test_a_study_names_its_own_exact_checks_in_a_python_file(tmp_path: Path) -> None:
+    from rbctl.report.study.rules import apply_rule
+
+    (tmp_path / "my_checks.py").write_text(
+        "def sums_to_one():\n"
+        "    \"\"\"Three thirds make one.\"\"\"\n"
+        "    return '1/3 + 1/3 + 1/3 = 1', abs(3 * (1 / 3) - 1) < 1e-12, None\n")
+    rules = {"own": {"kind": "exact", "check": "sums_to_one"}, "builtin": {"kind": "exact", "check": "finite_g_gradient"},
+             "missing": {"kind": "exact", "check": "nowhere"}}
+    path = study_file(tmp_path, claims_={k: {"hypothesis": k, "rule": r} for k, r in rules.items()})
+    data = yaml.safe_load(path.read_text())
+    path.write_text(yaml.safe_dump({**data, "checks": "my_checks.py"}, allow_unicode=True))
+    study = claims.load_study(path, n_boot=50)
+    own = apply_rule(study.config.claims["own"], study, {})
+    assert (own.outcome, own.reason, own.rule) == ("supported", "1/3 + 1/3 + 1/3 = 1", "exact check `sums_to_one`: Three thirds make one")
+    assert apply_rule(study.config.claims["builtin"], study, {}).outcome == "supported"  # rbctl's own, by name
+    with pytest.raises(UserError, match=r"exact check 'nowhere' is neither a function of .*my_checks.py or one of finite_g_gradient"):
+        apply_rule(study.config.claims["missing"], study, {})
+    path.write_text(yaml.safe_dump({**data, "long": {"fixpoint": {"name": "fixpoint", "dir": "x", "main_step": 1}}},
+                                   allow_unicode=True))
+    with pytest.raises(UserError, match="sweep name fixpoint given to more than one sweep"):
+        claims.load_study(path, n_boot=50)
 
 
 
@@ -718,14 +698,13 @@ def test_a_joint_adjustment_holds_the_family_wise_error_over_both_kinds_of_call(
             "error at most α over both kinds of call)") in doc
 
 
-@pytest.mark.parametrize("name", ["study_claims", "study_quickstart"])
-def test_every_shipped_study_file_is_valid_in_the_vocabulary(name: str) -> None:
+def test_the_shipped_study_file_is_valid_in_the_vocabulary() -> None:
     from rbctl.config.base import read_yaml, validate
     from rbctl.config.study import StudyConfig
 
-    path = REPO / "configs" / f"{name}.yaml"
+    path = REPO / "configs" / "study_quickstart.yaml"
     cfg = validate(StudyConfig, read_yaml(path), str(path))
-    assert cfg.claims and cfg.families and read_yaml(path)["name"] == name
+    assert cfg.claims and cfg.families and read_yaml(path)["name"] == "study_quickstart"
 
 
 def test_a_trend_rule_reads_the_slope_of_the_members_deltas_over_a_setting(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from rbctl.config.train import load_train_config
 from rbctl.errors import UserError
 from rbctl.tasks import builtin, shipped
 from rbctl.tasks.shipped import SHIPPED_DIR, check_targets, index, shipped_warm_start
-from rbctl.tools.fixpoint_probe import probe
+from scripts.fixpoint_probe import probe
 from rbctl.train.training_data import task_spec, warm_start_spec
 from tests.conftest import REPO
 

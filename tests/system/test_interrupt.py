@@ -16,7 +16,7 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
-from rbctl.tools.kill_resume import logged_steps, train_cmd
+from scripts.faults import logged_steps, train_cmd
 from tests.conftest import TINY_TRAIN
 
 STEPS, SAVE_EVERY = 40, 30  # an interrupt at step 2-29 lands on no save step (room for the launcher's forward, polled every 0.2 s)

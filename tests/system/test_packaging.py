@@ -1,16 +1,26 @@
-"""The wheel: built from this checkout with hatchling, installed into an empty folder, it runs
-from anywhere and finds its presets inside itself (configs/ ships as rbctl/configs)."""
+"""The wheel: built from this checkout with hatchling, it holds the instrument only (no study, no
+document generator, published table, lab pilot or benchmark script: those stay in the repository's
+studies/ and scripts/); installed into an empty folder, it runs from anywhere and finds its presets,
+the main job's among them, inside itself (configs/ ships as rbctl/configs)."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+# what the study and the benchmarks are, by file: none of it may be in the wheel
+NOT_SHIPPED = re.compile(r"^(studies|scripts|tests)/|/documents/|published\.py$|maxrl_maze|/configs/lab/|/configs/study_claims"
+                         r"|/configs/ablate_(claims_|fixpoint_long|fixpoint_study|maze\.yaml|maze_(claims|groups|horizon|long|setting))"
+                         r"|maze_results|maze_setting|real_model|claims_fixpoint|fixpoint_long|lab_fixpoint"
+                         r"|/bench_|kill_resume|fixpoint_probe|fixpoint_population|build_warm_starts|report_screens|vllm_cpu_demo"
+                         r"|make_arithmetic|config_doc|metrics_doc")
 
 
 def _run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
@@ -26,6 +36,13 @@ def test_the_wheel_runs_from_anywhere_with_its_packaged_presets(tmp_path):
     elsewhere.mkdir()
     _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels), str(ROOT)])
     (wheel,) = wheels.glob("rbctl-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert {"rbctl/cli.py", "rbctl/configs/ablate_fixpoint.yaml", "rbctl/configs/quickstart.yaml",
+            "rbctl/configs/study_quickstart.yaml", "rbctl/report/study/checks.py"} <= set(names)
+    shipped_study = sorted(n for n in names if NOT_SHIPPED.search(n))
+    assert not shipped_study, f"the wheel holds study or benchmark files: {shipped_study}"
+    tools = {n for n in names if n.startswith("rbctl/tools/")}  # the GPU check alone, while it is there
+    assert tools <= {"rbctl/tools/__init__.py", "rbctl/tools/gpu_check.py"}, sorted(tools)
     _run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), str(wheel)])
 
     env = {**os.environ, "PYTHONPATH": str(site), "RBCTL_CACHE": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1"}
@@ -41,6 +58,10 @@ def test_the_wheel_runs_from_anywhere_with_its_packaged_presets(tmp_path):
                 cwd=elsewhere, env=env)
     assert "P = 16 prompts × G = 8 rollouts" in plan.stdout
     assert not (tmp_path / "run").exists()
+    # the main job, `rbctl ablate` with no argument, is a shipped preset: planned from the wheel alone
+    main_job = _run([sys.executable, "-m", "rbctl", "ablate", "-o", str(tmp_path / "main"), "--dry-run"], cwd=elsewhere, env=env)
+    assert "3 arms × 24 seeds = 72 runs" in main_job.stdout, main_job.stdout
+    assert not (tmp_path / "main").exists()
 
 
 # What a shipped config's path imports beyond the main dependencies, by config key. vLLM

@@ -14,7 +14,7 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
-from rbctl.tools.kill_resume import kill_and_resume_training, kill_when, logged_steps
+from scripts.faults import kill_and_resume_training, kill_when, logged_steps
 from tests.conftest import TINY_TRAIN
 
 STEPS = 40  # steps of the tiny model take ~40 ms: room for two kills after the random wait of up to 0.3 s
@@ -27,7 +27,7 @@ def _config(tmp_path: Path) -> Path:
     return path
 
 
-from rbctl.tools.kill_resume import train_cmd as _train_cmd  # noqa: E402
+from scripts.faults import train_cmd as _train_cmd  # noqa: E402
 
 
 _metrics_steps = logged_steps

@@ -101,7 +101,7 @@ def test_smollm2_gsm8k_sweep_trains_evaluates_and_reports(tmp_path: Path) -> Non
 def test_smollm2_addition_sweep_learns_from_real_rewards_and_is_written_up(tmp_path: Path) -> None:
     """The real-model demo's sweep (configs/ablate_smollm2_add1.yaml), cut to 1 seed and 2 steps: its
     three arms train on the shipped addition problems, graded with the last-number extraction,
-    evaluate at step 0 and at the end, and `scripts.real_model_results` writes their tables."""
+    evaluate at step 0 and at the end, and `studies.reward_budgeting.documents.real_model` writes their tables."""
     gguf = _need_gguf()
     data = CONFIGS / "data"
     test_file = f"file:{data / 'add1_test.jsonl'}"
@@ -129,7 +129,7 @@ def test_smollm2_addition_sweep_learns_from_real_rewards_and_is_written_up(tmp_p
         assert set(summary["extraction"]) == {"boxed", "phrase", "number", "none"}
         assert sum(summary["extraction"].values()) == 6
 
-    proc = subprocess.run([sys.executable, "-m", "scripts.real_model_results", str(out)], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "studies.reward_budgeting.documents.real_model", str(out)], capture_output=True,
                           text=True, timeout=300, cwd=CONFIGS.parent)
     assert proc.returncode == 0, proc.stderr[-3000:]
     text = proc.stdout

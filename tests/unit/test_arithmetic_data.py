@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from rbctl.tools import make_arithmetic
+from scripts import make_arithmetic
 
 DATA = make_arithmetic.OUT
 

@@ -6,7 +6,7 @@ import importlib.util
 
 import pytest
 
-from rbctl.tools import bench_trl as bench
+from scripts import bench_trl as bench
 
 
 def _step(step_s, rollout_s, train_tokens, run_tokens, reward=0.5):
@@ -43,7 +43,7 @@ def _rbctl_adamw_is_fused(cfg) -> bool:
     import torch
 
     from rbctl.train.optim import make_optimizer
-    from rbctl.tools.bench_trl_smollm2 import optimizer_name  # what the SmolLM2 bench prints for each framework
+    from scripts.bench_trl_smollm2 import optimizer_name  # what the SmolLM2 bench prints for each framework
 
     opt, _ = make_optimizer([torch.zeros(3, requires_grad=True)], cfg)
     return optimizer_name(opt) == "AdamW (fused)" and opt.defaults["fused"] is True
@@ -70,7 +70,7 @@ def test_trl_config_mirrors_the_quickstart(tmp_path):
 def test_real_model_bench_gives_trl_the_work_rbctl_does(tmp_path):
     import argparse
 
-    from rbctl.tools import bench_trl_smollm2 as real
+    from scripts import bench_trl_smollm2 as real
 
     args = argparse.Namespace(data=tmp_path / "gsm8k_train.jsonl", steps=4, threads=1, rbctl_set=None)
     cfg = real.rbctl_config(args, tmp_path / "model")
@@ -103,7 +103,7 @@ def test_real_model_bench_gives_trl_the_work_rbctl_does(tmp_path):
 def test_the_decode_compute_limit_counts_every_weight_a_token_passes_through(tmp_path):
     import json
 
-    from rbctl.tools.bench_trl_smollm2 import decode_flops_per_token
+    from scripts.bench_trl_smollm2 import decode_flops_per_token
 
     smollm2 = {"hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30, "vocab_size": 49152,
                "num_attention_heads": 9, "num_key_value_heads": 3}
@@ -116,7 +116,7 @@ def test_the_decode_compute_limit_counts_every_weight_a_token_passes_through(tmp
 def test_the_decode_memory_limit_reads_every_float32_weight_once_a_step(tmp_path):
     import json
 
-    from rbctl.tools.bench_trl_smollm2 import decode_memory_limit
+    from scripts.bench_trl_smollm2 import decode_memory_limit
 
     (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 4, "intermediate_size": 8, "num_hidden_layers": 1,
                                                       "vocab_size": 10, "num_attention_heads": 2}))
@@ -127,7 +127,7 @@ def test_the_decode_memory_limit_reads_every_float32_weight_once_a_step(tmp_path
 
 def test_the_sampling_clock_splits_the_loop_into_its_prefill_and_decoding(monkeypatch):
     import rbctl.rollout.hf as hf
-    import rbctl.tools.bench_trl_smollm2 as real
+    import scripts.bench_trl_smollm2 as real
     from rbctl.rollout.base import SamplingParams
     from tests.conftest import tiny_llama
 
@@ -153,7 +153,7 @@ def test_the_sampling_clock_splits_the_loop_into_its_prefill_and_decoding(monkey
 
 
 def test_the_decoding_rate_leaves_out_each_sequences_first_token_and_the_unmeasured_steps():
-    import rbctl.tools.bench_trl_smollm2 as real
+    import scripts.bench_trl_smollm2 as real
 
     def step(decode_s):
         return {"rollout_tokens": 1024, "decode_s": decode_s}
@@ -168,7 +168,7 @@ def test_the_report_prints_the_decoding_rate_as_a_share_of_each_limit(tmp_path, 
     import argparse
     import json
 
-    import rbctl.tools.bench_trl_smollm2 as real
+    import scripts.bench_trl_smollm2 as real
 
     (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 4, "intermediate_size": 8, "num_hidden_layers": 1,
                                                       "vocab_size": 10, "num_attention_heads": 2}))
@@ -194,7 +194,7 @@ def test_the_report_prints_the_gguf_run_against_the_folder_and_each_phase(tmp_pa
     import argparse
     import json
 
-    import rbctl.tools.bench_trl_smollm2 as real
+    import scripts.bench_trl_smollm2 as real
 
     (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 4, "intermediate_size": 8, "num_hidden_layers": 1,
                                                       "vocab_size": 10, "num_attention_heads": 2}))
@@ -223,7 +223,7 @@ def test_the_report_prints_the_gguf_run_against_the_folder_and_each_phase(tmp_pa
 def test_the_phase_clock_times_backward_and_optimizer_steps(monkeypatch):
     import torch
 
-    import rbctl.tools.bench_trl_smollm2 as real
+    import scripts.bench_trl_smollm2 as real
     from torch.optim import optimizer as optim_module
 
     monkeypatch.setattr(torch.autograd, "backward", torch.autograd.backward)  # restored after the test
@@ -241,7 +241,7 @@ def test_the_phase_clock_times_backward_and_optimizer_steps(monkeypatch):
 
 
 def test_main_job_split_takes_medians_and_the_rest_of_each_run():
-    from rbctl.tools.bench_main_job import split_lines
+    from scripts.bench_main_job import split_lines
 
     def rec(pid, wall, steps, trainer, age):
         return {"key": "k", "pid": pid, "process_age_s": age, "modules_imported": 0, "wall_s": wall, "cpu_s": wall - 1,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 import types
 
-from rbctl.tools import bench_eval
+from scripts import bench_eval
 
 
 def test_the_run_bench_times_the_defaults_against_one_thread_and_the_reuse(monkeypatch, capsys):

@@ -17,6 +17,7 @@ from rbctl.train.training_data import task_spec, warm_start_spec
 from tests.conftest import TINY_TRAIN
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+STUDY_CONFIGS = CONFIGS.parent / "studies" / "reward_budgeting" / "configs"  # lab/: the study's pilots
 
 
 def _problems_digest(spec) -> str:
@@ -25,7 +26,7 @@ def _problems_digest(spec) -> str:
 
 
 # Computed with the flat section (main at 7b835fd) for the same three configs (the first design of the
-# plateau task, configs/fixpoint.yaml then, is configs/lab/fixpoint_v1.yaml now).
+# plateau task, configs/fixpoint.yaml then, is studies/reward_budgeting/configs/lab/fixpoint_v1.yaml now).
 BEFORE = {
     "lab/fixpoint_v1.yaml": ("builtin-fixpoint-672fcff14a2d", "0cbb55b0da580015"),
     "quickstart.yaml": ("builtin-ab7bcbd6a2f4", "f19e78bcd586e0b1"),
@@ -35,7 +36,8 @@ BEFORE = {
 
 @pytest.mark.parametrize("name", list(BEFORE))
 def test_cache_folders_and_problems_are_unchanged(name):
-    cfg = TrainConfig.model_validate(TINY_TRAIN) if name == "TINY_TRAIN" else load_train_config(CONFIGS / name)
+    folder = STUDY_CONFIGS if name.startswith("lab/") else CONFIGS
+    cfg = TrainConfig.model_validate(TINY_TRAIN) if name == "TINY_TRAIN" else load_train_config(folder / name)
     spec, ws = task_spec(cfg), warm_start_spec(cfg)
     assert (builtin.warm_start_path(spec, ws).name, _problems_digest(spec)) == BEFORE[name]
 
@@ -44,7 +46,7 @@ def test_a_bare_task_gets_its_own_defaults():
     # the flat section gave `task: fixpoint` the links task's num_keys 8, demo_error 0.2 and 1200 steps
     cfg = load_train_config(None, ["data.builtin.task=fixpoint"])
     assert (task_spec(cfg), warm_start_spec(cfg)) == (fixpoint.TaskSpec(), fixpoint.WarmStartSpec())
-    # the task's first design (configs/lab/fixpoint_v1.yaml) set exactly the fixpoint defaults: the same warm start
+    # the task's first design (studies/reward_budgeting/configs/lab/fixpoint_v1.yaml) set exactly the fixpoint defaults: the same warm start
     assert builtin.warm_start_path(task_spec(cfg), warm_start_spec(cfg)).name == BEFORE["lab/fixpoint_v1.yaml"][0]
     cfg = load_train_config(None, [])
     assert (cfg.data.builtin.task, task_spec(cfg), warm_start_spec(cfg)) == ("links", links.TaskSpec(), links.WarmStartSpec())
@@ -83,7 +85,7 @@ def test_section_keys_come_from_the_task_dataclasses():
 
 
 def test_config_reference_lists_every_task_key():
-    from rbctl.tools.config_doc import reference_markdown
+    from scripts.config_doc import reference_markdown
 
     out = reference_markdown()
     for kind in builtin.KINDS:

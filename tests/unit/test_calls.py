@@ -128,9 +128,9 @@ def test_the_same_pair_on_another_metric_is_another_comparison():
 
 
 def test_a_document_prints_beside_each_call_the_p_that_decided_it():
-    """docs/maze_results.md's principal tables: TOST's Holm p beside "equivalent", the superiority Holm p
+    """studies/reward_budgeting/docs/maze_results.md's principal tables: TOST's Holm p beside "equivalent", the superiority Holm p
     beside the other calls, "not testable" where no test ran."""
-    from rbctl.report.documents.maze_results import _deciding
+    from studies.reward_budgeting.documents.maze_results import _deciding
     up, down, flat, noisy = _family(0.05)
     assert call(flat) == EQUIVALENT and _deciding(flat).startswith("TOST Holm p ")
     assert _deciding(flat) != f"Holm p {flat.p_holm:.3f}"

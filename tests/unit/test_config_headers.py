@@ -1,5 +1,5 @@
-"""The commands named in the comment headers of configs/ exist: a header that names a module or an
-option that is gone (`python -m rbctl.dryrun` once) sends a user to an error."""
+"""The commands named in the comment headers of configs/ and of the studies' configs/ exist: a header
+that names a module or an option that is gone (`python -m rbctl.dryrun` once) sends a user to an error."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from tests.conftest import REPO, cli_options
 
 ROOT = REPO
-CONFIGS = sorted((ROOT / "configs").rglob("*.yaml"))
+CONFIGS = sorted([*(ROOT / "configs").rglob("*.yaml"), *(ROOT / "studies").glob("*/configs/**/*.yaml")])
 
 
 def _header(path: Path) -> str:
@@ -36,6 +36,6 @@ def test_every_command_in_a_config_header_exists(path):
 
 
 def test_a_top_level_config_starts_with_the_command_that_runs_it():
-    for path in (ROOT / "configs").glob("*.yaml"):
-        first = path.read_text().splitlines()[0]
-        assert re.fullmatch(rf"# rbctl (train|ablate|report) configs/{path.name} -o runs/{path.stem}", first), (path.name, first)
+    for path in [*(ROOT / "configs").glob("*.yaml"), *(ROOT / "studies").glob("*/configs/*.yaml")]:
+        first, folder = path.read_text().splitlines()[0], path.parent.relative_to(ROOT)
+        assert re.fullmatch(rf"# rbctl (train|ablate|report) {folder}/{path.name} -o runs/{path.stem}", first), (path.name, first)

@@ -129,7 +129,7 @@ def test_a_study_is_declared_in_each_sweep_it_reads_before_its_runs(tmp_path):
 def test_declaring_a_study_file_validates_it_and_records_every_sweep_it_names(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     path = tmp_path / "study_x.yaml"
-    path.write_text(yaml.safe_dump({"name": "x", "testbeds": {"maze": "runs/maze"}, "main": "runs/main"}))
+    path.write_text(yaml.safe_dump({"name": "x", "testbeds": {"maze": "runs/maze"}, "main": {"name": "main", "dir": "runs/main"}}))
     written = declare_study_file(path)
     assert written == [study_history_path("runs/maze", "study_x"), study_history_path("runs/main", "study_x")]
     assert read_history(written[0])[0]["content"]["testbeds"] == {"maze": "runs/maze"}

@@ -38,7 +38,8 @@ def test_grpo_and_dr_grpo_with_the_budget_and_one_aggregation_are_one_arm(tmp_pa
 
 
 @pytest.mark.slow  # ~2 s a sweep file (every arm resolved, warm starts checked)
-@pytest.mark.parametrize("path", sorted(p for p in (REPO / "configs").rglob("*.yaml")
+@pytest.mark.parametrize("path", sorted(p for p in [*(REPO / "configs").rglob("*.yaml"),
+                                                      *(REPO / "studies").glob("*/configs/**/*.yaml")]
                                          if "arms" in (d := yaml.safe_load(p.read_text()) or {}) and "runs_from" not in d),
                          ids=lambda p: p.name)
 def test_no_shipped_sweep_holds_one_treatment_twice_in_a_family(path: Path) -> None:

@@ -1,6 +1,6 @@
 """The package's layout rules, checked on the source with `ast`:
 
-- no module imports the CLI (`rbctl.cli`) but `rbctl/__main__.py` (scripts/ included);
+- no module imports the CLI (`rbctl.cli`) but `rbctl/__main__.py` (scripts/ and the studies' code included);
 - no import cycle between rbctl modules, counting imports at module level, inside functions and
   under `if TYPE_CHECKING:` (the drawn import graph);
 - no arrow back up: a package imports only packages of lower layers (`LAYERS`, the floors the
@@ -12,7 +12,7 @@
   through the rbctl modules they import at module level (transitively, package `__init__`s included);
 - a module file over 600 lines is flagged with a warning (a prompt to regroup it by role, not a rule
   that splits code by length);
-- no module outside `rbctl/store/` (scripts/ included) names a file or folder of a run, sweep or
+- no module outside `rbctl/store/` (scripts/ and the studies' code included) names a file or folder of a run, sweep or
   report directory in a string literal (one of `rbctl.store.rundir.NAMES`, imported: the one module
   this test imports): the layout is defined once, in the store (docstrings, comments and the
   `description=` / `help=` texts of options and config fields may name them).
@@ -116,6 +116,12 @@ def rbctl_target(target: str) -> str | None:
     return None
 
 
+def outside() -> list[Path]:
+    """The code beside the package held to its rules: scripts/ and each study's modules (not its tests)."""
+    studies = [p for p in (ROOT / "studies").rglob("*.py") if "tests" not in p.relative_to(ROOT).parts]
+    return sorted((ROOT / "scripts").glob("*.py")) + sorted(studies)
+
+
 def rel(path: Path) -> str:
     return str(path.relative_to(ROOT))
 
@@ -125,7 +131,7 @@ def rel(path: Path) -> str:
 
 def test_nothing_imports_the_cli_but_main():
     allowed = {PACKAGE / "__main__.py"}
-    files = [p for p in modules().values() if p not in allowed] + sorted((ROOT / "scripts").glob("*.py"))
+    files = [p for p in modules().values() if p not in allowed] + outside()
     bad = [f"{rel(p)}:{imp.line} imports {imp.target}"
            for p in files for imp in imports_of(p)
            if imp.target == "rbctl.cli" or imp.target.startswith("rbctl.cli.")]
@@ -399,7 +405,7 @@ def run_dir_file_literals(path: Path) -> list[tuple[int, str]]:
 
 def test_only_the_store_names_run_directory_files():
     store = PACKAGE / "store"
-    files = [p for p in modules().values() if not p.is_relative_to(store)] + sorted((ROOT / "scripts").glob("*.py"))
+    files = [p for p in modules().values() if not p.is_relative_to(store)] + outside()
     bad = [f"{rel(p)}:{line}: {text[:80]!r}" for p in files for line, text in run_dir_file_literals(p)]
     assert not bad, ("run-directory file and folder names outside rbctl/store/ (use the constants of "
                      "rbctl.store.rundir):\n" + "\n".join(bad))

@@ -193,13 +193,14 @@ def test_paper_sweep_arms():
 
 
 def test_cpu_scale_sweep_arms_and_design():
-    """configs/ablate_maze.yaml (docs/maze_task.md §6–7): the paper's arms on configs/maze.yaml, equal
+    """studies/reward_budgeting/configs/ablate_maze.yaml (docs/maze_task.md §6–7): the paper's arms on configs/maze.yaml, equal
     compute, several mini-batches per rollout batch, and a periodic evaluation that gives the plateau
     test its ¾T point and the warm start's pass@G."""
     from rbctl.report.power import mde_paired, units_for_power
     from rbctl.sweep.ablate import load_sweep
 
-    sweep, configs = load_sweep(CONFIGS / "ablate_maze.yaml")
+    study_configs = CONFIGS.parent / "studies" / "reward_budgeting" / "configs"
+    sweep, configs = load_sweep(study_configs / "ablate_maze.yaml")
     arms = {a: (c.algo.estimator, c.algo.budget, c.algo.entropy.mode, c.algo.entropy.alpha, c.algo.passk and c.algo.passk.k)
             for a, c in configs.items()}
     assert arms == {"grpo": ("grpo", None, "none", 0.0, None), "grpo_entropy": ("grpo", None, "static", 0.05, None),
@@ -217,7 +218,7 @@ def test_cpu_scale_sweep_arms_and_design():
     # the header's power statement: 9 units needed; 4 seeds give an MDE of 10.9 points
     assert units_for_power(s.planning_sd, s.mde, m=3, power=s.power) == 9 and len(sweep.seeds) == 4
     assert round(mde_paired(s.planning_sd, 4, s.alpha / 3, s.power), 1) == 10.9
-    text = (CONFIGS / "ablate_maze.yaml").read_text()
+    text = (study_configs / "ablate_maze.yaml").read_text()
     assert "the power calculation asks for 9" in text and "MDE\n#     of 10.9 points" in text
 
 

@@ -1,6 +1,7 @@
 """The README is a user guide that stays true: at most ~250 lines, its two set-up commands are the
 ones that work (`.ci/run` runs exactly its test command), every command and option it shows exists,
-every module it names imports, and every relative link in it and in docs/ points at a file."""
+every module it names imports, and every relative link in it, in docs/ and in each study's README and
+docs/ points at a file."""
 
 from __future__ import annotations
 
@@ -44,7 +45,9 @@ def test_every_command_module_and_option_the_readme_shows_exists():
 
 
 def test_every_relative_link_in_the_readme_and_docs_resolves():
-    docs = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    docs = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), *sorted((REPO / "studies").glob("*/README.md")),
+            *sorted((REPO / "studies").glob("*/docs/*.md"))]
+    assert (REPO / "studies" / "reward_budgeting" / "docs" / "claims.md") in docs  # a study's documents are checked too
     missing = []
     for doc in docs:
         for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", doc.read_text()):
@@ -56,7 +59,7 @@ def test_every_relative_link_in_the_readme_and_docs_resolves():
 
 
 def test_every_config_and_path_the_readme_names_exists():
-    for path in set(re.findall(r"`((?:configs|docs|scripts|rbctl|tests)/[\w./-]+)`", README)):
+    for path in set(re.findall(r"`((?:configs|docs|scripts|rbctl|tests|studies)/[\w./-]+)`", README)):
         path = path.rstrip(".")
         if "*" in path:
             continue

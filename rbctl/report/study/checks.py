@@ -1,24 +1,15 @@
 """Exact checks a claim may name (`rbctl.config.study.ExactRule`): computations, not tests, each
 returning (what was measured, whether it passed, its table or None). The first line of each
-docstring is printed as the rule."""
+docstring is printed as the rule. A study may name its own in a Python file (`StudyConfig.checks`;
+`find_check`)."""
 
 from __future__ import annotations
 
-import pandas as pd
+import importlib.util
+from pathlib import Path
+from typing import Callable
 
-
-def kappa_falls_with_k() -> tuple[str, bool, pd.DataFrame]:
-    """κ of the budgeted GRPO advantage falls with every added correct rollout K (binary rewards, one group of G = 8, B = 1), while plain GRPO's κ rises from K = G/2 to K = G − 1."""
-    from rbctl.algo.sharpness import kappa_by_k  # torch: imported where the check runs
-
-    k = kappa_by_k()
-    budgeted, plain = [x["grpo + budget"] for x in k], [x["grpo"] for x in k]
-    falls = all(a > b for a, b in zip(budgeted, budgeted[1:]))
-    rises = plain[-1] > plain[len(plain) // 2]
-    measured = ("GRPO + budget κ: " + ", ".join(f"{v:.3f}" for v in budgeted) + "; GRPO κ: "
-                + ", ".join(f"{v:.2f}" for v in plain))
-    table = pd.DataFrame([{kk: (f"{vv:.3f}" if isinstance(vv, float) else vv) for kk, vv in r.items()} for r in k])
-    return measured, falls and rises, table
+from rbctl.errors import UserError
 
 
 def finite_g_gradient() -> tuple[str, bool, None]:
@@ -30,4 +21,23 @@ def finite_g_gradient() -> tuple[str, bool, None]:
             worst < 1e-6 and best > 1e-3, None)
 
 
-CHECKS = {"kappa_falls_with_k": kappa_falls_with_k, "finite_g_gradient": finite_g_gradient}
+CHECKS = {"finite_g_gradient": finite_g_gradient}
+
+
+def find_check(check: str, own: Path | None = None) -> Callable:
+    """The check named ``check``: a function of the study's own checks file ``own`` (a Python file,
+    `StudyConfig.checks`), else one of `CHECKS`; a `UserError` naming where it looked otherwise."""
+    if own is not None:
+        own = Path(own)
+        if not own.is_file():
+            raise UserError(f"the study's checks file {own} does not exist")
+        spec = importlib.util.spec_from_file_location(f"rbctl_study_checks.{own.stem}", own)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        fn = getattr(module, check, None)
+        if callable(fn):
+            return fn
+    if check not in CHECKS:
+        where = f"a function of {own} or " if own is not None else ""
+        raise UserError(f"exact check '{check}' is neither {where}one of {', '.join(CHECKS)}")
+    return CHECKS[check]

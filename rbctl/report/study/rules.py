@@ -33,7 +33,7 @@ from rbctl.report.load import Run
 from rbctl.report.render.tables import pval
 from rbctl.report.series import final_heldout, run_series
 from rbctl.report.stats import finite, holm, paired_delta, pearson_ci, tail_mean
-from rbctl.report.study.checks import CHECKS
+from rbctl.report.study.checks import find_check
 from rbctl.report.study.families import FamilyResult, Member, match_pairs
 from rbctl.report.study.sweeps import Study
 
@@ -369,11 +369,10 @@ def trend_rule(claim: Claim, study: Study, fams: dict[str, FamilyResult]) -> Ver
     return Verdict(outcome, reason, words, readings)
 
 
-def exact_rule(claim: Claim) -> Verdict:
+def exact_rule(claim: Claim, study: Study) -> Verdict:
     rule: ExactRule = claim.rule
-    if rule.check not in CHECKS:
-        raise UserError(f"exact check '{rule.check}' is none of {', '.join(CHECKS)}")
-    check = CHECKS[rule.check]
+    own = study.source.parent / study.config.checks if study.config.checks else None
+    check = find_check(rule.check, own)
     measured, passed, table = check()
     return Verdict(SUPPORTED if passed else CONTRADICTED, measured,
                    f"exact check `{rule.check}`: {check.__doc__.strip().splitlines()[0].rstrip('.')}", [], table)
@@ -387,4 +386,4 @@ def apply_rule(claim: Claim, study: Study, fams: dict[str, FamilyResult]) -> Ver
         return association_rule(claim, study)
     if isinstance(claim.rule, TrendRule):
         return trend_rule(claim, study, fams)
-    return exact_rule(claim)
+    return exact_rule(claim, study)

@@ -1,6 +1,6 @@
 """The study's sweeps (`rbctl.config.study.StudyConfig`): each sweep directory it names and its report
-data (`rbctl.report.data.report_data`), by the name families and claims use: the testbed's name,
-``<testbed>_long`` for its long horizon, ``main`` for the main job; and the settings sweeps."""
+data (`rbctl.report.data.report_data`), by the name the study file gives it (families and claims read
+them by it); and the settings sweeps."""
 
 from __future__ import annotations
 
@@ -133,9 +133,10 @@ def load_study(path: Path, n_boot: int = 1000) -> Study:
     if not beds:
         raise UserError(f"{path}: no testbed's sweep has finished ({'; '.join(why for _, why in pending)})")
     done = {tb.name for tb in beds}
-    long = tuple((load_testbed(f"{n}_long", Path(h.dir), n_boot), h.main_step, h.family) for n, h in cfg.long.items()
-                 if n in done and ready(f"long horizon {n}_long", h.dir))
-    main = load_testbed("main", Path(cfg.main), n_boot) if cfg.main and ready("main job", cfg.main) else None
+    long = tuple((load_testbed(h.name, Path(h.dir), n_boot), h.main_step, h.family) for n, h in cfg.long.items()
+                 if n in done and ready(f"long horizon {h.name}", h.dir))
+    main = (load_testbed(cfg.main.name, Path(cfg.main.dir), n_boot)
+            if cfg.main and ready("main job", cfg.main.dir) else None)
     # a setting sweep joins even before its testbed's sweep finished: how the setting was chosen stands alone
     selection = tuple((n, load_testbed(f"{n} (setting)", Path(s.dir), n_boot), s.kept) for n, s in cfg.selection.items()
                       if ready(f"setting sweep {n}", s.dir))

@@ -1,0 +1,37 @@
+"""Write the study's one-line-per-baseline summary into the README's claims block.
+
+    python -m studies.reward_budgeting.documents.claims studies/reward_budgeting/configs/study_claims.yaml --write-readme README.md
+
+The claims document itself is `rbctl report studies/reward_budgeting/configs/study_claims.yaml -o runs/study_claims`
+(rbctl.report.study); this entry point only puts that study's summary (`readme_block`) between the
+README's ``<!-- claims: begin -->`` and ``<!-- claims: end -->``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rbctl.errors import UserError
+from rbctl.report.study import load_study, readme_block
+from rbctl.report.provenance import write_block
+
+BEGIN, END = "<!-- claims: begin -->", "<!-- claims: end -->"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m studies.reward_budgeting.documents.claims", description=__doc__.split("\n")[0])
+    ap.add_argument("study", type=Path, help="the study file (studies/reward_budgeting/configs/study_claims.yaml)")
+    ap.add_argument("--write-readme", type=Path, required=True, help="the README whose claims block to rewrite")
+    a = ap.parse_args(argv)
+    try:
+        write_block(a.write_readme, readme_block(load_study(a.study)), BEGIN, END)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
