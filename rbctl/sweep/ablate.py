@@ -26,8 +26,8 @@ from rbctl.store.lock import DirLock
 from rbctl.store.read import read_sweep_resolved, read_sweep_state
 from rbctl.store.rundir import SUBMITIT, SUMMARY, SWEEP_HISTORY, SWEEP_LOCK, final_eval_dir, parse_run_key, run_key, sweep_run_dir
 from rbctl.store.write import write_ceiling, write_error, write_run_meta, write_sweep_file, write_sweep_state
-from rbctl.sweep.arms import (arm_metadata, check_equal_compute, check_escape_signal, check_family_configs,
-                              check_labels)
+from rbctl.sweep.grid import (arm_metadata, check_equal_compute, check_escape_signal, check_family_configs,
+                              check_labels, units, with_warm_start)
 from rbctl.sweep.start import check_sweep_start, sweep_dir_problem
 
 DEFAULT_SWEEP = preset("ablate_fixpoint.yaml")  # the main job: the fixpoint task; ablate_quickstart.yaml is the quick sweep
@@ -116,20 +116,6 @@ def base_path(sweep_path: Path, base: str) -> Path:
     if found is None:
         raise UserError(f"{sweep_path}: base {base}: neither {beside} nor a preset of that name exists")
     return found
-
-
-def _with_warm_start(cfg: TrainConfig, warm_start: str | None) -> TrainConfig:
-    """The arm's config starting from shipped warm start `warm_start` (unchanged for None)."""
-    if warm_start is None:
-        return cfg
-    builtin = cfg.data.builtin.model_copy(update={"warm_start": warm_start})
-    return cfg.model_copy(update={"data": cfg.data.model_copy(update={"builtin": builtin})})
-
-
-def units(sweep: SweepConfig) -> list[tuple[str | None, int]]:
-    """The units of replication every arm runs: (warm start, seed), warm start None when the sweep
-    does not cross warm starts."""
-    return [(ws, s) for ws in (sweep.warm_starts or [None]) for s in sweep.seeds]
 
 
 def final_eval_done(run_dir: Path, steps: int, benchmarks: list[str]) -> bool:
@@ -226,7 +212,7 @@ def run_sweep(sweep_path: Path, sweep_dir: Path, jobs: int | None = None, force:
             for ws, seed in units(sweep):
                 key = run_key(arm, seed, ws)
                 rd = sweep_run_dir(sweep_dir, key)
-                rcfg = _with_warm_start(cfg, ws).model_copy(update={"seed": seed})
+                rcfg = with_warm_start(cfg, ws).model_copy(update={"seed": seed})
                 if final_eval_done(rd, rcfg.steps, sweep.eval.benchmarks) and state["runs"].get(key, {}).get("status") == "done":
                     continue
                 meta = {"arm": arm, "seed": seed, "sweep": sweep.name, **arm_metadata(rcfg)}

@@ -43,7 +43,7 @@ def forced_runs_problem(sweep: SweepConfig, configs: dict[str, TrainConfig], swe
     from rbctl.config.base import flatten
     from rbctl.config.train import read_run_config
     from rbctl.store.rundir import CONFIG, final_eval_dir
-    from rbctl.sweep.ablate import _with_warm_start, units
+    from rbctl.sweep.grid import units, with_warm_start
     from rbctl.train.run_setup import check_run_dir
 
     new_eval = flatten(sweep.eval.model_dump(mode="json"))
@@ -54,7 +54,7 @@ def forced_runs_problem(sweep: SweepConfig, configs: dict[str, TrainConfig], swe
         for ws, seed in units(sweep):
             key = run_key(arm, seed, ws)
             rd = sweep_run_dir(sweep_dir, key)
-            rcfg = _with_warm_start(cfg, ws).model_copy(update={"seed": seed})
+            rcfg = with_warm_start(cfg, ws).model_copy(update={"seed": seed})
             try:
                 check_run_dir(rcfg, rd, force=False)
             except UserError:

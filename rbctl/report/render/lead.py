@@ -16,6 +16,7 @@ from rbctl.report.render.figures import plot_deltas
 from rbctl.report.render.page import Page
 from rbctl.report.render.tables import pval
 from rbctl.report.stats import MIN_UNITS, NOT_TESTABLE
+from rbctl.store.rundir import REPORT_TABLES
 
 METHOD_MD = Path(__file__).resolve().parents[3] / "docs" / "method.md"  # in a source checkout
 
@@ -99,6 +100,6 @@ def lead(data: ReportData, page: Page) -> None:
     missing = calls.missing_lines(sw)
     if missing:
         doc.para("**Incomplete** (not scored; their logged steps are drawn): " + "; ".join(missing)
-                 + " (run by run: tables/incomplete.csv).")
+                 + f" (run by run: {REPORT_TABLES}/incomplete.csv).")
     doc.notes(method_notes(page.out))
     doc.fold()

@@ -18,9 +18,8 @@ from rbctl.report.data import ReportData
 from rbctl.report.render import calls
 from rbctl.report.render.tables import latex_table, latex_text, markdown_table
 from rbctl.store.atomic import write_atomic
-from rbctl.store.rundir import REPORT_FIGURES
+from rbctl.store.rundir import REPORT_FIGURES, SUMMARY_MD, SUMMARY_TEX
 
-SUMMARY_MD, SUMMARY_TEX = "summary.md", "summary.tex"
 FIGURE = "per_unit_delta.png"
 
 

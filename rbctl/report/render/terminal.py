@@ -40,8 +40,7 @@ def calls_table(data: ReportData):
 
 def report_paths(report_md: Path) -> list[str]:
     """Where the report is (its path alone on a line: a path does not fold) and what is beside it."""
-    from rbctl.report.render.summary import SUMMARY_MD, SUMMARY_TEX
-    from rbctl.store.rundir import REPORT_HTML
+    from rbctl.store.rundir import REPORT_HTML, SUMMARY_MD, SUMMARY_TEX
 
     return [f"report: {report_md}", f"  beside it: {REPORT_HTML}, {SUMMARY_MD} and {SUMMARY_TEX} (one page)"]
 

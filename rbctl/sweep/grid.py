@@ -1,7 +1,8 @@
-"""What makes a sweep's arms comparable, checked when the sweep file is loaded
-(`rbctl.sweep.ablate.load_sweep`): equal compute, distinct (baseline, variant) labels, no two arms of
-a declared family that train alike (`same_training`), an escape signal some run logs; and each
-arm's label (`arm_metadata`), what the report groups by.
+"""A sweep's grid: the units every arm runs (`units`), each run's config (`with_warm_start`), each arm's
+label (`arm_metadata`, what the report groups by), and what makes the arms comparable, checked when
+the sweep file is loaded (`rbctl.sweep.ablate.load_sweep`): equal compute, distinct (baseline,
+variant) labels, no two arms of a declared family that train alike (`same_training`), an escape
+signal some run logs.
 """
 
 from __future__ import annotations
@@ -25,6 +26,20 @@ def _flat_get(d: dict, dotted: str):
     for part in dotted.split("."):
         d = d[part]
     return d
+
+
+def with_warm_start(cfg: TrainConfig, warm_start: str | None) -> TrainConfig:
+    """The arm's config starting from shipped warm start `warm_start` (unchanged for None)."""
+    if warm_start is None:
+        return cfg
+    builtin = cfg.data.builtin.model_copy(update={"warm_start": warm_start})
+    return cfg.model_copy(update={"data": cfg.data.model_copy(update={"builtin": builtin})})
+
+
+def units(sweep: SweepConfig) -> list[tuple[str | None, int]]:
+    """The units of replication every arm runs: (warm start, seed), warm start None when the sweep
+    does not cross warm starts."""
+    return [(ws, s) for ws in (sweep.warm_starts or [None]) for s in sweep.seeds]
 
 
 def check_equal_compute(path: Path, configs: dict[str, TrainConfig]) -> None:
