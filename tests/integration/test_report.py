@@ -284,7 +284,7 @@ def test_partial_sweep_reports_what_exists_and_names_failures(tmp_path, capsys):
     assert run(["report", str(sweep)]) == 0  # default output: SWEEP/report
     report = sweep / "report" / "report.md"
     out = capsys.readouterr().out
-    assert f"report: {report} (and {report.parent / 'report.html'})" in out  # the CLI prints where the report is
+    assert f"report: {report}\n  beside it: report.html, summary.md and summary.tex" in out  # where the report is
     # what was not scored, by arm, then the calls last (here none is testable: one common seed)
     assert "incomplete: grpo_budget: 1 of 3 seeds failed (UserError: loss non-finite)" in out
     assert "incomplete: grpo_budget: 1 of 3 seeds missing" in out
