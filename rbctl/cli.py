@@ -293,7 +293,7 @@ def ablate(
     sweep: Optional[str] = typer.Argument(None, metavar="SWEEP", help="Sweep file: a YAML file, or a shipped preset by name (`rbctl presets`). Default: ablate_fixpoint (the main job), then a report."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Sweep directory (default: runs/SWEEP_NAME, the sweep file's name without .yaml)."),
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Runs in parallel (default: the sweep's `jobs`)."),
-    force: bool = typer.Option(False, "--force", help="Reuse a sweep directory made by a different sweep."),
+    force: bool = typer.Option(False, "--force", help="Reuse a sweep directory made by a different sweep (refused where any of its runs was made with another config: a changed sweep goes to another -o)."),
     no_report: bool = typer.Option(False, "--no-report", help="Do not write the report at the end."),
     launcher: str = typer.Option("local", "--launcher", help="local (worker processes here) or submitit (Slurm, or submitit's local mode; settings from the sweep's `launcher:` section)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress display."),
@@ -308,9 +308,11 @@ def ablate(
 
     Re-running on the same directory skips finished runs and resumes partial ones. With no SWEEP
     argument it runs the default sweep (configs/ablate_fixpoint.yaml, the main job: the fixpoint task,
-    3 arms × 24 seeds from a shipped warm start) and writes its report. Ends with each arm's final
-    held-out score, the mean over its seeds. A selection of a sweep (`--arms`, `--seeds`) runs in
-    its directory.
+    3 arms × 24 seeds from a shipped warm start) and writes its report. Ends with the time it took
+    beside --dry-run's estimate, each arm's final held-out score (the mean over its seeds), the
+    report's paths and the calls of the declared comparisons. A selection of a sweep (`--arms`,
+    `--seeds`) runs in its directory. `--force` takes a directory of another sweep only where none of
+    its runs was made with another config (a changed sweep is another sweep: give it another -o).
 
     Examples: `rbctl ablate ablate_quickstart --dry-run` (the plan, power and time);
     `rbctl ablate ablate_quickstart --arms grpo,grpo_budget --seeds 0,1 --set steps=40 -o runs/small`."""
@@ -335,7 +337,9 @@ def ablate(
         typer.echo(sweep_plan(path, sweep_dir, power, jobs=jobs, seed_offset=seed_offset, force=force, **selection), nl=False)
         return
     from rbctl.sweep.local import Interrupted
+    from rbctl.sweep.plan import sweep_estimate
 
+    estimate = sweep_estimate(path, sweep_dir, jobs, seed_offset, **selection)  # what --dry-run states, for the end
     try:
         state = run_sweep(path, sweep_dir, jobs=jobs, force=force, progress=not quiet, launcher=launcher,
                           seed_offset=seed_offset, **selection)
@@ -354,20 +358,30 @@ def ablate(
         typer.secho(f"interrupted: {done}/{total} runs done, the rest recorded in {sweep_dir / SWEEP_STATE} "
                     f"(partial runs keep their checkpoints); finish with: {shlex.join(again)}", err=True)
         raise typer.Exit(130)
-    done, total, failed = summarize_state(state)
-    minutes = (time.perf_counter() - t0) / 60
-    typer.echo(f"sweep finished: {done}/{total} runs done in {minutes:.1f} min -> {sweep_dir}")
-    from rbctl.sweep.ablate import arm_final_lines
+    _ablate_end(sweep_dir, state, time.perf_counter() - t0, estimate, no_report)
 
+
+def _ablate_end(sweep_dir: Path, state: dict, seconds: float, estimate, no_report: bool) -> None:
+    """What `rbctl ablate` prints when its runs are over: the time beside --dry-run's estimate, each arm's
+    final held-out score, the failed runs, then the report's end (`_report_end`: the calls last); exit 1
+    where a run failed."""
+    from rbctl.store.rundir import REPORT_DIR
+    from rbctl.sweep.ablate import arm_final_lines, summarize_state
+    from rbctl.sweep.plan import time_line
+
+    done, total, failed = summarize_state(state)
+    typer.echo(f"sweep finished: {done}/{total} runs done in {seconds / 60:.1f} min -> {sweep_dir}")
+    typer.echo(time_line(seconds, estimate))
     for line in arm_final_lines(sweep_dir, state):
         typer.echo(line)
     for key, err in failed:
         typer.secho(f"  failed: {key}: {err}", fg=typer.colors.RED)
-    if not no_report:
-        from rbctl.report import make_report
-        from rbctl.store.rundir import REPORT_DIR
+    if no_report:
+        typer.echo(f"calls: not computed (--no-report); rbctl report {sweep_dir} prints them")
+    else:
+        from rbctl.report.render.report import build_report
 
-        typer.echo(f"report: {make_report([sweep_dir], sweep_dir / REPORT_DIR)}")
+        _report_end(*build_report([sweep_dir], sweep_dir / REPORT_DIR), scores=False)
     if failed:
         raise typer.Exit(1)
 
@@ -403,13 +417,16 @@ def report(
 ) -> None:
     """Comparison plots and tables from run and sweep directories, or a study's claims document.
 
-    Writes OUT/report.md and OUT/report.html (the answer first: the principal comparisons), `OUT/tables/*.{csv,md,tex}`,
-    `OUT/figures/*.{png,svg}` and `OUT/data/*.csv`; prints a table of final scores and the report's path. Given a study
-    file (configs/study_quickstart.yaml), writes OUT/claims.md: each claim of the study tested on its sweeps, after
-    recording the study file's version in each sweep directory it names (`--declare`: only that)."""
-    from rbctl.report import final_scores_table
-    from rbctl.report.study import is_study_file, make_study_report
-    from rbctl.report.render.report import build_report, incomplete_lines, verdicts_table
+    Writes OUT/report.md and OUT/report.html (first the question and the calls, then the details),
+    OUT/summary.md and OUT/summary.tex (one page to paste into a paper), `OUT/tables/*.{csv,md,tex}`,
+    `OUT/figures/*.{png,svg}` and `OUT/data/*.csv`; prints the final scores, the report's paths and, last, the
+    calls of the declared comparisons. Given a study file (configs/study_quickstart.yaml), writes OUT/claims.md: each
+    claim of the study tested on its sweeps, after recording the study file's version in each sweep directory it
+    names (`--declare`: only that), and prints each claim's call."""
+    from rbctl.report.study import is_study_file, load_study
+    from rbctl.report.study.claims_document import write_study_report
+    from rbctl.report.render.report import build_report
+    from rbctl.report.render.terminal import study_claims_table
 
     import shlex
 
@@ -422,7 +439,11 @@ def report(
         if declare:
             typer.echo("\n".join(f"declared: {p}" for p in written) or f"{dirs[0]}: this version is recorded already")
             return
-        typer.echo(str(make_study_report(dirs[0], out, command=shlex.join(["rbctl", *_ARGV]))))
+        study = load_study(dirs[0])
+        typer.echo(f"claims: {write_study_report(study, out, command=shlex.join(['rbctl', *_ARGV]))}")
+        table = study_claims_table(study)
+        if table is not None:  # the answer last: each claim's call
+            table_console().print(table)
         return
     from rbctl.report.sources import is_manifest
     from rbctl.report.sources.declare import declare_manifests
@@ -443,14 +464,27 @@ def report(
     if declare:
         typer.echo("\n".join(declared))
         return
-    path, data = build_report(dirs, out)
+    _report_end(*build_report(dirs, out))
+
+
+def _report_end(path: Path, data, scores: bool = True) -> None:
+    """What `rbctl report` and `rbctl ablate` print after writing a report: the final scores (`scores`),
+    what could not be scored, where the report and its summary are, and the calls, last."""
+    from rbctl.report import final_scores_table
+    from rbctl.report.render.report import incomplete_lines
+    from rbctl.report.render.terminal import calls_table, report_paths
+
     console = table_console()  # piped, a table keeps its width (not Rich's 80 columns)
-    for table in (final_scores_table(path.parent), verdicts_table(data)):
-        if table is not None:
-            console.print(table)
-    for line in incomplete_lines(data):  # a run the report could not score is named here, not only in report.md
+    table = final_scores_table(path.parent) if scores else None
+    if table is not None:
+        console.print(table)
+    for line in incomplete_lines(data):  # a run the report could not score is said here, not only in report.md
         typer.secho(line, fg=typer.colors.YELLOW)
-    typer.echo(str(path))
+    for line in report_paths(path):
+        typer.echo(line)
+    table = calls_table(data)
+    if table is not None:
+        console.print(table)
 
 
 def _check_out_folder(out: Optional[Path], access: bool = True) -> None:

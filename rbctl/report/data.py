@@ -82,7 +82,8 @@ class SweepData:
 
 
 def sweep_data(dirs: list[Path], n_boot: int = 2000) -> SweepData:
-    """Read every run under ``dirs`` and score each arm on its final evaluations; no runs is an error."""
+    """Read every run under ``dirs`` and score each arm on the final evaluations of its runs that are
+    done (a sweep's state says so, or no state records them); no runs is an error."""
     dirs = [Path(d) for d in dirs]
     runs, issues = find_runs(dirs)
     if not runs:
@@ -93,7 +94,10 @@ def sweep_data(dirs: list[Path], n_boot: int = 2000) -> SweepData:
     named = {i.name for i in issues}
     issues = issues + [Issue(r.name, "no final evaluation", f"nothing under {r.path}/{EVAL_DIR}/{STEP_PREFIX}*")
                        for r in runs if not r.finals and r.status in ("", "done") and r.name not in named]
-    scores, notes, unscored = score_arms(runs, arms)
+    # a run its sweep records as not done (failed, interrupted, pending) is never scored, whatever final
+    # evaluation its directory holds: one left by an earlier config (`rbctl ablate --force`) or attempt
+    # is not this sweep's result; its logged steps are still drawn
+    scores, notes, unscored = score_arms([r for r in runs if r.status in ("", "done")], arms)
     return SweepData(tuple(dirs), tuple(runs), tuple(issues + unscored), tuple(notes), by_arm,
                      {a: (rs[0].baseline, rs[0].variant) for a, rs in by_arm.items()}, spec, escape,
                      tuple(sorted({r.warm_start for r in runs if r.warm_start})), scores, n_boot,

@@ -35,8 +35,8 @@ and the sweep state `rbctl.store.write`'s.
       runs/ARM/WARM_START/seed_S/  per (arm, warm start, seed) when the sweep crosses warm starts
       .ablate.lock            held while `rbctl ablate` runs
       submitit/               the jobs' logs under `--launcher submitit`
-      report/                 `rbctl report`'s default output: report.md, report.html, tables/,
-                              figures/, data/
+      report/                 `rbctl report`'s default output: report.md, report.html, summary.md,
+                              summary.tex, tables/, figures/, data/
 
 `FORMAT_VERSION` is the layout's version, recorded in the run's header (provenance.json), in
 run.json and in sweep.yaml; a reader refuses another (a file without one is version 1).
@@ -92,6 +92,7 @@ SEED_PREFIX = "seed_"  # a sweep's run folders: ARM/seed_S, ARM/WARM_START/seed_
 REPORT_DIR = "report"
 REPORT_MD = "report.md"
 REPORT_HTML = "report.html"
+SUMMARY_MD, SUMMARY_TEX = "summary.md", "summary.tex"  # the report's one page (rbctl.report.render.summary)
 REPORT_TABLES = "tables"
 REPORT_FIGURES = "figures"
 REPORT_DATA = "data"
@@ -102,7 +103,7 @@ NAMES = (CONFIG, PROVENANCE, METRICS, SAMPLES, EVAL_LINES, RUN_META, ERROR_LOG, 
          PERIODIC_DIR, SUMMARY, EVAL_SAMPLES, EVAL_PARTIAL, PROTOCOL_PREFIX, PROTOCOL_FILE, CHECKPOINTS, STEP_PREFIX,
          TMP_SUFFIX, CKPT_DONE, MODEL, TRAINER_STATE, BUILTIN_MARKER, SWEEP_FILE, SWEEP_STATE, SWEEP_RUNS, CEILING,
          SWEEP_HISTORY, STUDY_HISTORY, SWEEP_LOCK, SUBMITIT,
-         SEED_PREFIX, REPORT_DIR, REPORT_MD, REPORT_HTML, REPORT_TABLES, REPORT_FIGURES, REPORT_DATA, RUNS_ROOT)
+         SEED_PREFIX, REPORT_DIR, REPORT_MD, REPORT_HTML, SUMMARY_MD, SUMMARY_TEX, REPORT_TABLES, REPORT_FIGURES, REPORT_DATA, RUNS_ROOT)
 """Every file and folder name of a run, sweep or report directory (and the prefixes of its step and
 seed folders): no module outside rbctl/store/ spells one (tests/unit/test_layout.py)."""
 

@@ -15,32 +15,22 @@ import os
 import traceback
 from pathlib import Path
 
-from rbctl.algo import registry as methods
-from rbctl.config.base import RUN_ONLY_KEYS, apply_overrides, read_yaml, validate
+from rbctl.config.base import apply_overrides, read_yaml, validate
 from rbctl.config.launcher import LauncherCfg
-from rbctl.config.methods import hooks_on
-from rbctl.config.sweep import COMPUTE_KEYS, SweepConfig, SweepEval
+from rbctl.config.sweep import SweepConfig, SweepEval
 from rbctl.config.train import TrainConfig, check_fits_run_engine, for_run
 from rbctl.config.presets import find_preset, is_sweep, preset, resolve_config
-from rbctl.config.sweep import arm_variant
 from rbctl.errors import UserError
 from rbctl.store.history import changed_keys, read_history, record_version
 from rbctl.store.lock import DirLock
 from rbctl.store.read import read_sweep_resolved, read_sweep_state
 from rbctl.store.rundir import SUBMITIT, SUMMARY, SWEEP_HISTORY, SWEEP_LOCK, final_eval_dir, parse_run_key, run_key, sweep_run_dir
 from rbctl.store.write import write_ceiling, write_error, write_run_meta, write_sweep_file, write_sweep_state
+from rbctl.sweep.grid import (arm_metadata, check_equal_compute, check_escape_signal, check_family_configs,
+                              check_labels, units, with_warm_start)
+from rbctl.sweep.start import check_sweep_start, sweep_dir_problem
 
-# A sampling hook (rollout.<name>, rbctl.algo.registry) generates more rollouts per step than it trains
-# on (`rollout/generated`): at equal steps an arm with one gets more compute than one without, or
-# than one with other rounds.
-RESAMPLE_KEY = "rollout.max_resample_rounds"
 DEFAULT_SWEEP = preset("ablate_fixpoint.yaml")  # the main job: the fixpoint task; ablate_quickstart.yaml is the quick sweep
-
-
-def _flat_get(d: dict, dotted: str):
-    for part in dotted.split("."):
-        d = d[part]
-    return d
 
 
 def load_sweep(path: Path, seed_offset: int = 0, arms: list[str] | None = None, seeds: list[int] | None = None,
@@ -74,11 +64,11 @@ def load_sweep(path: Path, seed_offset: int = 0, arms: list[str] | None = None, 
         except ValueError as e:
             raise UserError(f"{path}: eval: arm '{arm}': {e}") from None
     if not sweep.allow_unequal_compute:
-        _check_equal_compute(path, configs)
+        check_equal_compute(path, configs)
     if not sweep.same_labels:
-        _check_labels(path, configs)
-    _check_family_configs(path, sweep, configs)
-    _check_escape_signal(path, sweep)
+        check_labels(path, configs)
+    check_family_configs(path, sweep, configs)
+    check_escape_signal(path, sweep)
     if sweep.warm_starts:  # each warm start must fit every arm's task settings (one-line error otherwise)
         from rbctl.tasks.shipped import shipped_warm_start
         from rbctl.train.training_data import task_spec, warm_start_spec
@@ -126,114 +116,6 @@ def base_path(sweep_path: Path, base: str) -> Path:
     if found is None:
         raise UserError(f"{sweep_path}: base {base}: neither {beside} nor a preset of that name exists")
     return found
-
-
-def _with_warm_start(cfg: TrainConfig, warm_start: str | None) -> TrainConfig:
-    """The arm's config starting from shipped warm start `warm_start` (unchanged for None)."""
-    if warm_start is None:
-        return cfg
-    builtin = cfg.data.builtin.model_copy(update={"warm_start": warm_start})
-    return cfg.model_copy(update={"data": cfg.data.model_copy(update={"builtin": builtin})})
-
-
-def units(sweep: SweepConfig) -> list[tuple[str | None, int]]:
-    """The units of replication every arm runs: (warm start, seed), warm start None when the sweep
-    does not cross warm starts."""
-    return [(ws, s) for ws in (sweep.warm_starts or [None]) for s in sweep.seeds]
-
-
-def _check_equal_compute(path: Path, configs: dict[str, TrainConfig]) -> None:
-    """Refuse arms that differ in a compute key, or that mix a sampling hook with fixed batches."""
-    first_arm, first = next(iter(configs.items()))
-    for arm, cfg in configs.items():
-        for key in COMPUTE_KEYS:
-            a, b = _flat_get(first.model_dump(), key), _flat_get(cfg.model_dump(), key)
-            if a != b:
-                raise UserError(f"{path}: arm '{arm}' sets {key}={b} but arm '{first_arm}' has {a}; arms must get "
-                                "equal compute (set allow_unequal_compute: true to override)")
-        hook_keys = [m.config_key for m in methods.of_kind("sampling_hook")]
-        both = hooks_on(first.rollout) and hooks_on(cfg.rollout)
-        for key in hook_keys + ([RESAMPLE_KEY] if both else []):
-            a, b = _flat_get(first.model_dump(), key), _flat_get(cfg.model_dump(), key)
-            if a != b:
-                raise UserError(f"{path}: arm '{arm}' sets {key}={b} but arm '{first_arm}' has {a}; a sampling hook "
-                                "generates more rollouts per step than it trains on, so equal steps are not equal "
-                                "compute: compare such arms in generated rollouts (metric rollout/generated) and set "
-                                "allow_unequal_compute: true")
-
-
-def _check_labels(path: Path, configs: dict[str, TrainConfig]) -> None:
-    """Refuse two arms with one (baseline, variant) label: the report pairs arms by label."""
-    seen: dict[tuple[str, str], str] = {}
-    for arm, cfg in configs.items():
-        meta = arm_metadata(cfg)
-        label = (meta["baseline"], meta["variant"])
-        if label in seen:
-            raise UserError(f"{path}: arms '{seen[label]}' and '{arm}' get the same label (baseline {label[0]}, "
-                            f"variant {label[1]}), so the report cannot tell them apart: make them differ in a "
-                            "method, or set same_labels: true for a sweep over settings")
-        seen[label] = arm
-
-
-
-
-def _check_family_configs(path: Path, sweep: SweepConfig, configs: dict[str, TrainConfig]) -> None:
-    """Refuse two arms of one declared family that resolve to the same training config: they are one
-    treatment counted twice (a comparison of them is no comparison, and the family's Holm m grows)."""
-    if sweep.comparisons is None:
-        return
-    for fam in sweep.comparisons.families_declared():
-        arms = list(dict.fromkeys(a for pair in fam.pairs for a in pair if a in configs))
-        for i, a in enumerate(arms):
-            for b in arms[i + 1:]:
-                if same_training(configs[a], configs[b]):
-                    raise UserError(f"{path}: arms '{a}' and '{b}' of family '{fam.name}' resolve to the same training "
-                                    "(configs equal but for the estimator's name, whose advantages agree), so they are "
-                                    "one arm counted twice: make them differ (e.g. each estimator's own algo.loss_agg) "
-                                    "or keep one")
-
-
-def _check_escape_signal(path: Path, sweep: SweepConfig) -> None:
-    """Refuse an escape signal no run logs: label shares (`label/…`) come from the periodic evaluation
-    only (rbctl.train.metric_names), so `escape.signal: train` on one would give no escape time."""
-    e = sweep.escape
-    if e is not None and e.signal == "train" and e.metric.startswith("label/"):
-        raise UserError(f"{path}: escape.signal: train with escape.metric '{e.metric}': label shares are logged by "
-                        "the periodic evaluation only, not by training steps; use escape.signal: eval (and an "
-                        "eval.every as fine as the escape times need)")
-
-
-def same_training(a: TrainConfig, b: TrainConfig) -> bool:
-    """Whether two arms train identically by construction: their configs are equal but for the
-    run-only keys and the estimator's name, and the two estimators (with each arm's budget and
-    parameters) give the same advantages on probe rewards (GRPO + budget and Dr.GRPO + budget do)."""
-    da, db = ({k: v for k, v in c.model_dump().items() if k not in RUN_ONLY_KEYS} for c in (a, b))
-    if da == db:
-        return True
-    ea, eb = da["algo"].pop("estimator"), db["algo"].pop("estimator")
-    if ea == eb or da != db:
-        return False
-    import torch
-
-    from rbctl.algo.dispatch import compute_advantages
-    from rbctl.config.methods import method_params
-
-    probes = (torch.tensor([[1.0, 0, 0, 0, 1, 0, 0, 0], [1, 1, 1, 0, 0, 0, 0, 1]]),  # [P, G] binary
-              torch.tensor([[0.3, 0.9, 0.1, 0.5, 0.0, 1.0, 0.7, 0.2]]))  # graded
-
-    def advantages(c: TrainConfig, r: torch.Tensor) -> torch.Tensor:
-        return compute_advantages(r, c.algo.estimator, c.algo.budget, c.algo.shift,
-                                  **method_params(c.algo, c.algo.estimator))
-
-    try:
-        return all(torch.allclose(advantages(a, r), advantages(b, r), atol=1e-9) for r in probes)
-    except (UserError, ValueError):  # an estimator that refuses a probe (binary rewards only): not shown equal
-        return False
-
-
-def arm_metadata(cfg: TrainConfig) -> dict:
-    """Baseline and variant of an arm, derived from its config (what the report groups by)."""
-    return {"baseline": cfg.algo.estimator, "variant": arm_variant(cfg.algo.model_dump(), cfg.rollout.model_dump())}
 
 
 def final_eval_done(run_dir: Path, steps: int, benchmarks: list[str]) -> bool:
@@ -330,7 +212,7 @@ def run_sweep(sweep_path: Path, sweep_dir: Path, jobs: int | None = None, force:
             for ws, seed in units(sweep):
                 key = run_key(arm, seed, ws)
                 rd = sweep_run_dir(sweep_dir, key)
-                rcfg = _with_warm_start(cfg, ws).model_copy(update={"seed": seed})
+                rcfg = with_warm_start(cfg, ws).model_copy(update={"seed": seed})
                 if final_eval_done(rd, rcfg.steps, sweep.eval.benchmarks) and state["runs"].get(key, {}).get("status") == "done":
                     continue
                 meta = {"arm": arm, "seed": seed, "sweep": sweep.name, **arm_metadata(rcfg)}
@@ -386,106 +268,6 @@ def resolved_sweep(sweep: SweepConfig, configs: dict[str, TrainConfig]) -> dict:
     return {"sweep": sweep.model_dump(mode="json"), "configs": {a: c.model_dump(mode="json") for a, c in configs.items()}}
 
 
-def check_sweep_start(sweep: SweepConfig, configs: dict[str, TrainConfig], sweep_dir: Path, resolved: dict,
-                      force: bool = False, machine: bool = True) -> None:
-    """What `rbctl ablate` refuses before it makes or writes anything, and its `--dry-run` with the
-    same arguments (`machine` False: the plan states this machine's engine and device): every arm's
-    checks (`check_arms_runnable`), then the sweep directory: write access
-    (`rbctl.train.preflight.writable_problem`) and the sweep it holds (`sweep_dir_problem`)."""
-    from rbctl.train.preflight import writable_problem
-
-    check_arms_runnable(sweep, configs, machine=machine)
-    for problem in (writable_problem(sweep_dir), sweep_dir_problem(sweep_dir, resolved, force)):
-        if problem is not None:
-            raise UserError(problem)
-
-
-def check_arms_runnable(sweep: SweepConfig, configs: dict[str, TrainConfig], machine: bool = True) -> None:
-    """What each run checks before it starts (`rbctl.train.preflight`), on every arm before the sweep
-    directory is made: its config (benchmarks of its periodic and final evaluations, model and data
-    paths), the data of those benchmarks, reachable from here (`eval_data_problems`, what a run would
-    otherwise fail on after its setup), and, with `machine` (local workers; not for jobs submitted to
-    other nodes), this machine's engine and device. A `UserError` naming the arm and every problem."""
-    from rbctl.train.preflight import benchmark_problems, config_problems, eval_data_problems, machine_problems
-
-    looked: dict[str, list[str]] = {}  # arms that evaluate alike look for their data once (a Hub probe takes seconds)
-    for arm, cfg in configs.items():
-        final = for_run(sweep.eval, cfg)
-        problems = config_problems(cfg) + benchmark_problems(final.benchmarks, cfg, "eval.benchmarks (final)")
-        where = json.dumps([cfg.eval.every and (cfg.eval.benchmarks, cfg.eval.data_dir), final.benchmarks, final.data_dir])
-        problems += looked.setdefault(where, eval_data_problems(cfg, final)) if not problems else []
-        problems += machine_problems(cfg) if machine else []
-        if problems:
-            raise UserError(f"arm '{arm}': " + "; ".join(dict.fromkeys(problems)))
-
-
-def sweep_dir_problem(sweep_dir: Path, resolved: dict, force: bool = False) -> str | None:
-    """Why `sweep_dir` cannot take the sweep `resolved` (`resolved_sweep`), else None: it holds
-    another sweep (`_compatible`), named by the keys that differ; `force` takes it all the same."""
-    saved = read_sweep_resolved(sweep_dir) if Path(sweep_dir).is_dir() else {}
-    if not saved or force or _compatible(saved, resolved):
-        return None
-    return (f"sweep directory {sweep_dir} holds a different sweep: {'; '.join(sweep_differences(saved, resolved))}; "
-            "use another -o or --force")
-
-
-def sweep_differences(saved: dict, resolved: dict, most: int = 4) -> list[str]:
-    """What makes `resolved` another sweep than `saved` (`_compatible`), at most `most` items:
-    ``arms.grpo.steps 100 ≠ 120``, ``eval.n 8 ≠ 16``, ``name 'a' ≠ 'b'``, an arm one of them lacks."""
-    from rbctl.config.base import flatten
-    from rbctl.store.rundir import SWEEP_FILE
-
-    a, b = _comparable(saved), _comparable(resolved)
-    if a is None:
-        return [f"its recorded sweep ({SWEEP_FILE}) no longer validates"]
-    show = lambda v: json.dumps(v) if isinstance(v, (dict, list)) or v is None else (repr(v) if isinstance(v, str) else str(v))  # noqa: E731
-    out = []
-    names = [(saved.get("sweep") or {}).get("name"), (resolved.get("sweep") or {}).get("name")]
-    if names[0] != names[1]:
-        out.append(f"name {show(names[0])} ≠ {show(names[1])}")
-    fa, fb = flatten(a["eval"]), flatten(b["eval"])
-    out += [f"eval.{k} {show(fa.get(k))} ≠ {show(fb.get(k))}" for k in dict.fromkeys([*fa, *fb]) if fa.get(k) != fb.get(k)]
-    shared = [arm for arm in b["configs"] if arm in a["configs"]]
-    for arm in shared:
-        ca, cb = flatten(a["configs"][arm]), flatten(b["configs"][arm])
-        out += [f"arms.{arm}.{k} {show(ca.get(k))} ≠ {show(cb.get(k))}" for k in dict.fromkeys([*ca, *cb])
-                if ca.get(k) != cb.get(k)]
-    if not shared:
-        out.append(f"no arm in common (it holds {', '.join(a['configs'])}; this sweep has {', '.join(b['configs'])})")
-    return out[:most] + ([f"and {len(out) - most} more"] if len(out) > most else [])
-
-
-def _compatible(saved: dict, resolved: dict) -> bool:
-    """Whether `resolved` is the sweep a directory holds (`saved`), or a selection of its arms: the
-    same name and evaluation, and each arm they share configured alike (`_comparable`). What the
-    report reads but no run does (comparisons: families, margins, design; escape; ceiling) may
-    change on resume: the new version is recorded in sweep_history.jsonl with the runs finished by
-    then, and the report says so beside each family (`rbctl.report.declaration`)."""
-    a, b = _comparable(saved), _comparable(resolved)
-    if a is None or b is None:
-        return False
-    if a == b:
-        return True
-    shared = set(a["configs"]) & set(b["configs"])
-    return (bool(shared) and a["eval"] == b["eval"] and all(a["configs"][k] == b["configs"][k] for k in shared)
-            and (saved.get("sweep") or {}).get("name") == (resolved.get("sweep") or {}).get("name"))
-
-
-def _comparable(resolved: dict) -> dict | None:
-    """What must match for a sweep directory to be resumed: each arm's config and the evaluation,
-    read through today's schemas (as a run directory's config is on resume), so that a key added
-    since the directory was made, at its default, does not make it another sweep. None when the
-    saved sweep no longer validates."""
-    from pydantic import ValidationError
-
-    try:
-        return {"configs": {a: TrainConfig.model_validate(c).model_dump(mode="json")
-                            for a, c in (resolved.get("configs") or {}).items()},
-                "eval": SweepEval.model_validate((resolved.get("sweep") or {}).get("eval") or {}).model_dump(mode="json")}
-    except ValidationError:
-        return None
-
-
 def _prepare_shared(configs: dict[str, TrainConfig], log) -> None:
     """Build the cached warm start once, before the workers start, instead of in every worker, with the
     torch threads of the runs' config (`threads`; 0 = torch's default), as `rbctl train` builds it:
@@ -514,6 +296,7 @@ def _execute(todo, sweep: SweepConfig, sweep_dir: Path, state: dict, jobs: int, 
     import sys
 
     from rbctl.sweep import local
+    from rbctl.sweep.display import PlainDisplay, RichDisplay
 
     threads = max(1, (os.cpu_count() or 1) // min(jobs, len(todo)))
     work = [(key, cfg.steps, (str(rd), cfg.model_dump(mode="json"), meta, sweep.eval.model_dump(mode="json"), threads))
@@ -523,12 +306,13 @@ def _execute(todo, sweep: SweepConfig, sweep_dir: Path, state: dict, jobs: int, 
         state["runs"][key] = {"status": res["status"], "error": res["error"]}
         write_sweep_state(sweep_dir, state)
 
+    parallel = min(jobs, len(todo))
     if progress and sys.stdout.isatty():
-        display = local.RichDisplay()
+        display = RichDisplay(jobs=parallel)
     elif progress:  # a log file or a Slurm job: plain lines, not a live display
-        display = local.PlainDisplay(every=progress_every)
+        display = PlainDisplay(every=progress_every, jobs=parallel)
     else:
-        display = local.RichDisplay(enabled=False)
+        display = RichDisplay(enabled=False)
     local.execute(_run_one, work, jobs, record, display, alone={key for key, _, cfg, _ in todo if not on_cpu(cfg)})
 
 

@@ -14,8 +14,8 @@ Workers are forked from a fork server that has imported torch, transformers and 
 launcher's environment and working directory as they are when it starts. The first Ctrl-C
 (SIGINT) stops launching runs, interrupts the running ones (each ends its step in progress and writes
 its checkpoint, `rbctl.train.interrupt`, so a rerun resumes it losing nothing) and returns; a second
-one stops at once. When output is not a terminal (a log file, a Slurm job) plain lines replace the Rich display: one per run start and end and a one-line progress every
-`progress_every` seconds.
+one stops at once. What it shows is `rbctl.sweep.display`'s: a live display at a terminal, plain lines
+otherwise.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
-import sys
 import time
 from multiprocessing import get_context
 
@@ -236,80 +235,3 @@ def _drain(queue, display, results: dict) -> None:
             display.step(key, step, f"reward {m['reward']:.3f}  entropy {m['entropy']:.3f}")
         else:
             display.step(key, step, "evaluating")
-
-
-class RichDisplay:
-    def __init__(self, enabled: bool = True):
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        self.prog = Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(),
-                             TextColumn("{task.fields[info]}"), TimeElapsedColumn(), disable=not enabled)
-        self.tasks = {}
-
-    def __enter__(self):
-        self.prog.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        self.prog.__exit__(*exc)
-
-    def add(self, key, total):
-        self.tasks[key] = self.prog.add_task(key, total=total, info="pending")
-
-    def started(self, key):
-        self.prog.update(self.tasks[key], info="starting")
-
-    def step(self, key, step, info):
-        self.prog.update(self.tasks[key], completed=step, info=info)
-
-    def finished(self, key, res):
-        info = "[green]done" if res["status"] == "done" else (
-            "[yellow]interrupted" if res["status"] == "interrupted" else f"[red]failed: {(res['error'] or '')[:60]}")
-        self.prog.update(self.tasks[key], info=info)
-
-    def tick(self):
-        pass
-
-
-class PlainDisplay:
-    """One plain line per run start and end, and a one-line progress every `every` seconds."""
-
-    def __init__(self, every: float = 60.0, out=None):
-        self.every, self.out = every, out or sys.stdout
-        self.steps, self.state, self.t0 = {}, {}, time.monotonic()
-        self.last = self.t0
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        pass
-
-    def _print(self, line: str) -> None:
-        print(f"[{time.strftime('%H:%M:%S')}] {line}", file=self.out, flush=True)
-
-    def add(self, key, total):
-        self.steps[key], self.state[key] = (0, total), "pending"
-
-    def started(self, key):
-        self.state[key] = "running"
-        self._print(f"start {key}")
-
-    def step(self, key, step, info):
-        self.steps[key] = (step, self.steps[key][1])
-
-    def finished(self, key, res):
-        self.state[key] = res["status"]
-        mins = (time.monotonic() - self.t0) / 60
-        extra = f": {res['error']}" if res.get("error") else ""
-        self._print(f"{res['status']} {key}{extra} ({mins:.1f} min into the sweep)")
-
-    def tick(self):
-        now = time.monotonic()
-        if now - self.last < self.every:
-            return
-        self.last = now
-        count = {s: sum(1 for v in self.state.values() if v == s) for s in ("done", "failed", "running", "pending")}
-        running = ", ".join(f"{k} step {self.steps[k][0]}/{self.steps[k][1]}" for k, v in self.state.items() if v == "running")
-        self._print(f"progress: {count['done']}/{len(self.state)} done, {count['failed']} failed, {count['running']} "
-                    f"running{' (' + running + ')' if running else ''}, {count['pending']} pending")

@@ -141,8 +141,61 @@ def differences(a: TrainConfig, b: TrainConfig) -> list[str]:
     return [f"{k}: {json.dumps(fa.get(k))} -> {json.dumps(fb.get(k))}" for k in fb if k != "seed" and fa.get(k) != fb.get(k)]
 
 
-def _minutes(seconds: float) -> str:
+def minutes(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The wall time `rbctl ablate --dry-run` states for the runs a sweep has left."""
+
+    wall_s: float
+    todo: int  # runs left to run
+    per_run_s: float  # the longest arm's run
+    time: RunTime
+
+
+def wall_estimate(sweep, configs: dict[str, TrainConfig], sweep_dir: Path, jobs: int) -> Estimate | None:
+    """The wall time of the runs of ``sweep`` not done in ``sweep_dir`` (done: recorded done with their
+    final evaluation), ``jobs`` at a time in waves of the longest arm's run time (`run_seconds`, from
+    `measured_time` or `assumed_time`); None when neither knows this shape."""
+    from rbctl.store.read import read_sweep_state
+    from rbctl.store.rundir import run_key
+    from rbctl.sweep.ablate import final_eval_done, units
+
+    the_units, ev = units(sweep), sweep.eval
+    state = read_sweep_state(sweep_dir) if Path(sweep_dir).is_dir() else {}
+    done = sum(1 for arm, cfg in configs.items() for w, s in the_units
+               if state.get(run_key(arm, s, w), {}).get("status") == "done"
+               and final_eval_done(sweep_run_dir(sweep_dir, run_key(arm, s, w)), cfg.steps, ev.benchmarks))
+    first = next(iter(configs.values()))
+    t = measured_time(first, sweep_dir) or assumed_time(first)
+    if t is None:
+        return None
+    final_samples = ev.n * (ev.limit or 256) * len(ev.benchmarks)  # an unlimited built-in test split is 256 problems
+    per_run = max(run_seconds(cfg, final_samples, t, sweep.eval) for cfg in configs.values())
+    todo = len(configs) * len(the_units) - done
+    return Estimate(math.ceil(todo / jobs) * per_run if todo else 0.0, todo, per_run, t)
+
+
+def sweep_estimate(sweep_path, sweep_dir: Path, jobs: int | None = None, seed_offset: int = 0,
+                   arms: list[str] | None = None, seeds: list[int] | None = None,
+                   overrides: list[str] = ()) -> Estimate | None:
+    """`wall_estimate` of a sweep file with `rbctl ablate`'s selection: what its --dry-run states, for
+    the command to print beside the time the sweep took."""
+    from rbctl.sweep.ablate import load_sweep
+
+    sweep, configs = load_sweep(sweep_path, seed_offset, arms, seeds, overrides)
+    return wall_estimate(sweep, configs, Path(sweep_dir), jobs or sweep.jobs)
+
+
+def time_line(measured_s: float, est: Estimate | None) -> str:
+    """The time a sweep took beside what its --dry-run estimated before it ran:
+    ``time: 10.1 min measured, ≈ 8.3 min estimated for 72 runs (per-run time measured on this machine: …)``."""
+    if est is None:
+        return f"time: {minutes(measured_s)} measured; --dry-run had no estimate (no finished run of this shape)"
+    return (f"time: {minutes(measured_s)} measured, ≈ {minutes(est.wall_s)} estimated by --dry-run for {est.todo} "
+            f"runs (per-run time {est.time.source})")
 
 
 def sweep_plan(sweep_path, sweep_dir: Path, power, jobs: int | None = None, arms: list[str] | None = None,
@@ -156,9 +209,8 @@ def sweep_plan(sweep_path, sweep_dir: Path, power, jobs: int | None = None, arms
     caller hands it down)."""
     from rbctl.config.base import apply_overrides, read_yaml, validate
     from rbctl.config.presets import resolve_config
-    from rbctl.store.read import read_sweep_state
-    from rbctl.store.rundir import run_key
-    from rbctl.sweep.ablate import base_path, check_sweep_start, final_eval_done, load_sweep, resolved_sweep, units
+    from rbctl.sweep.ablate import base_path, load_sweep, resolved_sweep, units
+    from rbctl.sweep.start import check_sweep_start
     from rbctl.train.preflight import machine_problems
 
     path = resolve_config(sweep_path, "sweep file")
@@ -197,24 +249,15 @@ def sweep_plan(sweep_path, sweep_dir: Path, power, jobs: int | None = None, arms
 
     lines += [""] + _power_lines(sweep, len(the_units), power)
 
-    state = read_sweep_state(sweep_dir) if Path(sweep_dir).is_dir() else {}
-    done = sum(1 for arm, cfg in configs.items() for w, s in the_units
-               if state.get(run_key(arm, s, w), {}).get("status") == "done"
-               and final_eval_done(sweep_run_dir(sweep_dir, run_key(arm, s, w)), cfg.steps, ev.benchmarks))
+    est = wall_estimate(sweep, configs, Path(sweep_dir), jobs)
     lines.append("")
-    t = measured_time(first, sweep_dir) or assumed_time(first)
-    limit = ev.limit or 256  # an unlimited built-in test split is 256 problems
-    final_samples = ev.n * limit * len(ev.benchmarks)
-    todo = total - done
-    if t is None:
+    if est is None:
         row("time", f"unknown: no finished run of this shape on this machine (in {sweep_dir} or under {RUNS_ROOT}/); "
                     f"time one: rbctl train {base_file} -o {RUNS_ROOT}/probe --set steps=5, then plan again")
     else:
-        per_run = max(run_seconds(cfg, final_samples, t, sweep.eval) for cfg in configs.values())
-        waves = math.ceil(todo / jobs) if todo else 0
-        row("time", f"≈ {_minutes(waves * per_run)} wall for {todo} runs ({done} of {total} already done in {sweep_dir}): "
-                    f"≈ {per_run:.0f} s a run ({t.step_s:.3g} s a step), {jobs} at a time")
-        row("", f"per-run time {t.source}")
+        row("time", f"≈ {minutes(est.wall_s)} wall for {est.todo} runs ({total - est.todo} of {total} already done in "
+                    f"{sweep_dir}): ≈ {est.per_run_s:.0f} s a run ({est.time.step_s:.3g} s a step), {jobs} at a time")
+        row("", f"per-run time {est.time.source}")
         if jobs > 1:
             row("", "parallel runs share the cores: on a machine with fewer free cores than jobs, runs slow down")
     machine = list(dict.fromkeys(p for cfg in configs.values() for p in machine_problems(cfg)))

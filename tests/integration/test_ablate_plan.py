@@ -116,7 +116,8 @@ def test_a_run_check_fails_the_dry_run_naming_the_arm(tmp_path, capsys):
 
 
 def test_a_selection_runs_in_the_sweep_directory_it_belongs_to():
-    from rbctl.sweep.ablate import _compatible, load_sweep
+    from rbctl.sweep.ablate import load_sweep
+    from rbctl.sweep.start import _compatible
 
     def resolved(**selection):
         sweep, configs = load_sweep(QUICK, **selection)

@@ -170,7 +170,7 @@ def test_paired_deltas_holm_and_summary(two_arm_report):
 
     text = two_arm_report.read_text()
     answer = text.split("## Plateau test")[0]
-    assert "## Answer: the principal comparisons" in answer
+    assert "## Calls in detail: the principal comparisons" in answer
     assert "as one family: no comparison is testable, so no Holm–Bonferroni family is formed" in answer
     table = md_rows(two_arm_report.parent / "tables" / "verdicts.md")
     assert table[0][4:8] == ["Δ points [95% t-CI]", "Holm p", "P(improvement) [95% paired-bootstrap CI]",
@@ -183,7 +183,7 @@ def test_paired_deltas_holm_and_summary(two_arm_report):
             "units (a test needs 3)); grpo_budget − grpo (pass@4: 2 units (a test needs 3))." in answer)
     assert "0.000" not in text  # no p-value anywhere is printed as 0.000
     assert "](figures/per_unit_delta.png)" in answer
-    assert text.index("## Answer") < text.index("## Final scores") < text.index("## Runs")  # the run list last
+    assert text.index("## The answer") < text.index("## Calls in detail") < text.index("## Final scores") < text.index("## Runs")  # the run list last
 
 
 def test_tables_exist_and_parse(two_arm_report):
@@ -286,10 +286,18 @@ def test_partial_sweep_reports_what_exists_and_names_failures(tmp_path, capsys):
 
     assert run(["report", str(sweep)]) == 0  # default output: SWEEP/report
     report = sweep / "report" / "report.md"
-    assert capsys.readouterr().out.rstrip().endswith(str(report))  # the CLI prints where the report is
+    out = capsys.readouterr().out
+    assert f"report: {report}\n  beside it: report.html, summary.md and summary.tex" in out  # where the report is
+    # what was not scored, by arm, then the calls last (here none is testable: one common seed)
+    assert "incomplete: grpo_budget: 1 of 3 seeds failed (UserError: loss non-finite)" in out
+    assert "incomplete: grpo_budget: 1 of 3 seeds missing" in out
+    assert out.rstrip().splitlines()[-1].strip().startswith("p: Holm-adjusted") and "not testable" in out
     text = report.read_text()
-    assert "sweep/grpo_budget/seed_1" in text and "failed" in text and "loss non-finite" in text
-    assert "sweep/grpo_budget/seed_2" in text and "missing" in text
+    assert "grpo_budget: 1 of 3 seeds failed (UserError: loss non-finite)" in text
+    assert "grpo_budget: 1 of 3 seeds missing" in text
+    incomplete = pd.read_csv(sweep / "report" / "tables" / "incomplete.csv").set_index("run")  # run by run
+    assert incomplete.loc["sweep/grpo_budget/seed_1", "status"] == "failed"
+    assert incomplete.loc["sweep/grpo_budget/seed_2", "status"] == "missing"
     scores = pd.read_csv(sweep / "report" / "tables" / "final_scores.csv").set_index("arm")
     assert scores.loc["grpo", "seeds"] == 2 and scores.loc["grpo_budget", "seeds"] == 1
     assert scores.loc["grpo_budget", "avg"] == pytest.approx(0.625)
@@ -412,7 +420,7 @@ def test_cli_table_and_output_folder(two_arms, two_arm_report, tmp_path):
     assert make_report([one], n_boot=50) == one / "report" / "report.md"  # a run directory: RUN_DIR/report
     single = (one / "report" / "report.md").read_text()
     assert "family of 0" not in single  # before: "as one Holm–Bonferroni family of 0"
-    assert "No principal comparisons are stated" in single and "everything below is exploratory" in single
+    assert "No principal comparisons are declared" in single and "everything below is exploratory" in single
     with pytest.raises(UserError, match="-o"):
         make_report([one, two_arms / "grpo_s1"])
     empty = tmp_path / "empty"

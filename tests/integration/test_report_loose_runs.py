@@ -68,13 +68,15 @@ def test_rbctl_report_a_b_shows_both_arms_and_a_verdict_line_in_80_columns(tmp_p
     assert run(["report", str(tmp_path / "first"), str(tmp_path / "a_budget_arm_with_a_long_name"), str(cut),
                 "-o", str(tmp_path / "cmp")]) == 0
     out = capsys.readouterr().out
-    assert max(len(line) for line in out.splitlines()) <= 80
+    assert max(len(line) for line in out.splitlines() if not line.startswith("report: ")) <= 80  # a path cannot fold
     first_cells = "".join(line.split("│")[1].strip() for line in out.splitlines() if line.startswith("│"))
     assert "a_budget_arm_with_a_long_name" in first_cells and "first" in first_cells  # folded over lines, not cut
-    assert "a_budget_arm_with_a_long_name − first" in first_cells  # the verdict line of the pair
+    calls = out[out.index("calls: "):].splitlines()
+    assert calls[4].split() == ["a_budget_arm_with_a_long_name", "−", "first", "+18.8", "[n/a]", "1", "–", "not",
+                                "testable"] and calls[5].strip() == "(avg@n)"  # the call of the pair, last
     flat = " ".join(out.split())
-    assert "stated pairs, one Holm family (no sweep file declares comparisons)" in flat and "not testable" in flat  # 1 unit each
-    assert "incomplete: cut/seed_0 (no final evaluation)" in out
+    assert "calls: stated pairs, one Holm family (none declared)" in flat and "not testable" in flat  # 1 unit each
+    assert "incomplete: cut: 1 of 1 seed without a final evaluation" in out
     text = (tmp_path / "cmp" / "report.md").read_text()
     assert "These runs come from no sweep file" in text and "The sweep file states no" not in text
 
@@ -89,6 +91,6 @@ def test_report_screens_captures_the_terminal_at_80_columns(tmp_path: Path) -> N
     assert main([str(tmp_path / "first"), str(tmp_path / "a_budget_arm_with_a_long_name"), "-o", str(out), "--no-png"]) == 0
     text = (out / "terminal.txt").read_text()
     lines = text.splitlines()
-    assert lines[-1].endswith("report.md")  # the report's path, which cannot fold
-    assert max(map(len, lines[:-1])) <= 80 and "not testable" in text
+    assert [x for x in lines if x.startswith("report: ")][0].endswith("report.md")  # the report's path, which cannot fold
+    assert max(len(x) for x in lines if not x.startswith("report: ")) <= 80 and "not testable" in text
     assert (out / "report" / "report.html").is_file()

@@ -115,7 +115,7 @@ def test_resumed_sweep_with_an_edited_margin_and_its_report(tmp_path, rbctl_cach
     assert {k: r["status"] for k, r in state["runs"].items()} == {"grpo/seed_0": "done", "grpo_budget/seed_0": "done"}
     assert sweep_declaration(out, "comparisons.margin").text == "declared after 1 of 2 runs had finished"
     report = make_report([out]).read_text()
-    answer = report[report.index("## Answer: the principal comparisons"):report.index("## Declared family: budget")]
+    answer = report[report.index("## Calls in detail: the principal comparisons"):report.index("## Declared family: budget")]
     family = report[report.index("## Declared family: budget"):]
     assert "Declaration (recorded by rbctl ablate in sweep_history.jsonl): declared after 1 of 2 runs had finished" in answer
     assert ("Declaration (recorded by rbctl ablate in sweep_history.jsonl): declared before any run in this directory "

@@ -141,7 +141,7 @@ def test_a_manifests_first_report_is_its_declaration_counted_by_the_runs_own_clo
     report = (tmp_path / "out" / "report.md").read_text()
     assert (f"Declaration (recorded by rbctl report in {history_path(m)}, runs counted by their own clocks): declared "
             "before any run of this manifest (by the runs' own clocks) finished (manifest version") in report
-    assert "The 1 comparison the runs manifest states" in report and "sweep" not in report.split("## ")[1]
+    assert "The 1 comparison the runs manifest declares" in report and "sweep" not in report.split("## ")[1]
     # a new version (another margin) after the runs ended: declared after 6 of 6
     m.write_text(m.read_text().replace("mde: 10.0", "mde: 8.0"))
     rc, _ = cli(["report", str(m), "-o", str(tmp_path / "out")], capsys)

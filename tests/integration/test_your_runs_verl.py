@@ -142,8 +142,9 @@ def test_verls_file_logger_and_tensorboard_give_one_report(verl_runs) -> None:
     assert [(e["step"], e["avg@n"]) for e in run.evals] == [(s, heldout("grpo", 1, s)) for s in (0, 3, 6)]
     assert [m["entropy"] for m in run.metrics if "entropy" in m] == [entropy("grpo", 1, s) for s in range(1, 7)]
     assert run.metrics[-1]["reward/mean"] == pytest.approx(0.6) and run.metrics[-1]["response/len_mean"] == 106.0
-    # plateau: |pass@1(6) − pass@1(3)| = 0.05 for every grpo seed = 5 points; entropy warm 1/2 + 0.1·seed
-    assert data.plateau.verdict.stalled.value == pytest.approx(5.0)
+    # plateau: validations at steps 0, 3, 6 leave one in the last quarter (steps 4.5-6), so "stalled" is not measured
+    # (a stall needs two evaluations there; the step-3 one is half-way, not at three quarters)
+    assert data.plateau.verdict.stalled.value is None and not data.plateau.verdict.held
     # κ and κ_eff are in verl's preset (rbctl/kappa) but these runs log neither: said once each
     assert list(sw.remarks[:3]) == ["κ: not logged by these runs (no `rbctl/kappa` in their records)",
                                     "κ_eff: not logged by these runs (no `rbctl/kappa_eff` in their records)",
@@ -154,4 +155,4 @@ def test_verls_file_logger_and_tensorboard_give_one_report(verl_runs) -> None:
     assert tb.verdict.rows.iloc[0].delta == pytest.approx(row.delta)  # float32 in the event files
     f32 = lambda xs: np.float32(xs).astype(float)  # noqa: E731  (TensorBoard stores float32)
     assert tb.verdict.rows.iloc[0].p_holm == pytest.approx(stats.ttest_rel(f32(b), f32(g)).pvalue)
-    assert tb.plateau.verdict.stalled.value == pytest.approx(5.0)
+    assert tb.plateau.verdict.stalled.value is None

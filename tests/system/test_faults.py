@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -311,7 +312,7 @@ def test_sigint_to_ablate_stops_launching_records_state_and_prints_what_to_rerun
 def test_plain_progress_prints_one_line_per_period():
     import io
 
-    from rbctl.sweep.local import PlainDisplay
+    from rbctl.sweep.display import PlainDisplay
 
     out = io.StringIO()
     d = PlainDisplay(every=0.0, out=out)
@@ -323,7 +324,8 @@ def test_plain_progress_prints_one_line_per_period():
     d.finished("a/seed_0", {"status": "done", "error": None})
     lines = out.getvalue().splitlines()
     assert lines[0].endswith("start a/seed_0")
-    assert lines[1].endswith("progress: 0/2 done, 0 failed, 1 running (a/seed_0 step 3/10), 1 pending")
+    assert re.search(r"progress: runs 0/2 done, 1 running, 0 failed, 1 pending; 0:\d\d elapsed, no ETA before a "
+                     r"run ends \(a/seed_0 step 3/10\)$", lines[1]), lines[1]
     assert " done a/seed_0 (" in lines[2]
 
 

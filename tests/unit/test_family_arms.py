@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from rbctl.errors import UserError
-from rbctl.sweep.ablate import load_sweep, same_training
+from rbctl.sweep.ablate import load_sweep
+from rbctl.sweep.grid import same_training
 from tests.conftest import REPO
 
 ARMS = {"grpo": {}, "grpo_budget": {"algo.budget": 1.0}, "dr_grpo": {"algo.estimator": "dr_grpo"},

@@ -318,7 +318,7 @@ def test_every_arm_is_compared_with_its_baseline_and_standalone_estimators_with_
 
 def test_p_values_are_never_printed_as_zero():
     from rbctl.report.analyses.comparisons import Comparison
-    from rbctl.report.render.answer import _delta_label
+    from rbctl.report.render.lead import delta_label as _delta_label
     from rbctl.report.render.tables import latex_table, pval
 
     assert pval(0.0) == "< 0.001" and pval(4e-7) == "< 0.001" and pval(0.00099) == "< 0.001"

@@ -1,6 +1,7 @@
-"""The report's opening sections: the answer (the principal comparisons' verdicts and the figure of
-their per-unit Δ), the power of the design, and the warm start as a level (docs/method.md,
-"Comparing arms"). Each renders its analysis of the `rbctl.report.data.ReportData` onto the page.
+"""The report's sections on the calls in detail: the principal (or stated) family's table, each further
+declared family, the power of the design, and the warm start as a level (docs/method.md, "Comparing
+arms"). Each renders its analysis of the `rbctl.report.data.ReportData` onto the page; the first
+screen's answer is `rbctl.report.render.lead`'s.
 """
 
 from __future__ import annotations
@@ -10,27 +11,18 @@ import math
 import pandas as pd
 
 from rbctl.config.sweep import PRINCIPAL_FAMILY
-from rbctl.report.analyses.comparisons import MIN_BOOTSTRAP_UNITS, Comparison, call, call_text, untestable_note
+from rbctl.report.analyses.comparisons import untestable_note
 from rbctl.report.data import ReportData, SweepData
 from rbctl.report.declaration import declaration_sentence
 from rbctl.report.load import source_noun
-from rbctl.report.render.figures import plot_deltas
+from rbctl.report.render.calls import source_word
 from rbctl.report.render.page import Page
-from rbctl.report.stats import MIN_UNITS, NOT_TESTABLE
+from rbctl.report.stats import NOT_TESTABLE
 from rbctl.report.render.tables import call_cell, delta, num, plural, points_list, pval, unequal_cells
 
 PI_PAIRED = "P(improvement) [95% paired-bootstrap CI]"  # rbctl's interval: units resampled, pairs kept together
 PI_INDEP = "rliable 95% CI (independent bootstrap)"  # rliable's: each arm's runs resampled on their own
 DELTA_T = "Δ points [95% t-CI]"
-INTERVALS = ("95% t-interval over units (n − 1 df), unadjusted, clipped to Δ's range [−100, +100]; no interval "
-             "where every unit gave the same Δ")
-P_IMPROVEMENT = ("P(improvement) = P(a run of the arm beats a run of the reference; rliable's unpaired form) with two "
-                 "95% intervals: a **paired** bootstrap (units resampled, each unit's two runs kept together; rbctl's) "
-                 "and rliable's independent stratified bootstrap (each arm's runs resampled on their own), shown from "
-                 f"{MIN_BOOTSTRAP_UNITS} units on (with fewer, a percentile interval of so few distinct resamples "
-                 "lands on the estimate: the estimate alone)")
-UNTESTABLE = (f"A comparison with fewer than {MIN_UNITS} units, or with the same Δ in every unit (sd(Δ) = 0), is not "
-              "testable: no p-value, no verdict, and it is not counted in the Holm family.")
 
 
 def pi_cell(v, lo, hi) -> str:
@@ -50,13 +42,6 @@ def holm_p_cell(p, untestable: str) -> str:
 
 
 TOST_P = "equivalence: margin, TOST Holm p"
-CALLS = ("Each comparison gets one of four calls: **higher** or **lower** (the paired t-test rejects Δ = 0 after "
-         "Holm), **equivalent within ±δ** (two one-sided tests, Holm-adjusted alike, reject |Δ| ≥ δ, the margin stated "
-         "with the comparisons; without a margin nothing is called equivalent), or **inconclusive**, "
-         "with the direction of Δ and the smallest |Δ| the test detects at power 0.8 with these units and their "
-         "measured sd(Δ) (at α/m)")
-
-
 def verdict_table(rows: pd.DataFrame) -> pd.DataFrame:
     """The table of a family's calls (tables/verdicts.md, the README's headline) from comparison rows;
     a column of the equivalence test only where the family states a margin."""
@@ -75,47 +60,37 @@ def verdict_table(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 
-def _delta_label(c: Comparison) -> str:
-    if call(c) == NOT_TESTABLE:
-        return f"{c.label} ({c.metric})\nnot testable: {c.delta.untestable}"
-    if c.equivalent and not c.significant:  # the test that made the call: TOST's
-        return f"{c.label} ({c.metric})\nTOST Holm p {pval(c.p_tost_holm)}: {call_text(c)}"
-    return f"{c.label} ({c.metric})\nHolm p {pval(c.p_holm)}: {call_text(c)}"
-
-
 def answer(data: ReportData, page: Page) -> None:
-    """The principal comparisons as a verdict table, and the figure of their per-unit Δ."""
+    """The declared (or stated) family in full: the calls table with P(improvement) and equivalence,
+    what is not testable or refused, and what the runs do not log."""
     v, sw = data.verdict, data.sweep
     comps = list(v.comparisons)
     doc = page.doc
-    doc.heading(2, "Answer: the principal comparisons")
+    doc.heading(2, "Calls in detail: the principal comparisons")
     units = "(warm start, seed) pairs" if sw.warm_starts else "seeds"
     m = v.tested
     family = ("no comparison is testable, so no Holm–Bonferroni family is formed and no verdict is called" if not m else
               f"Holm–Bonferroni over {'this comparison' if m == 1 else f'these {m} comparisons'} at α = {v.alpha:g}")
+    source = source_word(sw)
     if sw.spec is not None:
         s = sw.spec
-        doc.para(f"The {plural(len(s.principal), 'comparison')} the {source_noun(list(sw.runs))} states, on "
-                 f"{s.metric} ({comps[0].benchmark if comps else s.benchmark or 'the first benchmark'}). Δ = arm − "
-                 f"reference in points, paired by unit ({units}); {INTERVALS}; {family}; {P_IMPROVEMENT}. "
-                 f"{CALLS}. {UNTESTABLE} Every other comparison in this report is in a declared family below or "
-                 "exploratory (no call).")
+        doc.para(f"The {plural(len(s.principal), 'comparison')} {source} declares, on "
+                 f"{s.metric} ({comps[0].benchmark if comps else s.benchmark or 'the first benchmark'}). Δ in points, "
+                 f"paired by unit ({units}) [^1]; {family} [^2]; P(improvement) [^4]. Every other comparison in this "
+                 "report is in a declared family below or exploratory (no call).")
         doc.para(_declared(sw, PRINCIPAL_FAMILY))
     elif comps:
         noun = source_noun(list(sw.runs)) if any(r.sweep_dir for r in sw.runs) else "none"
         why = {"none": "These runs come from no sweep file, so no comparison was declared before running",
                None: "These runs were read from a folder without a runs manifest, so no comparison was declared "
-                     "before running"}.get(noun, f"The {noun} states no principal comparisons (`comparisons:`)")
+                     "before running"}.get(noun, f"The {noun} declares no principal comparisons (`comparisons:`)")
         doc.para(f"{why}, so the report's verdicts "
                  f"are over every stated pair (each baseline + budget vs the baseline; each other arm vs its "
-                 f"baseline + budget and vs its baseline), avg@n and pass@n, as one family: {family}. Δ in points, "
-                 f"paired by unit ({units}); {INTERVALS}; {P_IMPROVEMENT}. {CALLS}. {UNTESTABLE}")
+                 f"baseline + budget and vs its baseline), avg@n and pass@n, as one family: {family} [^2]. Δ in points, "
+                 f"paired by unit ({units}) [^1]; P(improvement) [^4].")
     else:
-        doc.para(f"No principal comparisons are stated (no {source_noun(list(sw.runs)) or 'runs manifest'}'s `comparisons:`) and the runs hold no stated "
-                 "pair of arms to compare: no verdict is called, and everything below is exploratory.")
-    if v.missing:
-        doc.para("**Not computed** (no final evaluations of both arms on the principal benchmark): "
-                 + ", ".join(v.missing) + ".")
+        doc.para("No principal comparisons are declared (`comparisons:`) and the runs hold no stated pair of arms to "
+                 "compare: no verdict is called, and everything below is exploratory.")
     if not comps:
         if sw.spec is not None:
             doc.para("No principal comparison has final evaluations on both sides.")
@@ -127,14 +102,6 @@ def answer(data: ReportData, page: Page) -> None:
         if v.refused:
             doc.para("**Refused** (both arms ran the same training config; kept out of the Holm family): "
                      + ", ".join(v.refused) + ".")
-        drawn = [c for c in comps if sw.spec is not None or c.metric == "avg@n"]
-        page.figure(plot_deltas([{"label": _delta_label(c), "deltas": [100 * x for x in c.delta.deltas],
-                                  "mean": 100 * c.delta.mean, "lo": 100 * c.delta.lo, "hi": 100 * c.delta.hi}
-                                 for c in drawn], f"Per-unit Δ of the {'principal' if sw.spec else 'stated'} "
-                                                  f"comparisons ({units})"),
-                    "per_unit_delta", "per-unit Δ of each comparison")
-    if sw.issues:
-        doc.para("Incomplete: " + "; ".join(f"{i.name} ({i.status})" for i in sw.issues) + " (see Runs).")
     if sw.remarks:
         doc.para("What the runs do not log, or do unlike each other (each analysis below uses what they do log):")
         doc.bullets(list(sw.remarks))
@@ -159,7 +126,7 @@ def families(data: ReportData, page: Page) -> None:
         page.doc.heading(2, f"Declared family: {name}")
         margin = f"equivalence margin ±{fam.margin:g} points" if fam.margin is not None else "no equivalence margin"
         alpha = fam.alpha if fam.alpha is not None else spec.alpha
-        page.doc.para(f"Stated in the {source_noun(list(data.sweep.runs))} (`comparisons.families.{name}`): "
+        page.doc.para(f"Declared in {source_word(data.sweep)} (`comparisons.families.{name}`): "
                       f"{plural(len(fam.pairs), 'comparison')} on {fam.metric or spec.metric}, Holm–Bonferroni over "
                       f"the {tested} tested at α = {alpha:g}, {margin}; called as the answer's comparisons are.")
         page.doc.para(_declared(data.sweep, name))
@@ -270,7 +237,7 @@ def warm_starts(data: ReportData, page: Page) -> None:
              "Δ is one unit, t over the W warm starts (W − 1 df): the test that generalises to another warm start; "
              f"{family}. **Pooled**: the (warm start, seed) units of the answer, Holm p of the answer's family: "
              "inference for these warm starts. Intervals clipped to [−100, +100]. Variance of Δ split by a one-way "
-             "random-effects ANOVA (σ² in points²). " + UNTESTABLE)
+             "random-effects ANOVA (σ² in points²). Not testable as in [^3].")
     untested = [f"{c.label} ({lvl.over_warm_starts.untestable})" for c, lvl in zip(w.comparisons, w.levels)
                 if not lvl.over_warm_starts.testable]
     if untested:

@@ -25,8 +25,8 @@ class Page:
             d.mkdir(parents=True, exist_ok=True)
         self.styles, self.groups = arm_styles(info), panel_groups(info)
 
-    def figure(self, fig, name: str, alt: str) -> None:
-        self.doc.figure(save_figure(fig, self.figures, name), alt)
+    def figure(self, fig, name: str, alt: str, css: str = "") -> None:
+        self.doc.figure(save_figure(fig, self.figures, name), alt, css)
 
     def table(self, numbers: pd.DataFrame, shown: pd.DataFrame, name: str) -> None:
         self.doc.table(write_table(numbers, shown, self.tables, name))
@@ -50,7 +50,7 @@ class TablePage(Page):
         self.styles, self.groups = arm_styles(info), panel_groups(info)
         self.shown: dict[str, pd.DataFrame] = {}
 
-    def figure(self, fig, name: str, alt: str) -> None:
+    def figure(self, fig, name: str, alt: str, css: str = "") -> None:
         pass
 
     def table(self, numbers: pd.DataFrame, shown: pd.DataFrame, name: str) -> None:

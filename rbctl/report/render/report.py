@@ -2,8 +2,9 @@
 whole command (`make_report`: read, analyse, render), and the CLI's table of final scores
 (`final_scores_table`).
 
-Output folder: ``report.md`` and ``report.html`` (the same blocks in the same order: the answer
-first, the list of runs last; the HTML self-contained); ``tables/<name>.{csv,md,tex}`` (CSV:
+Output folder: ``report.md`` and ``report.html`` (the same blocks in the same order: the question
+and the answer first, the list of runs last; the HTML self-contained, its details folded);
+``summary.md`` and ``summary.tex`` (one page: `rbctl.report.render.summary`); ``tables/<name>.{csv,md,tex}`` (CSV:
 fractions in long form; Markdown/LaTeX: percent with 95% intervals); ``figures/<name>.{png,svg}``;
 ``data/*.csv`` (the numbers behind the curves). Statistics follow docs/method.md, "Comparing arms"
 and "Premature convergence".
@@ -16,23 +17,24 @@ from pathlib import Path
 import pandas as pd
 
 from rbctl.report.data import ReportData, analyse, sweep_data
-from rbctl.report.load import default_out, source_noun
-from rbctl.report.render import answer, convergence, sections
+from rbctl.report.load import default_out
+from rbctl.report.render import answer, convergence, lead, sections
+from rbctl.report.render.calls import missing_lines
 from rbctl.report.render.page import Page, TablePage
-from rbctl.report.render.tables import call_cell, delta, finite, pval, unequal_cells, with_ci
-from rbctl.report.stats import NOT_TESTABLE
+from rbctl.report.render.summary import write_summary
+from rbctl.report.render.tables import finite, with_ci
 from rbctl.store.atomic import write_atomic
 from rbctl.store.rundir import REPORT_HTML, REPORT_MD, REPORT_TABLES
 
 # the sections in reading order, each `section(data, page)`
-SECTIONS = (answer.answer, answer.families, answer.power, answer.warm_starts, convergence.plateau, convergence.escape,
+SECTIONS = (lead.lead, answer.answer, answer.families, answer.power, answer.warm_starts, convergence.plateau, convergence.escape,
             sections.final_scores, sections.exploratory, sections.associations, sections.descriptives,
             sections.trajectories, sections.runs)
 
 
 def write_report(data: ReportData, out: Path) -> Path:
-    """Render ``data`` into the folder ``out`` (tables, figures, data files, report.md and
-    report.html); return the path of report.md."""
+    """Render ``data`` into the folder ``out`` (tables, figures, data files, report.md, report.html,
+    summary.md and summary.tex); return the path of report.md."""
     page = Page(out, data.sweep.info)
     page.doc.heading(1, "rbctl report")
     page.doc.para("Inputs: " + ", ".join(f"`{d}`" for d in data.sweep.dirs))
@@ -41,6 +43,7 @@ def write_report(data: ReportData, out: Path) -> Path:
     path = page.out / REPORT_MD
     write_atomic(path, page.doc.markdown(), kind="report")
     write_atomic(page.out / REPORT_HTML, page.doc.html("rbctl report"), kind="report")
+    write_summary(data, page.out)
     return path
 
 
@@ -70,36 +73,16 @@ def build_report(dirs: list[Path], out: Path | None = None, n_boot: int = 2000) 
     return write_report(data, out), data
 
 
-def verdicts_table(data: ReportData):
-    """A Rich table of the answer: each called comparison, its Δ, Holm p and call (None without any).
-    Long arm names wrap instead of being cut at the terminal's width."""
-    from rich.table import Table
-
-    rows = data.verdict.rows
-    if not len(rows):
-        return None
-    title = ("principal comparisons" if data.verdict.principal_declared else
-             f"stated pairs, one Holm family (no {source_noun(list(data.sweep.runs)) or 'runs manifest'} declares comparisons)")
-    table = Table(title=f"{title}: Δ points [95% t-CI], Holm p, call")
-    for col, justify in (("comparison", "left"), ("metric", "left"), ("units", "right"), ("Δ", "right"),
-                         ("Holm p", "right"), ("call", "left")):
-        table.add_column(col, justify=justify, overflow="fold")
-    for r, unequal in zip(rows.itertuples(index=False), unequal_cells(rows)):
-        table.add_row(f"{r.arm} − {r.ref}", str(r.metric), str(r.seeds), delta(r.delta, r.delta_lo, r.delta_hi),
-                      pval(r.p_holm, NOT_TESTABLE if isinstance(r.not_testable, str) and r.not_testable else "–"),
-                      call_cell(r.call, unequal))
-    return table
-
-
 def incomplete_lines(data: ReportData) -> list[str]:
-    """One line per run the report could not score or that did not finish (what report.md lists under
-    Incomplete), and per remark on what the runs do not log, for the terminal."""
-    return [f"incomplete: {i.name} ({i.status})" for i in data.sweep.issues] + [f"note: {r}" for r in data.sweep.remarks]
+    """What the report could not score, summarised by arm (`missing_lines`), and each remark on what the
+    runs do not log, for the terminal."""
+    return [f"incomplete: {x}" for x in missing_lines(data.sweep)] + [f"note: {r}" for r in data.sweep.remarks]
 
 
 def final_scores_table(report_dir: Path):
     """A Rich table of a written report's final scores (None when there are none)."""
     from rich.table import Table
+    from rich.text import Text
 
     path = Path(report_dir) / REPORT_TABLES / "final_scores.csv"
     if not path.exists():
@@ -110,6 +93,6 @@ def final_scores_table(report_dir: Path):
         table.add_column(col, justify="left" if col in ("arm", "benchmark", "interval") else "right", overflow="fold")
     for r in df.itertuples(index=False):
         maj = f"maj@{int(r.maj_k)} {with_ci(r.maj, r.maj_lo, r.maj_hi)}" if finite(r.maj_k) else "–"
-        table.add_row(r.arm, r.benchmark, str(r.seeds), with_ci(r.avg, r.avg_lo, r.avg_hi),
-                      with_ci(r.pass_k, r.pass_k_lo, r.pass_k_hi), maj, str(r.interval))
+        table.add_row(*map(Text, (r.arm, r.benchmark, str(r.seeds), with_ci(r.avg, r.avg_lo, r.avg_hi),
+                                   with_ci(r.pass_k, r.pass_k_lo, r.pass_k_hi), maj, str(r.interval))))  # "[n/a]": no tag
     return table

@@ -13,6 +13,7 @@ from rbctl.report.analyses.comparisons import EXPLORATORY, STATED
 from rbctl.report.analyses.scores import BOOTSTRAP_ONE_UNIT, T_OVER_UNITS
 from rbctl.report.data import ReportData
 from rbctl.report.load import source_noun
+from rbctl.report.render.calls import missing_lines
 from rbctl.report.render.figures import plot_association, plot_pass_at_k, plot_profiles, plot_trajectory
 from rbctl.report.render.page import Page
 from rbctl.report.render.tables import (delta, finite, num, pct, plural, points_list, pval, slug, unequal_cells,
@@ -268,6 +269,9 @@ def runs(data: ReportData, page: Page) -> None:
     doc.para(f"{plural(len(sw.runs), 'run')}, {plural(len(sw.arms), 'arm')}"
                  + (f", {plural(len(sw.warm_starts), 'warm start')}" if sw.warm_starts else "") + ".")
     page.table(numbers, shown, "runs")
-    if sw.issues:
+    if sw.issues:  # summarised by arm; run by run in tables/incomplete.csv
         doc.heading(3, "Failed, unfinished or missing runs")
-        doc.bullets([f"**{i.name}**: {i.status}" + (f" — {i.detail}" if i.detail else "") for i in sw.issues])
+        doc.para("Not scored (a run its sweep records as not done is never scored; its logged steps are drawn): "
+                 + "; ".join(missing_lines(sw)) + f". Run by run: {REPORT_TABLES}/incomplete.csv.")
+        page.numbers(pd.DataFrame([{"run": i.name, "status": i.status, "detail": i.detail} for i in sw.issues]),
+                     "incomplete")

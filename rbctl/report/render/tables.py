@@ -98,12 +98,34 @@ _LATEX_SYMBOLS = {"χ²": r"$\chi^2$", "κ\\_eff": r"$\kappa_{\mathrm{eff}}$", "
                   "√": r"$\surd$", "·": r"$\cdot$", "τ": r"$\tau$", "σ²": r"$\sigma^2$", "σ": r"$\sigma$", "²": r"$^2$", "≤": r"$\leq$", "±": r"$\pm$", "∞": r"$\infty$"}
 
 
+_LATEX_MORE = {">": r"$>$", "—": "---", "…": r"\ldots{}", "≠": r"$\neq$", "’": "'", "“": "``", "”": "''", "→": r"$\to$"}
+
+
 def latex_table(df: pd.DataFrame) -> str:
     """A booktabs ``tabular`` of ``df``, ASCII only (symbols written as math)."""
+    import unicodedata
+
     text = df.to_latex(index=False, escape=True)
-    for k, v in _LATEX_SYMBOLS.items():
+    for k, v in {**_LATEX_SYMBOLS, **_LATEX_MORE}.items():
         text = text.replace(k, v)
-    return text
+    return unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode("ascii")
+
+
+_LATEX_SPECIALS = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
+                   "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+
+
+def latex_text(text: str) -> str:
+    """Running text (a caption) for pdflatex, ASCII only: the report's inline Markdown (**bold**,
+    `code`) dropped, LaTeX's special characters escaped, symbols written as math; any other non-ASCII
+    character reduced to its ASCII letters (NFKD) or dropped."""
+    import unicodedata
+
+    text = re.sub(r"`([^`]+)`", r"\1", text.replace("**", ""))
+    out = "".join(_LATEX_SPECIALS.get(ch, ch) for ch in text)
+    for k, v in {**_LATEX_SYMBOLS, **_LATEX_MORE}.items():
+        out = out.replace(k, v)
+    return unicodedata.normalize("NFKD", out).encode("ascii", "ignore").decode("ascii")
 
 
 def write_table(numbers: pd.DataFrame, shown: pd.DataFrame, tables_dir: Path, name: str) -> pd.DataFrame:

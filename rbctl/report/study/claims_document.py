@@ -428,9 +428,13 @@ def is_study_file(path: Path) -> bool:
 def make_study_report(path: Path, out: Path | None = None, command: str | None = None, n_boot: int = 1000) -> Path:
     """Read the study file ``path`` and every sweep it names, write ``OUT/claims.md`` (default OUT:
     runs/<study name>) and return its path."""
+    return write_study_report(load_study(path, n_boot), out, command)
+
+
+def write_study_report(study: Study, out: Path | None = None, command: str | None = None) -> Path:
+    """`make_study_report` of a study already loaded (`load_study`)."""
     from rbctl.store.atomic import write_atomic
 
-    study = load_study(path, n_boot)
     out = Path(out) if out is not None else Path("runs") / study.config.name
     out.mkdir(parents=True, exist_ok=True)
     target = out / CLAIMS_MD

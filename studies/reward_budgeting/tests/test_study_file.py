@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from tests.integration.test_study_claims import BUDGET, CORRECT, PLATEAU, long_sweep, make_sweep
@@ -35,7 +36,11 @@ def test_rbctl_report_of_the_study_file_on_tiny_sweeps(tmp_path: Path, capsys, m
     study = STUDY  # read in place: its checks file (../checks.py) is found beside it
     assert run(["report", str(study), "-o", "out"]) == 0
     doc = (tmp_path / "out" / "claims.md").read_text()
-    assert capsys.readouterr().out.strip().endswith("claims.md")
+    out = capsys.readouterr().out
+    assert "claims: out/claims.md" in out
+    claims = out[re.search(r"^claims *$", out, re.M).start():]  # the table of each claim's call ends the output
+    for cid, call in (("a", "inconclusive"), ("d", "supported")):
+        assert re.search(rf"^ {re.escape(cid)} +{call} ", claims, re.M), claims
     for cid in ("a", "a-speed", "b", "c", "d", "e", "e-entropy", "f", "g"):
         assert f"\n### ({cid}) " in doc
     # the study's version was recorded by this report, after every run had finished; the sweep files kept none; the
