@@ -165,7 +165,7 @@ def train(
         raise typer.Exit(launch(nproc, argv))
     try:
         run_training(cfg, out, force=force, extend=extend, progress=not quiet)
-        from rbctl.train.loop import final_heldout_lines
+        from rbctl.train.evaluation import final_heldout_lines
 
         for line in final_heldout_lines(out):
             typer.echo(line)

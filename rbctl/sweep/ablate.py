@@ -10,6 +10,7 @@ resumes partial ones from their last checkpoint.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import traceback
@@ -257,18 +258,29 @@ def _run_one(run_dir: str, cfg_dict: dict, meta: dict, eval_dict: dict, threads:
 
     from rbctl.train import phases
 
-    phases.begin()  # only with RBCTL_PHASES set (python -m scripts.bench_main_job --split)
+    timer = phases.timer()  # only with RBCTL_PHASES set (python -m scripts.bench_main_job --split)
     torch.set_num_threads(max(1, threads))
     from rbctl.console import quiet_libraries
 
     quiet_libraries()
     key = run_key(meta["arm"], meta["seed"], meta.get("warm_start"))
-    res = _train_and_evaluate(key, run_dir, cfg_dict, meta, eval_dict, queue)
-    phases.end(key, res["status"])
+    res = _train_and_evaluate(key, run_dir, cfg_dict, meta, eval_dict, queue, [timer] if timer else [])
+    if timer:
+        timer.write(key, res["status"])
     return res
 
 
-def _train_and_evaluate(key: str, run_dir: str, cfg_dict: dict, meta: dict, eval_dict: dict, queue) -> dict:
+@functools.cache
+def _worker_evaluations():
+    """This worker process's `EvaluationCache` (one per process, made at its first run): its runs
+    from one warm start evaluate that warm start once."""
+    from rbctl.train.evaluation import EvaluationCache
+
+    return EvaluationCache()
+
+
+def _train_and_evaluate(key: str, run_dir: str, cfg_dict: dict, meta: dict, eval_dict: dict, queue,
+                        callbacks: list) -> dict:
     try:
         from rbctl.train.loop import train
 
@@ -284,7 +296,7 @@ def _train_and_evaluate(key: str, run_dir: str, cfg_dict: dict, meta: dict, eval
 
         # the final policy is evaluated in memory, through the run's own engine
         train(cfg, rd, progress=False, log=lambda *a: None, on_step=on_step,
-              final_eval=for_run(SweepEval.model_validate(eval_dict), cfg))
+              final_eval=for_run(SweepEval.model_validate(eval_dict), cfg), callbacks=[*callbacks, _worker_evaluations()])
         return {"key": key, "status": "done", "error": None}
     except Exception as e:  # a failed run is reported, never allowed to stop the sweep (SystemExit passes: submitit requeues that way)
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__

@@ -1,7 +1,7 @@
 """The trainer: one run's set-up (policy, reference, optimizer, engine, data, resume) and its
 step. What a step does, top to bottom, is `rbctl.train.step.train_step`, from the parts set up
 here (`Trainer.state`, `Trainer.sampler`); the loop around it (checkpoints, logging, evaluation)
-is `loop.py`.
+is `loop.py`, its callbacks `callbacks.py`.
 """
 
 from __future__ import annotations
@@ -41,7 +41,6 @@ class Trainer:
         self.cfg = cfg
         self.run_dir = Path(run_dir)
         self.log = log
-        self.last_eval = None  # (step, EvalConfig, folder, results) of the last periodic evaluation (loop.py)
         self.objective = Objective(cfg)  # policy loss, token mask, reward transform, estimator
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
