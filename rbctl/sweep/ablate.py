@@ -329,33 +329,11 @@ def run_sweep(sweep_path: Path, sweep_dir: Path, jobs: int | None = None, force:
     jobs = jobs or sweep.jobs
     sweep_dir.mkdir(parents=True, exist_ok=True)
     with sweep_lock(sweep_dir, log):
-        saved = read_sweep_resolved(sweep_dir)
-        if saved and not force and (problem := sweep_dir_problem(sweep_dir, resolved, force)):
-            raise UserError(problem)  # made by a start that ran meanwhile, between the check and the lock
-        if not saved or force or set(resolved["configs"]) >= set(saved.get("configs") or {}):
-            write_sweep_file(sweep_dir, resolved)  # a selection of the arms leaves the whole sweep's record
-        if sweep.ceiling is not None:  # what the report's plateau test reads (rbctl.store.read.read_ceiling_file)
-            write_ceiling(sweep_dir, sweep.ceiling.model_dump())
+        _write_sweep_record(sweep, sweep_dir, resolved, force)
         state = {"runs": read_sweep_state(sweep_dir)}
-        todo = []
-        for arm, cfg in configs.items():
-            for ws, seed in units(sweep):
-                key = run_key(arm, seed, ws)
-                rd = sweep_run_dir(sweep_dir, key)
-                rcfg = _with_warm_start(cfg, ws).model_copy(update={"seed": seed})
-                if final_eval_done(rd, rcfg.steps, sweep.eval.benchmarks) and state["runs"].get(key, {}).get("status") == "done":
-                    continue
-                meta = {"arm": arm, "seed": seed, "sweep": sweep.name, **arm_metadata(rcfg)}
-                if ws is not None:
-                    meta["warm_start"] = ws
-                todo.append((key, rd, rcfg, meta))
-                state["runs"][key] = {"status": "pending", "error": None}
+        todo = _todo(sweep, configs, sweep_dir, state)
         write_sweep_state(sweep_dir, state)
-        recorded = record_sweep_version(sweep_path, sweep_dir, state)
-        if recorded is not None and recorded["changed"]:
-            log(f"the sweep file changed since this directory's last start ({', '.join(recorded['changed'][:4])}): "
-                f"recorded as a new version after {recorded['runs_finished']} of {recorded['runs_total']} runs had "
-                f"finished ({SWEEP_HISTORY}); the report prints each family's declaration from these records")
+        _record_version(sweep_path, sweep_dir, state, log)
         total_runs = len(configs) * len(units(sweep))
         unit = f"{len(sweep.warm_starts)} warm starts × {len(sweep.seeds)} seeds" if sweep.warm_starts else f"{len(sweep.seeds)} seeds"
         log(f"sweep '{sweep.name}': {total_runs} runs ({len(configs)} arms × {unit}), "
@@ -367,6 +345,47 @@ def run_sweep(sweep_path: Path, sweep_dir: Path, jobs: int | None = None, force:
             else:
                 _execute(todo, sweep, sweep_dir, state, jobs, progress, progress_every)
         return state
+
+
+def _write_sweep_record(sweep: SweepConfig, sweep_dir: Path, resolved: dict, force: bool) -> None:
+    """Under the sweep's lock: refuse a directory another start filled meanwhile with another sweep,
+    then record the sweep (sweep.yaml; a selection of the arms leaves the whole sweep's record) and
+    its ceiling (ceiling.json, what the report's plateau test reads)."""
+    saved = read_sweep_resolved(sweep_dir)
+    if saved and not force and (problem := sweep_dir_problem(sweep_dir, resolved, force)):
+        raise UserError(problem)  # made by a start that ran meanwhile, between the check and the lock
+    if not saved or force or set(resolved["configs"]) >= set(saved.get("configs") or {}):
+        write_sweep_file(sweep_dir, resolved)
+    if sweep.ceiling is not None:  # rbctl.store.read.read_ceiling_file
+        write_ceiling(sweep_dir, sweep.ceiling.model_dump())
+
+
+def _todo(sweep: SweepConfig, configs: dict[str, TrainConfig], sweep_dir: Path, state: dict) -> list[tuple]:
+    """The runs still to do, (key, run directory, config, run.json's meta), each marked pending in
+    `state`: every (arm, warm start, seed) but those done with their final evaluation written."""
+    todo = []
+    for arm, cfg in configs.items():
+        for ws, seed in units(sweep):
+            key = run_key(arm, seed, ws)
+            rd = sweep_run_dir(sweep_dir, key)
+            rcfg = _with_warm_start(cfg, ws).model_copy(update={"seed": seed})
+            if final_eval_done(rd, rcfg.steps, sweep.eval.benchmarks) and state["runs"].get(key, {}).get("status") == "done":
+                continue
+            meta = {"arm": arm, "seed": seed, "sweep": sweep.name, **arm_metadata(rcfg)}
+            if ws is not None:
+                meta["warm_start"] = ws
+            todo.append((key, rd, rcfg, meta))
+            state["runs"][key] = {"status": "pending", "error": None}
+    return todo
+
+
+def _record_version(sweep_path: Path, sweep_dir: Path, state: dict, log) -> None:
+    """Record the sweep file's version (`record_sweep_version`), saying so when it changed."""
+    recorded = record_sweep_version(sweep_path, sweep_dir, state)
+    if recorded is not None and recorded["changed"]:
+        log(f"the sweep file changed since this directory's last start ({', '.join(recorded['changed'][:4])}): "
+            f"recorded as a new version after {recorded['runs_finished']} of {recorded['runs_total']} runs had "
+            f"finished ({SWEEP_HISTORY}); the report prints each family's declaration from these records")
 
 
 def sweep_file_content(sweep_path: Path) -> tuple[dict, Path]:
