@@ -44,33 +44,10 @@ import torch
 from rbctl.algo.losses import scaled
 from rbctl.rollout.base import Sample, SamplingParams, _cut_at_eos, _eos_ids
 from rbctl.rollout.cpu_linear import packed_weights
+from rbctl.rollout.generation import LogprobRecorder, TokenMeter, metering_criteria, plain_generation_config
 from rbctl.rollout.kvcache import (forward_with_cache, left_pad, new_cache, position_ids, prefix_cache_supported,
                                    reserve_cache)
 from rbctl.rollout.shared_prefix import SharedPrefixCache, decoding_attention, shared_prefix_supported
-
-
-# Generation-config keys that add no logits processor (or that every call overrides), and settings
-# at their neutral value: a model whose generation config sets anything else (a repetition penalty,
-# suppressed tokens, ...) samples with `generate`.
-_PLAIN_GENERATION_KEYS = {
-    "bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id", "transformers_version",
-    "_from_model_config", "max_length", "max_new_tokens", "do_sample", "temperature", "top_p", "top_k",
-    "use_cache", "output_attentions", "output_hidden_states", "output_scores", "output_logits",
-    "return_dict_in_generate",
-}
-_NEUTRAL_GENERATION_VALUES = {
-    "repetition_penalty": 1.0, "encoder_repetition_penalty": 1.0, "no_repeat_ngram_size": 0,
-    "encoder_no_repeat_ngram_size": 0, "min_length": 0, "typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0,
-    "num_beams": 1, "num_beam_groups": 1, "num_return_sequences": 1, "renormalize_logits": False,
-}
-
-
-def plain_generation_config(gen_cfg) -> bool:
-    """True when `gen_cfg` adds nothing to sampling beyond what rbctl passes (temperature, top_p, EOS)."""
-    if gen_cfg is None:
-        return True
-    return all(k in _PLAIN_GENERATION_KEYS or v is None or _NEUTRAL_GENERATION_VALUES.get(k, object()) == v
-               for k, v in gen_cfg.to_diff_dict().items())
 
 
 def next_tokens(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None = None) -> torch.Tensor:
@@ -239,7 +216,7 @@ class HFEngine:
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], params: SamplingParams, progress=None) -> list[list[Sample]]:
-        """`Engine.generate`; `progress(k)` is told of decoding every `PROGRESS_EVERY` steps (`TokenMeter`)."""
+        """`Engine.generate`; `progress(k)` is told of decoding every `PROGRESS_EVERY` steps (`rbctl.rollout.generation.TokenMeter`)."""
         model = self.sampling_model()
         device = next(model.parameters()).device
         gen = self.generator(device)
@@ -255,7 +232,7 @@ class HFEngine:
             with packed:
                 for start in range(0, len(prompts), per_call):
                     chunk = prompts[start:start + per_call]
-                    meter = TokenMeter(progress, len(chunk) * params.n, params.max_new_tokens)
+                    meter = TokenMeter(progress, len(chunk) * params.n, params.max_new_tokens, PROGRESS_EVERY)
                     if self.fast:
                         responses, logps = self._sample(model, chunk, params, device, gen, meter)
                     else:
@@ -333,7 +310,7 @@ class HFEngine:
         model.eval()
         try:
             with packed_weights(model, len(prompts) * params.n):
-                meter = TokenMeter(progress, len(prompts) * params.n, params.max_new_tokens)
+                meter = TokenMeter(progress, len(prompts) * params.n, params.max_new_tokens, PROGRESS_EVERY)
                 responses, logps = self._sample(model, prompts, params, device, CallStreams(gens, sizes, params.n), meter)
                 meter.close()
         finally:
@@ -420,7 +397,7 @@ class HFEngine:
     def _hf_generate(self, model, chunk: list[list[int]], params: SamplingParams, device, gen: torch.Generator,
                      meter: TokenMeter):
         """Response token lists [B·n] from `model.generate` (padding after EOS included) and their
-        log-probs (recorded by `_LogprobRecorder`; None when greedy or not recorded)."""
+        log-probs (recorded by `LogprobRecorder`; None when greedy or not recorded)."""
         ids, mask = left_pad(chunk, self.pad_id)
         gen_kwargs = dict(
             max_new_tokens=params.max_new_tokens,
@@ -430,12 +407,12 @@ class HFEngine:
             use_cache=True,
         )
         if meter.report is not None:
-            gen_kwargs["stopping_criteria"] = [_metering_criteria(meter, ids.shape[1], self.eos_ids, device)]
+            gen_kwargs["stopping_criteria"] = [metering_criteria(meter, ids.shape[1], self.eos_ids, device)]
         recorder = None
         if params.temperature > 0:
             gen_kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=0)
             if self.logprobs:
-                recorder = _LogprobRecorder(params.temperature)
+                recorder = LogprobRecorder(params.temperature)
                 gen_kwargs["logits_processor"] = [recorder]
         else:
             gen_kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
@@ -448,81 +425,8 @@ class HFEngine:
 PROGRESS_EVERY = 16  # decoding steps between progress reports (one report costs a GPU sync on `generate`'s path)
 
 
-class TokenMeter:
-    """Progress of one sub-batch of `rows` samples in sample-token slots, rows × max_new_tokens in
-    all: a sample still decoding has done the tokens it has, a finished one all max_new_tokens
-    (what it will never need). `report(k)` gets the slots done since its last call, every
-    `PROGRESS_EVERY` decoding steps and at `close`; the reports of a sub-batch add up to exactly
-    rows × max_new_tokens, so a progress bar over them reaches its end, and its rate gives an ETA."""
-
-    def __init__(self, report, rows: int, max_new_tokens: int):
-        self.report, self.rows, self.max_new_tokens = report, rows, max_new_tokens
-        self.done = self.steps = 0
-
-    def tick(self, generated: int, active) -> None:
-        """After a decoding step: each of the `active` unfinished samples has `generated` tokens
-        (`active`: a number, or a function giving it, called only when a report is due)."""
-        self.steps += 1
-        if self.report is not None and self.steps % PROGRESS_EVERY == 0:
-            n = active() if callable(active) else active
-            self._to(n * generated + (self.rows - n) * self.max_new_tokens)
-
-    def close(self) -> None:
-        if self.report is not None:
-            self._to(self.rows * self.max_new_tokens)
-
-    def _to(self, done: int) -> None:
-        if done > self.done:
-            self.report(done - self.done)
-            self.done = done
-
-
-def _metering_criteria(meter: TokenMeter, prompt_width: int, eos_ids: list[int], device):
-    """A `generate` stopping criterion that never stops anything and ticks `meter` at every step."""
-    from transformers import StoppingCriteria
-
-    eos = torch.tensor(eos_ids, device=device)
-
-    class Metering(StoppingCriteria):
-        def __init__(self):
-            self.finished = None
-
-        def __call__(self, input_ids, scores, **kwargs):
-            last = torch.isin(input_ids[:, -1], eos)
-            self.finished = last if self.finished is None else self.finished | last
-            meter.tick(input_ids.shape[1] - prompt_width, lambda: int((~self.finished).sum()))
-            return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
-
-    return Metering()
-
-
 def sampled_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float) -> torch.Tensor:
     """log softmax(logits / T) at the sampled tokens, [B, V], [B] → [B]: the sampling path's own
     log-probs (the distribution the tokens were drawn from when top_p = 1, which training requires),
     compared with the trainer's as `rollout/logprob_diff`."""
     return torch.log_softmax(scaled(logits, temperature), dim=-1).gather(-1, tokens[:, None]).squeeze(1)
-
-
-class _LogprobRecorder:
-    """A `generate` logits processor that keeps one step's distribution at a time and, at the next
-    step, the log-prob of the token drawn from it. Custom processors run before generate's own
-    temperature and top-p warpers, so the temperature is applied here."""
-
-    def __init__(self, temperature: float):
-        self.temperature = temperature
-        self.prev = None
-        self.steps: list[torch.Tensor] = []
-
-    def __call__(self, input_ids, scores):
-        if self.prev is not None:
-            self.steps.append(self.prev.gather(-1, input_ids[:, -1:]).squeeze(1))
-        self.prev = torch.log_softmax(scores.float() / self.temperature, dim=-1)
-        return scores
-
-    def result(self, response: torch.Tensor) -> torch.Tensor:
-        """[B·n, L] log-probs of the response tokens (the last one from the last kept distribution)."""
-        if self.prev is not None and len(self.steps) < response.shape[1]:
-            self.steps.append(self.prev.gather(-1, response[:, len(self.steps):len(self.steps) + 1]).squeeze(1))
-        if not self.steps:
-            return response.new_zeros(response.shape, dtype=torch.float32)
-        return torch.stack(self.steps, dim=1)

@@ -259,14 +259,7 @@ def load_policy(
         hint = " (offline: set HF_HUB_OFFLINE=1 and use a cached model, a local path or a GGUF file)" if not os.path.exists(src) else ""
         raise UserError(f"cannot load model '{name_or_path}': {first}{hint}") from None
     if gguf:
-        # GGUF weights are dequantized on load: the model trains and saves as ordinary weights.
-        # Name the file itself as the model's origin, so LoRA adapters trained on it record it
-        # (peft's base_model_name_or_path) and load back onto it (`_load_lora_merged`).
-        model.name_or_path = model.config._name_or_path = str((Path(src) / gguf).resolve())
-        model.hf_quantizer = None
-        model.is_quantized = False
-        if hasattr(model.config, "quantization_config"):
-            del model.config.quantization_config
+        _dequantized(model, Path(src) / gguf)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     model.to(dev)
@@ -278,6 +271,18 @@ def load_policy(
     use_lean_forward(model)  # a small float32 Llama on the CPU: the same forward without the module tree
     return LoadedPolicy(model=model, tokenizer=tokenizer, source=src + (f"/{gguf}" if gguf else ""),
                         builtin=None if record is None else record.get("kind", "links"), cpu_linear=kernel)
+
+
+def _dequantized(model, gguf: Path) -> None:
+    """A model loaded from GGUF file `gguf`, whose weights were dequantized on load, as ordinary
+    weights: it trains and saves as any. The file itself is named as the model's origin, so LoRA
+    adapters trained on it record it (peft's base_model_name_or_path) and load back onto it
+    (`_load_lora_merged`)."""
+    model.name_or_path = model.config._name_or_path = str(gguf.resolve())
+    model.hf_quantizer = None
+    model.is_quantized = False
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
 
 
 def load_first_intact(candidates: list[Checkpoint], log=print, **opts) -> tuple[Checkpoint, LoadedPolicy]:

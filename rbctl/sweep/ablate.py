@@ -10,6 +10,7 @@ resumes partial ones from their last checkpoint.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import traceback
@@ -139,18 +140,29 @@ def _run_one(run_dir: str, cfg_dict: dict, meta: dict, eval_dict: dict, threads:
 
     from rbctl.train import phases
 
-    phases.begin()  # only with RBCTL_PHASES set (python -m scripts.bench_main_job --split)
+    timer = phases.timer()  # only with RBCTL_PHASES set (python -m scripts.bench_main_job --split)
     torch.set_num_threads(max(1, threads))
     from rbctl.console import quiet_libraries
 
     quiet_libraries()
     key = run_key(meta["arm"], meta["seed"], meta.get("warm_start"))
-    res = _train_and_evaluate(key, run_dir, cfg_dict, meta, eval_dict, queue)
-    phases.end(key, res["status"])
+    res = _train_and_evaluate(key, run_dir, cfg_dict, meta, eval_dict, queue, [timer] if timer else [])
+    if timer:
+        timer.write(key, res["status"])
     return res
 
 
-def _train_and_evaluate(key: str, run_dir: str, cfg_dict: dict, meta: dict, eval_dict: dict, queue) -> dict:
+@functools.cache
+def _worker_evaluations():
+    """This worker process's `EvaluationCache` (one per process, made at its first run): its runs
+    from one warm start evaluate that warm start once."""
+    from rbctl.train.evaluation import EvaluationCache
+
+    return EvaluationCache()
+
+
+def _train_and_evaluate(key: str, run_dir: str, cfg_dict: dict, meta: dict, eval_dict: dict, queue,
+                        callbacks: list) -> dict:
     try:
         from rbctl.train.loop import train
 
@@ -166,7 +178,7 @@ def _train_and_evaluate(key: str, run_dir: str, cfg_dict: dict, meta: dict, eval
 
         # the final policy is evaluated in memory, through the run's own engine
         train(cfg, rd, progress=False, log=lambda *a: None, on_step=on_step,
-              final_eval=for_run(SweepEval.model_validate(eval_dict), cfg))
+              final_eval=for_run(SweepEval.model_validate(eval_dict), cfg), callbacks=[*callbacks, _worker_evaluations()])
         return {"key": key, "status": "done", "error": None}
     except Exception as e:  # a failed run is reported, never allowed to stop the sweep (SystemExit passes: submitit requeues that way)
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
@@ -199,33 +211,11 @@ def run_sweep(sweep_path: Path, sweep_dir: Path, jobs: int | None = None, force:
     jobs = jobs or sweep.jobs
     sweep_dir.mkdir(parents=True, exist_ok=True)
     with sweep_lock(sweep_dir, log):
-        saved = read_sweep_resolved(sweep_dir)
-        if saved and not force and (problem := sweep_dir_problem(sweep_dir, resolved, force)):
-            raise UserError(problem)  # made by a start that ran meanwhile, between the check and the lock
-        if not saved or force or set(resolved["configs"]) >= set(saved.get("configs") or {}):
-            write_sweep_file(sweep_dir, resolved)  # a selection of the arms leaves the whole sweep's record
-        if sweep.ceiling is not None:  # what the report's plateau test reads (rbctl.store.read.read_ceiling_file)
-            write_ceiling(sweep_dir, sweep.ceiling.model_dump())
+        _write_sweep_record(sweep, sweep_dir, resolved, force)
         state = {"runs": read_sweep_state(sweep_dir)}
-        todo = []
-        for arm, cfg in configs.items():
-            for ws, seed in units(sweep):
-                key = run_key(arm, seed, ws)
-                rd = sweep_run_dir(sweep_dir, key)
-                rcfg = with_warm_start(cfg, ws).model_copy(update={"seed": seed})
-                if final_eval_done(rd, rcfg.steps, sweep.eval.benchmarks) and state["runs"].get(key, {}).get("status") == "done":
-                    continue
-                meta = {"arm": arm, "seed": seed, "sweep": sweep.name, **arm_metadata(rcfg)}
-                if ws is not None:
-                    meta["warm_start"] = ws
-                todo.append((key, rd, rcfg, meta))
-                state["runs"][key] = {"status": "pending", "error": None}
+        todo = _todo(sweep, configs, sweep_dir, state)
         write_sweep_state(sweep_dir, state)
-        recorded = record_sweep_version(sweep_path, sweep_dir, state)
-        if recorded is not None and recorded["changed"]:
-            log(f"the sweep file changed since this directory's last start ({', '.join(recorded['changed'][:4])}): "
-                f"recorded as a new version after {recorded['runs_finished']} of {recorded['runs_total']} runs had "
-                f"finished ({SWEEP_HISTORY}); the report prints each family's declaration from these records")
+        _record_version(sweep_path, sweep_dir, state, log)
         total_runs = len(configs) * len(units(sweep))
         unit = f"{len(sweep.warm_starts)} warm starts × {len(sweep.seeds)} seeds" if sweep.warm_starts else f"{len(sweep.seeds)} seeds"
         log(f"sweep '{sweep.name}': {total_runs} runs ({len(configs)} arms × {unit}), "
@@ -237,6 +227,47 @@ def run_sweep(sweep_path: Path, sweep_dir: Path, jobs: int | None = None, force:
             else:
                 _execute(todo, sweep, sweep_dir, state, jobs, progress, progress_every)
         return state
+
+
+def _write_sweep_record(sweep: SweepConfig, sweep_dir: Path, resolved: dict, force: bool) -> None:
+    """Under the sweep's lock: refuse a directory another start filled meanwhile with another sweep,
+    then record the sweep (sweep.yaml; a selection of the arms leaves the whole sweep's record) and
+    its ceiling (ceiling.json, what the report's plateau test reads)."""
+    saved = read_sweep_resolved(sweep_dir)
+    if saved and not force and (problem := sweep_dir_problem(sweep_dir, resolved, force)):
+        raise UserError(problem)  # made by a start that ran meanwhile, between the check and the lock
+    if not saved or force or set(resolved["configs"]) >= set(saved.get("configs") or {}):
+        write_sweep_file(sweep_dir, resolved)
+    if sweep.ceiling is not None:  # rbctl.store.read.read_ceiling_file
+        write_ceiling(sweep_dir, sweep.ceiling.model_dump())
+
+
+def _todo(sweep: SweepConfig, configs: dict[str, TrainConfig], sweep_dir: Path, state: dict) -> list[tuple]:
+    """The runs still to do, (key, run directory, config, run.json's meta), each marked pending in
+    `state`: every (arm, warm start, seed) but those done with their final evaluation written."""
+    todo = []
+    for arm, cfg in configs.items():
+        for ws, seed in units(sweep):
+            key = run_key(arm, seed, ws)
+            rd = sweep_run_dir(sweep_dir, key)
+            rcfg = with_warm_start(cfg, ws).model_copy(update={"seed": seed})
+            if final_eval_done(rd, rcfg.steps, sweep.eval.benchmarks) and state["runs"].get(key, {}).get("status") == "done":
+                continue
+            meta = {"arm": arm, "seed": seed, "sweep": sweep.name, **arm_metadata(rcfg)}
+            if ws is not None:
+                meta["warm_start"] = ws
+            todo.append((key, rd, rcfg, meta))
+            state["runs"][key] = {"status": "pending", "error": None}
+    return todo
+
+
+def _record_version(sweep_path: Path, sweep_dir: Path, state: dict, log) -> None:
+    """Record the sweep file's version (`record_sweep_version`), saying so when it changed."""
+    recorded = record_sweep_version(sweep_path, sweep_dir, state)
+    if recorded is not None and recorded["changed"]:
+        log(f"the sweep file changed since this directory's last start ({', '.join(recorded['changed'][:4])}): "
+            f"recorded as a new version after {recorded['runs_finished']} of {recorded['runs_total']} runs had "
+            f"finished ({SWEEP_HISTORY}); the report prints each family's declaration from these records")
 
 
 def sweep_file_content(sweep_path: Path) -> tuple[dict, Path]:

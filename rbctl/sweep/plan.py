@@ -125,7 +125,7 @@ def assumed_time(cfg: TrainConfig) -> RunTime | None:
 def run_seconds(cfg: TrainConfig, final_samples: int, t: RunTime, final_eval=None) -> float:
     """One run's wall time: its steps, its periodic evaluations, its final evaluation, its start.
     `final_eval` (the sweep's eval section): a final evaluation with the config of the periodic one
-    at the last step costs nothing, it is a copy of it (`rbctl.train.loop.evaluate_final`)."""
+    at the last step costs nothing, it is a copy of it (`rbctl.train.evaluation.evaluate_final`)."""
     from rbctl.config.train import for_run
 
     ev = cfg.eval

@@ -105,7 +105,7 @@ STEP_METRICS: tuple[Metric, ...] = (
     Metric("time/rollout_s", "wall seconds of the step's sampling and grading", STEP),
     Metric("time/train_s", "wall seconds of the step's update", STEP),
     Metric("time/kappa_eff_s", "wall seconds of the step's κ_eff forward pass", STEP),
-    Metric("time/eval_s", "wall seconds of the periodic evaluation", "rbctl.train.loop._periodic_eval",
+    Metric("time/eval_s", "wall seconds of the periodic evaluation", "rbctl.train.evaluation.PeriodicEvaluation",
            "on steps with a periodic evaluation (`eval.every`)"),
     Metric("throughput/tokens_per_s", "generated response tokens / `time/step_s`", STEP),
 )

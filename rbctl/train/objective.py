@@ -13,7 +13,7 @@ from rbctl import algo
 from rbctl.algo.policy_losses import PolicyLossResult
 from rbctl.algo.registry import MethodContext, needed
 from rbctl.config.methods import method_params, optional_on
-from rbctl.config.train import TrainConfig
+from rbctl.config.train import AlgoCfg
 from rbctl.train import seeds
 
 # Token statistics of the policy losses -> metric names (fractions of the valid tokens); another
@@ -58,11 +58,11 @@ def keeps_reference(a) -> bool:
 
 
 class Objective:
-    """What one arm optimises, built once from the config."""
+    """What one arm optimises, built once from its `algo` section; `seed` (the run's) seeds a
+    policy loss's random choices (`context`)."""
 
-    def __init__(self, cfg: TrainConfig):
-        a = cfg.algo
-        self.seed = cfg.seed
+    def __init__(self, a: AlgoCfg, seed: int):
+        self.seed = seed
         self.cfg = a
         self.loss_name = a.policy_loss
         self.loss = algo.get_policy_loss(a.policy_loss)

@@ -15,7 +15,7 @@ import math
 
 import torch
 
-from rbctl.config.train import TrainConfig
+from rbctl.config.train import OptimCfg
 
 
 def fused_ok(params: list[torch.Tensor]) -> bool:
@@ -25,33 +25,33 @@ def fused_ok(params: list[torch.Tensor]) -> bool:
             and all(p.is_floating_point() for p in params))
 
 
-def make_optimizer(params: list[torch.Tensor], cfg: TrainConfig) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
-    """AdamW (fused where `fused_ok`, else foreach) and its LambdaLR schedule (`lr_factor`)."""
-    o = cfg.optim
+def make_optimizer(params: list[torch.Tensor], o: OptimCfg, steps: int) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
+    """AdamW (fused where `fused_ok`, else foreach) with the `optim` section's settings and its
+    LambdaLR schedule (`lr_factor`) over a run of `steps` steps."""
     impl = {"fused": True} if fused_ok(params) else {"foreach": True}
     opt = torch.optim.AdamW(params, lr=o.lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay, **impl)
-    return opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(cfg, s))
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(o, steps, s))
 
 
-def schedule_steps(cfg: TrainConfig) -> int:
+def schedule_steps(o: OptimCfg, steps: int) -> int:
     """The steps the cosine schedule spans: `optim.schedule_steps`, pinned by `rbctl train --extend`
     to the horizon a run started with, else `steps`."""
-    return cfg.optim.schedule_steps or cfg.steps
+    return o.schedule_steps or steps
 
 
-def schedule_record(cfg: TrainConfig) -> dict:
+def schedule_record(o: OptimCfg, steps: int) -> dict:
     """Everything the learning rate of step s depends on (the checkpoint keeps it; a resume checks it)."""
-    o = cfg.optim
     return {"lr": o.lr, "schedule": o.schedule, "warmup_steps": o.warmup_steps,
-            "steps": schedule_steps(cfg) if o.schedule == "cosine" else None}  # a constant schedule ignores steps
+            "steps": schedule_steps(o, steps) if o.schedule == "cosine" else None}  # a constant schedule ignores steps
 
 
-def lr_factor(cfg: TrainConfig, s: int) -> float:
-    """The lr multiplier of the optimizer step s (0-based): linear warm-up over `optim.warmup_steps`,
-    then constant, or cosine from 1 towards 0 at the horizon H = `schedule_steps(cfg)`. Steps past
-    the horizon (a run extended with --extend) keep the factor of its last step, s = H − 1: the
-    schedule continues from where it was instead of stretching the steps already run."""
-    o, horizon = cfg.optim, schedule_steps(cfg)
+def lr_factor(o: OptimCfg, steps: int, s: int) -> float:
+    """The lr multiplier of the optimizer step s (0-based) of a run of `steps` steps: linear warm-up
+    over `optim.warmup_steps`, then constant, or cosine from 1 towards 0 at the horizon H =
+    `schedule_steps`. Steps past the horizon (a run extended with --extend) keep the factor of its
+    last step, s = H − 1: the schedule continues from where it was instead of stretching the steps
+    already run."""
+    horizon = schedule_steps(o, steps)
     if o.schedule == "cosine":
         s = min(s, horizon - 1)
     if o.warmup_steps and s < o.warmup_steps:

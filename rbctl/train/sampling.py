@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from rbctl.config.methods import hooks_on
-from rbctl.config.train import TrainConfig
+from rbctl.config.train import RolloutCfg
 from rbctl.rollout.base import Engine, SamplingParams
 from rbctl.tasks.prompting import encode_prompts
 from rbctl.train import seeds
@@ -86,13 +86,15 @@ def collect_groups(sample_round: Callable[[int], Groups], share: int, hooks: Seq
     return out
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Sampler:
     """Samples and grades this process's rollout groups of a step: the prompt pool (each prompt
     encoded once, with the run's template), the engine and the sampling precision, the grader
     (`rbctl.train.training_data.reward_function`) and the run's rollout settings."""
 
-    cfg: TrainConfig
+    rollout: RolloutCfg  # P, G, the sampling settings and hooks (`cfg.rollout`)
+    seed: int  # the run's seed: each step's prompts and sampling seeds derive from it
+    instruction: str  # `cfg.data.instruction`, appended to each problem
     engine: Engine
     precision: Precision
     dist: DistContext
@@ -107,25 +109,25 @@ class Sampler:
         """Problem `idx`'s prompt as token ids (encoded once and cached: no re-tokenisation per step)."""
         if idx not in self._encoded:
             self._encoded[idx] = encode_prompts(self.tokenizer, [self.problems[idx].problem], self.template,
-                                                self.cfg.data.instruction, self.prompt_task)[0]
+                                                self.instruction, self.prompt_task)[0]
         return self._encoded[idx]
 
     def groups(self, step: int) -> Groups:
         """This process's groups of step `step`: one round, or the sampling hooks' (module docstring)."""
-        r = self.cfg.rollout
+        r = self.rollout
         share = self.dist.shard(r.prompts_per_step)
         hooks = [m.fn for m in hooks_on(r)]
         return collect_groups(partial(self.round, step, share), share.stop - share.start, hooks, r.max_resample_rounds)
 
     def round(self, step: int, share: slice, rnd: int) -> Groups:
         """Round `rnd` of step `step`: this process's `share` of its prompts, G samples each, graded."""
-        c, r = self.cfg, self.cfg.rollout
-        idx = round_prompts(c.seed, step, rnd, r.prompts_per_step, len(self.problems))[share]
+        r = self.rollout
+        idx = round_prompts(self.seed, step, rnd, r.prompts_per_step, len(self.problems))[share]
         prompts = [self.prompt_ids(i) for i in idx]
         # ranks sample different prompts from different streams; one process reproduces the same seeds
         params = SamplingParams(n=r.group_size, temperature=r.temperature, top_p=r.top_p,
                                 max_new_tokens=r.max_new_tokens,
-                                seed=seeds.rank_seed(round_seed(c.seed, step, rnd), self.dist.rank))
+                                seed=seeds.rank_seed(round_seed(self.seed, step, rnd), self.dist.rank))
         # hf samples in the training precision (same autocast); vLLM in its own dtype (logprob_diff, TIS)
         with self.engine.sampling_context(self.precision):
             samples = self.engine.generate(prompts, params)

@@ -61,7 +61,6 @@ def rollout_batch(state: TrainState, sampler: Sampler, step: int) -> RolloutBatc
 
 def train_step(state: TrainState, sampler: Sampler, step: int, alpha: float) -> StepOutput:
     """One rollout batch and its updates (module docstring, steps 1–7)."""
-    c = state.cfg
     t0 = time.perf_counter()
     batch = rollout_batch(state, sampler, step)
     t1 = time.perf_counter()
@@ -73,15 +72,15 @@ def train_step(state: TrainState, sampler: Sampler, step: int, alpha: float) -> 
     # κ_eff is measured after the last optimizer step of the batch; when every step was skipped
     # (non-finite), nothing changed and κ_eff is null
     kappa_eff = None
-    if c.kappa_eff_every and step % c.kappa_eff_every == 0 and result.metrics["nonfinite/skipped"] < result.optimizer_steps:
+    if state.kappa_eff_every and step % state.kappa_eff_every == 0 and result.metrics["nonfinite/skipped"] < result.optimizer_steps:
         d = logratio_sums(state, batch, result.old_logp)
         kappa_eff = algo.nanmean_or_none(algo.kappa_eff(state.dist.gather_rows(batch.rewards), d))
     t3 = time.perf_counter()
-    ent = c.algo.entropy
+    ent = state.algo.entropy
     next_alpha = alpha
     if ent.mode == "adaptive":
         next_alpha = adaptive_alpha(alpha, result.metrics["entropy"], ent.target, ent.delta, ent.alpha_min, ent.alpha_max)
-    rollouts, gen_tokens = batch_metrics(state.dist, batch, bool(hooks_on(c.rollout)), state.objective.shapes_rewards)
+    rollouts, gen_tokens = batch_metrics(state.dist, batch, bool(hooks_on(state.rollout)), state.objective.shapes_rewards)
     step_s = t3 - t0
     own = {
         "kappa_eff": kappa_eff,

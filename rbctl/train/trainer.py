@@ -1,7 +1,7 @@
 """The trainer: one run's set-up (policy, reference, optimizer, engine, data, resume) and its
 step. What a step does, top to bottom, is `rbctl.train.step.train_step`, from the parts set up
 here (`Trainer.state`, `Trainer.sampler`); the loop around it (checkpoints, logging, evaluation)
-is `loop.py`.
+is `loop.py`, its callbacks `callbacks.py`.
 """
 
 from __future__ import annotations
@@ -41,8 +41,7 @@ class Trainer:
         self.cfg = cfg
         self.run_dir = Path(run_dir)
         self.log = log
-        self.last_eval = None  # (step, EvalConfig, folder, results) of the last periodic evaluation (loop.py)
-        self.objective = Objective(cfg)  # policy loss, token mask, reward transform, estimator
+        self.objective = Objective(cfg.algo, seed=cfg.seed)  # policy loss, token mask, reward transform, estimator
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         self.dist = init_from_env()
@@ -73,11 +72,16 @@ class Trainer:
         # the sampler's own log-probs: rollout/logprob_diff, and what TIS corrects
         if not self.engine.record_logprobs() and cfg.algo.tis_cap is not None:
             raise UserError(f"algo.tis_cap needs the sampler's log-probs; the {cfg.rollout.engine} engine gives none")
-        self.state = TrainState(cfg, self.model, self.train_model, self.ref, self.opt, self.sched, self.objective,
-                                self.dist, self.engine, self.device, self.precision, self.lora, self.use_ref,
-                                fused_logprobs=resolve_logprobs(cfg.algo.logprobs, builtin=self.builtin is not None))
-        self.sampler = Sampler(cfg, self.engine, self.precision, self.dist, self.problems, self.reward_fn,
-                               self.tokenizer, self.template, self.prompt_task)
+        self.state = TrainState(
+            algo=cfg.algo, rollout=cfg.rollout, max_grad_norm=cfg.optim.max_grad_norm, seed=cfg.seed,
+            kappa_eff_every=cfg.kappa_eff_every, model=self.model, train_model=self.train_model, ref=self.ref,
+            opt=self.opt, sched=self.sched, objective=self.objective, dist=self.dist, engine=self.engine,
+            device=self.device, precision=self.precision, lora=self.lora, use_ref=self.use_ref,
+            fused_logprobs=resolve_logprobs(cfg.algo.logprobs, builtin=self.builtin is not None))
+        self.sampler = Sampler(
+            rollout=cfg.rollout, seed=cfg.seed, instruction=cfg.data.instruction, engine=self.engine,
+            precision=self.precision, dist=self.dist, problems=self.problems, reward_fn=self.reward_fn,
+            tokenizer=self.tokenizer, template=self.template, prompt_task=self.prompt_task)
 
     # -- set-up --
 
@@ -128,12 +132,13 @@ class Trainer:
         return (ck.step, *loaded) if ck is not None else (0, None, self._policy_model(base, None))
 
     def _make_optimizer(self) -> None:
-        self.opt, self.sched = make_optimizer([p for p in self.model.parameters() if p.requires_grad], self.cfg)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.opt, self.sched = make_optimizer(params, self.cfg.optim, self.cfg.steps)
         self.alpha = self.cfg.algo.entropy.alpha
 
     def _restore(self, state: dict) -> None:
         ck = checkpoint_dir(self.run_dir, self.resume_step)
-        ran, now = state["schedule"], schedule_record(self.cfg)
+        ran, now = state["schedule"], schedule_record(self.cfg.optim, self.cfg.steps)
         if ran != now:
             raise UserError(f"checkpoint {ck} ran with the learning-rate schedule {ran}; this config gives {now}: "
                             "a run keeps its schedule (rbctl train --extend only lengthens it; docs/scaling.md)")
@@ -171,7 +176,7 @@ class Trainer:
         weights, optimizer = self.parallel.full_state(self.model, self.opt)
         return weights, {"step": step, "optimizer": optimizer, "scheduler": self.sched.state_dict(),
                          "alpha": self.alpha, "rng": rng_state(), "world_size": self.dist.world,
-                         "schedule": schedule_record(self.cfg), "fsdp": self.parallel.sharded}
+                         "schedule": schedule_record(self.cfg.optim, self.cfg.steps), "fsdp": self.parallel.sharded}
 
     def full_weights(self):
         """A context in which `self.model` holds its full parameters; every rank enters it (FSDP)."""

@@ -22,7 +22,7 @@ import torch
 from rbctl.algo.losses import (BatchNorm, aggregation_weights, at_tokens, entropy_of_logprobs, fused_token_logprobs, k3_kl,
                                lean_token_logprobs, token_entropy, vocab_logprobs)
 from rbctl.algo.sharpness import mixed_prompts
-from rbctl.config.train import TrainConfig
+from rbctl.config.train import AlgoCfg, RolloutCfg
 from rbctl.rollout.base import Engine
 from rbctl.rollout.logprobs import logprob_mismatch, tis_weights
 from rbctl.train.batch import RolloutBatch, dropout_active, micro_slices, mini_batch_rows, response_logits
@@ -31,14 +31,19 @@ from rbctl.train.objective import Objective, stat_metric
 from rbctl.train.precision import Precision
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TrainState:
-    """What an update reads and steps: the policy (`model`; `train_model` is its DDP/FSDP-wrapped
-    view that training forwards run through), the frozen reference (None with LoRA, whose reference
-    is the adapter-disabled base, or when no KL is kept), the optimizer and its schedule, the arm's
-    objective, the process group, the engine whose weights follow the policy, and where forwards run."""
+    """What an update reads and steps: the config sections it reads, the policy (`model`;
+    `train_model` is its DDP/FSDP-wrapped view that training forwards run through), the frozen
+    reference (None with LoRA, whose reference is the adapter-disabled base, or when no KL is kept),
+    the optimizer and its schedule, the arm's objective, the process group, the engine whose weights
+    follow the policy, and where forwards run."""
 
-    cfg: TrainConfig
+    algo: AlgoCfg  # the arm's loss and update settings (`cfg.algo`)
+    rollout: RolloutCfg  # the batch's group size, temperature and token limit (`cfg.rollout`)
+    max_grad_norm: float  # `cfg.optim.max_grad_norm`
+    seed: int  # the run's seed: it seeds the mini-batches' deal
+    kappa_eff_every: int  # κ_eff is measured every this many steps (0: never)
     model: torch.nn.Module
     train_model: torch.nn.Module
     ref: torch.nn.Module | None
@@ -64,21 +69,21 @@ class UpdateResult:
     optimizer_steps: int  # ppo_epochs × M, skipped ones included
 
 
-def micro_batches(cfg: TrainConfig, n: int) -> list[slice]:
+def micro_batches(p: TrainState, n: int) -> list[slice]:
     """The micro-batches (`algo.micro_batch_size` rows) of n rows."""
-    return micro_slices(n, cfg.algo.micro_batch_size)
+    return micro_slices(n, p.algo.micro_batch_size)
 
 
-def mini_batches(cfg: TrainConfig, n_prompts: int, step: int, epoch: int) -> list[list]:
+def mini_batches(p: TrainState, n_prompts: int, step: int, epoch: int) -> list[list]:
     """This rank's optimizer steps of one epoch (`mini_batch_rows`)."""
-    return mini_batch_rows(n_prompts, cfg.rollout.group_size, mini_batches_per_epoch(cfg),
-                           cfg.algo.micro_batch_size, (cfg.seed, step, epoch))
+    return mini_batch_rows(n_prompts, p.rollout.group_size, mini_batches_per_epoch(p),
+                           p.algo.micro_batch_size, (p.seed, step, epoch))
 
 
-def mini_batches_per_epoch(cfg: TrainConfig) -> int:
+def mini_batches_per_epoch(p: TrainState) -> int:
     """M: optimizer steps per epoch (P / algo.ppo_mini_batch_size; 1 when that is null)."""
-    mb = cfg.algo.ppo_mini_batch_size
-    return 1 if mb is None else cfg.rollout.prompts_per_step // mb
+    mb = p.algo.ppo_mini_batch_size
+    return 1 if mb is None else p.rollout.prompts_per_step // mb
 
 
 def forward_logp(p: TrainState, model, batch: RolloutBatch, sl, with_entropy: bool, entropy_grad: bool, lean: bool = False):
@@ -89,7 +94,7 @@ def forward_logp(p: TrainState, model, batch: RolloutBatch, sl, with_entropy: bo
     come back as 0."""
     dev = p.device
     # Under DDP every row runs whole: the shared-prompt path calls the model twice per backward.
-    group = 1 if p.dist.enabled else p.cfg.rollout.group_size
+    group = 1 if p.dist.enabled else p.rollout.group_size
     lr = batch.response_ids.shape[1]
     lengths = batch.response_mask[sl].sum(1)
     w = max(1, int(lengths.max().item())) if len(lengths) else 1  # the columns past the longest response are padding
@@ -97,7 +102,7 @@ def forward_logp(p: TrainState, model, batch: RolloutBatch, sl, with_entropy: bo
     with p.precision.context():
         logits = response_logits(model, batch.input_ids[sl][:, :end].to(dev), batch.attention_mask[sl][:, :end].to(dev),
                                  batch.prompt_width, group_size=group, lengths=lengths)
-    t = p.cfg.rollout.temperature
+    t = p.rollout.temperature
     tokens = batch.response_ids[sl][:, :w].to(dev)
     logp, ent = _token_logp(p, logits, tokens, t, with_entropy, entropy_grad, lean)
     if w < lr:  # back to the batch's width: 0 (log-prob and entropy) on the padding cut off
@@ -163,8 +168,8 @@ def behaviour_logprobs(state: TrainState, batch: RolloutBatch) -> Behaviour:
     yet), unless dropout is active. Otherwise a no-grad eval-mode pass over the whole batch takes
     them; with M > 1 it also gives the logged pre-update entropy (and KL), since later mini-batches
     are stepped on after earlier ones."""
-    whole = micro_batches(state.cfg, batch.n)
-    pre_logged = mini_batches_per_epoch(state.cfg) > 1
+    whole = micro_batches(state, batch.n)
+    pre_logged = mini_batches_per_epoch(state) > 1
     old, ent_pre = None, 0.0
     if pre_logged:
         old, ent_pre = eval_logp(state, state.model, batch, whole, with_entropy=True)
@@ -174,13 +179,12 @@ def behaviour_logprobs(state: TrainState, batch: RolloutBatch) -> Behaviour:
     return Behaviour(old, ref_logp, pre_logged, from_forward=old is None, entropy_sum=ent_pre)
 
 
-def minibatch_loss(cfg: TrainConfig, pg_loss: torch.Tensor, logp: torch.Tensor, old_logp: torch.Tensor,
+def minibatch_loss(a: AlgoCfg, pg_loss: torch.Tensor, logp: torch.Tensor, old_logp: torch.Tensor,
                    engine_logp: torch.Tensor | None, ref_logp: torch.Tensor | None, entropy: torch.Tensor | None,
                    weights: torch.Tensor, alpha: float) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(the loss of a micro-batch's rows, their per-token k3 KL to the reference or None): the
     policy loss per token [n, Lr] × the TIS weights (where the sampler's log-probs are kept and
     `algo.tis_cap` is set) + kl_coef·KL − α·H, aggregated by `weights` (`aggregation_weights`)."""
-    a = cfg.algo
     loss_mat = pg_loss
     if engine_logp is not None and a.tis_cap is not None:
         loss_mat = loss_mat * tis_weights(old_logp, engine_logp, a.tis_cap)
@@ -242,7 +246,7 @@ class UpdateStats:
 def micro_batch_loss(state: TrainState, batch: RolloutBatch, rows, behaviour: Behaviour, epoch: int, draw: tuple,
                      norm: BatchNorm, alpha: float, stats: UpdateStats) -> float:
     """Forward and backward of one micro-batch (`rows` of the batch) of a mini-batch; its loss."""
-    a = state.cfg.algo
+    a = state.algo
     dev = state.device
     mask = batch.response_mask[rows].to(dev)
     first = epoch == 0 and not behaviour.pre_logged  # the first epoch's forwards log entropy and KL
@@ -259,7 +263,7 @@ def micro_batch_loss(state: TrainState, batch: RolloutBatch, rows, behaviour: Be
     ctx = state.objective.context(mask, ent, ref, draw)
     pg = state.objective.policy_loss(logp, old, batch.advantages.reshape(-1)[rows].to(dev), mask, ent, ctx)
     engine_logp = batch.engine_logp[rows].to(dev) if batch.engine_logp is not None else None
-    loss, kl = minibatch_loss(state.cfg, pg.loss_mat, logp, old, engine_logp, ref, ent,
+    loss, kl = minibatch_loss(a, pg.loss_mat, logp, old, engine_logp, ref, ent,
                               aggregation_weights(mask, a.loss_agg, norm), alpha)
     # DDP averages gradients over ranks; the weights are already global, so undo the 1/world
     (loss * state.dist.world).backward()
@@ -273,10 +277,9 @@ def mini_batch_step(state: TrainState, batch: RolloutBatch, mini_batch: list, be
     over the mini-batch's sequences and tokens on all ranks), skipped on a non-finite loss or
     gradient. `k` counts the epoch's micro-batches (it seeds a policy loss's random choice); the
     count after this mini-batch is returned."""
-    c = state.cfg
     mask = batch.response_mask
     n_seqs, n_tokens = state.dist.sum(sum(mask[r].shape[0] for r in mini_batch), sum(mask[r].sum().item() for r in mini_batch))
-    norm = BatchNorm(n_seqs=int(n_seqs), n_tokens=int(n_tokens), max_new_tokens=c.rollout.max_new_tokens)
+    norm = BatchNorm(n_seqs=int(n_seqs), n_tokens=int(n_tokens), max_new_tokens=state.rollout.max_new_tokens)
     state.opt.zero_grad(set_to_none=True)
     loss_total = 0.0
     for j, rows in enumerate(mini_batch):
@@ -286,7 +289,7 @@ def mini_batch_step(state: TrainState, batch: RolloutBatch, mini_batch: list, be
         k += 1
     loss_total = state.dist.sum(loss_total)[0]
     grad_norm = torch.nn.utils.clip_grad_norm_([w for w in state.model.parameters() if w.requires_grad],
-                                               c.optim.max_grad_norm)
+                                               state.max_grad_norm)
     stats.steps += 1
     if not (math.isfinite(loss_total) and torch.isfinite(grad_norm)):
         state.opt.zero_grad(set_to_none=True)
@@ -294,7 +297,7 @@ def mini_batch_step(state: TrainState, batch: RolloutBatch, mini_batch: list, be
         return k  # never step on a non-finite loss or gradient
     state.opt.step()
     stats.grad_norms.append(grad_norm.item())
-    stats.loss += loss_total / (c.algo.ppo_epochs * mini_batches_per_epoch(c))
+    stats.loss += loss_total / (state.algo.ppo_epochs * mini_batches_per_epoch(state))
     return k
 
 
@@ -305,12 +308,11 @@ def update(state: TrainState, batch: RolloutBatch, alpha: float) -> UpdateResult
     before the first step; loss normalisers are the mini-batch's (sequences and tokens, summed
     over ranks), so micro-batching and the number of processes do not change a step. Neither the
     learning-rate schedule nor the engine's weights move here (`rbctl.train.step.train_step` does both)."""
-    c = state.cfg
     behaviour = behaviour_logprobs(state, batch)
     stats = UpdateStats()
-    for epoch in range(c.algo.ppo_epochs):
+    for epoch in range(state.algo.ppo_epochs):
         k = 0  # micro-batch counter of the epoch: seeds a policy loss's random choice
-        for mini_batch in mini_batches(c, batch.n // c.rollout.group_size, batch.step, epoch):
+        for mini_batch in mini_batches(state, batch.n // state.rollout.group_size, batch.step, epoch):
             k = mini_batch_step(state, batch, mini_batch, behaviour, epoch, k, alpha, stats)
     if behaviour.pre_logged:
         stats.entropy_sum = behaviour.entropy_sum
@@ -341,7 +343,7 @@ def logratio_sums(p: TrainState, batch: RolloutBatch, old_logp: torch.Tensor) ->
                                   rewards=rewards[mixed], correct=batch.correct[mixed],
                                   advantages=batch.advantages[mixed], engine_logp=None, shaped_rewards=None)
         # eval mode, as the old ones; a measurement only, so the lean log-probs (rounding apart, the same)
-        new_logp = eval_logp(p, p.model, sub, micro_batches(p.cfg, sub.n), lean=True)
+        new_logp = eval_logp(p, p.model, sub, micro_batches(p, sub.n), lean=True)
         rows_dev = rows.to(old_logp.device)
         d[mixed] = ((new_logp - old_logp[rows_dev]) * sub.response_mask.to(p.device)).sum(-1).float().cpu().reshape(-1, g)
         d[~is_mixed] = float("nan")

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 import pytest
+import typer
 import yaml
 
 from rbctl.cli import run
@@ -178,7 +181,33 @@ def test_train_nproc_hands_every_option_to_torchrun(tmp_path, monkeypatch):
     monkeypatch.setattr(rbctl.train.distributed, "launch", lambda nproc, argv: seen.update(nproc=nproc, argv=argv) or 0)
     out = str(tmp_path / "r")
     assert run(["train", QUICKSTART, "-o", out, "--nproc", "2", "--set", "seed=3", "--extend", "--force", "-q"]) == 0
-    assert seen == {"nproc": 2, "argv": ["train", QUICKSTART, "-o", out, "--set", "seed=3", "--force", "--extend", "--quiet"]}
+    # the command as typed, less --nproc (its own spelling and order: `command_argv`)
+    assert seen == {"nproc": 2, "argv": ["train", QUICKSTART, "-o", out, "--set", "seed=3", "--extend", "--force", "-q"]}
+
+
+def test_the_resume_command_is_the_command_as_typed_less_what_a_resume_must_not_repeat():
+    from rbctl.cli.options import resume_command
+
+    app, said = typer.Typer(), []
+
+    @app.command()
+    def go(ctx: typer.Context, thing: str, out: Optional[str] = typer.Option(None, "--out", "-o"),
+           force: bool = typer.Option(False, "--force"), jobs: int = typer.Option(1, "--jobs", "-j"),
+           debug: bool = typer.Option(False, "--debug")):
+        said.append(resume_command(ctx, drop=("force", "jobs"), pin={"out": "runs/default dir"}))
+
+    @app.command()
+    def other():  # two commands: `go` is a subcommand, as rbctl's are
+        pass
+
+    def resume(*argv):
+        app(args=list(argv), standalone_mode=False, obj={"argv": list(argv)})
+        return said[-1]
+
+    # dropped with their values (`-j 2`, `--jobs=2`), --debug always; a pinned default added where not typed
+    assert resume("go", "a b", "--force", "-j", "2", "--debug") == "rbctl go 'a b' --out 'runs/default dir'"
+    assert resume("go", "x", "--jobs=2", "-o", "mine") == "rbctl go x -o mine"
+    assert resume("go", "--out=mine", "x") == "rbctl go --out=mine x"
 
 
 def test_ablate_unknown_arm_key_exits_2_naming_arm_and_key(tmp_path, capsys):

@@ -182,23 +182,27 @@ def test_a_sweep_directory_made_before_the_eval_engine_keys_still_resumes(tmp_pa
 
 
 def test_a_second_run_from_the_same_weights_copies_its_step_0_evaluation_and_no_other(tiny_config, tmp_path, monkeypatch):
-    import rbctl.train.loop as loop
+    """A worker's `EvaluationCache`, given to each of its runs, copies an evaluation it made of the same
+    weights with the same config; a run without one evaluates afresh, to the same bytes."""
+    from rbctl.train import evaluation
 
-    monkeypatch.setattr(loop, "_EVALUATED", {})
     evaluated = []
-    real = loop._evaluate
-    monkeypatch.setattr(loop, "_evaluate", lambda tr, ecfg, out, step, *a: evaluated.append(step) or real(tr, ecfg, out, step, *a))
+    real = evaluation.evaluate_trainer
+    monkeypatch.setattr(evaluation, "evaluate_trainer",
+                        lambda tr, ecfg, out, step, *a: evaluated.append(step) or real(tr, ecfg, out, step, *a))
     base = dict(steps=2, eval__every=2, eval__n=2, eval__limit=4, eval__temperature=1.0)
-    train(tiny_config(**base), tmp_path / "a", **QUIET)
-    train(tiny_config(algo__budget=1.0, **base), tmp_path / "b", **QUIET)  # another arm from the same start
+    cache = evaluation.EvaluationCache()
+    train(tiny_config(**base), tmp_path / "a", callbacks=[cache], **QUIET)
+    train(tiny_config(algo__budget=1.0, **base), tmp_path / "b", callbacks=[cache], **QUIET)  # another arm, same start
     assert evaluated == [0, 2, 2]  # b's step 0 is a's (same weights, eval config and problems), its step 2 its own
-    train(tiny_config(seed=1, **base), tmp_path / "s1", **QUIET)  # another seed: other initial weights here
+    train(tiny_config(seed=1, **base), tmp_path / "s1", callbacks=[cache], **QUIET)  # another seed: other weights here
     assert evaluated == [0, 2, 2, 0, 2]
+    assert len(cache.made) == 5  # the five made (the copy is not recorded again)
     a, b = (periodic_eval_dir(tmp_path / r, 0) / "builtin" for r in "ab")
     assert (a / "samples.jsonl").read_bytes() == (b / "samples.jsonl").read_bytes()
     assert _summary(b.parent)["model"] == _summary(a.parent)["model"]
-    # computed afresh, step 0 gives b exactly the copy (the evaluation's own seed, not the run's)
-    monkeypatch.setattr(loop, "_EVALUATED", {})
+    # computed afresh (no cache), step 0 gives b exactly the copy (the evaluation's own seed, not the run's)
     train(tiny_config(algo__budget=1.0, **base), tmp_path / "c", **QUIET)
+    assert evaluated == [0, 2, 2, 0, 2, 0, 2]
     c, b = (periodic_eval_dir(tmp_path / r, 0) / "builtin" / "samples.jsonl" for r in "cb")
     assert c.read_bytes() == b.read_bytes()

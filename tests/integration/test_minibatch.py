@@ -44,8 +44,8 @@ def test_one_mini_batch_of_all_prompts_is_the_update_without_mini_batches_bit_fo
 
 def test_mini_batches_are_whole_groups_each_once_per_epoch_seeded_and_reshuffled(tiny_config, tmp_path):
     tr = Trainer(tiny_config(algo__ppo_mini_batch_size=1, algo__micro_batch_size=2), tmp_path / "r", **QUIET)
-    assert mini_batches_per_epoch(tr.cfg) == 4
-    epochs = [mini_batches(tr.cfg, 4, step=3, epoch=e) for e in range(3)]
+    assert mini_batches_per_epoch(tr.state) == 4
+    epochs = [mini_batches(tr.state, 4, step=3, epoch=e) for e in range(3)]
     for minis in epochs:
         assert len(minis) == 4 and all(len(micro) == 2 for micro in minis)  # G = 4 rows in micro-batches of 2
         groups = [torch.cat(micro).tolist() for micro in minis]
@@ -53,7 +53,7 @@ def test_mini_batches_are_whole_groups_each_once_per_epoch_seeded_and_reshuffled
             assert rows == list(range(rows[0], rows[0] + 4)) and rows[0] % 4 == 0
         assert sorted(r for rows in groups for r in rows) == list(range(16))  # every row once
     order = lambda minis: [int(torch.cat(m)[0]) // 4 for m in minis]  # noqa: E731
-    assert order(epochs[0]) == order(mini_batches(tr.cfg, 4, step=3, epoch=0))  # seeded
+    assert order(epochs[0]) == order(mini_batches(tr.state, 4, step=3, epoch=0))  # seeded
     assert len({tuple(order(m)) for m in epochs}) > 1  # another deal per epoch
 
 
@@ -72,7 +72,7 @@ def _reference_update(tr, batch, lr_model):
     the mini-batch), one clipped-gradient AdamW step. Returns the model and, per mini-batch, its
     ratios and the tokens where the clip bound."""
     model, cfg = lr_model, tr.cfg
-    opt, _ = make_optimizer([p for p in model.parameters() if p.requires_grad], cfg)
+    opt, _ = make_optimizer([p for p in model.parameters() if p.requires_grad], cfg.optim, cfg.steps)
     assert cfg.algo.clip_ratio_c is None
     lo, hi, t = cfg.algo.clip_low, cfg.algo.clip_high, cfg.rollout.temperature
     lp = batch.prompt_width
@@ -86,7 +86,7 @@ def _reference_update(tr, batch, lr_model):
         old = logp(slice(None))
     adv = batch.advantages.reshape(-1)
     seen = []
-    for micro in mini_batches(tr.cfg, batch.n // cfg.rollout.group_size, batch.step, 0):
+    for micro in mini_batches(tr.state, batch.n // cfg.rollout.group_size, batch.step, 0):
         rows = torch.cat(micro)
         mask = batch.response_mask[rows]
         ratio = torch.exp(logp(rows) - old[rows])
@@ -170,7 +170,7 @@ def test_the_dual_clip_binds_off_policy_only_and_where_it_does_not_the_update_is
     tr, batch, off = _updated(tiny_config(algo__clip_ratio_c="null", **common), tmp_path, "off")
     _, seen = _reference_update(tr, batch, copy.deepcopy(Trainer(tr.cfg, tmp_path / "ref", **QUIET).model))
     adv = batch.advantages.reshape(-1)
-    rows = [torch.cat(m) for m in mini_batches(tr.cfg, batch.n // tr.cfg.rollout.group_size, batch.step, 0)]
+    rows = [torch.cat(m) for m in mini_batches(tr.state, batch.n // tr.cfg.rollout.group_size, batch.step, 0)]
     (r2, m2, _, _), a2 = seen[1], adv[rows[1]].unsqueeze(-1)
     n_tokens = batch.response_mask.sum().item()
 
@@ -196,7 +196,7 @@ def test_clip_cov_logs_the_quota_its_floor_of_one_token_makes_per_mini_batch(tin
         cfg = tiny_config(algo__ppo_mini_batch_size=size, algo__policy_loss="clip_cov", algo__clip_cov__ratio=2e-4,
                           optim__lr=0.05)
         tr, batch, res = _updated(cfg, tmp_path, f"m{m}")
-        assert mini_batches_per_epoch(tr.cfg) == m
+        assert mini_batches_per_epoch(tr.state) == m
         n_tokens = batch.response_mask.sum().item()
         assert res.metrics["policy_loss/frac_cov_quota"] == pytest.approx(m / n_tokens, abs=1e-12)
         assert 0.0 <= res.metrics["policy_loss/frac_cov_clipped"] <= res.metrics["policy_loss/frac_cov_quota"]

@@ -21,7 +21,7 @@ STAMP = r"\[\d\d:\d\d:\d\d\] "
 
 
 def test_train_display_prints_plain_lines_when_output_is_not_a_terminal():
-    from rbctl.train.loop import _Display
+    from rbctl.train.progress import ProgressDisplay as _Display
 
     out = io.StringIO()  # not a terminal
     d = _Display(total=3, start=0, enabled=True, every=0.0, out=out)
@@ -108,7 +108,7 @@ def test_train_to_a_log_file_prints_progress_lines_and_ends_with_the_final_held_
 
 def test_final_held_out_lines_of_a_run_and_of_a_sweep_by_hand(tmp_path):
     from rbctl.sweep.ablate import arm_final_lines
-    from rbctl.train.loop import final_heldout_lines
+    from rbctl.train.evaluation import final_heldout_lines
 
     run = tmp_path / "run"
     run.mkdir()

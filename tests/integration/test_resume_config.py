@@ -89,9 +89,9 @@ def test_lr_factor_past_the_horizon_keeps_the_last_steps_value(tiny_config):
     # H = 4, warm-up 1: s=0 warm-up (0+1)/1 = 1; cosine over span 3: s=1 → 1, s=2 → (1 + cos(π/3))/2 = 0.75,
     # s=3 → (1 + cos(2π/3))/2 = 0.25; s ≥ 4 (extended to 6): the value of s=3
     cfg = tiny_config(steps=6, optim__schedule_steps=4, **COSINE)
-    assert [lr_factor(cfg, s) for s in range(6)] == pytest.approx([1.0, 1.0, 0.75, 0.25, 0.25, 0.25])
+    assert [lr_factor(cfg.optim, cfg.steps, s) for s in range(6)] == pytest.approx([1.0, 1.0, 0.75, 0.25, 0.25, 0.25])
     # without a pinned horizon the same 6-step run spans 6: s=2 → (1 + cos(π/5))/2, another lr
-    assert lr_factor(tiny_config(steps=6, **COSINE), 2) == pytest.approx((1 + math.cos(math.pi / 5)) / 2)
+    assert lr_factor(tiny_config(steps=6, **COSINE).optim, 6, 2) == pytest.approx((1 + math.cos(math.pi / 5)) / 2)
 
 
 def test_a_constant_schedule_extends_with_extend_and_each_config_is_kept(tiny_config, tmp_path):

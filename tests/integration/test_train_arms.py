@@ -31,6 +31,11 @@ TIMING = ("time/", "throughput/")
 quiet = dict(progress=False, log=lambda *a: None)
 
 
+def _objective(cfg):
+    """The arm's objective as the trainer builds it: from its `algo` section and the run's seed."""
+    return Objective(cfg.algo, seed=cfg.seed)
+
+
 def _lines(run_dir):
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
@@ -94,7 +99,7 @@ def test_each_arm_trains_two_steps_without_nan_and_logs_its_metrics(arm, tiny_co
 
 
 def test_with_every_arm_off_the_objective_is_grpo_and_ppos_clipped_surrogate():
-    obj = Objective(load_train_config(None, []))  # policy_loss clip, no mask, no reward transform
+    obj = _objective(load_train_config(None, []))  # policy_loss clip, no mask, no reward transform
     rewards = torch.tensor([[1.0, 0.0, 0.0, 1.0]])
     assert obj.shape_rewards(rewards, samples=None) is rewards
     # GRPO: mean 0.5, unbiased std sqrt(4·0.25/3) = sqrt(1/3): A = ±0.5/(sqrt(1/3) + 1e-6)
@@ -129,7 +134,7 @@ def test_entropy_quantile_one_keeps_every_token_and_changes_nothing(tiny_config,
 
 def test_entropy_mask_gives_gradient_only_to_the_high_entropy_tokens():
     cfg = load_train_config(None, ["algo.entropy_mask.rho=0.4"])
-    obj = Objective(cfg)
+    obj = _objective(cfg)
     mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
     entropy = torch.tensor([[0.1, 0.9, 0.5], [0.7, 0.2, 5.0]])  # 5.0 is padding: never counted
     # valid entropies sorted: 0.1 0.2 0.5 0.7 0.9; τ = quantile(0.6) = 0.5 + 0.4·(0.7 − 0.5) = 0.58
@@ -144,7 +149,7 @@ def test_entropy_mask_gives_gradient_only_to_the_high_entropy_tokens():
     assert out.token_stats["tokens/frac_entropy_mask"].tolist() == has_grad.tolist()
     # the same batch without the mask: every valid token gets gradient
     logp.grad = None
-    plain = Objective(load_train_config(None, []))
+    plain = _objective(load_train_config(None, []))
     assert plain.policy_loss(logp, logp.detach(), adv, mask, entropy).token_stats.keys() == {"clipped_low", "clipped_high",
                                                                                            "clipped_dual"}
     (plain.policy_loss(logp, logp.detach(), adv, mask, entropy).loss_mat * mask).sum().backward()
@@ -153,7 +158,7 @@ def test_entropy_mask_gives_gradient_only_to_the_high_entropy_tokens():
 
 def test_clip_cov_pick_is_seeded_by_the_draw_and_leaves_the_global_rng_alone():
     cfg = load_train_config(None, ["algo.policy_loss=clip_cov", "algo.clip_cov.ratio=0.3", "algo.clip_cov.lb=-10"])
-    obj = Objective(cfg)
+    obj = _objective(cfg)
     torch.manual_seed(0)
     logp, old = torch.randn(4, 6), torch.randn(4, 6) * 0.01
     logp = old + logp * 0.01
@@ -170,15 +175,15 @@ def test_clip_cov_pick_is_seeded_by_the_draw_and_leaves_the_global_rng_alone():
 
 def test_policy_loss_parameters_come_from_the_config():
     cfg = load_train_config(None, ["algo.policy_loss=gspo", "algo.clip_low=0.1"])
-    assert Objective(cfg).loss_params == {"clip_low": 3e-4, "clip_high": 4e-4}  # GSPO's own ε, not algo.clip_low
+    assert _objective(cfg).loss_params == {"clip_low": 3e-4, "clip_high": 4e-4}  # GSPO's own ε, not algo.clip_low
     assert cfg.algo.loss_agg == "seq-mean-token-mean"  # forced by the registry
     cfg = load_train_config(None, ["algo.policy_loss=kl_cov", "algo.kl_cov.ratio=0.01", "algo.kl_cov.coef=0.5"])
-    assert Objective(cfg).loss_params == {"ratio": 0.01, "coef": 0.5}
+    assert _objective(cfg).loss_params == {"ratio": 0.01, "coef": 0.5}
     cfg = load_train_config(None, ["algo.policy_loss=clip_cov", "algo.clip_high=0.3"])
-    assert Objective(cfg).loss_params == {"clip_low": 0.2, "clip_high": 0.3, "ratio": 2e-4, "lb": 1.0, "ub": 5.0}
+    assert _objective(cfg).loss_params == {"clip_low": 0.2, "clip_high": 0.3, "ratio": 2e-4, "lb": 1.0, "ub": 5.0}
     assert cfg.algo.clip_cov.ratio == 2e-4 and cfg.algo.kl_cov is None  # the selected loss's block, resolved
     cfg = load_train_config(None, ["algo.estimator=passk", "algo.passk.k=3"])
-    obj = Objective(cfg)
+    obj = _objective(cfg)
     assert obj.estimator_params == {"k": 3}
     r = torch.tensor([[1.0, 0, 0, 0, 0, 0, 0, 0]])
     from rbctl.algo import compute_advantages
@@ -187,7 +192,7 @@ def test_policy_loss_parameters_come_from_the_config():
 
 
 def test_unlikeliness_ranks_by_the_samplers_mean_token_logprob():
-    obj = Objective(load_train_config(None, ["algo.unlikeliness.beta=0.5", "rollout.group_size=4"]))
+    obj = _objective(load_train_config(None, ["algo.unlikeliness.beta=0.5", "rollout.group_size=4"]))
 
     def s(lps):
         return Sample(0, [1] * len(lps), "", True, lps)
@@ -197,7 +202,7 @@ def test_unlikeliness_ranks_by_the_samplers_mean_token_logprob():
     r = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
     shaped = obj.shape_rewards(r, samples)
     assert shaped.tolist() == [[1 - 0.5 * 1 / 4, 1 - 0.5 * 3 / 4, 1.0, 0.0]]
-    off = Objective(load_train_config(None, []))
+    off = _objective(load_train_config(None, []))
     assert off.shape_rewards(r, samples) is r
 
 

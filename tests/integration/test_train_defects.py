@@ -45,7 +45,7 @@ def test_old_logprobs_are_taken_in_eval_mode_under_dropout(tiny_config, tmp_path
     batch = rollout_batch(tr.state, tr.sampler, 1)
     tr.model.eval()  # the rollouts' mode: no dropout
     with torch.no_grad():
-        want = torch.cat([forward_logp(tr.state, tr.model, batch, sl, False, False)[0] for sl in micro_batches(tr.cfg, batch.n)])
+        want = torch.cat([forward_logp(tr.state, tr.model, batch, sl, False, False)[0] for sl in micro_batches(tr.state, batch.n)])
     tr.model.train()
     upd = update(tr.state, batch, tr.alpha)
     assert tr.model.training  # back in training mode afterwards
@@ -87,7 +87,7 @@ def test_kappa_eff_forwards_only_the_mixed_prompts_rollouts_and_keeps_its_value(
     assert seen == [batch.n - 2 * g]  # the two uniform groups never reach the forward pass
     assert torch.isnan(d[:2]).all() and torch.isfinite(d[2:]).all()
     # the whole batch's d, as before: equal on the mixed prompts up to float32 rounding of a smaller GEMM
-    full_logp = eval_logp(tr.state, tr.state.model, batch, micro_batches(tr.state.cfg, batch.n), lean=True)
+    full_logp = eval_logp(tr.state, tr.state.model, batch, micro_batches(tr.state, batch.n), lean=True)
     full = ((full_logp - result.old_logp) * batch.response_mask).sum(-1).reshape(batch.rewards.shape)
     assert torch.allclose(d[2:], full[2:], rtol=0, atol=1e-5)
     # κ_eff itself within 1e-5 relative of the all-rollouts forward's (the tolerance logratio_sums states;

@@ -45,7 +45,7 @@ def _rbctl_adamw_is_fused(cfg) -> bool:
     from rbctl.train.optim import make_optimizer
     from scripts.bench_trl_smollm2 import optimizer_name  # what the SmolLM2 bench prints for each framework
 
-    opt, _ = make_optimizer([torch.zeros(3, requires_grad=True)], cfg)
+    opt, _ = make_optimizer([torch.zeros(3, requires_grad=True)], cfg.optim, cfg.steps)
     return optimizer_name(opt) == "AdamW (fused)" and opt.defaults["fused"] is True
 
 
@@ -103,7 +103,7 @@ def test_real_model_bench_gives_trl_the_work_rbctl_does(tmp_path):
 def test_the_decode_compute_limit_counts_every_weight_a_token_passes_through(tmp_path):
     import json
 
-    from scripts.bench_trl_smollm2 import decode_flops_per_token
+    from scripts.bench_trl_smollm2_report import decode_flops_per_token
 
     smollm2 = {"hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30, "vocab_size": 49152,
                "num_attention_heads": 9, "num_key_value_heads": 3}
@@ -116,7 +116,7 @@ def test_the_decode_compute_limit_counts_every_weight_a_token_passes_through(tmp
 def test_the_decode_memory_limit_reads_every_float32_weight_once_a_step(tmp_path):
     import json
 
-    from scripts.bench_trl_smollm2 import decode_memory_limit
+    from scripts.bench_trl_smollm2_report import decode_memory_limit
 
     (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 4, "intermediate_size": 8, "num_hidden_layers": 1,
                                                       "vocab_size": 10, "num_attention_heads": 2}))
@@ -153,7 +153,7 @@ def test_the_sampling_clock_splits_the_loop_into_its_prefill_and_decoding(monkey
 
 
 def test_the_decoding_rate_leaves_out_each_sequences_first_token_and_the_unmeasured_steps():
-    import scripts.bench_trl_smollm2 as real
+    import scripts.bench_trl_smollm2_report as real
 
     def step(decode_s):
         return {"rollout_tokens": 1024, "decode_s": decode_s}
@@ -168,7 +168,7 @@ def test_the_report_prints_the_decoding_rate_as_a_share_of_each_limit(tmp_path, 
     import argparse
     import json
 
-    import scripts.bench_trl_smollm2 as real
+    import scripts.bench_trl_smollm2_report as real
 
     (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 4, "intermediate_size": 8, "num_hidden_layers": 1,
                                                       "vocab_size": 10, "num_attention_heads": 2}))
@@ -194,7 +194,7 @@ def test_the_report_prints_the_gguf_run_against_the_folder_and_each_phase(tmp_pa
     import argparse
     import json
 
-    import scripts.bench_trl_smollm2 as real
+    import scripts.bench_trl_smollm2_report as real
 
     (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 4, "intermediate_size": 8, "num_hidden_layers": 1,
                                                       "vocab_size": 10, "num_attention_heads": 2}))

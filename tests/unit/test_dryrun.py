@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from rbctl.config.train import TrainConfig, load_train_config
-from rbctl.train.dry_run import ASSUMED_PROMPT_TOKENS, KNOWN_SIZES, dry_run, step_cost
+from rbctl.train.dry_run import dry_run, step_cost
+from rbctl.train.plan_inputs import ASSUMED_PROMPT_TOKENS, KNOWN_SIZES
 from tests.conftest import tiny_llama
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"

@@ -17,7 +17,7 @@ def train_weights(tiny_config, foreach: bool | None, steps: int = 4) -> list[tor
     model = tiny_llama(32, layers=2, seed=0)
     params = list(model.parameters())
     if foreach is None:
-        opt, _ = make_optimizer(params, cfg)
+        opt, _ = make_optimizer(params, cfg.optim, cfg.steps)
     else:
         o = cfg.optim
         opt = torch.optim.AdamW(params, lr=o.lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay, foreach=foreach)
@@ -32,7 +32,8 @@ def train_weights(tiny_config, foreach: bool | None, steps: int = 4) -> list[tor
 
 
 def test_run_optimizer_is_fused_and_gives_the_default_weights_up_to_rounding(tiny_config) -> None:
-    opt, _ = make_optimizer(list(tiny_llama(32).parameters()), tiny_config())
+    cfg = tiny_config()
+    opt, _ = make_optimizer(list(tiny_llama(32).parameters()), cfg.optim, cfg.steps)
     assert opt.param_groups[0]["fused"] is True
     default = train_weights(tiny_config, foreach=False)  # torch's default on CPU: a loop over tensors
     ours = train_weights(tiny_config, foreach=None)
@@ -47,16 +48,17 @@ def test_run_optimizer_is_fused_and_gives_the_default_weights_up_to_rounding(tin
 def test_foreach_where_fused_cannot_run(tiny_config) -> None:
     assert fused_ok([torch.zeros(2), torch.zeros(3, dtype=torch.bfloat16)])
     assert not fused_ok([torch.zeros(2), torch.zeros(2, device="meta")])
-    opt, _ = make_optimizer([torch.zeros(2, device="meta", requires_grad=True)], tiny_config())
+    cfg = tiny_config()
+    opt, _ = make_optimizer([torch.zeros(2, device="meta", requires_grad=True)], cfg.optim, cfg.steps)
     assert opt.param_groups[0]["foreach"] is True and not opt.param_groups[0]["fused"]
 
 
 def test_lr_schedule_warmup_then_constant_or_cosine(tiny_config) -> None:
     const = tiny_config(steps=10, optim__warmup_steps=2)
-    assert [lr_factor(const, s) for s in range(4)] == [0.5, 1.0, 1.0, 1.0]
+    assert [lr_factor(const.optim, 10, s) for s in range(4)] == [0.5, 1.0, 1.0, 1.0]
     cos = tiny_config(steps=10, optim__warmup_steps=2, optim__schedule="cosine")
-    assert lr_factor(cos, 2) == 1.0
-    assert lr_factor(cos, 6) == pytest.approx(0.5 * (1 + math.cos(math.pi * 0.5)))
+    assert lr_factor(cos.optim, 10, 2) == 1.0
+    assert lr_factor(cos.optim, 10, 6) == pytest.approx(0.5 * (1 + math.cos(math.pi * 0.5)))
     # the last step, s = 9: (1 + cos(π·7/8))/2 ≈ 0.038; past it (only an extended run gets there) it stays
-    assert lr_factor(cos, 9) == pytest.approx(0.5 * (1 + math.cos(math.pi * 7 / 8)))
-    assert lr_factor(cos, 10) == lr_factor(cos, 12) == lr_factor(cos, 9)
+    assert lr_factor(cos.optim, 10, 9) == pytest.approx(0.5 * (1 + math.cos(math.pi * 7 / 8)))
+    assert lr_factor(cos.optim, 10, 10) == lr_factor(cos.optim, 10, 12) == lr_factor(cos.optim, 10, 9)

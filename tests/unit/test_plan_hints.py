@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from rbctl.config.train import load_train_config
-from rbctl.train.dry_run import dry_run, gguf_parameter_count
+from rbctl.train.dry_run import dry_run
+from rbctl.train.plan_inputs import gguf_parameter_count
 from tests.conftest import cli_options
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"

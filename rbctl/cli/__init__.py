@@ -6,48 +6,20 @@ from __future__ import annotations
 import errno
 import os
 import sys
+import time
 from pathlib import Path
 from typing import List, Optional
 
 import typer
-from typer.core import TyperCommand, TyperGroup
 
+from rbctl.cli.options import (DEBUG, Command, DebugOpt, Group, SetOpt, eval_help, int_list, package_version, resume_command,
+                               typed_argv)
 from rbctl.console import quiet_libraries, table_console
 from rbctl.errors import UserError
 
 
-class _FlagsWithoutMetavar:
-    """A flag takes no value: show no `<bool>` type column for it (--help, --debug, --force...)."""
-
-    def get_params(self, ctx):
-        params = super().get_params(ctx)
-        for p in params:
-            if getattr(p, "is_flag", False) and p.metavar is None:
-                p.metavar = ""
-        return params
-
-
-class _Command(_FlagsWithoutMetavar, TyperCommand):
-    def collect_usage_pieces(self, ctx):
-        """Usage lines with arguments in capitals, as the help's text names them: `rbctl train
-        [OPTIONS] CONFIG`, `[SWEEP]` when optional, `DIR...` when repeated (typer writes `{config}`)."""
-        pieces = [self.options_metavar] if self.options_metavar else []
-        for p in self.get_params(ctx):
-            if getattr(p, "param_type_name", "") != "argument":
-                pieces += p.get_usage_pieces(ctx)
-                continue
-            name = p.metavar or p.name.upper()
-            repeat = "..." if p.nargs != 1 and "..." not in name else ""
-            pieces.append((name if p.required else f"[{name}]") + repeat)
-        return pieces
-
-
-class _Group(_FlagsWithoutMetavar, TyperGroup):
-    pass
-
-
 app = typer.Typer(
-    cls=_Group,
+    cls=Group,
     help="rbctl: RL training of LLM reasoning with reward budgeting — train, eval, ablate, report.\n\n"
     "Examples (a config is a YAML file or a shipped preset's name; `rbctl presets` lists them):\n\n"
     "- `rbctl train fixpoint -o runs/first`: one run, about a minute on a CPU\n"
@@ -65,39 +37,11 @@ app = typer.Typer(
     rich_markup_mode="markdown",
 )
 
-_DEBUG = {"on": False}
-_ARGV: List[str] = []  # the arguments of the command running (for the resume line of an interrupt)
-
-
-def _debug(value: bool) -> bool:
-    if value:
-        _DEBUG["on"] = True
-    return value
-
-
-# --debug before the command (`rbctl --debug train ...`) or after it (`rbctl train ... --debug`):
-# every command takes the option, whose callback turns tracebacks on before the command runs.
-DebugOpt = typer.Option(False, "--debug", help="Show full tracebacks for errors.", callback=_debug)
-
-
 def _version(value: bool) -> bool:
     if value:
         typer.echo(f"rbctl {package_version()}")
         raise typer.Exit(0)
     return value
-
-
-def package_version() -> str:
-    """The installed distribution's version (package metadata), else the package's own `__version__`
-    (a source checkout that is not installed)."""
-    from importlib import metadata
-
-    try:
-        return metadata.version("rbctl")
-    except metadata.PackageNotFoundError:
-        from rbctl import __version__
-
-        return __version__
 
 
 @app.callback()
@@ -109,11 +53,9 @@ def _root(
     pass
 
 
-SetOpt = typer.Option(None, "--set", "-s", metavar="KEY=VALUE", help="Override a config value: key.path=value (repeatable).")
-
-
-@app.command(cls=_Command)
+@app.command(cls=Command)
 def train(
+    ctx: typer.Context,
     config: str = typer.Argument(..., metavar="CONFIG", help="Training config: a YAML file, or a shipped preset by name (`rbctl presets`), e.g. quickstart."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", metavar="RUN_DIR", help="Run directory; an existing one is resumed. Required but with --dry-run."),
     set_: Optional[List[str]] = SetOpt,
@@ -138,104 +80,83 @@ def train(
     Examples: `rbctl train fixpoint -o runs/first`; `rbctl train quickstart -o runs/b --set algo.budget=1.0`;
     `rbctl train paper_llama32_3b -o runs/p --dry-run` (the plan and cost, offline)."""
     from rbctl.config.train import load_train_config
-    from rbctl.train.loop import train as run_training
     from rbctl.train.preflight import check_start
 
     cfg = load_train_config(config, set_ or [])
     if dry_run:
-        from rbctl.train.dry_run import dry_run as plan
-
-        was = os.environ.get("HF_HUB_OFFLINE")
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")  # belt and braces: the plan reads caches only
-        try:
-            typer.echo(plan(cfg, source=str(config)), nl=False)
-        finally:  # the setting is the plan's, not the caller's (a process that runs more afterwards)
-            if was is None:
-                os.environ.pop("HF_HUB_OFFLINE", None)
+        _train_plan(cfg, config)
         check_start(cfg, out, force=force, extend=extend, dry_run=True)  # the start's own checks: 2 where it refuses
         return
     if out is None:
         raise UserError("rbctl train needs --out/-o RUN_DIR, the run directory (only --dry-run goes without one)")
     check_start(cfg, out, force=force, extend=extend)  # before the run directory is made: a start refused leaves nothing
     if nproc > 1:
+        from rbctl.cli.options import command_argv
         from rbctl.train.distributed import launch
 
-        argv = ["train", str(config), "-o", str(out)] + [a for kv in (set_ or []) for a in ("--set", kv)]
-        argv += [flag for flag, on in (("--force", force), ("--extend", extend), ("--quiet", quiet), ("--debug", debug)) if on]
-        raise typer.Exit(launch(nproc, argv))
+        argv = command_argv(ctx, drop=("nproc",))
+        raise typer.Exit(launch(nproc, argv + (["--debug"] if DEBUG["on"] and "--debug" not in argv else [])))
+    from rbctl.train.evaluation import final_heldout_lines
+    from rbctl.train.loop import train as run_training
+
     try:
         run_training(cfg, out, force=force, extend=extend, progress=not quiet)
-        from rbctl.train.loop import final_heldout_lines
-
-        for line in final_heldout_lines(out):
-            typer.echo(line)
     except KeyboardInterrupt:
-        import shlex
-
         from rbctl.store.checkpoint import last_good_checkpoint
 
         step, _ = last_good_checkpoint(out)
-        again = ["rbctl", "train", str(config), "-o", str(out)] + [a for kv in (set_ or []) for a in ("--set", kv)]
         saved = f"the last checkpoint is step {step}" if step else "no checkpoint yet"
-        again += [flag for flag, on in (("--force", force), ("--extend", extend)) if on]
-        typer.secho(f"interrupted: {saved}; resume with: {shlex.join(again)}", err=True)
+        typer.secho(f"interrupted: {saved}; resume with: {resume_command(ctx, drop=('quiet',))}", err=True)
         raise typer.Exit(130)
+    for line in final_heldout_lines(out):
+        typer.echo(line)
 
 
-def _eval_help(name: str, run_key: str | None = None) -> str:
-    """The help of `rbctl eval`'s option for `EvalConfig` field `name`: the field's description and
-    default as the config model states them, and the config key of a run directory's protocol that
-    the option overrides (`run_key`)."""
-    from pydantic_core import PydanticUndefined
+def _train_plan(cfg, source: str) -> None:
+    """Print `rbctl train --dry-run`'s plan, reading caches only (HF_HUB_OFFLINE for its duration)."""
+    from rbctl.train.dry_run import dry_run as plan
 
-    from rbctl.config.eval import EvalConfig
-
-    field = EvalConfig.model_fields[name]
-    text = field.description
-    default = field.default
-    if field.default_factory is not None and not field.default_factory_takes_validated_data:
-        default = field.default_factory()
-    if isinstance(default, (list, tuple)):
-        default = ",".join(map(str, default))
-    if isinstance(default, str) and " " in default:
-        default = f'"{default}"'
-    if default is not None and default is not PydanticUndefined and "default" not in text.lower():
-        text += f" Default: {default}."
-    text = text.replace("<", "\\<")  # the help is markdown: <name> is not a tag
-    return text + (f" A run directory's {run_key} unless given." if run_key else "")
+    was = os.environ.get("HF_HUB_OFFLINE")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # belt and braces: the plan reads caches only
+    try:
+        typer.echo(plan(cfg, source=str(source)), nl=False)
+    finally:  # the setting is the plan's, not the caller's (a process that runs more afterwards)
+        if was is None:
+            os.environ.pop("HF_HUB_OFFLINE", None)
 
 
-@app.command("eval", cls=_Command)
+@app.command("eval", cls=Command)
 def eval_(
+    ctx: typer.Context,
     model: str = typer.Argument(..., metavar="MODEL", help="Hub id, local model dir, GGUF file, rbctl run directory (or a checkpoint folder of one), a TRL checkpoint-N or verl global_step_N folder (results go beside it, where a runs manifest's report reads them), or 'builtin'."),
     benchmarks: Optional[str] = typer.Option(None, "--benchmarks", "-b",
-                                             help="Comma-separated. " + _eval_help("benchmarks", "eval.benchmarks")),
-    n: Optional[int] = typer.Option(None, "--n", help=_eval_help("n", "eval.n")),
+                                             help="Comma-separated. " + eval_help("benchmarks", "eval.benchmarks")),
+    n: Optional[int] = typer.Option(None, "--n", help=eval_help("n", "eval.n")),
     out: Optional[Path] = typer.Option(
         None, "--out", "-o",
         help="Output folder (default: the protocol's folder RUN_DIR/eval/step_XXXXXX/protocol_X for a run directory, "
         "else runs/eval/MODEL/protocol_X; one folder per protocol, so none replaces another).",
     ),
     step: Optional[int] = typer.Option(None, "--step", help="Checkpoint step of a run directory (default: latest)."),
-    temperature: Optional[float] = typer.Option(None, "--temperature", help=_eval_help("temperature", "eval.temperature")),
-    top_p: Optional[float] = typer.Option(None, "--top-p", help=_eval_help("top_p", "eval.top_p")),
+    temperature: Optional[float] = typer.Option(None, "--temperature", help=eval_help("temperature", "eval.temperature")),
+    top_p: Optional[float] = typer.Option(None, "--top-p", help=eval_help("top_p", "eval.top_p")),
     max_new_tokens: Optional[int] = typer.Option(
-        None, "--max-new-tokens", help=_eval_help("max_new_tokens", "eval.max_new_tokens (or rollout.max_new_tokens)")),
-    seed: Optional[int] = typer.Option(None, "--seed", help=_eval_help("seed", "seed")),
-    template: Optional[str] = typer.Option(None, "--template", help=_eval_help("template", "data.template")),
-    instruction: Optional[str] = typer.Option(None, "--instruction", help=_eval_help("instruction", "data.instruction")),
-    extraction: Optional[str] = typer.Option(None, "--extraction", help=_eval_help("extraction", "data.extraction")),
-    limit: Optional[int] = typer.Option(None, "--limit", help=_eval_help("limit", "eval.limit")),
-    data_dir: Optional[Path] = typer.Option(None, "--data-dir", envvar="RBCTL_DATA_DIR", help=_eval_help("data_dir")),
-    engine: Optional[str] = typer.Option(None, "--engine", help=_eval_help("engine")),
-    batch_size: Optional[int] = typer.Option(None, "--batch-size", help=_eval_help("batch_size")),
-    max_batch_tokens: Optional[int] = typer.Option(None, "--max-batch-tokens", help=_eval_help("max_batch_tokens")),
-    threads: Optional[int] = typer.Option(None, "--threads", help=_eval_help("threads", "threads")),
-    device: Optional[str] = typer.Option(None, "--device", help=_eval_help("device", "model.device")),
+        None, "--max-new-tokens", help=eval_help("max_new_tokens", "eval.max_new_tokens (or rollout.max_new_tokens)")),
+    seed: Optional[int] = typer.Option(None, "--seed", help=eval_help("seed", "seed")),
+    template: Optional[str] = typer.Option(None, "--template", help=eval_help("template", "data.template")),
+    instruction: Optional[str] = typer.Option(None, "--instruction", help=eval_help("instruction", "data.instruction")),
+    extraction: Optional[str] = typer.Option(None, "--extraction", help=eval_help("extraction", "data.extraction")),
+    limit: Optional[int] = typer.Option(None, "--limit", help=eval_help("limit", "eval.limit")),
+    data_dir: Optional[Path] = typer.Option(None, "--data-dir", envvar="RBCTL_DATA_DIR", help=eval_help("data_dir")),
+    engine: Optional[str] = typer.Option(None, "--engine", help=eval_help("engine")),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", help=eval_help("batch_size")),
+    max_batch_tokens: Optional[int] = typer.Option(None, "--max-batch-tokens", help=eval_help("max_batch_tokens")),
+    threads: Optional[int] = typer.Option(None, "--threads", help=eval_help("threads", "threads")),
+    device: Optional[str] = typer.Option(None, "--device", help=eval_help("device", "model.device")),
     dtype: Optional[str] = typer.Option(
-        None, "--dtype", help=_eval_help("dtype", "weights as it trained them (float32 master weights, generation under "
+        None, "--dtype", help=eval_help("dtype", "weights as it trained them (float32 master weights, generation under "
                                                   "its model.precision's autocast)")),
-    cpu_linear: Optional[str] = typer.Option(None, "--cpu-linear", help=_eval_help("cpu_linear", "model.cpu_linear")),
+    cpu_linear: Optional[str] = typer.Option(None, "--cpu-linear", help=eval_help("cpu_linear", "model.cpu_linear")),
     force: bool = typer.Option(
         False, "--force", help="Evaluate again where the run directory already holds this protocol's result for the "
         "step (its training's last evaluation, or an earlier one), and start over what an interrupted one kept.",
@@ -261,35 +182,44 @@ def eval_(
 
     Examples: `rbctl eval runs/first`; `rbctl eval runs/first --n 16 --force`;
     `rbctl eval Qwen/Qwen2.5-Math-1.5B -b gsm8k --limit 100`."""
+    _eval(ctx, model, step, out, force)
+
+
+def _eval(ctx: typer.Context, model: str, step: int | None, out: Path | None, force: bool) -> None:
+    """`rbctl eval`: its options named as EvalConfig's fields, as given (None: the run's protocol or
+    the default), then the evaluation; after a Ctrl-C, what it kept and the command that resumes it."""
     from rbctl.eval.imported import split_benchmarks
     from rbctl.eval.run import EvalInterrupted, eval_target, run_eval
 
-    options = dict(
-        n=n, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, seed=seed, template=template,
-        instruction=instruction, extraction=extraction, limit=limit, data_dir=str(data_dir) if data_dir else None, engine=engine,
-        batch_size=batch_size, max_batch_tokens=max_batch_tokens, threads=threads, device=device, dtype=dtype,
-        cpu_linear=cpu_linear, benchmarks=split_benchmarks(benchmarks) if benchmarks is not None else None,
-    )
+    options = {k: v for k, v in ctx.params.items() if k not in ("model", "out", "step", "force", "debug") and v is not None}
+    if "benchmarks" in options:
+        options["benchmarks"] = split_benchmarks(options["benchmarks"])
+    if "data_dir" in options:
+        options["data_dir"] = str(options["data_dir"])
     _check_out_folder(out, access=False)
-    model, step, cfg, note = eval_target(model, step, {k: v for k, v in options.items() if v is not None})
-    precision = None
-    if cfg.precision is not None:  # a run's training precision: its autocast while generating
-        from rbctl.rollout.models import resolve_device
-        from rbctl.train.precision import resolve_precision
-
-        precision = resolve_precision(cfg.precision, resolve_device(cfg.device))
+    model, step, cfg, note = eval_target(model, step, options)
     try:
-        run_eval(model, cfg, out_dir=out, step=step, note=note, force=force, precision=precision, console=table_console())
+        run_eval(model, cfg, out_dir=out, step=step, note=note, force=force, precision=_run_precision(cfg),
+                 console=table_console())
     except KeyboardInterrupt as e:  # EvalInterrupted once sampling began: it says what was kept
-        import shlex
-
         kept = str(e) if isinstance(e, EvalInterrupted) else "nothing sampled yet"
-        typer.secho(f"interrupted: {kept}; resume with: {shlex.join(['rbctl', *_ARGV])}", err=True)
+        typer.secho(f"interrupted: {kept}; resume with: {resume_command(ctx, drop=('force',))}", err=True)
         raise typer.Exit(130)
 
 
-@app.command(cls=_Command)
+def _run_precision(cfg):
+    """A run's training precision (its autocast while generating), for an evaluation of a run; else None."""
+    if cfg.precision is None:
+        return None
+    from rbctl.rollout.models import resolve_device
+    from rbctl.train.precision import resolve_precision
+
+    return resolve_precision(cfg.precision, resolve_device(cfg.device))
+
+
+@app.command(cls=Command)
 def ablate(
+    ctx: typer.Context,
     sweep: Optional[str] = typer.Argument(None, metavar="SWEEP", help="Sweep file: a YAML file, or a shipped preset by name (`rbctl presets`). Default: ablate_fixpoint (the main job), then a report."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Sweep directory (default: runs/SWEEP_NAME, the sweep file's name without .yaml)."),
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Runs in parallel (default: the sweep's `jobs`)."),
@@ -316,8 +246,6 @@ def ablate(
 
     Examples: `rbctl ablate ablate_quickstart --dry-run` (the plan, power and time);
     `rbctl ablate ablate_quickstart --arms grpo,grpo_budget --seeds 0,1 --set steps=40 -o runs/small`."""
-    import time
-
     from rbctl.store.rundir import RUNS_ROOT
     from rbctl.sweep.ablate import DEFAULT_SWEEP, run_sweep, summarize_state
 
@@ -329,7 +257,7 @@ def ablate(
     if jobs is not None and jobs < 1:
         raise UserError(f"--jobs must be at least 1 (runs in parallel), got {jobs}")
     selection = dict(arms=[a.strip() for a in arms.split(",") if a.strip()] if arms else None,
-                     seeds=_int_list(seeds, "--seeds") if seeds is not None else None, overrides=set_ or [])
+                     seeds=int_list(seeds, "--seeds") if seeds is not None else None, overrides=set_ or [])
     if dry_run:
         from rbctl.report import power
         from rbctl.sweep.plan import sweep_plan
@@ -344,19 +272,13 @@ def ablate(
         state = run_sweep(path, sweep_dir, jobs=jobs, force=force, progress=not quiet, launcher=launcher,
                           seed_offset=seed_offset, **selection)
     except (Interrupted, KeyboardInterrupt):
-        import shlex
-
         from rbctl.store.read import read_sweep_state
         from rbctl.store.rundir import SWEEP_STATE
 
         done, total, _ = summarize_state({"runs": read_sweep_state(sweep_dir)})
-        again = ["rbctl", "ablate"] + ([str(sweep)] if sweep else []) + ["-o", str(sweep_dir)]
-        again += (["--jobs", str(jobs)] if jobs else []) + (["--launcher", launcher] if launcher != "local" else [])
-        again += ["--seed-offset", str(seed_offset)] if seed_offset else []
-        again += (["--arms", arms] if arms else []) + (["--seeds", seeds] if seeds else [])
-        again += [a for kv in (set_ or []) for a in ("--set", kv)]
+        again = resume_command(ctx, drop=("force", "no_report", "quiet"), pin={"out": sweep_dir})
         typer.secho(f"interrupted: {done}/{total} runs done, the rest recorded in {sweep_dir / SWEEP_STATE} "
-                    f"(partial runs keep their checkpoints); finish with: {shlex.join(again)}", err=True)
+                    f"(partial runs keep their checkpoints); finish with: {again}", err=True)
         raise typer.Exit(130)
     _ablate_end(sweep_dir, state, time.perf_counter() - t0, estimate, no_report)
 
@@ -386,27 +308,9 @@ def _ablate_end(sweep_dir: Path, state: dict, seconds: float, estimate, no_repor
         raise typer.Exit(1)
 
 
-def _int_list(text: str, option: str) -> list[int]:
-    """`0,1,2` or `0-5` (inclusive) or a mix, as a list of distinct ints; a `UserError` naming `option`
-    otherwise. Nothing is read generously: `0-` (no end), `3-1` (backwards), `a-b` are refused, not
-    run as something else."""
-    import re
-
-    out: list[int] = []
-    for part in (p.strip() for p in text.split(",")):
-        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
-        if m is None or (m.group(2) is not None and int(m.group(2)) < int(m.group(1))):
-            why = "a range needs its end at or after its start" if m is not None else "expected seeds >= 0, comma-separated, ranges as A-B"
-            raise UserError(f"{option} '{text}': '{part}': {why} (e.g. 0,1,2 or 0-5)")
-        lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
-        out += range(lo, hi + 1)
-    if len(set(out)) != len(out):
-        raise UserError(f"{option} '{text}': expected each seed once")
-    return out
-
-
-@app.command(cls=_Command)
+@app.command(cls=Command)
 def report(
+    ctx: typer.Context,
     dirs: List[Path] = typer.Argument(..., metavar="DIR... | MANIFEST.yaml | STUDY.yaml", help="Run or sweep directories, runs manifests or folders of runs trained elsewhere (TRL, verl, W&B, MLflow, TensorBoard: docs/your_runs.md), or one study file."),
     out: Optional[Path] = typer.Option(
         None, "--out", "-o", help="Output folder [default: DIR/report for a single run or sweep directory, runs/NAME for a manifest, a folder of runs trained elsewhere or a study file; required for several inputs]."
@@ -440,7 +344,7 @@ def report(
             typer.echo("\n".join(f"declared: {p}" for p in written) or f"{dirs[0]}: this version is recorded already")
             return
         study = load_study(dirs[0])
-        typer.echo(f"claims: {write_study_report(study, out, command=shlex.join(['rbctl', *_ARGV]))}")
+        typer.echo(f"claims: {write_study_report(study, out, command=shlex.join(['rbctl', *typed_argv(ctx)]))}")
         table = study_claims_table(study)
         if table is not None:  # the answer last: each claim's call
             table_console().print(table)
@@ -498,7 +402,7 @@ def _check_out_folder(out: Optional[Path], access: bool = True) -> None:
         raise UserError(problem)
 
 
-@app.command(cls=_Command)
+@app.command(cls=Command)
 def presets(debug: bool = DebugOpt) -> None:
     """List the shipped configs: each preset's name, the command that runs it, and what it is for.
 
@@ -513,7 +417,7 @@ def presets(debug: bool = DebugOpt) -> None:
         typer.echo(f"  {name:<{width}}  {command:<6}  {purpose}")
 
 
-@app.command("config", cls=_Command)
+@app.command("config", cls=Command)
 def config_(
     config: str = typer.Argument(..., metavar="CONFIG", help="A training config or sweep file: a YAML file, or a shipped preset by name."),
     set_: Optional[List[str]] = SetOpt,
@@ -565,13 +469,12 @@ def run(argv: Optional[List[str]] = None) -> int:
         from typer.exceptions import Abort as _Abort
     except ImportError:  # pragma: no cover
         _Abort = click_exc.Abort
-    _DEBUG["on"] = False
-    _ARGV[:] = sys.argv[1:] if argv is None else list(argv)
-    try:
-        rc = app(args=argv, standalone_mode=False)
+    DEBUG["on"] = False
+    try:  # the commands find the arguments as typed in `obj` (rbctl.cli.options.typed_argv)
+        rc = app(args=argv, standalone_mode=False, obj={"argv": sys.argv[1:] if argv is None else list(argv)})
         return rc if isinstance(rc, int) else 0
     except UserError as e:
-        if _DEBUG["on"]:  # --debug shows where it came from; the outcome (exit code 2) is the same
+        if DEBUG["on"]:  # --debug shows where it came from; the outcome (exit code 2) is the same
             import traceback
 
             traceback.print_exc()
@@ -583,7 +486,7 @@ def run(argv: Optional[List[str]] = None) -> int:
     except _Abort:
         return 1
     except OSError as e:  # a full or failing disk, a denied write: what and where, in one line (written files are never torn)
-        if _DEBUG["on"]:
+        if DEBUG["on"]:
             import traceback
 
             traceback.print_exc()

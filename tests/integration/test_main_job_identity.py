@@ -1,0 +1,48 @@
+"""A run of each main-job arm writes the files it wrote when the fingerprint was recorded: every
+number of its logs, samples, evaluations and checkpoints (times and provenance aside), by
+`scripts/main_job_fingerprint.py`. A refactor of the loop, the trainer or the sweep that changes
+any of them fails here; a change meant to change the runs records a new fingerprint with
+`python -m scripts.main_job_fingerprint --write` (and says why in its commit)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from scripts import main_job_fingerprint as fp
+
+
+@pytest.mark.slow
+def test_each_main_job_arm_writes_the_recorded_files(rbctl_cache, tmp_path):
+    recorded = json.loads(fp.REFERENCE.read_text())
+    if recorded["machine"] != fp.machine():
+        pytest.skip(f"the fingerprint was recorded with {recorded['machine']}, this is {fp.machine()}: float "
+                    "arithmetic may differ; record one here with python -m scripts.main_job_fingerprint --write")
+    assert (recorded["arms"], recorded["overrides"]) == (fp.ARMS, fp.OVERRIDES)
+    now = fp.fingerprint(fp.run_main_job_arms(tmp_path / "sweep"))
+    assert fp.differences(recorded["files"], now) == []
+    assert len(now) == 91  # 3 runs × 29 files (2 checkpoints of 9, 4 evaluations of 2, 5 logs) + 4 of the sweep
+
+
+def _write(path, text):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def test_the_fingerprint_sees_a_changed_number_and_ignores_times_and_paths(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    for d, t, value in ((a, 0.5, 0.25), (b, 9.0, 0.25)):
+        _write(d / "runs" / "m.jsonl", json.dumps({"step": 1, "reward/mean": value, "time/step_s": t}) + "\n")
+        _write(d / "s.json", json.dumps({"model": str(d / "ck"), "time_s": t, "protocol": {"max_batch_tokens": t}}))
+        _write(d / "provenance.json", json.dumps({"host": str(t)}))
+    assert fp.fingerprint(a) == fp.fingerprint(b)  # times, the sweep's own path and provenance aside
+    assert set(fp.fingerprint(a)) == {"runs/m.jsonl", "s.json"}
+    _write(b / "runs" / "m.jsonl", json.dumps({"step": 1, "reward/mean": 0.25000001, "time/step_s": 1.0}) + "\n")
+    assert fp.differences(fp.fingerprint(a), fp.fingerprint(b)) == ["differs: runs/m.jsonl"]
+    _write(b / "runs" / "m.jsonl", json.dumps({"step": 1, "time/step_s": 1.0, "reward/mean": 0.25}) + "\n")
+    assert fp.differences(fp.fingerprint(a), fp.fingerprint(b)) == ["differs: runs/m.jsonl"]  # the keys' order counts
+    _write(b / "x.yaml", "a: 1\n")
+    (a / "s.json").unlink()
+    assert fp.differences(fp.fingerprint(b), fp.fingerprint(a)) == [
+        "differs: runs/m.jsonl", "missing now: s.json", "missing now: x.yaml"]
