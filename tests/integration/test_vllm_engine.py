@@ -261,6 +261,28 @@ def test_sync_weights_streams_through_the_inplace_reload_where_vllm_has_it(tiny)
     assert llm.model.calls == 0 and llm.calls[-1] == ("reset_prefix_cache",)
 
 
+def test_a_vllm_whose_reload_weights_takes_no_argument_gets_the_per_tensor_path(tiny):
+    """vLLM's GPU worker before the layerwise reload (0.14 and earlier, which `vllm>=0.10.2` admits)
+    has `reload_weights(self)`: it re-reads the checkpoint from disk and takes no iterator. Called
+    with `weights_iterator=` it raises TypeError; the engine must load tensor by tensor instead."""
+    model, _ = tiny
+    eng, llm = make_engine(tiny, lambda p, i: ([5, EOS], "stop"))
+    from_disk = []
+
+    def reload_weights():  # the old worker's signature
+        from_disk.append(True)
+
+    worker = llm.llm_engine.model_executor.driver_worker
+    worker.reload_weights = reload_weights
+    llm.collective_rpc = lambda method, kwargs=None: [getattr(worker, method)(**(kwargs or {}))]
+    assert not vllm_engine.has_inplace_reload(llm)
+    n = eng.sync_weights(model)
+    names = [name for name, _ in model.named_parameters()]
+    assert n == len(names) == llm.model.calls and not from_disk
+    for name, p in model.named_parameters():
+        assert torch.equal(llm.model.loaded[name], p.detach())
+
+
 def test_an_untied_model_pushes_no_extra_output_layer():
     from rbctl.tasks.builtin import build_tokenizer
     from rbctl.tasks.links import TaskSpec
