@@ -180,6 +180,7 @@ class TrainConfig(Section):
     seed: int = Field(0, description="Run seed: prompt order, sampling and initialisation of anything random.")
     steps: int = Field(100, ge=1, description="Rollout steps: each samples one rollout batch (P prompts × G rollouts) and takes algo.ppo_epochs × M optimizer updates on it (M = P / algo.ppo_mini_batch_size mini-batches, 1 when that is null).")
     threads: int = Field(0, ge=0, description="torch CPU threads; 0 = torch's default.")
+    dist_timeout_min: float = Field(180.0, gt=0.0, description="Minutes a collective of `rbctl train --nproc N` may wait before the run fails (NCCL's own default is 10): long enough for a rank's slower rollouts and rank 0's checkpoint writes at 8B. Rank 0's evaluations are waited for apart from it (docs/scaling.md).")
     max_nonfinite_steps: int = Field(3, ge=1, description="Stop the run after this many rollout steps in a row with a non-finite loss or gradient (such optimizer updates are skipped).")
     kappa_eff_every: int = Field(1, ge=0, description="Measure κ_eff every k steps (one extra forward pass); 0 = never.")
     save_every: int = Field(50, ge=1, description="Checkpoint every k steps (and at the last step).")

@@ -186,27 +186,35 @@ def _periodic_eval(tr: Trainer, cfg: TrainConfig, run_dir: Path, step: int, metr
     """Held-out evaluation during training, on rank 0; one line per benchmark in RUN_DIR/eval.jsonl.
     `problems`: the held-out problems an earlier evaluation loaded (None: load them); returns them.
     Every rank enters `tr.full_weights()` (under FSDP the gather is collective); the others leave
-    it at once and wait at the next collective."""
+    it at once and wait at `tr.dist.barrier()`, which no evaluation length times out
+    (`rbctl.train.distributed`)."""
     with tr.full_weights():
-        if not main_rank:
-            return problems
-        ecfg = for_run(cfg.eval, cfg)
-        if problems is None:
-            problems = load_problems(ecfg, task_spec(cfg))  # `builtin` = this run's own task
-        t = time.perf_counter()
-        out_dir = periodic_eval_dir(run_dir, step)
-        key = _evaluation_key(tr, ecfg, step, problems)
-        seen = _EVALUATED.get(key) if key is not None else None
-        if seen is not None and _complete(*seen):
-            results = _copy_evaluation(*seen, out_dir, tr.base_source)
-        else:
-            results = _evaluate(tr, ecfg, out_dir, step, problems, tr.base_source)
-            if key is not None:
-                _EVALUATED[key] = (out_dir, results)
-        metrics["time/eval_s"] = time.perf_counter() - t
-        tr.last_eval = (step, ecfg, periodic_eval_dir(run_dir, step), results)
-        for line in periodic_eval_lines(results, step):
-            append_jsonl(run_dir / EVAL_LINES, line)
+        if main_rank:
+            problems = _evaluate_on_main(tr, cfg, run_dir, step, metrics, problems)
+    tr.dist.barrier()
+    return problems
+
+
+def _evaluate_on_main(tr: Trainer, cfg: TrainConfig, run_dir: Path, step: int, metrics: dict,
+                      problems: dict | None) -> dict:
+    """`_periodic_eval`'s work on rank 0."""
+    ecfg = for_run(cfg.eval, cfg)
+    if problems is None:
+        problems = load_problems(ecfg, task_spec(cfg))  # `builtin` = this run's own task
+    t = time.perf_counter()
+    out_dir = periodic_eval_dir(run_dir, step)
+    key = _evaluation_key(tr, ecfg, step, problems)
+    seen = _EVALUATED.get(key) if key is not None else None
+    if seen is not None and _complete(*seen):
+        results = _copy_evaluation(*seen, out_dir, tr.base_source)
+    else:
+        results = _evaluate(tr, ecfg, out_dir, step, problems, tr.base_source)
+        if key is not None:
+            _EVALUATED[key] = (out_dir, results)
+    metrics["time/eval_s"] = time.perf_counter() - t
+    tr.last_eval = (step, ecfg, periodic_eval_dir(run_dir, step), results)
+    for line in periodic_eval_lines(results, step):
+        append_jsonl(run_dir / EVAL_LINES, line)
     return problems
 
 

@@ -45,7 +45,7 @@ class Trainer:
         self.objective = Objective(cfg)  # policy loss, token mask, reward transform, estimator
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
-        self.dist = init_from_env()
+        self.dist = init_from_env(cfg.dist_timeout_min)
         warn = log if self.dist.is_main else None
         candidates = checkpoints_to_try(self.run_dir, log=warn)  # chosen once, no weight byte read
         if resume_at_most is not None:
