@@ -61,7 +61,7 @@ def test_adapters_get_their_gradients_under_checkpointing(kind, use_reentrant):
 
 
 def _transformers_4x_checkpointing(self, gradient_checkpointing_kwargs=None):
-    """`PreTrainedModel.gradient_checkpointing_enable` as transformers 4.46 has it: reentrant unless
+    """`PreTrainedModel.gradient_checkpointing_enable` as transformers 4.56 (the floor) has it: reentrant unless
     told otherwise, and input gradients enabled only for transformers' own PEFT integration."""
     from torch.utils.checkpoint import checkpoint
 
