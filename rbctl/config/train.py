@@ -22,6 +22,7 @@ from rbctl.config.presets import SWEEP_KEYS, is_sweep, resolve_config
 from rbctl.errors import UserError
 from rbctl.grading.extract import EXTRACTION_MODES
 from rbctl.tasks.prompting import MATH_INSTRUCTION
+from rbctl.train.footprint import CARDS
 
 
 class LoraCfg(Section):
@@ -176,6 +177,15 @@ class LogCfg(Section):
     wandb_mode: Literal["online", "offline"] = Field("offline", description="W&B mode.")
 
 
+class HardwareCfg(Section):
+    """What the run is planned for: `rbctl train CONFIG --dry-run` checks the memory budget per GPU and the
+    time against it (rbctl.train.footprint); training itself does not read it."""
+
+    gpu: Optional[Literal[tuple(CARDS)]] = Field(None, description="The card the run is sized for: --dry-run checks the per-GPU memory estimate against its memory and times a step at its rates; null = not checked.")
+    gpus: int = Field(1, ge=1, description="GPUs the run uses (rbctl train --nproc N): the budget is per GPU, a step's work is divided over them.")
+    time_limit_min: Optional[int] = Field(None, ge=1, description="Wall-clock limit of one job (a Slurm partition's; a sweep's launcher.timeout_min): --dry-run warns where the run outlasts it (it is requeued and resumes from its last checkpoint) and where save_every steps do.")
+
+
 class TrainConfig(Section):
     seed: int = Field(0, description="Run seed: prompt order, sampling and initialisation of anything random.")
     steps: int = Field(100, ge=1, description="Rollout steps: each samples one rollout batch (P prompts × G rollouts) and takes algo.ppo_epochs × M optimizer updates on it (M = P / algo.ppo_mini_batch_size mini-batches, 1 when that is null).")
@@ -194,6 +204,7 @@ class TrainConfig(Section):
     optim: OptimCfg = Field(default_factory=OptimCfg, description="Optimizer.")
     eval: EvalDuringTrainingCfg = Field(default_factory=EvalDuringTrainingCfg, description="Periodic held-out evaluation.")
     log: LogCfg = Field(default_factory=LogCfg, description="Experiment trackers (TensorBoard, W&B) besides metrics.jsonl.")
+    hardware: HardwareCfg = Field(default_factory=HardwareCfg, description="The card, GPU count and job time limit the run is planned for (--dry-run's checks).")
 
     @model_validator(mode="after")
     def _resolve(self):

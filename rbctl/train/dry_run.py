@@ -13,7 +13,8 @@ model, data, estimator, budget, P, G, steps, engine, and per step
 
 N counts every parameter (the usual 2N / 6N rule; attention's L² term is left out). Where each
 number comes from is printed beside it: N from the cached model config (exact count on the meta
-device), else a table of known sizes; prompt tokens from the cached tokenizer on cached data,
+device), else the shipped config.json fields of the models the recipes name
+(`rbctl.train.footprint.KNOWN_ARCHITECTURES`), counted the same way; prompt tokens from the cached tokenizer on cached data,
 else ≈ 4 characters per token of the cached data, else a stated assumption.
 
     rbctl train configs/paper_qwen3_8b.yaml --dry-run [--set key=value ...]
@@ -26,15 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rbctl.config.train import TrainConfig
+from rbctl.train.footprint import KNOWN_ARCHITECTURES, Architecture, plan_rows
 from rbctl.train.objective import keeps_reference
 
-# Parameter counts of models the recipes name, for when their config is not cached
-# (both computed from the published configs: embeddings + layers, tied or not).
-KNOWN_SIZES = {
-    "Qwen/Qwen3-8B": 8.2e9,
-    "meta-llama/Llama-3.2-3B-Instruct": 3.2e9,
-    "meta-llama/Llama-3.2-3B": 3.2e9,
-}
 # Hub organisations whose models are gated: the first download needs the license accepted on the
 # model's page and a logged-in token (Meta's Llama models, as of 2025).
 GATED_ORGS = ("meta-llama/",)
@@ -52,6 +47,7 @@ class Resolved:
     model_note: str = ""
     n_params: float | None = None
     n_source: str = "unknown"
+    arch: Architecture | None = None  # the sizes memory and time are estimated from
     tokenizer: object | None = None
     data_files: list[Path] = field(default_factory=list)
     data_note: str = ""
@@ -210,7 +206,8 @@ def _resolve_model(cfg: TrainConfig, r: Resolved, cache_dir) -> None:
 
         spec, ws = task_spec(cfg), warm_start_spec(cfg)
         r.tokenizer = builtin.build_tokenizer(spec)
-        r.n_params = _count_params(builtin.model_config(spec, ws, len(r.tokenizer)))
+        config = builtin.model_config(spec, ws, len(r.tokenizer))
+        r.n_params, r.arch = _count_params(config), Architecture.of(config)
         r.n_source = f"the {spec.kind} task's model config, counted on the meta device"
         if cfg.data.builtin.warm_start:
             builtin.warm_started(spec, ws, shipped=cfg.data.builtin.warm_start)  # refuses a mismatched or changed one
@@ -244,7 +241,8 @@ def _resolve_model(cfg: TrainConfig, r: Resolved, cache_dir) -> None:
         from transformers import AutoConfig
 
         try:
-            r.n_params = _count_params(AutoConfig.from_pretrained(str(r.model_dir)))
+            config = AutoConfig.from_pretrained(str(r.model_dir))
+            r.n_params, r.arch = _count_params(config), Architecture.of(config)
             r.n_source = "counted from the cached config"
         except Exception as e:
             r.warnings.append(f"cannot build the model config of {name}: {type(e).__name__}: {e}")
@@ -252,8 +250,12 @@ def _resolve_model(cfg: TrainConfig, r: Resolved, cache_dir) -> None:
     if r.model_dir is None and name.startswith(GATED_ORGS) and not p.exists():
         r.warnings.append(f"'{name}' is gated on the Hugging Face Hub: accept its license on "
                           f"https://huggingface.co/{name} and log in (hf auth login, or HF_TOKEN) before the first run")
-    if r.n_params is None and name in KNOWN_SIZES:
-        r.n_params, r.n_source = KNOWN_SIZES[name], "table of known sizes"
+    if r.n_params is None and name in KNOWN_ARCHITECTURES:
+        from transformers import AutoConfig
+
+        config = AutoConfig.for_model(**KNOWN_ARCHITECTURES[name])
+        r.n_params, r.arch = _count_params(config), Architecture.of(config)
+        r.n_source = "the shipped config.json fields (rbctl.train.footprint), counted on the meta device"
     if r.n_params is None:
         r.warnings.append(f"parameter count of '{name}' unknown (not cached, not in the table): no FLOP estimate")
     elif r.model_dir is None and not p.exists():
@@ -410,20 +412,6 @@ def _memory_line(cfg: TrainConfig, n_params: float) -> str:
                if cfg.model.fsdp else ""))
 
 
-# A stated throughput, not a measurement: an H100/H200 SXM's dense bf16 peak (989 TFLOP/s) at 30%
-# model-FLOPs utilisation, a round figure for RL fine-tuning where decoding runs far below peak.
-GPU_PEAK_FLOPS = 989e12
-GPU_UTILISATION = 0.30
-
-
-def gpu_hours_line(flops: float) -> str:
-    """GPU-hours for ``flops`` at the stated throughput (`GPU_PEAK_FLOPS` × `GPU_UTILISATION`), labelled as
-    an assumption and an upper bound with the step's token count."""
-    hours = flops / (GPU_PEAK_FLOPS * GPU_UTILISATION) / 3600
-    return (f"≈ {hours:,.0f} GPU-hours (an assumption, not measured: {GPU_PEAK_FLOPS / 1e12:.0f} TFLOP/s bf16 peak of "
-            f"an H100/H200 at {GPU_UTILISATION:.0%} utilisation; an upper bound, as the FLOPs above)")
-
-
 def dry_run(cfg: TrainConfig, *, source: str | None = None, cache_dir: str | Path | None = None) -> str:
     """The printable plan of a validated training config, resolved offline (nothing is downloaded).
     `cache_dir` is the Hugging Face hub cache to look in (default: the user's). A config no machine
@@ -475,9 +463,14 @@ def dry_run(cfg: TrainConfig, *, source: str | None = None, cache_dir: str | Pat
         row("  extra", f"reference {_sci(c.ref_flops)} + κ_eff {_sci(c.kappa_flops)} + behaviour log-probs "
                        f"{_sci(c.old_flops)} FLOPs (forward passes)")
         row("  total", f"{_sci(c.total_flops)} FLOPs per step, {_sci(c.total_flops * cfg.steps)} for {cfg.steps} steps")
-        if cfg.model.device != "cpu":
-            row("GPU time", gpu_hours_line(c.total_flops * cfg.steps))
-        row("memory", _memory_line(cfg, r.n_params))
+        if cfg.model.device == "cpu" or r.arch is None:
+            row("memory", _memory_line(cfg, r.n_params))
+        else:  # a GPU run: memory per GPU and time (rbctl.train.footprint)
+            extra = c.ref_flops + c.kappa_flops + (c.old_flops or 0.0)
+            rows, warned = plan_rows(cfg, r.n_params, r.arch, ptok, extra, builtin=cfg.model.name == "builtin")
+            for label, text in rows:
+                row(label, text)
+            r.warnings += warned
     else:
         row("  FLOPs", "unknown (no parameter count)")
     row("this machine", _machine_line(cfg))
