@@ -79,6 +79,7 @@ def test_the_trainers_lora_trains_under_transformers_4x_checkpointing(tiny_confi
     from rbctl.train.update import update
 
     monkeypatch.setattr(PreTrainedModel, "gradient_checkpointing_enable", _transformers_4x_checkpointing)
+    monkeypatch.delattr(PreTrainedModel, "activation_checkpointing_enable")  # 5.x's name, which 4.x has not
     cfg = tiny_config(model__lora="{r: 4, alpha: 8, target_modules: all-linear}", model__gradient_checkpointing="true")
     tr = Trainer(cfg, tmp_path / "run", log=lambda *a: None)
     batch = rollout_batch(tr.state, tr.sampler, 1)
@@ -94,3 +95,23 @@ def test_the_trainers_lora_trains_under_transformers_4x_checkpointing(tiny_confi
     update(tr.state, batch, tr.alpha)
     lora_b = [g for n, g in grads.items() if "lora_B" in n]
     assert lora_b and all(g.abs().sum() > 0 for g in lora_b)  # B = 0 at init: A's gradient is 0, B's is not
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_a_grouped_query_model_trains_with_checkpointing_on_the_cpu(lora):
+    """A training forward on the CPU holds grouped KV heads once (`rbctl.rollout.gqa.kv_heads_once`), but
+    checkpointing recomputes the layers in the backward, outside that context: with both, the
+    recomputed keys had 4 heads where the forward saved 2 (CheckpointError). Found by the GPU check's
+    memory estimate run on the CPU."""
+    from rbctl.train.batch import response_logits
+
+    model = _tiny("qwen3")  # 4 query heads over 2 KV heads
+    enable_gradient_checkpointing(model, lora=lora)
+    model = _lora(model) if lora else model.train()
+    ids = torch.randint(0, 64, (4, 10), generator=torch.Generator().manual_seed(3))
+    mask = torch.ones_like(ids)
+    mask[0, :2] = 0  # a padded row: the masked path where kv_heads_once acts
+    logits = response_logits(model, ids, mask, prompt_width=4)
+    logits.float().logsumexp(-1).sum().backward()
+    grads = [p.grad for p in model.parameters() if p.requires_grad]
+    assert grads and all(g is not None for g in grads) and any(g.abs().sum() > 0 for g in grads)
