@@ -227,15 +227,17 @@ MEMO_MAX_PARAMS = 10_000_000  # hashing the weights is free next to an evaluatio
 def _evaluation_key(tr: Trainer, ecfg: EvalConfig, step: int, problems: dict) -> str | None:
     """What decides an hf evaluation's samples and summary, as a hash: the policy's weights (bytes,
     dtype, device), the evaluation config, the step, the problems, the model and task settings and
-    torch's thread count (a summary records it); None where no copy is made (vLLM, or a policy over
-    `MEMO_MAX_PARAMS`). The samples draw from generators seeded by the evaluation's own seed
+    torch's thread count (a summary records it); None where no copy is made (vLLM, FSDP, whose
+    state dict holds shards, or a policy over `MEMO_MAX_PARAMS`). The samples draw from generators seeded by the evaluation's own seed
     (`eval.seed`), never the run's, so two runs from one warm start evaluate it identically."""
     import hashlib
 
     import torch
 
+    if ecfg.engine != "hf" or tr.parallel.sharded:  # FSDP: `state_dict()` would turn the gathered parameters
+        return None                                  # back into shards, and every evaluation forward would all-gather
     params = list(tr.model.state_dict().items())
-    if ecfg.engine != "hf" or sum(p.numel() for _, p in params) > MEMO_MAX_PARAMS:
+    if sum(p.numel() for _, p in params) > MEMO_MAX_PARAMS:
         return None
     h = hashlib.sha256()
     for name, p in params:
