@@ -40,7 +40,11 @@ def enable_gradient_checkpointing(model, lora: bool, use_reentrant: bool = False
     a checkpointed block is frozen but its adapters, and under reentrant checkpointing a block whose
     inputs need no gradient returns outputs without any, so the adapters got none. 4.x enabled it only
     for transformers' own PEFT integration, and PEFT only when checkpointing is on before it wraps."""
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": use_reentrant})
+    kwargs = {"use_reentrant": use_reentrant}
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers 5.x's name (the old one is deprecated)
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
     if lora:
         model.enable_input_require_grads()
 
