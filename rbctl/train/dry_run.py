@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rbctl.config.train import TrainConfig
-from rbctl.train.footprint import KNOWN_ARCHITECTURES, Architecture, plan_rows
+from rbctl.train.footprint import (KNOWN_ARCHITECTURES, Architecture, count_parameters, known_architecture, plan_rows,
+                                   training_state_line)
 from rbctl.train.objective import keeps_reference
 
 # Hub organisations whose models are gated: the first download needs the license accepted on the
@@ -118,16 +119,6 @@ def _get_field(record: dict, dotted: str):
 # --- resolution ----------------------------------------------------------------------------------
 
 
-def _count_params(config) -> float:
-    """Exact parameter count of a model config, built on the meta device (no memory, no weights)."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
-    return float(sum(p.numel() for p in model.parameters()))
-
-
 GGUF_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}  # value type -> struct code
 GGUF_STRING, GGUF_ARRAY = 8, 9
 
@@ -185,6 +176,11 @@ def gguf_parameter_count(path: Path) -> float:
     return float(total)
 
 
+def _size(r: Resolved, config, source: str) -> None:
+    """N (counted on the meta device) and the architecture of `config`, into `r`."""
+    r.n_params, r.arch, r.n_source = count_parameters(config), Architecture.of(config), source
+
+
 def _load_tokenizer(model_dir: Path):
     if not any((model_dir / f).exists() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
         return None
@@ -206,9 +202,7 @@ def _resolve_model(cfg: TrainConfig, r: Resolved, cache_dir) -> None:
 
         spec, ws = task_spec(cfg), warm_start_spec(cfg)
         r.tokenizer = builtin.build_tokenizer(spec)
-        config = builtin.model_config(spec, ws, len(r.tokenizer))
-        r.n_params, r.arch = _count_params(config), Architecture.of(config)
-        r.n_source = f"the {spec.kind} task's model config, counted on the meta device"
+        _size(r, builtin.model_config(spec, ws, len(r.tokenizer)), f"the {spec.kind} task's model config, counted on the meta device")
         if cfg.data.builtin.warm_start:
             builtin.warm_started(spec, ws, shipped=cfg.data.builtin.warm_start)  # refuses a mismatched or changed one
             r.model_note = f"the built-in policy, shipped warm start {cfg.data.builtin.warm_start} (SHA-256 checked)"
@@ -241,9 +235,7 @@ def _resolve_model(cfg: TrainConfig, r: Resolved, cache_dir) -> None:
         from transformers import AutoConfig
 
         try:
-            config = AutoConfig.from_pretrained(str(r.model_dir))
-            r.n_params, r.arch = _count_params(config), Architecture.of(config)
-            r.n_source = "counted from the cached config"
+            _size(r, AutoConfig.from_pretrained(str(r.model_dir)), "counted from the cached config")
         except Exception as e:
             r.warnings.append(f"cannot build the model config of {name}: {type(e).__name__}: {e}")
         r.tokenizer = _load_tokenizer(r.model_dir)
@@ -251,11 +243,7 @@ def _resolve_model(cfg: TrainConfig, r: Resolved, cache_dir) -> None:
         r.warnings.append(f"'{name}' is gated on the Hugging Face Hub: accept its license on "
                           f"https://huggingface.co/{name} and log in (hf auth login, or HF_TOKEN) before the first run")
     if r.n_params is None and name in KNOWN_ARCHITECTURES:
-        from transformers import AutoConfig
-
-        config = AutoConfig.for_model(**KNOWN_ARCHITECTURES[name])
-        r.n_params, r.arch = _count_params(config), Architecture.of(config)
-        r.n_source = "the shipped config.json fields (rbctl.train.footprint), counted on the meta device"
+        r.n_params, r.arch, r.n_source = known_architecture(name)
     if r.n_params is None:
         r.warnings.append(f"parameter count of '{name}' unknown (not cached, not in the table): no FLOP estimate")
     elif r.model_dir is None and not p.exists():
@@ -393,23 +381,15 @@ def _machine_line(cfg: TrainConfig) -> str:
     return f"trains on CUDA ({torch.cuda.get_device_name(0)}), engine {cfg.rollout.engine}"
 
 
-def _memory_line(cfg: TrainConfig, n_params: float) -> str:
-    """Training state by `model.precision` (rbctl.train.precision): float32 master weights, gradients
-    and AdamW moments (16 bytes/param) unless bf16-pure; with LoRA the frozen base in model.dtype."""
-    gpu = cfg.model.device != "cpu"
-    half = cfg.model.dtype in ("bfloat16", "float16") or (cfg.model.dtype == "auto" and gpu)
-    load_bytes = 2 if half else 4
-    precision = cfg.model.precision if cfg.model.precision != "auto" else ("bf16-mixed" if gpu else "fp32")
-    if cfg.model.lora is not None:
-        return (f"frozen base ≈ {_gb(n_params * load_bytes)} ({'bf16' if half else 'fp32'}); LoRA adapters, their "
-                f"gradients and AdamW state in float32 are small; {precision} (before activations and the rollout engine)")
-    master = load_bytes if precision == "bf16-pure" else 4
-    ref = n_params * load_bytes if keeps_reference(cfg.algo) else 0.0
-    return (f"weights + grads + AdamW ≈ {_gb(n_params * master * 4)} ({precision})"
-            + (f", reference copy {_gb(ref)}" if ref else "")
-            + " (full-parameter training, before activations and the rollout engine)"
-            + ("; model.fsdp: divided by the number of processes, plus the full weights while sampling"
-               if cfg.model.fsdp else ""))
+def _memory_rows(cfg: TrainConfig, r: Resolved, c: StepCost, prompt_tokens: float) -> list[tuple[str, str]]:
+    """A CPU run's training-state line; a GPU run's memory per GPU and time (rbctl.train.footprint), its
+    warnings added to `r.warnings`."""
+    if cfg.model.device == "cpu" or r.arch is None:
+        return [("memory", training_state_line(cfg, r.n_params))]
+    extra = c.ref_flops + c.kappa_flops + (c.old_flops or 0.0)
+    rows, warned = plan_rows(cfg, r.n_params, r.arch, prompt_tokens, extra, builtin=cfg.model.name == "builtin")
+    r.warnings += warned
+    return rows
 
 
 def dry_run(cfg: TrainConfig, *, source: str | None = None, cache_dir: str | Path | None = None) -> str:
@@ -463,14 +443,8 @@ def dry_run(cfg: TrainConfig, *, source: str | None = None, cache_dir: str | Pat
         row("  extra", f"reference {_sci(c.ref_flops)} + κ_eff {_sci(c.kappa_flops)} + behaviour log-probs "
                        f"{_sci(c.old_flops)} FLOPs (forward passes)")
         row("  total", f"{_sci(c.total_flops)} FLOPs per step, {_sci(c.total_flops * cfg.steps)} for {cfg.steps} steps")
-        if cfg.model.device == "cpu" or r.arch is None:
-            row("memory", _memory_line(cfg, r.n_params))
-        else:  # a GPU run: memory per GPU and time (rbctl.train.footprint)
-            extra = c.ref_flops + c.kappa_flops + (c.old_flops or 0.0)
-            rows, warned = plan_rows(cfg, r.n_params, r.arch, ptok, extra, builtin=cfg.model.name == "builtin")
-            for label, text in rows:
-                row(label, text)
-            r.warnings += warned
+        for label, text in _memory_rows(cfg, r, c, ptok):
+            row(label, text)
     else:
         row("  FLOPs", "unknown (no parameter count)")
     row("this machine", _machine_line(cfg))

@@ -337,3 +337,48 @@ def plan_rows(cfg, n: float, arch: Architecture, prompt_tokens: float, extra_flo
     assumed = "" if card is not None else ", on an H100-80GB"
     return rows + memory + [("time/step", f"an estimate{assumed}, every response at max_new_tokens: an upper bound")] \
         + timing, warnings + late
+
+
+def count_parameters(config) -> float:
+    """Exact parameter count of a model config, built on the meta device (no memory, no weights)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    return float(sum(p.numel() for p in model.parameters()))
+
+
+def known_architecture(name: str) -> tuple[float, Architecture, str]:
+    """(N, architecture, where N came from) of a model the recipes name, from its shipped config.json fields."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.for_model(**KNOWN_ARCHITECTURES[name])
+    return count_parameters(config), Architecture.of(config), \
+        "the shipped config.json fields (rbctl.train.footprint), counted on the meta device"
+
+
+def _gb_decimal(nbytes: float) -> str:
+    return f"{nbytes / 1e9:.1f} GB" if nbytes >= 1e8 else f"{nbytes / 1e6:.1f} MB"
+
+
+def training_state_line(cfg, n_params: float) -> str:
+    """Training state by `model.precision` (rbctl.train.precision): float32 master weights, gradients
+    and AdamW moments (16 bytes/param) unless bf16-pure; with LoRA the frozen base in model.dtype. The
+    dry run's line for a CPU run (a GPU run gets `plan_rows`)."""
+    from rbctl.train.objective import keeps_reference
+
+    gpu = cfg.model.device != "cpu"
+    half = cfg.model.dtype in ("bfloat16", "float16") or (cfg.model.dtype == "auto" and gpu)
+    load_bytes = 2 if half else 4
+    precision = cfg.model.precision if cfg.model.precision != "auto" else ("bf16-mixed" if gpu else "fp32")
+    if cfg.model.lora is not None:
+        return (f"frozen base ≈ {_gb_decimal(n_params * load_bytes)} ({'bf16' if half else 'fp32'}); LoRA adapters, their "
+                f"gradients and AdamW state in float32 are small; {precision} (before activations and the rollout engine)")
+    master = load_bytes if precision == "bf16-pure" else 4
+    ref = n_params * load_bytes if keeps_reference(cfg.algo) else 0.0
+    return (f"weights + grads + AdamW ≈ {_gb_decimal(n_params * master * 4)} ({precision})"
+            + (f", reference copy {_gb_decimal(ref)}" if ref else "")
+            + " (full-parameter training, before activations and the rollout engine)"
+            + ("; model.fsdp: divided by the number of processes, plus the full weights while sampling"
+               if cfg.model.fsdp else ""))
