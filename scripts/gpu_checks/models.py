@@ -44,11 +44,12 @@ def build_model(kind: str, sizes: dict, seed: int = 0, device: str = "cpu"):
     return model
 
 
-def save_model(path: Path, kind: str, sizes: dict = TINY, dtype: str = "bfloat16", seed: int = 0) -> int:
-    """A random model folder with its tokenizer at `path`; returns its parameter count."""
+def save_model(path: Path, kind: str, sizes: dict = TINY, dtype: str = "bfloat16", seed: int = 0,
+               device: str = "cpu") -> int:
+    """A random model folder with its tokenizer at `path` (initialised on `device`); its parameter count."""
     import torch
 
-    model = build_model(kind, sizes, seed).to(getattr(torch, dtype))
+    model = build_model(kind, sizes, seed, device).to(getattr(torch, dtype))
     model.save_pretrained(path)
     tokenizer(sizes["vocab_size"]).save_pretrained(path)
     return sum(p.numel() for p in model.parameters())

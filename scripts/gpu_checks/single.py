@@ -240,7 +240,7 @@ def memory_estimate(ctx: Context):
 
     sizes = QWEN3_0_6B if ctx.device == "cuda" else {**TINY, "num_hidden_layers": 4}
     model_dir = ctx.out / "policy"
-    n = save_model(model_dir, "qwen3", sizes, "bfloat16" if ctx.device == "cuda" else "float32")
+    n = save_model(model_dir, "qwen3", sizes, "bfloat16" if ctx.device == "cuda" else "float32", device=ctx.device)
     train_file, eval_file = write_problems(ctx.out / "problems", 8, 2, words=60)
     cfg = train_config(model_dir, train_file, eval_file, ctx.device, steps=1, kappa_eff_every=0,
                        model={"gradient_checkpointing": True}, eval={"every": 0},
