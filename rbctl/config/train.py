@@ -17,12 +17,12 @@ from rbctl.algo.losses import LOSS_AGG
 from rbctl.config.base import Section, apply_overrides, read_yaml, validate
 from rbctl.config.data_builtin import TASK_DOC, BuiltinCfg, default_section
 from rbctl.config.eval import CPU_LINEAR_KERNELS, EvalConfig, EvalSection
+from rbctl.config.hardware import CARDS
 from rbctl.config.methods import at_most_problems, block_fields, check_selection, fill_selected, hook_fields
 from rbctl.config.presets import SWEEP_KEYS, is_sweep, resolve_config
 from rbctl.errors import UserError
 from rbctl.grading.extract import EXTRACTION_MODES
 from rbctl.tasks.prompting import MATH_INSTRUCTION
-from rbctl.train.footprint import CARDS
 
 
 class LoraCfg(Section):

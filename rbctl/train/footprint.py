@@ -44,21 +44,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from rbctl.config.hardware import CARDS, Card
+
 GiB = 2**30
 
-
-@dataclass(frozen=True)
-class Card:
-    memory: int  # bytes, as nvidia-smi reports the card's total
-    bf16_flops: float  # dense bf16 tensor-core peak, FLOP/s (NVIDIA datasheets)
-    hbm: float  # memory bandwidth, bytes/s (NVIDIA datasheets)
-
-
-CARDS = {
-    "H100-80GB": Card(81_559 * 2**20, 989e12, 3.35e12),  # SXM
-    "H200-141GB": Card(143_771 * 2**20, 989e12, 4.8e12),
-    "A100-80GB": Card(81_920 * 2**20, 312e12, 2.04e12),  # SXM
-}
 
 # Stated assumptions, not measurements (each one a round figure, labelled where it is printed):
 CUDA_RESERVE = int(1.5 * GiB)  # CUDA's context, cuBLAS and NCCL workspaces: outside torch's allocator
