@@ -1,5 +1,6 @@
 """The GPU check: what a first paper-scale run on GPUs needs to work, each on a tiny random model built
-in code (Qwen3- and Llama-shaped: nothing downloaded), in about 8 minutes on one GPU.
+in code (Qwen3- and Llama-shaped: nothing downloaded), meant to take under 11 minutes on one GPU (not yet
+measured: no GPU was lent where it was written).
 
     python -m scripts.gpu_check --dry-run          # every check, what it needs and what it covers
     python -m scripts.gpu_check --out runs/gpu_check  # run them; the report: runs/gpu_check/gpu_check.json
