@@ -16,8 +16,9 @@ from rbctl.errors import UserError
 
 
 # the config keys that may differ between two runs of one training config (the seed, the machine's
-# threads, where it logs): a sweep's same-training check and the report's same-config flag ignore them
-RUN_ONLY_KEYS = ("seed", "threads", "log")
+# threads, where it logs, how long its processes wait for each other, the hardware it is planned for):
+# a sweep's same-training check and the report's same-config flag ignore them
+RUN_ONLY_KEYS = ("seed", "threads", "log", "dist_timeout_min", "hardware")
 
 
 class Section(BaseModel):

@@ -17,6 +17,7 @@ from rbctl.algo.losses import LOSS_AGG
 from rbctl.config.base import Section, apply_overrides, read_yaml, validate
 from rbctl.config.data_builtin import TASK_DOC, BuiltinCfg, default_section
 from rbctl.config.eval import CPU_LINEAR_KERNELS, EvalConfig, EvalSection
+from rbctl.config.hardware import CARDS
 from rbctl.config.methods import at_most_problems, block_fields, check_selection, fill_selected, hook_fields
 from rbctl.config.presets import SWEEP_KEYS, is_sweep, resolve_config
 from rbctl.errors import UserError
@@ -176,10 +177,20 @@ class LogCfg(Section):
     wandb_mode: Literal["online", "offline"] = Field("offline", description="W&B mode.")
 
 
+class HardwareCfg(Section):
+    """What the run is planned for: `rbctl train CONFIG --dry-run` checks the memory budget per GPU and the
+    time against it (rbctl.train.footprint); training itself does not read it."""
+
+    gpu: Optional[Literal[tuple(CARDS)]] = Field(None, description="The card the run is sized for: --dry-run checks the per-GPU memory estimate against its memory and times a step at its rates; null = not checked.")
+    gpus: int = Field(1, ge=1, description="GPUs the run uses (rbctl train --nproc N): the budget is per GPU, a step's work is divided over them.")
+    time_limit_min: Optional[int] = Field(None, ge=1, description="Wall-clock limit of one job (a Slurm partition's; a sweep's launcher.timeout_min): --dry-run warns where the run outlasts it (it is requeued and resumes from its last checkpoint) and where save_every steps do.")
+
+
 class TrainConfig(Section):
     seed: int = Field(0, description="Run seed: prompt order, sampling and initialisation of anything random.")
     steps: int = Field(100, ge=1, description="Rollout steps: each samples one rollout batch (P prompts × G rollouts) and takes algo.ppo_epochs × M optimizer updates on it (M = P / algo.ppo_mini_batch_size mini-batches, 1 when that is null).")
     threads: int = Field(0, ge=0, description="torch CPU threads; 0 = torch's default.")
+    dist_timeout_min: float = Field(180.0, gt=0.0, description="Minutes a collective of `rbctl train --nproc N` may wait before the run fails (NCCL's own default is 10): long enough for a rank's slower rollouts and rank 0's checkpoint writes at 8B. Rank 0's evaluations are waited for apart from it (docs/scaling.md).")
     max_nonfinite_steps: int = Field(3, ge=1, description="Stop the run after this many rollout steps in a row with a non-finite loss or gradient (such optimizer updates are skipped).")
     kappa_eff_every: int = Field(1, ge=0, description="Measure κ_eff every k steps (one extra forward pass); 0 = never.")
     save_every: int = Field(50, ge=1, description="Checkpoint every k steps (and at the last step).")
@@ -193,6 +204,7 @@ class TrainConfig(Section):
     optim: OptimCfg = Field(default_factory=OptimCfg, description="Optimizer.")
     eval: EvalDuringTrainingCfg = Field(default_factory=EvalDuringTrainingCfg, description="Periodic held-out evaluation.")
     log: LogCfg = Field(default_factory=LogCfg, description="Experiment trackers (TensorBoard, W&B) besides metrics.jsonl.")
+    hardware: HardwareCfg = Field(default_factory=HardwareCfg, description="The card, GPU count and job time limit the run is planned for (--dry-run's checks).")
 
     @model_validator(mode="after")
     def _resolve(self):

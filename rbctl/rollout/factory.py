@@ -39,12 +39,45 @@ def build_engine(name: str, model, tokenizer, *, source: str, batch_size: int | 
     cls = engine_class(name)
     if name == "hf":
         return cls(model, tokenizer, max_batch=batch_size, max_batch_tokens=max_batch_tokens, dtype=sample_dtype)
-    if source.endswith(".gguf"):  # vLLM would load it quantized: the config and tokenizer, weights pushed later
-        from rbctl.rollout.vllm import export_for_vllm
-
-        source, vllm_options = export_for_vllm(model, tokenizer), {**vllm_options, "load_format": "dummy"}
+    source, extra = vllm_source(source, model, tokenizer)
+    vllm_options = {**vllm_options, **extra}
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
     return cls(model, tokenizer, model_name_or_path=source, dtype=dtype, seed=seed, **vllm_options)
+
+
+def vllm_source(source: str, model, tokenizer) -> tuple[str, dict]:
+    """(what vLLM builds its model from, VLLMEngine options) for an in-memory policy loaded from
+    `source`. The policy's weights are pushed into vLLM before its first generation in every case,
+    so where they are not on disk in a form vLLM reads, it starts from dummy weights:
+    - a LoRA adapter folder (a LoRA run's checkpoint; the policy is base + adapter, merged): vLLM
+      gets the base model the adapter names (the adapter folder has no config.json);
+    - a GGUF file (vLLM would load it quantized), or an adapter over one: a folder of the policy's
+      config and tokenizer (`export_for_vllm`);
+    - anything else as it is (vLLM loads its weights, then the policy's are pushed)."""
+    import json
+    from pathlib import Path
+
+    from rbctl.store.checkpoint import ADAPTER_CONFIG
+
+    adapter = Path(source) / ADAPTER_CONFIG
+    if adapter.is_file():
+        base = json.loads(adapter.read_text()).get("base_model_name_or_path") or ""
+        if not base:
+            raise UserError(f"{adapter} names no base model (base_model_name_or_path): vLLM cannot be built for it; "
+                            "use the hf engine")
+        if not _is_gguf(Path(base).expanduser()):
+            return base, {"load_format": "dummy"}
+        source = base
+    if _is_gguf(Path(source).expanduser()):
+        from rbctl.rollout.vllm import export_for_vllm
+
+        return export_for_vllm(model, tokenizer), {"load_format": "dummy"}
+    return source, {}
+
+
+def _is_gguf(p) -> bool:
+    """A GGUF file, or (an adapter's base recorded before the file was) a folder of one and no config.json."""
+    return p.suffix == ".gguf" or (p.is_dir() and not (p / "config.json").exists() and any(p.glob("*.gguf")))
 
 
 def default_batch_size(device_type: str) -> int:

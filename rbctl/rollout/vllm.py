@@ -5,7 +5,8 @@ TRL 1.16, vLLM 0.22–0.31), and where it departs:
 1. The engine runs in-process (`distributed_executor_backend="external_launcher"`, a world of one),
    so the policy's tensors reach vLLM's model with no serialisation. Where the installed vLLM has the
    worker's in-place reload (`reload_weights(weights_iterator=...)`, through `LLM.collective_rpc`;
-   vLLM's CPU build 0.32 has it) the whole policy is streamed through it in one call: it restores
+   vLLM's CPU build 0.32 has it; earlier releases' `reload_weights()` takes no argument and reads
+   the checkpoint from disk: `has_inplace_reload` reads the signature) the whole policy is streamed through it in one call: it restores
    each layer to checkpoint format, loads it and re-runs the layer's post-load processing; a tied
    output embedding is streamed under its own name as well (`lm_head.weight`), or the reload leaves
    vLLM's output layer on the old weights (log-probs 1 nat off after a 0.05 perturbation of the
@@ -42,6 +43,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import inspect
 import os
 import shutil
 import socket
@@ -152,9 +154,20 @@ def _vllm_model(llm):
 
 
 def has_inplace_reload(llm) -> bool:
-    """Whether this vLLM's worker reloads weights in place from an iterator (`reload_weights`, in
-    vLLM's releases since late 2025; the CPU build 0.32 has it)."""
-    return hasattr(llm, "collective_rpc") and callable(getattr(_driver_worker(llm), "reload_weights", None))
+    """Whether this vLLM's worker reloads weights in place from an iterator: `reload_weights` taking
+    `weights_iterator` (vLLM's layerwise reload, January 2026; the CPU build 0.32 has it). Earlier
+    releases have a `reload_weights()` of no argument, which reloads the checkpoint from disk: called
+    with `weights_iterator=` it raises TypeError, so they get the per-tensor path."""
+    if not hasattr(llm, "collective_rpc"):
+        return False
+    reload = getattr(_driver_worker(llm), "reload_weights", None)
+    if not callable(reload):
+        return False
+    try:
+        params = inspect.signature(reload).parameters
+    except (TypeError, ValueError):  # a signature Python cannot read: not the documented method
+        return False
+    return "weights_iterator" in params
 
 
 def export_for_vllm(model, tokenizer) -> str:

@@ -10,7 +10,8 @@ skipped with a warning and the previous one is loaded (`first_intact`). `rbctl t
 and `rbctl eval` reads, only checkpoints that pass both.
 
 A run directory is data: the trainer state is read with `torch.load(weights_only=True)`, which
-unpickles only tensors and plain containers, so a planted file cannot run code on resume.
+unpickles only tensors and plain containers, so a planted file cannot run code on resume; its
+tensors are loaded onto the CPU whatever device saved them (`load_state`).
 Needs torch: `rbctl report` never imports it.
 """
 
@@ -247,12 +248,17 @@ def load_state(ck: Checkpoint) -> dict:
     """The trainer state of checkpoint `ck`, read once and verified as it is read (a mismatch raises
     `CorruptCheckpoint`), then unpickled as data (no code runs). It is held twice in memory for a
     moment (the bytes and the tensors made from them): `torch.load` takes a seekable file, so it
-    cannot unpickle while the file streams through the hash."""
+    cannot unpickle while the file streams through the hash.
+
+    Every tensor is loaded onto the CPU (`map_location`): rank 0 of a GPU run saved its optimizer
+    state from cuda:0, and without it every rank of a resumed DDP run would restore that state onto
+    cuda:0 (N copies on one GPU); the optimizer's `load_state_dict` moves each onto its own
+    parameter's device."""
     path = ck.path / TRAINER_STATE
     with ck.open(TRAINER_STATE) as f:
         data = f.read()
     try:
-        return torch.load(io.BytesIO(data), weights_only=True)
+        return torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
     except Exception as e:  # an UnpicklingError names the refused global or opcode
         raise UserError(f"{path} is not plain checkpoint data (refused to unpickle it: {_reason(e)}); "
                         "a run directory is read as data, never as code") from None

@@ -8,7 +8,10 @@ do not depend on the worker it ran in: every run seeds its own random streams, a
 metrics, samples, evaluations and weights are byte-identical either way (docs/performance.md).
 A worker killed by the kernel (out of memory) fails only the run it was running: that run is
 reported with the signal that ended it, a fresh worker takes the next run and the others go on.
-A run on a GPU (or with vLLM) gets a worker of its own, as before (`execute`'s `alone`).
+A run on a GPU (or with vLLM) gets a worker of its own, as before (`execute`'s `alone`), and, where
+GPUs are visible, a GPU of its own: its worker sees only that one (`CUDA_VISIBLE_DEVICES`) as a
+single process (`RANK`, `LOCAL_RANK` 0, `WORLD_SIZE` 1, its own `MASTER_PORT`: vLLM's in-process
+world binds one), and such runs start only while a GPU is free (`gpu_worker_env`).
 Workers are forked from a fork server that has imported torch, transformers and the trainer once
 (`PRELOAD`; it runs no computation, so no OpenMP thread pool is inherited). Each run takes the
 launcher's environment and working directory as they are when it starts. The first Ctrl-C
@@ -49,6 +52,53 @@ def run_context():
     ctx = get_context("forkserver")
     ctx.set_forkserver_preload(PRELOAD)
     return ctx
+
+
+def visible_gpus() -> list[str]:
+    """The GPUs this launcher may hand out, as `CUDA_VISIBLE_DEVICES` names them (indices, or UUIDs
+    / MIG names), else every device torch sees; [] without CUDA."""
+    named = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if named is not None:
+        return [d.strip() for d in named.split(",") if d.strip() and d.strip() != "-1"]
+    import torch
+
+    return [str(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+
+
+# what a single-process run's worker must not inherit from a launcher started under torchrun or Slurm
+_DIST_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_PORT")
+
+
+def gpu_worker_env(env: dict, gpu: str | None) -> dict:
+    """The environment of a worker running one GPU (or vLLM) run: `env` with that one GPU visible
+    (None: no GPU to hand out, CUDA left as it is) as device 0 of a single process. Without it every
+    worker of `--jobs N` took GPU 0 (torch's and vLLM's default device, vLLM's `LOCAL_RANK` 0), and
+    two vLLM engines would share one `MASTER_PORT`."""
+    out = {k: v for k, v in env.items() if k not in _DIST_VARS}
+    out.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
+    if gpu is not None:
+        out["CUDA_VISIBLE_DEVICES"] = gpu
+    return out
+
+
+class GpuPool:
+    """The visible GPUs, each held by at most one run at a time."""
+
+    def __init__(self, gpus: list[str]):
+        self.free, self.held = list(gpus), {}
+
+    def env_for(self, key: str, env: dict) -> dict | None:
+        """`gpu_worker_env` for run `key`, a free GPU now held for it; None while every GPU is held
+        (with no GPU at all: the environment without one)."""
+        if self.held and not self.free:
+            return None
+        if self.free:
+            self.held[key] = self.free.pop(0)
+        return gpu_worker_env(env, self.held.get(key))
+
+    def release(self, key: str) -> None:
+        if key in self.held:
+            self.free.append(self.held.pop(key))
 
 
 def _worker(conn, queue) -> None:  # pragma: no cover - runs in the worker
@@ -119,9 +169,11 @@ def execute(target, todo: list[tuple[str, int, tuple]], jobs: int, record, displ
     """Run `target(*args, queue)` for each (key, steps, args) of `todo` in at most `jobs` worker
     processes kept across runs (module docstring); `record(key, result)` is called as each ends.
     The runs of `alone` (keys) each get a worker of their own, started for it and ended after it
-    (a GPU run: vLLM is built once per process, and a process keeps the GPU memory it cached).
-    Raises Interrupted after a Ctrl-C."""
+    (a GPU run: vLLM is built once per process, and a process keeps the GPU memory it cached), and
+    one of the visible GPUs to itself (`gpu_worker_env`): at most as many run at once as there are
+    GPUs. Raises Interrupted after a Ctrl-C."""
     ctx = run_context()
+    gpus = GpuPool(visible_gpus() if alone else [])
     manager = ctx.Manager()  # its server process ignores SIGINT
     queue = manager.Queue()
     waiting, running, idle, results = list(todo), {}, [], {}
@@ -134,6 +186,7 @@ def execute(target, todo: list[tuple[str, int, tuple]], jobs: int, record, displ
 
     def finish(key, res) -> None:
         del running[key]
+        gpus.release(key)
         record(key, res)
         display.finished(key, res)
 
@@ -149,8 +202,12 @@ def execute(target, todo: list[tuple[str, int, tuple]], jobs: int, record, displ
                         _signal(w.process, signal.SIGINT)
                     stop["forwarded"] = True
                 while waiting and len(running) < jobs:
-                    key, _, args = waiting.pop(0)
-                    task = (target, key, args, dict(os.environ), os.getcwd())
+                    key, _, args = waiting[0]
+                    env = gpus.env_for(key, dict(os.environ)) if key in alone else dict(os.environ)
+                    if env is None:
+                        break  # every GPU is held: wait for one
+                    waiting.pop(0)
+                    task = (target, key, args, env, os.getcwd())
                     running[key] = _Worker(ctx, queue, task) if key in alone else _hand(idle, ctx, queue, task)
                 _drain(queue, display, results)
                 for key, w in list(running.items()):

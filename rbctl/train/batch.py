@@ -9,6 +9,8 @@ packed besides (`packed_response_logits`): no padding token is computed on.
 
 from __future__ import annotations
 
+import contextlib
+
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -140,7 +142,9 @@ def response_logits(model, input_ids, attention_mask, prompt_width: int, group_s
     supports it (`rollout.prefix_cache_supported`), without gradient checkpointing, and without
     active dropout (which would draw one prompt mask for the whole group)."""
 
-    with kv_heads_once(input_ids.device):  # grouped KV heads held once for backward, on the CPU
+    # grouped KV heads held once for backward, on the CPU; not under gradient checkpointing, whose
+    # recomputation in the backward runs outside this context (and would repeat them: another shape)
+    with kv_heads_once(input_ids.device) if not _checkpointing(model) else contextlib.nullcontext():
         return _response_logits(model, input_ids, attention_mask, prompt_width, group_size, lengths)
 
 
@@ -247,7 +251,10 @@ def _can_share_prompts(model, input_ids, attention_mask, prompt_width: int, grou
 
 
 def _checkpointing(model) -> bool:
-    """Gradient (activation) checkpointing is on: it turns the KV cache off, so no shared prefix."""
+    """Gradient (activation) checkpointing is on: it turns the KV cache off, so no shared prefix. `model`
+    may be wrapped (DDP, FSDP's training forward: `.module`; PEFT: its base model)."""
+    model = getattr(model, "module", model)
+    model = model.get_base_model() if hasattr(model, "get_base_model") else model
     for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):  # renamed in transformers 5.x
         if hasattr(type(model), name):
             return bool(getattr(model, name))

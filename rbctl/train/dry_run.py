@@ -13,7 +13,8 @@ model, data, estimator, budget, P, G, steps, engine, and per step
 
 N counts every parameter (the usual 2N / 6N rule; attention's L² term is left out). Where each
 number comes from is printed beside it: N from the cached model config (exact count on the meta
-device), else a table of known sizes; prompt tokens from the cached tokenizer on cached data,
+device), else the shipped config.json fields of the models the recipes name
+(`rbctl.train.footprint.KNOWN_ARCHITECTURES`), counted the same way; prompt tokens from the cached tokenizer on cached data,
 else ≈ 4 characters per token of the cached data, else a stated assumption.
 
     rbctl train configs/paper_qwen3_8b.yaml --dry-run [--set key=value ...]
@@ -25,8 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rbctl.config.train import TrainConfig
+from rbctl.train.footprint import plan_rows, training_state_line
 from rbctl.train.objective import keeps_reference
-from rbctl.train.plan_inputs import Resolved, gigabytes as _gb, prompt_tokens, resolve_data, resolve_model
+from rbctl.train.plan_inputs import Resolved, prompt_tokens, resolve_data, resolve_model
 
 
 def _sci(x: float) -> str:
@@ -84,37 +86,15 @@ def _machine_line(cfg: TrainConfig) -> str:
     return f"trains on CUDA ({torch.cuda.get_device_name(0)}), engine {cfg.rollout.engine}"
 
 
-def _memory_line(cfg: TrainConfig, n_params: float) -> str:
-    """Training state by `model.precision` (rbctl.train.precision): float32 master weights, gradients
-    and AdamW moments (16 bytes/param) unless bf16-pure; with LoRA the frozen base in model.dtype."""
-    gpu = cfg.model.device != "cpu"
-    half = cfg.model.dtype in ("bfloat16", "float16") or (cfg.model.dtype == "auto" and gpu)
-    load_bytes = 2 if half else 4
-    precision = cfg.model.precision if cfg.model.precision != "auto" else ("bf16-mixed" if gpu else "fp32")
-    if cfg.model.lora is not None:
-        return (f"frozen base ≈ {_gb(n_params * load_bytes)} ({'bf16' if half else 'fp32'}); LoRA adapters, their "
-                f"gradients and AdamW state in float32 are small; {precision} (before activations and the rollout engine)")
-    master = load_bytes if precision == "bf16-pure" else 4
-    ref = n_params * load_bytes if keeps_reference(cfg.algo) else 0.0
-    return (f"weights + grads + AdamW ≈ {_gb(n_params * master * 4)} ({precision})"
-            + (f", reference copy {_gb(ref)}" if ref else "")
-            + " (full-parameter training, before activations and the rollout engine)"
-            + ("; model.fsdp: divided by the number of processes, plus the full weights while sampling"
-               if cfg.model.fsdp else ""))
-
-
-# A stated throughput, not a measurement: an H100/H200 SXM's dense bf16 peak (989 TFLOP/s) at 30%
-# model-FLOPs utilisation, a round figure for RL fine-tuning where decoding runs far below peak.
-GPU_PEAK_FLOPS = 989e12
-GPU_UTILISATION = 0.30
-
-
-def gpu_hours_line(flops: float) -> str:
-    """GPU-hours for ``flops`` at the stated throughput (`GPU_PEAK_FLOPS` × `GPU_UTILISATION`), labelled as
-    an assumption and an upper bound with the step's token count."""
-    hours = flops / (GPU_PEAK_FLOPS * GPU_UTILISATION) / 3600
-    return (f"≈ {hours:,.0f} GPU-hours (an assumption, not measured: {GPU_PEAK_FLOPS / 1e12:.0f} TFLOP/s bf16 peak of "
-            f"an H100/H200 at {GPU_UTILISATION:.0%} utilisation; an upper bound, as the FLOPs above)")
+def _memory_rows(cfg: TrainConfig, r: Resolved, c: StepCost, prompt_tokens: float) -> list[tuple[str, str]]:
+    """A CPU run's training-state line; a GPU run's memory per GPU and time (rbctl.train.footprint), its
+    warnings added to `r.warnings`."""
+    if cfg.model.device == "cpu" or r.arch is None:
+        return [("memory", training_state_line(cfg, r.n_params))]
+    extra = c.ref_flops + c.kappa_flops + (c.old_flops or 0.0)
+    rows, warned = plan_rows(cfg, r.n_params, r.arch, prompt_tokens, extra, builtin=cfg.model.name == "builtin")
+    r.warnings += warned
+    return rows
 
 
 def dry_run(cfg: TrainConfig, *, source: str | None = None, cache_dir: str | Path | None = None) -> str:
@@ -168,9 +148,8 @@ def dry_run(cfg: TrainConfig, *, source: str | None = None, cache_dir: str | Pat
         row("  extra", f"reference {_sci(c.ref_flops)} + κ_eff {_sci(c.kappa_flops)} + behaviour log-probs "
                        f"{_sci(c.old_flops)} FLOPs (forward passes)")
         row("  total", f"{_sci(c.total_flops)} FLOPs per step, {_sci(c.total_flops * cfg.steps)} for {cfg.steps} steps")
-        if cfg.model.device != "cpu":
-            row("GPU time", gpu_hours_line(c.total_flops * cfg.steps))
-        row("memory", _memory_line(cfg, r.n_params))
+        for label, text in _memory_rows(cfg, r, c, ptok):
+            row(label, text)
     else:
         row("  FLOPs", "unknown (no parameter count)")
     row("this machine", _machine_line(cfg))

@@ -50,7 +50,8 @@ class PeriodicEvaluation(Callback):
     and every `eval.every` steps and at the last: one line per benchmark in RUN_DIR/eval.jsonl, the
     samples and summaries in RUN_DIR/eval/periodic/step_N/, its wall time as the step's `time/eval_s`.
     Every rank enters `trainer.full_weights()` (under FSDP the gather is collective); the others
-    leave it at once and wait at the next collective. An evaluation another callback recalls
+    leave it at once and wait at `trainer.dist.barrier()`, which no evaluation length times out
+    (`rbctl.train.distributed`). An evaluation another callback recalls
     (`Callback.recall`: `EvaluationCache`) is copied instead of made."""
 
     def __init__(self):
@@ -77,26 +78,27 @@ class PeriodicEvaluation(Callback):
 
     def evaluate(self, run: Run, step: int, metrics: dict) -> None:
         with run.events.phase("periodic_eval"):
-            self._evaluate(run, step, metrics)
+            with run.trainer.full_weights():
+                if run.main_rank:
+                    self._evaluate(run, step, metrics)
+            run.trainer.dist.barrier()  # the other ranks wait here, on a wait no evaluation length times out
 
     def _evaluate(self, run: Run, step: int, metrics: dict) -> None:
         tr = run.trainer
-        with tr.full_weights():
-            if not run.main_rank:
-                return
-            ecfg = for_run(run.cfg.eval, run.cfg)
-            if self.problems is None:
-                self.problems = load_problems(ecfg, task_spec(run.cfg))  # `builtin` = this run's own task
-            t = time.perf_counter()
-            request = EvalRequest(step, ecfg, self.problems, periodic_eval_dir(run.run_dir, step))
-            results = run.events.recall(run, request)
-            if results is None:
-                results = evaluate_trainer(tr, ecfg, request.out_dir, step, self.problems, tr.base_source)
-            run.events.emit("on_evaluated", run, request, results)
-            metrics["time/eval_s"] = time.perf_counter() - t
-            self.last = EvalDone(request, results)
-            for line in periodic_eval_lines(results, step):
-                append_jsonl(run.run_dir / EVAL_LINES, line)
+        # rank 0, inside `full_weights()` (`evaluate`)
+        ecfg = for_run(run.cfg.eval, run.cfg)
+        if self.problems is None:
+            self.problems = load_problems(ecfg, task_spec(run.cfg))  # `builtin` = this run's own task
+        t = time.perf_counter()
+        request = EvalRequest(step, ecfg, self.problems, periodic_eval_dir(run.run_dir, step))
+        results = run.events.recall(run, request)
+        if results is None:
+            results = evaluate_trainer(tr, ecfg, request.out_dir, step, self.problems, tr.base_source)
+        run.events.emit("on_evaluated", run, request, results)
+        metrics["time/eval_s"] = time.perf_counter() - t
+        self.last = EvalDone(request, results)
+        for line in periodic_eval_lines(results, step):
+            append_jsonl(run.run_dir / EVAL_LINES, line)
 
 
 def evaluate_trainer(tr, ecfg: EvalConfig, out_dir: Path, step: int, problems, source: str) -> dict:
@@ -140,16 +142,18 @@ class EvaluationCache(Callback):
 def evaluation_key(tr, request: EvalRequest) -> str | None:
     """What decides an hf evaluation's samples and summary, as a hash: the policy's weights (bytes,
     dtype, device), the evaluation config, the step, the problems, the model and task settings and
-    torch's thread count (a summary records it); None where no copy is made (vLLM, or a policy over
-    `MEMO_MAX_PARAMS`). The samples draw from generators seeded by the evaluation's own seed
+    torch's thread count (a summary records it); None where no copy is made (vLLM, FSDP, whose state
+    dict holds shards, or a policy over `MEMO_MAX_PARAMS`). The samples draw from generators seeded by the evaluation's own seed
     (`eval.seed`), never the run's, so two runs from one warm start evaluate it identically."""
     import hashlib
 
     import torch
 
     ecfg = request.ecfg
+    if ecfg.engine != "hf" or tr.parallel.sharded:  # FSDP: `state_dict()` would turn the gathered parameters
+        return None                                  # back into shards, and every evaluation forward would all-gather
     params = list(tr.model.state_dict().items())
-    if ecfg.engine != "hf" or sum(p.numel() for _, p in params) > MEMO_MAX_PARAMS:
+    if sum(p.numel() for _, p in params) > MEMO_MAX_PARAMS:
         return None
     h = hashlib.sha256()
     for name, p in params:

@@ -97,13 +97,16 @@ class Sharded(Replicated):
         units = [m for m in model.modules() if isinstance(m, FSDPModule)]
         for m in units:  # all-gather every layer once; no reshard after each forward while inside
             m.unshard()
-            m.set_reshard_after_forward(False)
+            m.set_reshard_after_forward(False, recurse=False)
         try:
             yield
         finally:
             for m in units:
                 m.reshard()
-                m.set_reshard_after_forward(True)
+                # training's setting back: the layers reshard after forward; the root does not, as
+                # FSDP sets it (its parameters, the embeddings and LM head, are needed again at once
+                # by the backward: resharding them would add an all-gather per micro-batch)
+                m.set_reshard_after_forward(m is not model, recurse=False)
 
     def engine(self, engine, model):
         return _GatheredEngine(engine, model, self)

@@ -11,14 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rbctl.config.train import TrainConfig
+from rbctl.train.footprint import KNOWN_ARCHITECTURES, Architecture, count_parameters, known_architecture
 
-# Parameter counts of models the recipes name, for when their config is not cached
-# (both computed from the published configs: embeddings + layers, tied or not).
-KNOWN_SIZES = {
-    "Qwen/Qwen3-8B": 8.2e9,
-    "meta-llama/Llama-3.2-3B-Instruct": 3.2e9,
-    "meta-llama/Llama-3.2-3B": 3.2e9,
-}
 # Hub organisations whose models are gated: the first download needs the license accepted on the
 # model's page and a logged-in token (Meta's Llama models, as of 2025).
 GATED_ORGS = ("meta-llama/",)
@@ -36,6 +30,7 @@ class Resolved:
     model_note: str = ""
     n_params: float | None = None
     n_source: str = "unknown"
+    arch: Architecture | None = None  # the sizes memory and time are estimated from
     tokenizer: object | None = None
     data_files: list[Path] = field(default_factory=list)
     data_note: str = ""
@@ -106,14 +101,9 @@ def _get_field(record: dict, dotted: str):
 # --- resolution ----------------------------------------------------------------------------------
 
 
-def _count_params(config) -> float:
-    """Exact parameter count of a model config, built on the meta device (no memory, no weights)."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
-    return float(sum(p.numel() for p in model.parameters()))
+def _size(r: Resolved, config, source: str) -> None:
+    """N (counted on the meta device) and the architecture of `config`, into `r`."""
+    r.n_params, r.arch, r.n_source = count_parameters(config), Architecture.of(config), source
 
 
 GGUF_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}  # value type -> struct code
@@ -194,8 +184,7 @@ def resolve_model(cfg: TrainConfig, r: Resolved, cache_dir) -> None:
 
         spec, ws = task_spec(cfg), warm_start_spec(cfg)
         r.tokenizer = builtin.build_tokenizer(spec)
-        r.n_params = _count_params(builtin.model_config(spec, ws, len(r.tokenizer)))
-        r.n_source = f"the {spec.kind} task's model config, counted on the meta device"
+        _size(r, builtin.model_config(spec, ws, len(r.tokenizer)), f"the {spec.kind} task's model config, counted on the meta device")
         if cfg.data.builtin.warm_start:
             builtin.warm_started(spec, ws, shipped=cfg.data.builtin.warm_start)  # refuses a mismatched or changed one
             r.model_note = f"the built-in policy, shipped warm start {cfg.data.builtin.warm_start} (SHA-256 checked)"
@@ -228,16 +217,15 @@ def resolve_model(cfg: TrainConfig, r: Resolved, cache_dir) -> None:
         from transformers import AutoConfig
 
         try:
-            r.n_params = _count_params(AutoConfig.from_pretrained(str(r.model_dir)))
-            r.n_source = "counted from the cached config"
+            _size(r, AutoConfig.from_pretrained(str(r.model_dir)), "counted from the cached config")
         except Exception as e:
             r.warnings.append(f"cannot build the model config of {name}: {type(e).__name__}: {e}")
         r.tokenizer = _load_tokenizer(r.model_dir)
     if r.model_dir is None and name.startswith(GATED_ORGS) and not p.exists():
         r.warnings.append(f"'{name}' is gated on the Hugging Face Hub: accept its license on "
                           f"https://huggingface.co/{name} and log in (hf auth login, or HF_TOKEN) before the first run")
-    if r.n_params is None and name in KNOWN_SIZES:
-        r.n_params, r.n_source = KNOWN_SIZES[name], "table of known sizes"
+    if r.n_params is None and name in KNOWN_ARCHITECTURES:
+        r.n_params, r.arch, r.n_source = known_architecture(name)
     if r.n_params is None:
         r.warnings.append(f"parameter count of '{name}' unknown (not cached, not in the table): no FLOP estimate")
     elif r.model_dir is None and not p.exists():

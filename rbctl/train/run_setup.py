@@ -93,7 +93,7 @@ def comparable(cfg: TrainConfig) -> dict:
     """The config without the keys that may change across a resume (more steps, logging). The
     learning-rate schedule, which may depend on `steps`, is checked by `check_run_dir`."""
     d = cfg.model_dump(mode="json")
-    for k in ("steps", "log", "threads"):
+    for k in ("steps", "log", "threads", "dist_timeout_min", "hardware"):
         d.pop(k, None)
     d["optim"].pop("schedule_steps", None)
     return d
@@ -105,7 +105,7 @@ def check_run_dir(cfg: TrainConfig, run_dir: Path, force: bool, extend: bool = F
     rewrites config.yaml (`write_config`).
 
     - A run directory of another format version is refused (`rbctl.store.read.check_format`).
-    - Keys other than steps, log and threads may differ only with `force`.
+    - Keys other than steps, log, threads, dist_timeout_min and hardware may differ only with `force`.
     - The learning-rate schedule of the steps already run never changes: another optim.lr,
       optim.schedule or optim.warmup_steps is refused, with or without `force`.
     - A changed `steps` needs `extend` (or `force`): a run is never lengthened or shortened by a

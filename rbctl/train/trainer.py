@@ -31,6 +31,24 @@ from rbctl.train.step import train_step
 from rbctl.train.update import TrainState
 
 
+def enable_gradient_checkpointing(model, lora: bool, use_reentrant: bool = False) -> None:
+    """Activation checkpointing of every decoder layer (`model.gradient_checkpointing`), alike on
+    transformers 4.x and 5.x. Non-reentrant by default (torch's recommendation, 5.x's default; 4.x
+    defaulted to reentrant), stated rather than left to the installed version. With `lora`, called
+    on the base model before PEFT wraps it, as PEFT's `prepare_model_for_kbit_training` does, and the
+    input embeddings' output is made to require grad (`enable_input_require_grads`): every weight of
+    a checkpointed block is frozen but its adapters, and under reentrant checkpointing a block whose
+    inputs need no gradient returns outputs without any, so the adapters got none. 4.x enabled it only
+    for transformers' own PEFT integration, and PEFT only when checkpointing is on before it wraps."""
+    kwargs = {"use_reentrant": use_reentrant}
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers 5.x's name (the old one is deprecated)
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    if lora:
+        model.enable_input_require_grads()
+
+
 class Trainer:
     """One run's model, optimizer and engine, the parts a step reads (`state`, `sampler`) and the
     state it carries from step to step (α)."""
@@ -44,7 +62,7 @@ class Trainer:
         self.objective = Objective(cfg.algo, seed=cfg.seed)  # policy loss, token mask, reward transform, estimator
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
-        self.dist = init_from_env()
+        self.dist = init_from_env(cfg.dist_timeout_min)
         warn = log if self.dist.is_main else None
         candidates = checkpoints_to_try(self.run_dir, log=warn)  # chosen once, no weight byte read
         if resume_at_most is not None:
@@ -109,7 +127,10 @@ class Trainer:
     def _policy_model(self, base, resume: Checkpoint | None):
         """The policy to train: the base (± fresh LoRA adapters), or checkpoint `resume`'s weights
         (read once, verified as read, before anything of the base is changed)."""
+        checkpointing = self.cfg.model.gradient_checkpointing
         if self.lora:
+            if checkpointing:  # before PEFT wraps the model (`enable_gradient_checkpointing`)
+                enable_gradient_checkpointing(base.model, lora=True)
             model = lora_policy(base.model, self.cfg.model.lora, resume)
         elif resume is not None:  # the checkpoint holds the float32 master weights, unless bf16-pure
             dtype = "float32" if self.precision.master_fp32 else self.cfg.model.dtype
@@ -117,8 +138,8 @@ class Trainer:
         else:
             model = base.model
         prepare_trainable(model, self.precision, self.lora, self.log)
-        if self.cfg.model.gradient_checkpointing:
-            model.gradient_checkpointing_enable()
+        if checkpointing and not self.lora:
+            enable_gradient_checkpointing(model, lora=False)
         return model.train()
 
     def _resume(self, base, candidates: list[Checkpoint], warn):

@@ -220,3 +220,36 @@ def test_a_run_marked_alone_gets_a_worker_of_its_own():
     # it went back to the first worker
     pid = {k: seen[k]["pid"] for k in keys}
     assert pid["a/seed_0"] == pid["a/seed_1"] != pid["g/seed_0"]
+
+
+def env_of(key, queue):
+    """A run that holds its worker 1 s and reports the device environment it was given."""
+    import time
+
+    start = time.monotonic()
+    time.sleep(1.0)
+    env = {k: os.environ.get(k) for k in ("CUDA_VISIBLE_DEVICES", "LOCAL_RANK", "RANK", "WORLD_SIZE", "MASTER_PORT")}
+    return {"key": key, "status": "done", "error": None, "env": env, "span": (start, time.monotonic())}
+
+
+def test_gpu_runs_of_a_local_sweep_get_one_gpu_each(monkeypatch):
+    """`--jobs 3` with two visible GPUs: each GPU run's worker sees one GPU of its own as device 0 of
+    a single process (vLLM's LOCAL_RANK 0, no inherited MASTER_PORT), and at most two run at once."""
+    from rbctl.sweep.local import execute
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    monkeypatch.setenv("LOCAL_RANK", "1")  # a launcher started under torchrun or Slurm
+    monkeypatch.setenv("MASTER_PORT", "29500")
+    keys = ["g/seed_0", "g/seed_1", "g/seed_2"]
+    seen = {}
+    execute(_call, [(k, 1, (env_of, k)) for k in keys], 3, lambda k, r: seen.__setitem__(k, r), _Silent(),
+            alone=set(keys))
+    assert all(seen[k]["status"] == "done" for k in keys)
+    gpus = [seen[k]["env"]["CUDA_VISIBLE_DEVICES"] for k in keys]
+    assert sorted(gpus[:2]) == ["3", "5"] and gpus[2] in ("3", "5")
+    for k in keys:
+        assert seen[k]["env"] | {"CUDA_VISIBLE_DEVICES": None} == {
+            "CUDA_VISIBLE_DEVICES": None, "LOCAL_RANK": "0", "RANK": "0", "WORLD_SIZE": "1", "MASTER_PORT": None}
+    # the third run waited for a GPU: it started after one of the first two ended
+    spans = {k: seen[k]["span"] for k in keys}
+    assert spans["g/seed_2"][0] >= min(spans["g/seed_0"][1], spans["g/seed_1"][1])

@@ -13,7 +13,7 @@ import pytest
 
 from rbctl.config.train import TrainConfig, load_train_config
 from rbctl.train.dry_run import dry_run, step_cost
-from rbctl.train.plan_inputs import ASSUMED_PROMPT_TOKENS, KNOWN_SIZES
+from rbctl.train.plan_inputs import ASSUMED_PROMPT_TOKENS
 from tests.conftest import tiny_llama
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -35,36 +35,45 @@ def empty_cache(tmp_path) -> Path:
     return tmp_path / "hf_cache"  # does not even exist: nothing is cached
 
 
+# exact parameter counts of the shipped architectures, counted on the meta device (tests/unit/test_footprint.py)
+QWEN3_8B, LLAMA32_3B = 8_190_735_360, 3_212_749_824
+
+
 def test_qwen3_8b_recipe_plan_offline(empty_cache):
     cfg = load_train_config(CONFIGS / "paper_qwen3_8b.yaml")
     plan = dry_run(cfg, source="paper_qwen3_8b.yaml", cache_dir=empty_cache)
     # tokens = P·G·(prompt + max_new) = 32·8·(200 + 8192) = 2,148,352
-    # rollout 2·N·T = 2·8.2e9·2148352 = 3.523e16; training 6·N·T = 1.057e17; no reference (log_kl off);
-    # κ_eff every 10: 2·N·T/10 = 3.523e15; total 1.444e17 per step, ×200 = 2.889e19
-    for text in ["Qwen/Qwen3-8B: not in the local Hugging Face cache", "N ≈ 8.20e+09 parameters (table of known sizes)",
+    # rollout 2·N·T = 2·8.19e9·2148352 = 3.519e16; training 6·N·T = 1.056e17; no reference (log_kl off);
+    # κ_eff every 10: 2·N·T/10 = 3.519e15; total 1.443e17 per step, ×200 = 2.886e19
+    for text in ["Qwen/Qwen3-8B: not in the local Hugging Face cache",
+                 "N ≈ 8.19e+09 parameters (the shipped config.json fields (rbctl.train.footprint), counted on the meta device)",
                  "engine vllm; P = 32 prompts × G = 8 rollouts; max_new_tokens 8192",
                  "32·8·(200 + 8192) = 2.15e+06", "2·N·tokens = 3.52e+16", "6·N·tokens·ppo_epochs = 1.06e+17",
                  "reference 0.00e+00 + κ_eff 3.52e+15", "1.44e+17 FLOPs per step, 2.89e+19 for 200 steps",
-                 "frozen base ≈ 16.4 GB (bf16)",  # LoRA on the bf16 base: 8.2e9 · 2 bytes
+                 # LoRA on the bf16 base: (8,190,735,360 · 2 + 174,587,904 · 4) B = 15.9 GiB
+                 "weights     15.9 GiB  frozen base 8.19e+09 × 2 B + LoRA adapters 1.75e+08 × 4 B",
+                 "memory/GPU    an estimate (rbctl.train.footprint), 1 × H100-80GB",
                  "dataset 'agentica-org/DeepScaleR-Preview-Dataset' is not cached",
                  "downloads ≈ 16.4 GB of bf16 weights"]:
         assert text in plan, text
-    c = step_cost(cfg, ASSUMED_PROMPT_TOKENS, KNOWN_SIZES["Qwen/Qwen3-8B"])
+    c = step_cost(cfg, ASSUMED_PROMPT_TOKENS, QWEN3_8B)
     assert c.tokens == 2_148_352
-    assert c.total_flops == pytest.approx(2 * 8.2e9 * 2_148_352 * (1 + 3 + 0 + 0.1))
+    assert c.total_flops == pytest.approx(2 * QWEN3_8B * 2_148_352 * (1 + 3 + 0 + 0.1))
 
 
 def test_llama32_3b_recipe_plan_offline(empty_cache):
     cfg = load_train_config(CONFIGS / "paper_llama32_3b.yaml")
     plan = dry_run(cfg, cache_dir=empty_cache)
-    # tokens = 64·8·(200 + 2048) = 1,150,976; reference forward logged (log_kl): 2·N·T = 7.37e15
+    # tokens = 64·8·(200 + 2048) = 1,150,976; reference forward logged (log_kl): 2·N·T = 7.40e15
     assert "64·8·(200 + 2048) = 1.15e+06" in plan
-    assert "reference 7.37e+15" in plan and "reference copy 6.4 GB" in plan
-    assert "weights + grads + AdamW ≈ 51.2 GB (bf16-mixed)" in plan  # fp32 master weights: 3.2e9 · 16 bytes
-    assert "N ≈ 3.20e+09 parameters (table of known sizes)" in plan
-    c = step_cost(cfg, 200, 3.2e9)
-    # 2NT·(1 rollout + 3 training + 1 reference + 1/5 κ_eff) = 2·3.2e9·1150976·5.2
-    assert c.total_flops == pytest.approx(2 * 3.2e9 * 1_150_976 * 5.2)
+    assert "reference 7.40e+15" in plan
+    # fp32 master weights 3,212,749,824 · 4 B = 12.0 GiB; the bf16 reference · 2 B = 6.0 GiB
+    assert "weights     12.0 GiB  3.21e+09 × 4 B (float32 master)" in plan
+    assert "reference   6.0 GiB  3.21e+09 × 2 B" in plan
+    assert "N ≈ 3.21e+09 parameters (the shipped config.json fields" in plan
+    c = step_cost(cfg, 200, LLAMA32_3B)
+    # 2NT·(1 rollout + 3 training + 1 reference + 1/5 κ_eff)
+    assert c.total_flops == pytest.approx(2 * LLAMA32_3B * 1_150_976 * 5.2)
 
 
 def test_quickstart_plan_measures_prompts_with_the_builtin_tokenizer(empty_cache, rbctl_cache):
@@ -186,8 +195,9 @@ def test_paper_sweeps_cover_every_baseline_with_and_without_budget(name):
 
 
 def test_fsdp_plan_says_the_training_state_is_divided_over_the_processes(empty_cache):
-    cfg = load_train_config(CONFIGS / "paper_llama32_3b.yaml", ["model.fsdp=true", "rollout.engine=hf", "algo.tis_cap=null"])
+    cfg = load_train_config(CONFIGS / "paper_llama32_3b.yaml", ["model.fsdp=true", "rollout.engine=hf", "algo.tis_cap=null",
+                                                               "hardware.gpus=4"])
     plan = dry_run(cfg, cache_dir=empty_cache)
-    assert ("weights + grads + AdamW ≈ 51.2 GB (bf16-mixed), reference copy 6.4 GB (full-parameter training, before "
-            "activations and the rollout engine); model.fsdp: divided by the number of processes, plus the full "
-            "weights while sampling") in plan
+    # 3,212,749,824 · 4 B / 4 = 3.0 GiB of float32 master weights per GPU
+    assert "weights     3.0 GiB  3.21e+09 × 4 B (float32 master) / 4 (FSDP)" in plan
+    assert "AdamW       6.0 GiB  two moments, 3.21e+09 × 8 B / 4 (FSDP)" in plan

@@ -192,6 +192,23 @@ def test_paper_sweep_arms():
         assert head[0].startswith(("# rbctl train configs/", "# rbctl ablate configs/")) and "GPU work" in head[1]
 
 
+def test_the_paper_maze_starts_from_the_float32_warm_start_on_a_gpu(monkeypatch):
+    """On a GPU with bf16 (`dtype: auto` would be bf16 there) maze_17 and every arm of its sweep load
+    the warm start in float32: a GPU run and a CPU run start from the same weights."""
+    import torch
+
+    from rbctl.config.train import load_train_config
+    from rbctl.rollout.models import resolve_dtype
+    from rbctl.sweep.ablate import load_sweep
+
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)  # an H100's answer
+    assert resolve_dtype("auto", torch.device("cuda")) == torch.bfloat16  # what `auto` would do there
+    _, arms = load_sweep(CONFIGS / "ablate_maze_17.yaml")
+    for cfg in [load_train_config(CONFIGS / "maze_17.yaml"), *arms.values()]:
+        for device in ("cuda", "cpu"):
+            assert resolve_dtype(cfg.model.dtype, torch.device(device)) == torch.float32
+
+
 def test_cpu_scale_sweep_arms_and_design():
     """studies/reward_budgeting/configs/ablate_maze.yaml (docs/maze_task.md §6–7): the paper's arms on configs/maze.yaml, equal
     compute, several mini-batches per rollout batch, and a periodic evaluation that gives the plateau

@@ -88,10 +88,3 @@ def test_the_missing_benchmark_data_hint_names_options_each_command_has(tmp_path
             assert opt in options[command], (command, opt)
     assert "eval.data_dir" in text  # the key a training config sets it with
 
-
-def test_a_paper_config_gets_a_labelled_gpu_hours_estimate():
-    from rbctl.train.dry_run import GPU_PEAK_FLOPS, GPU_UTILISATION, gpu_hours_line
-
-    # 2.89e19 FLOPs (Qwen3-8B, 200 steps) at 989e12 × 0.3 FLOP/s: 9.74e4 s = 27 hours
-    assert gpu_hours_line(2.89e19).startswith("≈ 27 GPU-hours (an assumption, not measured: 989 TFLOP/s")
-    assert 2.89e19 / (GPU_PEAK_FLOPS * GPU_UTILISATION) / 3600 == pytest.approx(27.06, abs=0.01)
