@@ -428,6 +428,10 @@ def report(
             console.print(table)
     for line in incomplete_lines(data):  # a run the report could not score is named here, not only in report.md
         typer.secho(line, fg=typer.colors.YELLOW)
+    from rbctl.report.render.looks import decided_lines, next_lines
+
+    for line in decided_lines(data) + next_lines(data):  # a sequential design: each comparison's look, what to run next
+        typer.echo(line)
     typer.echo(str(path))
 
 

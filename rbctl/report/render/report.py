@@ -17,7 +17,7 @@ import pandas as pd
 
 from rbctl.report.data import ReportData, analyse, sweep_data
 from rbctl.report.load import default_out
-from rbctl.report.render import answer, convergence, sections
+from rbctl.report.render import answer, convergence, looks, sections
 from rbctl.report.render.page import Page, TablePage
 from rbctl.report.render.tables import call_cell, delta, finite, pval, unequal_cells, with_ci
 from rbctl.report.stats import NOT_TESTABLE
@@ -25,7 +25,7 @@ from rbctl.store.atomic import write_atomic
 from rbctl.store.rundir import REPORT_HTML, REPORT_MD, REPORT_TABLES
 
 # the sections in reading order, each `section(data, page)`
-SECTIONS = (answer.answer, answer.families, answer.power, answer.warm_starts, convergence.plateau, convergence.escape,
+SECTIONS = (answer.answer, looks.looks, answer.families, answer.power, answer.warm_starts, convergence.plateau, convergence.escape,
             sections.final_scores, sections.exploratory, sections.associations, sections.descriptives,
             sections.trajectories, sections.runs)
 
