@@ -214,3 +214,42 @@ def unit_text(units: Sequence[Unit]) -> str:
     if all(not ws for ws, _ in units):
         return ("seed " if len(units) == 1 else "seeds ") + ", ".join(str(s) for _, s in units)
     return ", ".join(f"{ws}/{s}" if ws else str(s) for ws, s in units)
+
+
+def mark_interim(pairs: Sequence[tuple]) -> None:
+    """A study family's members (``(comparison, the sweep directory or manifest it reads)``) read from
+    fewer units than their sweep's design: "interim (k of n units): not a call", as a report labels
+    them (a study family is no family of the sweep's sequential design, so no look of it calls them)."""
+    units: dict = {}
+    for c, path in pairs:
+        if path not in units:
+            src = design_source(Path(path))
+            units[path] = src.units if src is not None else None
+        note = interim_note(c.delta.n, units[path]) if units[path] else None
+        if note is not None and c.delta.testable and not c.same_config:
+            c.sequential, c.significant, c.equivalent = SequentialCall(INTERIM, note), False, False
+
+
+SPENDING_WORDS = {"obrien_fleming": "O'Brien–Fleming-type", "pocock": "Pocock-type"}
+
+
+def family_note(study, fam) -> str:
+    """For a study's claims document: a sentence saying that a family's members were decided under
+    their sweep's sequential design (its looks, and the runs it used against the fixed design's);
+    "" when none was. ``study``: `rbctl.report.study.sweeps.Study`; ``fam``: its `FamilyResult`."""
+    if not fam.spec.declared or not any(m.comparison.sequential is not None for m in fam.members):
+        return ""
+    parts = []
+    for tb in study.named(fam.spec.sweeps):
+        s = tb.data.sequential
+        if s is None or s.design is None:
+            continue
+        used, fixed = s.runs()
+        done = (f"{used} runs of the fixed design's {fixed}, {fixed - used} saved" if s.decided() else
+                f"not every comparison decided after look {len(s.history)} of {len(s.design.looks)}")
+        parts.append(f"`{tb.name}`: looks at {', '.join(map(str, s.design.looks))} units, "
+                     f"{SPENDING_WORDS[s.design.spending]} α-spending; {done}")
+    return ("Decided sequentially (" + "; ".join(parts) + "): each member's call is that of the look that decided it, "
+            "with the look's units and the boundary it crossed, not a fixed-design test of every unit "
+            "(docs/method.md, \"Sequential designs\").") if parts else ""
+

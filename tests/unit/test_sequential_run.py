@@ -205,3 +205,29 @@ def test_a_sweep_file_without_a_design_records_the_version_it_recorded_before(tm
     designed, _ = sweep_file_content(sweep_file(tmp_path))
     assert designed["design"] == {"looks": LOOKS, "spending": "obrien_fleming", "futility": False}
     assert record_version(history, designed, "sweep.yaml", 3, 36) is not None
+
+
+def test_a_claim_reading_a_sequentially_decided_family_says_so(tmp_path):
+    """The claims document: the declared family's members carry their look's call, the family and the
+    claim say they were decided sequentially, with the runs saved; a study family of its own on the
+    same sweep reads fewer units than the design's for b − a, so no call."""
+    from rbctl.report.study import make_study_report
+
+    sweep, configs, out, state = start(tmp_path)
+    history = go(sweep, configs, out, state, Launcher(state))
+    decided_at = status(sweep.comparisons.families_declared(), history)[("principal", "b", "a")].look
+    study = {"name": "s", "testbeds": {"seq": str(out)},
+             "families": {"main": {"members": ["b − a", "c − a"], "declared": "principal"},
+                          "own": {"members": ["b − a"], "metric": "avg@n"}},
+             "claims": {"b-higher": {"hypothesis": "b beats a",
+                                     "rule": {"kind": "calls", "family": "main", "members": ["b − a"], "support": "higher"}}}}
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(study, sort_keys=False))
+    text = make_study_report(path, tmp_path / "claims", n_boot=100).read_text()
+    note = ("Decided sequentially (`seq`: looks at 4, 8, 12 units, O'Brien–Fleming-type α-spending; 32 runs of the "
+            "fixed design's 36, 4 saved): each member's call is that of the look that decided it")
+    assert f"It reads a sequentially decided family. {note}" in text
+    assert text.count(note) == 2  # the family's section and the claim's
+    assert f"| higher at look {decided_at} of 3 ({LOOKS[decided_at - 1]} units; superiority at α = 0.025" in text
+    own = text[text.index("### Family `own`"):]
+    assert f"interim ({LOOKS[decided_at - 1]} of 12 units): not a call" in own.split("###")[1]

@@ -21,6 +21,7 @@ from rbctl.report.power import units_for_tost
 from rbctl.report.provenance import code_text, cpu_description, provenance, same_training_code
 from rbctl.report.render.figures import draw_curves
 from rbctl.report.render.tables import criterion_cell, delta, markdown_table, pct, pval
+from rbctl.report.sequential_calls import family_note
 from rbctl.report.series import at_step, run_series
 from rbctl.report.stats import DELTA_BOUNDS, paired_delta
 from rbctl.report.study.declared import declaration_lines
@@ -189,6 +190,8 @@ def family_lines(study: Study, fam: FamilyResult) -> list[str]:
            f"each compares {fam.measure}, paired by unit; {adjusted}.", "",
            *declaration_lines(study, f"families.{fam.name}", s.declared, study.named(s.sweeps)), "",
            table(family_rows(fam), "No member has runs."), ""]
+    if family_note(study, fam):  # a declared family its sweep's sequential design decided
+        out += [family_note(study, fam), ""]
     if eq:
         out += ["An equivalence with (warm start, seed) units holds for the warm starts these runs used; the warm-start "
                 "column is what generalises to another warm start.", ""]
@@ -312,7 +315,10 @@ def claim_lines(study: Study, fams: dict[str, FamilyResult], verdict_of: dict[st
            table(pd.DataFrame(rows), "The study file declares no claim."), ""]
     for cid, c in study.config.claims.items():
         v = verdict_of[cid]
+        read = fams[c.rule.family] if isinstance(c.rule, (CallsRule, TrendRule)) else None
         out += [f"### ({cid}) {c.hypothesis}", "", f"Rule: {v.rule}.", "", f"Call: **{v.outcome}** — {v.reason}.", "",
+                *([f"It reads a sequentially decided family. {family_note(study, read)}", ""]
+                  if read is not None and family_note(study, read) else []),
                 *declaration_lines(study, f"claims.{cid}", None, claim_reads(c, study, fams),
                                    c.rule.family if isinstance(c.rule, (CallsRule, TrendRule)) else None), ""]
         if v.readings:

@@ -25,6 +25,7 @@ from rbctl.report.analyses.comparisons import Comparison, apply_family, compare,
 from rbctl.report.analyses.escape_time import escape_rows, logrank_rows
 from rbctl.report.analyses.warm_starts import warm_start_level
 from rbctl.report.load import Run
+from rbctl.report.sequential_calls import mark_interim
 from rbctl.report.stats import PairedDelta, holm, paired_delta
 from rbctl.report.study.sweeps import Study, Testbed
 from rbctl.store.rundir import METRICS
@@ -228,6 +229,7 @@ def family(study: Study, name: str, spec: StudyFamily) -> FamilyResult:
         apply_family([m.comparison for m in members], spec.alpha, margin, spec.power)
         if spec.adjust == "joint" and margin is not None:
             joint_holm([m.comparison for m in members], spec.alpha)
+        mark_interim([(m.comparison, study.sweeps[m.sweep].path) for m in members])  # fewer units than a design's: no call
     mark_shared(members, study.sweeps)
     return FamilyResult(name, spec, tuple(members), tuple(notes))
 
