@@ -231,3 +231,19 @@ def test_a_claim_reading_a_sequentially_decided_family_says_so(tmp_path):
     assert f"| higher at look {decided_at} of 3 ({LOOKS[decided_at - 1]} units; superiority at α = 0.025" in text
     own = text[text.index("### Family `own`"):]
     assert f"interim ({LOOKS[decided_at - 1]} of 12 units): not a call" in own.split("###")[1]
+
+
+def test_the_main_job_ships_a_sequential_design_and_its_dry_run_prints_it(tmp_path):
+    from rbctl.report import power
+    from rbctl.sweep.ablate import DEFAULT_SWEEP
+    from rbctl.sweep.plan import sweep_plan
+
+    sweep, _ = load_sweep(DEFAULT_SWEEP)
+    assert sweep.design.model_dump() == {"looks": [12, 18, 24], "spending": "obrien_fleming", "futility": True}
+    out = sweep_plan(DEFAULT_SWEEP, tmp_path / "s", power)
+    assert ("sequential    looks at 12, 18, 24 units; O'Brien–Fleming-type α-spending (Lan–DeMets); futility stop, "
+            "non-binding") in out
+    assert "fixed design 72 (24 units × 3 arms)" in out and "at Δ = 0 everywhere: " in out
+    selected = sweep_plan(DEFAULT_SWEEP, tmp_path / "s", power, seeds=[0, 1, 2])
+    assert "sequential    --seeds: the sweep file's sequential design is not applied" in selected
+    assert "looks at" not in selected
