@@ -154,10 +154,12 @@ class Interim:
         d, e = self.design, s.entry
         looks = len(d.looks)
         if s.decision == CONTINUE:
-            if not self.history:
-                return SequentialCall(INTERIM, f"interim ({n} of {d.units} units): not a call; first look at "
-                                               f"{d.looks[0]} units")
-            k, last = len(self.history), next(c for c in self.history[-1].comparisons if c.key == key)
+            last = next((c for c in self.history[-1].comparisons if c.key == key), None) if self.history else None
+            if last is None:  # no look yet (or none that tested it)
+                return SequentialCall(INTERIM, f"interim ({n} of {d.units} units): not a call; "
+                                               f"{'next' if self.history else 'first'} look at "
+                                               f"{d.looks[len(self.history)] if len(self.history) < looks else d.units} units")
+            k = len(self.history)
             return SequentialCall(INTERIM, f"interim: not decided at look {k} of {looks} ({last.n} units, |t| = "
                                            f"{abs(last.t):.2f} < {last.bounds.t:.2f}); next look at "
                                            f"{d.looks[k] if k < looks else d.units} units")

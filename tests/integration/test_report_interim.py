@@ -149,3 +149,12 @@ def test_a_manifest_whose_comparison_is_decided_needs_nothing_more(tmp_path, cap
     assert f"principal: b − a: higher at look {look} of 3" in printed and "next:" not in printed
     report = (tmp_path / "rep" / "report.md").read_text()
     assert "Every comparison is decided: the design runs" in report
+
+
+def test_a_manifest_before_its_first_look_gets_no_call(tmp_path, capsys):
+    path = manifest(tmp_path, seeds_done=3, effect=0.10)  # +10 points: a fixed test at 3 seeds would call it
+    data = report_data([path], n_boot=50)
+    (c,) = data.verdict.comparisons
+    assert c.p_holm < 0.05 and call(c) == "interim" and not data.sequential.history
+    assert call_text(c) == "interim (3 of 12 units): not a call; first look at 4 units"
+    assert next_lines(data) == ["next: look 1 of 3 at 4 units needs", "  a: seed 3", "  b: seed 3"]
