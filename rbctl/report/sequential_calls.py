@@ -18,7 +18,6 @@ one family) gets its call here (`Interim.attach`, through `Comparison.sequential
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
