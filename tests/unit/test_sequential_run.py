@@ -115,6 +115,20 @@ def test_the_sweep_runs_to_each_look_decides_there_and_stops_an_arm_no_compariso
     src = design_source(out)
     assert src.recorded == tuple(history) and src.design == design
     assert replay(design, fam, src.recorded, {}, src.order) == history
+    # and its section: each comparison's look, units, boundary crossed, units saved; the runs saved
+    import pandas as pd
+
+    from rbctl.report import make_report
+
+    report = make_report([out], tmp_path / "rep", n_boot=100)
+    rows = pd.read_csv(tmp_path / "rep" / "tables" / "sequential_calls.csv").set_index("comparison")
+    b = st[("principal", "b", "a")]
+    assert rows.loc["b − a", "decision"] == "higher" and rows.loc["b − a", "look"] == f"{b.look} of 3"
+    assert rows.loc["b − a", "units"] == b_units and rows.loc["b − a", "units saved (of 12)"] == 12 - b_units
+    assert rows.loc["b − a", "boundary crossed"] == b.entry.crossed
+    used = b_units + 2 * LOOKS[len(history) - 1]
+    assert (f"Every comparison is decided: the design runs {used} runs of the fixed design's 36 ({36 - used} saved"
+            in report.read_text())
 
 
 class Stop(Exception):

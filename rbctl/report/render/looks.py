@@ -32,7 +32,8 @@ def _num(v: float, digits: int = 2) -> str:
 
 def call_rows(seq: Interim) -> pd.DataFrame:
     """One row per declared comparison: its decision, the look that made it (or its last look), the units
-    used there, Δ̄ and sd(Δ) in points, t, the boundary and the level it was tested at."""
+    used there, Δ̄ and sd(Δ) in points, t, the boundary and the level it was tested at, and the units
+    its decision saved against the fixed design (the runs saved are the sweep's: arms are shared)."""
     rows, looks = [], len(seq.design.looks)
     for (fam, arm, ref), s in seq.status().items():
         e = s.entry if s.entry is not None else next(
@@ -43,7 +44,8 @@ def call_rows(seq: Interim) -> pd.DataFrame:
                      "units": e.n if e else 0, "Δ points": _num(e.mean, 1) if e else "–",
                      "sd(Δ)": _num(e.sd, 1) if e else "–", "|t|": _num(abs(e.t)) if e else "–",
                      "boundary |t|": _num(e.bounds.t) if e else "–", "α": f"{e.bounds.level:.4g}" if e else "–",
-                     "boundary crossed": (e.crossed or "none") if e else "no look yet"})
+                     "boundary crossed": (e.crossed or "none") if e else "no look yet",
+                     f"units saved (of {seq.design.units})": seq.design.units - e.n if s.look and e else 0})
     return pd.DataFrame(rows)
 
 
