@@ -384,6 +384,10 @@ def _report_end(path: Path, data, scores: bool = True) -> None:
         console.print(table)
     for line in incomplete_lines(data):  # a run the report could not score is said here, not only in report.md
         typer.secho(line, fg=typer.colors.YELLOW)
+    from rbctl.report.render.looks import decided_lines, next_lines
+
+    for line in decided_lines(data) + next_lines(data):  # a sequential design: each comparison's look, what to run next
+        typer.echo(line)
     for line in report_paths(path):
         typer.echo(line)
     table = calls_table(data)

@@ -20,6 +20,7 @@ from rbctl.report.analyses.trajectories import Trajectories, trajectories
 from rbctl.report.analyses.verdict import Verdict, verdict
 from rbctl.report.analyses.warm_starts import WarmStarts, warm_starts
 from rbctl.report.load import Issue, Run, data_remarks, find_runs, sweep_settings
+from rbctl.report.sequential_calls import Interim, interim_for
 from rbctl.store.rundir import EVAL_DIR, STEP_PREFIX
 
 
@@ -120,11 +121,14 @@ class ReportData:
     final_scores: FinalScores | None  # without final evaluations
     entropy: EntropyKappa
     trajectories: Trajectories
+    sequential: Interim | None = None  # the runs' design: interim labels, a sequential design's looks (None: no sweep)
 
 
 def analyse(sw: SweepData) -> ReportData:
     """Every analysis of ``sw``."""
-    compared = comparisons(sw.info, sw.scores, sw.benchmarks, sw.spec, sw.same_config, sw.n_boot, sw.compute_difference)
+    seq = interim_for([r.sweep_dir for r in sw.runs if r.sweep_dir], sw.spec, sw.arms)  # no full-α call from part of a design
+    compared = comparisons(sw.info, sw.scores, sw.benchmarks, sw.spec, sw.same_config, sw.n_boot, sw.compute_difference,
+                           calls=seq.attach if seq is not None else None)
     answer = verdict(compared, sw.spec)
     bench = eval_benchmark(list(sw.runs), sw.benchmarks)
     pairs = list(sw.spec.principal) if sw.spec is not None else [(a, r) for _, _, a, r in stated_pairs(sw.info)]
@@ -139,7 +143,8 @@ def analyse(sw: SweepData) -> ReportData:
         final_scores=final_scores(sw.scores, sw.info, sw.arms, sw.benchmarks, sw.spec, sw.n_boot),
         entropy=ent,
         trajectories=trajectories(list(sw.runs), sw.by_arm, esc.setting if esc is not None else None,
-                                  bool(ent.kappa_eff_note)))
+                                  bool(ent.kappa_eff_note)),
+        sequential=seq)
 
 
 def report_data(dirs: list[Path], n_boot: int = 2000) -> ReportData:

@@ -312,14 +312,16 @@ def decide_look(design: Design, families: Sequence[FamilyLike], history: Sequenc
 def arm_units(design: Design, families: Sequence[FamilyLike], history: Sequence[LookRecord],
               arms: Sequence[str]) -> dict[str, int]:
     """The units each arm runs under the design after ``history``: those of the look that decided the
-    last of its comparisons; the design's units while any of them is undecided, and for an arm in no
-    comparison. The runs saved against the fixed design: design.units × len(arms) − their sum."""
+    last of its comparisons; the design's units while any of them is undecided. An arm in no
+    comparison runs with the sweep: to the look that decided the last comparison of all. The runs
+    saved against the fixed design: design.units × len(arms) − their sum."""
     st = status(families, history)
+    every = max(s.n for s in st.values()) if st and all(s.decision != CONTINUE for s in st.values()) else design.units
     out = {}
     for arm in arms:
         mine = [s for (_, a, r), s in st.items() if arm in (a, r)]
         done = mine and all(s.decision != CONTINUE for s in mine)
-        out[arm] = max(s.n for s in mine) if done else design.units
+        out[arm] = max(s.n for s in mine) if done else design.units if mine else every
     return out
 
 

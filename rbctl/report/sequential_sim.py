@@ -46,11 +46,13 @@ class Simulated:
 
     def runs(self, arms: Sequence[str], units: int) -> np.ndarray:
         """Runs per trial of a sweep over ``arms``: each arm runs the units of the last of its
-        comparisons to be decided; an arm in no comparison runs all ``units``."""
+        comparisons to be decided; an arm in no comparison runs with the sweep, to the last decision
+        of all (`rbctl.report.sequential_looks.arm_units`); ``units``: the design's, without comparisons."""
         out = np.zeros(len(self.units))
+        every = self.units.max(axis=1) if self.keys else np.full(len(self.units), units)
         for arm in arms:
             cols = [i for i, (_, a, r) in enumerate(self.keys) if arm in (a, r)]
-            out += self.units[:, cols].max(axis=1) if cols else units
+            out += self.units[:, cols].max(axis=1) if cols else every
         return out
 
 
@@ -170,7 +172,7 @@ def design_lines(design: Design, families: Sequence[FamilyLike], arms: Sequence[
     """The design as `rbctl ablate --dry-run` prints it: the looks, each family's boundaries, and the
     expected runs at the planned effect (Δ = each family's MDE) and at Δ = 0, against the fixed design's."""
     spend = {"obrien_fleming": "O'Brien–Fleming-type", "pocock": "Pocock-type"}[design.spending]
-    out = [f"design        sequential: looks at {', '.join(map(str, design.looks))} units; {spend} α-spending "
+    out = [f"sequential    looks at {', '.join(map(str, design.looks))} units; {spend} α-spending "
            f"(Lan–DeMets); futility {'stop, non-binding' if design.futility else 'off'}; each family's calls "
            f"by graphical Holm (superiority and equivalence each at the family's α)"]
     for fam in families:

@@ -267,6 +267,19 @@ def read_sweep_state(sweep: Path) -> dict[str, dict]:
     return runs
 
 
+def read_sweep_looks(sweep: Path) -> dict:
+    """A sequential design's record in state.json: ``{"design": {...}, "looks": [look record, ...]}``
+    (`rbctl.report.sequential_looks.LookRecord.to_json`, in order), or {} when it holds none."""
+    p = Path(sweep) / SWEEP_STATE
+    data = read_json(p) if p.is_file() else {}
+    looks = data.get("looks") if isinstance(data, dict) else None
+    if looks is None:
+        return {}
+    if not isinstance(looks, list) or not all(isinstance(x, dict) for x in looks) or not isinstance(data.get("design"), dict):
+        raise UserError(f"{p}: its looks are not a sequential design's record (expected \"design\": {{...}}, \"looks\": [...])")
+    return {"design": data["design"], "looks": looks}
+
+
 def read_sweep_resolved(sweep: Path) -> dict:
     """A sweep directory's resolved sweep.yaml (``{"format_version", "sweep", "configs"}``), its
     format version checked (`check_format`); {} when there is none."""

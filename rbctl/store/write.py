@@ -47,7 +47,8 @@ def write_sweep_file(sweep_dir: Path, resolved: dict) -> None:
 
 
 def write_sweep_state(sweep_dir: Path, state: dict) -> None:
-    """state.json: ``{"runs": {key: {"status", "error"}}}`` (read back by `rbctl.store.read.read_sweep_state`)."""
+    """state.json: ``{"runs": {key: {"status", "error"}}}`` (read back by `rbctl.store.read.read_sweep_state`),
+    with a sequential design's ``design`` and ``looks`` (`rbctl.store.read.read_sweep_looks`)."""
     write_atomic(Path(sweep_dir) / SWEEP_STATE, json.dumps(state, indent=2), kind="sweep_state")
 
 

@@ -24,7 +24,7 @@ from rbctl.config.presets import find_preset, is_sweep, preset, resolve_config
 from rbctl.errors import UserError
 from rbctl.store.history import changed_keys, read_history, record_version
 from rbctl.store.lock import DirLock
-from rbctl.store.read import read_sweep_resolved, read_sweep_state
+from rbctl.store.read import read_sweep_looks, read_sweep_resolved, read_sweep_state
 from rbctl.store.rundir import SUBMITIT, SUMMARY, SWEEP_HISTORY, SWEEP_LOCK, final_eval_dir, parse_run_key, run_key, sweep_run_dir
 from rbctl.store.write import write_ceiling, write_error, write_run_meta, write_sweep_file, write_sweep_state
 from rbctl.sweep.grid import (arm_metadata, check_equal_compute, check_escape_signal, check_family_configs,
@@ -85,10 +85,13 @@ def load_sweep(path: Path, seed_offset: int = 0, arms: list[str] | None = None, 
 
 def select(data: dict, path: Path, arms: list[str] | None, seeds: list[int] | None) -> dict:
     """A sweep file's data cut to `arms` (in the file's order; the stated comparisons keep their
-    pairs within them, and are dropped when none is left) and run on `seeds`; None keeps it all."""
+    pairs within them, and are dropped when none is left) and run on `seeds`; None keeps it all. A
+    sequential design is dropped with `seeds` (its looks count the file's seeds) and with the
+    comparisons (`rbctl.sweep.sequential_run.dropped_design` says so in the sweep's log)."""
     data = dict(data)
     if seeds is not None:
         data["seeds"] = list(seeds)
+        data.pop("design", None)  # its looks count the file's units: other seeds run as a fixed design
     if arms is None:
         return data
     declared = list((data.get("arms") or {}))
@@ -104,6 +107,8 @@ def select(data: dict, path: Path, arms: list[str] | None, seeds: list[int] | No
         if "families" in comparisons:
             comparisons["families"] = {name: f for name, f in families.items() if f["pairs"]}
         data["comparisons"] = comparisons if comparisons["principal"] else None
+        if data["comparisons"] is None:
+            data.pop("design", None)  # a design decides declared comparisons: none is left to decide
     return data
 
 
@@ -210,22 +215,28 @@ def run_sweep(sweep_path: Path, sweep_dir: Path, jobs: int | None = None, force:
     check_sweep_start(sweep, configs, sweep_dir, resolved, force, machine=launcher == "local")  # before anything is made
     jobs = jobs or sweep.jobs
     sweep_dir.mkdir(parents=True, exist_ok=True)
+    from rbctl.sweep.sequential_run import dropped_design
+
+    if (note := dropped_design(sweep_path, sweep, seeds)) is not None:
+        log(note)
     with sweep_lock(sweep_dir, log):
         _write_sweep_record(sweep, sweep_dir, resolved, force)
-        state = {"runs": read_sweep_state(sweep_dir)}
-        todo = _todo(sweep, configs, sweep_dir, state)
+        state = {"runs": read_sweep_state(sweep_dir), **read_sweep_looks(sweep_dir)}
+        todo = pending_runs(sweep, configs, sweep_dir, state) if sweep.design is None else []
         write_sweep_state(sweep_dir, state)
         _record_version(sweep_path, sweep_dir, state, log)
+        if sweep.design is not None:  # run up to each look, decide there, stop where every comparison is decided
+            from rbctl.sweep.sequential_run import run_looks
+
+            launch = lambda todo: _launch(todo, sweep, sweep_dir, state, jobs, progress, progress_every, launcher, log)  # noqa: E731
+            run_looks(sweep, configs, sweep_dir, state, lambda arms, upto: pending_runs(sweep, configs, sweep_dir, state, arms, upto),
+                      launch, jobs, log)
+            return state
         total_runs = len(configs) * len(units(sweep))
         unit = f"{len(sweep.warm_starts)} warm starts × {len(sweep.seeds)} seeds" if sweep.warm_starts else f"{len(sweep.seeds)} seeds"
         log(f"sweep '{sweep.name}': {total_runs} runs ({len(configs)} arms × {unit}), "
             f"{total_runs - len(todo)} already finished, {len(todo)} to run with {jobs} parallel jobs")
-        if todo:
-            _prepare_shared({key: cfg for key, _, cfg, _ in todo}, log)
-            if launcher == "submitit":
-                _execute_submitit(todo, sweep, sweep_dir, state, log)
-            else:
-                _execute(todo, sweep, sweep_dir, state, jobs, progress, progress_every)
+        _launch(todo, sweep, sweep_dir, state, jobs, progress, progress_every, launcher, log)
         return state
 
 
@@ -242,12 +253,16 @@ def _write_sweep_record(sweep: SweepConfig, sweep_dir: Path, resolved: dict, for
         write_ceiling(sweep_dir, sweep.ceiling.model_dump())
 
 
-def _todo(sweep: SweepConfig, configs: dict[str, TrainConfig], sweep_dir: Path, state: dict) -> list[tuple]:
-    """The runs still to do, (key, run directory, config, run.json's meta), each marked pending in
-    `state`: every (arm, warm start, seed) but those done with their final evaluation written."""
+def pending_runs(sweep: SweepConfig, configs: dict[str, TrainConfig], sweep_dir: Path, state: dict,
+                 arms: list[str] | None = None, only: list | None = None) -> list:
+    """The runs of ``arms`` (all by default) × ``only`` (units, (warm start, seed); all by default) that
+    are not done with their final evaluation, as (key, run dir, config, run.json), each recorded
+    pending in ``state``."""
     todo = []
     for arm, cfg in configs.items():
         for ws, seed in units(sweep):
+            if (arms is not None and arm not in arms) or (only is not None and (ws, seed) not in only):
+                continue
             key = run_key(arm, seed, ws)
             rd = sweep_run_dir(sweep_dir, key)
             rcfg = with_warm_start(cfg, ws).model_copy(update={"seed": seed})
@@ -270,12 +285,27 @@ def _record_version(sweep_path: Path, sweep_dir: Path, state: dict, log) -> None
             f"finished ({SWEEP_HISTORY}); the report prints each family's declaration from these records")
 
 
+def _launch(todo, sweep: SweepConfig, sweep_dir: Path, state: dict, jobs: int, progress: bool,
+            progress_every: float, launcher: str, log) -> None:
+    """Run ``todo`` (`pending_runs`) with the launcher; nothing for none."""
+    if not todo:
+        return
+    _prepare_shared({key: cfg for key, _, cfg, _ in todo}, log)
+    if launcher == "submitit":
+        _execute_submitit(todo, sweep, sweep_dir, state, log)
+    else:
+        _execute(todo, sweep, sweep_dir, state, jobs, progress, progress_every)
+
+
 def sweep_file_content(sweep_path: Path) -> tuple[dict, Path]:
     """The sweep file's data as validated (defaults filled in, before any `--arms`/`--seeds`/`--set`
     selection: a selection runs part of the declared sweep, it declares nothing) and its path: the
     version `record_sweep_version` keeps."""
     path = resolve_config(sweep_path, "sweep file")
-    return validate(SweepConfig, read_yaml(path), str(path)).model_dump(mode="json"), path
+    content = validate(SweepConfig, read_yaml(path), str(path)).model_dump(mode="json")
+    if content.get("design") is None:  # no design: the version recorded before `design:` existed, unchanged
+        content.pop("design", None)
+    return content, path
 
 
 def record_sweep_version(sweep_path: Path, sweep_dir: Path, state: dict) -> dict | None:

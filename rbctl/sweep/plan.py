@@ -248,6 +248,9 @@ def sweep_plan(sweep_path, sweep_dir: Path, power, jobs: int | None = None, arms
         lines.append(f"  {arm:<{width}}  {'; '.join(diff) if diff else '(the base as it is)'}")
 
     lines += [""] + _power_lines(sweep, len(the_units), power)
+    from rbctl.sweep.sequential_run import plan_lines
+
+    lines += plan_lines(path, sweep, list(configs), seeds)  # a sequential design: looks, boundaries, expected runs
 
     est = wall_estimate(sweep, configs, Path(sweep_dir), jobs)
     lines.append("")

@@ -150,8 +150,10 @@ def test_t_boundaries_at_the_nominal_level_hold_alpha_at_few_units_and_z_boundar
 def test_runs_count_each_arm_to_its_last_comparison():
     sim = Simulated((("f", "a", "b"), ("f", "c", "b")), np.zeros((2, 2), dtype=int),
                     np.array([[6, 12], [24, 6]]))
-    # trial 1: a 6, b max(6, 12) = 12, c 12, d (in no comparison) 24 -> 54; trial 2: 24 + 24 + 6 + 24 = 78
-    assert list(sim.runs(["a", "b", "c", "d"], 24)) == [54, 78]
+    # d is in no comparison: it runs with the sweep, to its last decision (12 in trial 1, 24 in trial 2)
+    # trial 1: a 6, b max(6, 12) = 12, c 12, d 12 -> 42; trial 2: 24 + 24 + 6 + 24 = 78
+    assert list(sim.runs(["a", "b", "c", "d"], 24)) == [42, 78]
+    assert list(Simulated((), np.zeros((2, 0), dtype=int), np.zeros((2, 0), dtype=int)).runs(["a"], 24)) == [24, 24]
 
 
 def test_design_lines_print_boundaries_and_expected_runs():

@@ -79,6 +79,7 @@ class Comparison:
     unequal: str = ""  # the compute keys on which the two arms' runs differ ("steps 120 ≠ 100"); "": equal compute
     test: str = "two_sided"  # or "noninferiority": p_tost is then the one-sided test against the margin, `better` its side
     better: str = "higher"
+    sequential: object = None  # the call of a look, or an interim label (rbctl.report.sequential_calls.SequentialCall)
 
     @property
     def label(self) -> str:
@@ -231,6 +232,8 @@ def call(c: Comparison) -> str:
     "same config" for a flagged one, `NO_CALL` for an exploratory one."""
     if c.same_config:
         return SAME_CONFIG
+    if c.sequential is not None:  # fewer units than the design's, or a sequential design's look
+        return c.sequential.word
     if c.family == EXPLORATORY:
         return NOT_TESTABLE if not c.delta.testable else NO_CALL
     if c.test == "noninferiority":
@@ -245,6 +248,8 @@ def call_text(c: Comparison, scale: float = 100.0, unit: str = "points") -> str:
     also equivalent adds "(within ±δ)". Δ, margin and detectable effect are printed × ``scale`` in
     ``unit`` (points of a fraction by default; a comparison of steps passes 1 and "steps")."""
     word = call(c)
+    if c.sequential is not None and word != SAME_CONFIG:
+        return c.sequential.text
     margin = f"±{scale * c.margin:g}" if math.isfinite(c.margin) else ""
     if c.test == "noninferiority" and word in (NONINFERIOR, INCONCLUSIVE):
         bound = f"Δ {'>' if c.better == 'higher' else '<'} {'−' if c.better == 'higher' else '+'}{scale * c.margin:g} {unit}"
@@ -374,7 +379,11 @@ class ComparisonSet:
 
 def comparisons(info: dict[str, tuple[str, str]], scores: dict[tuple[str, str], ArmScores], benchmarks: list[str],
                 spec=None, same_config=lambda arm, ref: False, n_boot: int = 2000,
-                unequal=lambda arm, ref: "") -> ComparisonSet:
-    """`compare_all` and the numbers of every comparison (with P(improvement) and its intervals)."""
+                unequal=lambda arm, ref: "", calls=None) -> ComparisonSet:
+    """`compare_all` and the numbers of every comparison (with P(improvement) and its intervals);
+    ``calls(comparisons)``, when given, sets the calls of a design's looks or its interim labels
+    (`rbctl.report.sequential_calls.Interim.attach`) before the numbers are taken."""
     comps = compare_all(info, scores, benchmarks, spec, same_config, n_boot, unequal)
+    if calls is not None:
+        calls(comps)
     return ComparisonSet(tuple(comps), comparison_rows(scores, comps, n_boot), spec is not None)

@@ -18,7 +18,7 @@ import pandas as pd
 
 from rbctl.report.data import ReportData, analyse, sweep_data
 from rbctl.report.load import default_out
-from rbctl.report.render import answer, convergence, lead, sections
+from rbctl.report.render import answer, convergence, lead, looks, sections
 from rbctl.report.render.calls import missing_lines
 from rbctl.report.render.page import Page, TablePage
 from rbctl.report.render.summary import write_summary
@@ -27,7 +27,7 @@ from rbctl.store.atomic import write_atomic
 from rbctl.store.rundir import REPORT_HTML, REPORT_MD, REPORT_TABLES
 
 # the sections in reading order, each `section(data, page)`
-SECTIONS = (lead.lead, answer.answer, answer.families, answer.power, answer.warm_starts, convergence.plateau, convergence.escape,
+SECTIONS = (lead.lead, answer.answer, looks.looks, answer.families, answer.power, answer.warm_starts, convergence.plateau, convergence.escape,
             sections.final_scores, sections.exploratory, sections.associations, sections.descriptives,
             sections.trajectories, sections.runs)
 

@@ -20,6 +20,7 @@ from rbctl.report.power import units_for_tost
 from rbctl.report.provenance import code_text, cpu_description, provenance, same_training_code
 from rbctl.report.render.figures import draw_curves
 from rbctl.report.render.tables import criterion_cell, markdown_table, pct, pval
+from rbctl.report.sequential_calls import family_note
 from rbctl.report.study.declared import families_read, declaration_lines
 from rbctl.report.study.families import FamilyResult, Member, families
 from rbctl.report.study.long_horizons import long_rows, pass_at_k_lines
@@ -198,6 +199,8 @@ def family_lines(study: Study, fam: FamilyResult) -> list[str]:
            *declaration_lines(study, f"families.{fam.name}", s.declared, study.named(s.sweeps)), "",
            table(family_rows(fam), "No member has runs."), ""]
     eq = [m for m in fam.members if call(m.comparison) == EQUIVALENT and m.over_warm_starts is not None]
+    if family_note(study, fam):  # a declared family its sweep's sequential design decided
+        out += [family_note(study, fam), ""]
     if eq:
         out += ["An equivalence with (warm start, seed) units holds for the warm starts these runs used; the warm-start "
                 "column is what generalises to another warm start.", ""]
@@ -277,7 +280,10 @@ def claim_lines(study: Study, fams: dict[str, FamilyResult], verdict_of: dict[st
            table(pd.DataFrame(rows), "The study file declares no claim."), ""]
     for cid, c in study.config.claims.items():
         v = verdict_of[cid]
+        read = fams[c.rule.family] if isinstance(c.rule, (CallsRule, TrendRule)) else None
         out += [f"### ({cid}) {c.hypothesis}", "", f"Rule: {v.rule}.", "", f"Call: **{v.outcome}** — {v.reason}.", "",
+                *([f"It reads a sequentially decided family. {family_note(study, read)}", ""]
+                  if read is not None and family_note(study, read) else []),
                 *declaration_lines(study, f"claims.{cid}", None, claim_reads(c, study, fams), families_read(c)), ""]
         if v.readings:
             out += [f"- {r.where}: " + (f"not applicable ({r.why})" if r.call is None else r.text) for r in v.readings]

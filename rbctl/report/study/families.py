@@ -30,6 +30,7 @@ from rbctl.report.analyses.escape_time import escape_rows, logrank_rows
 from rbctl.report.analyses.warm_starts import warm_start_level
 from rbctl.report.load import Run
 from rbctl.report.power import mde_paired
+from rbctl.report.sequential_calls import mark_interim
 from rbctl.report.series import at_step
 from rbctl.report.stats import DELTA_BOUNDS, PairedDelta, holm, paired_delta
 from rbctl.report.study.sweeps import Study, Testbed, did_you_mean, logged_keys
@@ -349,6 +350,7 @@ def family(study: Study, name: str, spec: StudyFamily) -> FamilyResult:
                                   interaction=c.arm.startswith("(")))
     if not spec.declared:
         adjust(members, spec)
+        mark_interim([(m.comparison, study.sweeps[m.sweep].path) for m in members])  # fewer units than a design's: no call
     mark_shared(members, study.sweeps)
     return FamilyResult(name, spec, tuple(members), tuple(notes), error_bound(spec, beds))
 
