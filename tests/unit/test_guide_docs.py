@@ -1,6 +1,6 @@
-"""docs/tutorial.md stays true: its sweep file is valid as written and `rbctl ablate --dry-run` prints
-the power lines the tutorial quotes; every `rbctl` command and option it shows exists; the presets
-it names are shipped."""
+"""The guide stays true. docs/tutorial.md: its sweep file is valid as written and `rbctl ablate
+--dry-run` prints the power lines the tutorial quotes; every `rbctl` command and option it shows
+exists; the presets it names are shipped. docs/studies.md: its example is the shipped study file."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 from tests.conftest import REPO, cli_options
 
 TUTORIAL = (REPO / "docs" / "tutorial.md").read_text()
+STUDIES = (REPO / "docs" / "studies.md").read_text()
 
 
 @pytest.mark.slow  # ~7 s: the dry run builds every arm's config and checks it
@@ -41,3 +42,20 @@ def test_every_command_and_option_the_tutorial_shows_exists():
             assert opt in options[command] | {"--help"}, f"`rbctl {command}` has no option {opt}"
     for preset in set(re.findall(r"`(configs/[\w.-]+\.yaml)`", TUTORIAL)) - {"configs/NAME.yaml"}:
         assert (REPO / preset).exists(), preset
+
+
+def test_the_studies_page_shows_the_shipped_study_file():
+    """docs/studies.md's YAML is configs/study_quickstart.yaml without its comments and its default
+    `alpha: 0.05`, and it is a valid study file."""
+    import yaml
+
+    from rbctl.config.study import StudyConfig
+
+    shown = yaml.safe_load(re.search(r"```yaml\n(name: study_quickstart\n.*?)```", STUDIES, flags=re.S).group(1))
+    shipped = yaml.safe_load((REPO / "configs" / "study_quickstart.yaml").read_text())
+    for family in shipped["families"].values():
+        assert family.pop("alpha", 0.05) == 0.05
+    assert shown == shipped
+    StudyConfig.model_validate(shown)
+    for command, args in re.findall(r"\brbctl (\w+)((?: [^\n`]*)?)", "\n".join(re.findall(r"```bash\n(.*?)```", STUDIES, flags=re.S))):
+        assert {o for o in re.findall(r"(?<![\w-])(--?[a-z][\w-]*)", args)} <= cli_options()[command]
