@@ -1,4 +1,4 @@
-"""The population calculation of the plateau task's first design (CHANGELOG.md, "Why plain GRPO locks
+"""The population calculation of the plateau task's first design (studies/reward_budgeting/docs/first_design.md, "Why plain GRPO locks
 in"): the exact expected first-token gradient of one logit shared by the walk and the shortcut, per estimator,
 enumerating every outcome of a group of G = 8 rollouts.
 

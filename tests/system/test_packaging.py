@@ -92,6 +92,6 @@ def test_the_main_install_has_what_every_shipped_configs_path_imports():
                 section, name = key.split(".")
                 if dumped[section][name] is not None:
                     used.add((path.name, package))
-    assert ("smollm2_gsm8k.yaml", "peft") in used  # the README's real-model example trains LoRA adapters
+    assert ("smollm2_gsm8k.yaml", "peft") in used  # the real-model config trains LoRA adapters
     missing = sorted((name, package) for name, package in used if package not in deps)
     assert not missing, f"shipped configs import packages the main install lacks: {missing}"

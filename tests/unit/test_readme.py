@@ -1,7 +1,9 @@
-"""The README is a user guide that stays true: at most ~250 lines, its two set-up commands are the
-ones that work (`.ci/run` runs exactly its test command), every command and option it shows exists,
-every module it names imports, and every relative link in it, in docs/ and in each study's README and
-docs/ points at a file."""
+"""The README is a front door that stays true: at most 120 lines with the main job's command in its
+first 25, its two set-up commands the ones that work (`.ci/run` runs exactly its test command), the
+calls table it shows laid out as `rbctl ablate` prints it and holding the study's headline numbers,
+every command and option it shows existing, every module it names importing, and every relative
+link in it, in docs/, CHANGELOG.md and each study's README and docs/ pointing at a file. No document
+or config speaks of issue numbers or of one machine's paths."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import re
 from tests.conftest import REPO, cli_options
 
 README = (REPO / "README.md").read_text()
+STUDY_README = REPO / "studies" / "reward_budgeting" / "README.md"
 MAIN_JOB = "python3 -m pip install torch==2.13.0 -e . && rbctl ablate"
 
 
@@ -18,11 +21,17 @@ def _bash_blocks(text: str) -> list[str]:
     return re.findall(r"```bash\n(.*?)```", text, flags=re.S)
 
 
-def test_the_readme_is_a_short_user_guide():
-    assert len(README.splitlines()) <= 255
-    for heading in ("## Set-up: two commands", "## The main job", "## Commands", "## Where things are",
-                    "## Documentation"):
-        assert heading in README
+def test_the_readme_is_a_short_front_door_with_the_main_job_first():
+    lines = README.splitlines()
+    assert len(lines) <= 120, len(lines)
+    assert MAIN_JOB in lines[:25]
+    for heading in ("## The main job: one command", "## The tests", "## Commands", "## Where things are"):
+        assert heading in lines, heading
+    # the first screen points where to go next: the tutorial, your own runs, the study
+    first_screen = "\n".join(lines[:60])
+    for target in ("docs/tutorial.md", "docs/your_runs.md", "studies/reward_budgeting/README.md",
+                   "docs/figures/report_first_screen.png"):
+        assert f"]({target})" in first_screen, target
 
 
 def test_the_two_set_up_commands_are_the_main_job_and_what_ci_runs():
@@ -31,6 +40,62 @@ def test_the_two_set_up_commands_are_the_main_job_and_what_ci_runs():
     ci = (REPO / ".ci" / "run").read_text().strip().splitlines()[-1]
     # the whole suite, then the real-vLLM tests in vLLM's CPU venv
     assert blocks[1] == ci and "&& python3 -m pytest &&" in ci and ci.endswith(".venv-vllm/bin/python -m pytest -m vllm tests/vllm")
+
+
+def _readme_calls() -> list[str]:
+    block = README.split("\ncalls: declared comparisons\n", 1)[1].split("```", 1)[0]
+    return [line for line in block.splitlines() if re.match(r" grpo", line)]
+
+
+def test_the_calls_table_is_laid_out_as_rbctl_ablate_prints_it():
+    """The README's rows, parsed and rendered again by `rbctl.report.render.terminal.calls_table` (the
+    table `rbctl ablate` and `rbctl report` end with), give the README's lines: the format is the code's."""
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from rbctl.report.render import calls, terminal
+
+    rows = []
+    for line in _readme_calls():
+        comparison, metric, delta, units, p, call = re.match(
+            r" (.+?) \((.+?)\)\s+([+-]\S+ \[\S+ \S+\])\s+(\d+)\s+(< 0\.001|[\d.]+)\s+(\w+)\s*$", line).groups()
+        rows.append(calls.CallRow("principal", comparison, metric, "builtin", int(units), delta, "Holm p", p, call, ""))
+    assert len(rows) == 3
+    original = calls.call_rows
+    calls.call_rows = lambda data: rows
+    try:
+        console = Console(width=100, record=True)
+        console.print(terminal.calls_table(SimpleNamespace(sweep=SimpleNamespace(spec=object()))))
+    finally:
+        calls.call_rows = original
+    printed = [line.rstrip() for line in console.export_text().splitlines()]
+    assert [line.rstrip() for line in _readme_calls()] == [line for line in printed if line.startswith(" grpo")]
+    header = next(line for line in printed if "Δ pts [95% CI]" in line)
+    assert header in README
+
+
+def test_the_calls_are_the_study_headlines_run_set():
+    """The README's three calls are the main job's documented run set: the study README's headline
+    block (written by studies/reward_budgeting/documents/results.py) holds the same Δ and interval."""
+    headline = STUDY_README.read_text().split("<!-- headline: begin -->", 1)[1].split("<!-- headline: end -->", 1)[0]
+    for line in _readme_calls():
+        comparison, delta = re.match(r" (.+?) \(avg@n\)\s+([+-]\S+ \[\S+ \S+\])", line).groups()
+        assert f"| {comparison} | builtin | avg@n | 24 | {delta} |" in headline, comparison
+    commit = re.search(r"from one commit `(\w+)`", headline).group(1)
+    assert f"`{commit}`" in README
+
+
+def test_the_generated_blocks_live_in_the_study_readme():
+    """The study's generators write by default into its README (`--write-readme` with no path); the
+    front README holds no generated block."""
+    from studies.reward_budgeting.documents import STUDY_README as target
+
+    assert target == STUDY_README
+    study = STUDY_README.read_text()
+    for name in ("headline", "claims", "maze", "real_model"):
+        assert f"<!-- {name}: begin -->" in study and f"<!-- {name}: end -->" in study, name
+        assert f"<!-- {name}: begin -->" not in README, name
 
 
 def test_every_command_module_and_option_the_readme_shows_exists():
@@ -44,9 +109,13 @@ def test_every_command_module_and_option_the_readme_shows_exists():
         assert importlib.util.find_spec(module) is not None, f"no module {module}"
 
 
+def _documents():
+    return [REPO / "README.md", REPO / "CHANGELOG.md", *sorted((REPO / "docs").glob("*.md")),
+            *sorted((REPO / "studies").glob("*/README.md")), *sorted((REPO / "studies").glob("*/docs/*.md"))]
+
+
 def test_every_relative_link_in_the_readme_and_docs_resolves():
-    docs = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), *sorted((REPO / "studies").glob("*/README.md")),
-            *sorted((REPO / "studies").glob("*/docs/*.md"))]
+    docs = _documents()
     assert (REPO / "studies" / "reward_budgeting" / "docs" / "claims.md") in docs  # a study's documents are checked too
     missing = []
     for doc in docs:
@@ -67,6 +136,26 @@ def test_every_config_and_path_the_readme_names_exists():
 
 
 def test_the_documents_table_lists_every_document():
-    table = README[README.index("## Documentation"):]
+    table = README[README.index("| document | what it holds |"):]
     listed = set(re.findall(r"^\| \[(docs/[\w.-]+\.md)\]", table, flags=re.M))
     assert listed == {f"docs/{p.name}" for p in (REPO / "docs").glob("*.md")}
+
+
+def _guide_files():
+    """The README, docs/ and every config (shipped presets and the studies' own), comments included."""
+    files = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md")), *sorted((REPO / "configs").rglob("*.yaml"))]
+    for study in sorted((REPO / "studies").glob("*/")):
+        files += [*sorted(study.glob("README.md")), *sorted(study.glob("docs/*.md")), *sorted(study.rglob("configs/**/*.yaml"))]
+    return files
+
+
+def test_no_document_or_config_names_an_issue_or_one_machines_paths():
+    """`grep -rnE "[Ii]ssue [0-9]+|the issue's" docs configs README.md` finds nothing (nor in the studies'
+    README, docs and configs): documents say what the software does and what was measured, not how
+    they were asked for ("this session"); and no path of one machine (`/work/...`, `/home/...`) stands in them."""
+    found = []
+    for path in _guide_files():
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if re.search(r"[Ii]ssue [0-9]+|the issue's|this session|(?<![\w.])/(?:work|home|Users)/", line):
+                found.append(f"{path.relative_to(REPO)}:{n}: {line.strip()[:100]}")
+    assert not found, found

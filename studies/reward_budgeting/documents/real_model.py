@@ -1,7 +1,7 @@
 """Print the measured part of studies/reward_budgeting/docs/real_model.md: the SmolLM2 addition sweep, from its run directories.
 
     python -m studies.reward_budgeting.documents.real_model SWEEP_DIR [--command "rbctl ablate ..."] [--write-doc studies/reward_budgeting/docs/real_model.md]
-    python -m studies.reward_budgeting.documents.real_model SWEEP_DIR --write-readme README.md
+    python -m studies.reward_budgeting.documents.real_model SWEEP_DIR --write-readme
 
 Everything is read from the runs (`rbctl.report.report_data` and each run's logs), so the text is
 regenerated, never edited: the date, the commit the runs ran, the command, the machine; per arm its
@@ -14,7 +14,7 @@ extraction (`final`: a box or a final-answer phrase only), re-graded from each r
 `--figure PATH` also draws held-out pass@1 and the training curves of every arm (mean over seeds,
 each seed faint) into a PNG. `--write-doc` replaces the block between `<!-- real_model: begin -->` and `<!-- real_model: end -->`
 of that document; `--write-readme` puts the short form (the pass@1 table and where it comes from)
-between the README's markers of the same names.
+between the study README's (or the named file's) markers of the same names.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from rbctl.report.stats import DELTA_BOUNDS, bounded_t_interval, paired_delta
 from rbctl.store.rundir import EVAL_SAMPLES, periodic_eval_dir
 from studies.reward_budgeting.documents.maze_results import Sweep, md_table, load, principal
 from rbctl.report.provenance import cpu_description, provenance, write_block
+from studies.reward_budgeting.documents import STUDY_README
 
 BEGIN, END = "<!-- real_model: begin -->", "<!-- real_model: end -->"
 CURVES = (("reward/mean", "training reward %", 100.0), ("entropy", "entropy, nats/token", 1.0),
@@ -180,7 +181,7 @@ def readme_block(sw: Sweep) -> str:
         f"\n\n{len(sw.runs)} runs from {prov.code}, last logged {prov.last}; held-out pass@1 = avg@{sw.k} over "
         f"{len(next(iter(sw.scores.values())).ids)} sums never trained on, mean over seeds [95% t-interval]; step 0 is "
         f"the model before training. At step {max(max(p) for p in pass1_by_step(sw).values())}, in points: "
-        f"{comps or 'no principal comparison'}. Curves, entropy, κ_eff: [real_model.md](studies/reward_budgeting/docs/real_model.md).")
+        f"{comps or 'no principal comparison'}. Curves, entropy, κ_eff: [real_model.md](docs/real_model.md).")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -188,7 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("sweep", type=Path)
     p.add_argument("--command", default=None, help="the command that ran the sweep (printed in the document)")
     p.add_argument("--write-doc", type=Path, default=None, help="write the block into this document's markers")
-    p.add_argument("--write-readme", type=Path, default=None, help="write the short form into this README's markers")
+    p.add_argument("--write-readme", type=Path, nargs="?", const=STUDY_README, default=None,
+                   help="write the short form into this README's markers (no path: the study's README)")
     p.add_argument("--figure", type=Path, default=None, help="also draw the curves of every arm into this PNG")
     args = p.parse_args(argv)
     sw = load(args.sweep)

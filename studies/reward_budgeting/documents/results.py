@@ -2,12 +2,12 @@
 
     python -m studies.reward_budgeting.documents.results SWEEP_DIR [--command "rbctl ablate ..."] \
         [--replication SWEEP_B --replication-command "..."] [--study STUDY_DIR --study-command "..."] > studies/reward_budgeting/docs/results.md
-    python -m studies.reward_budgeting.documents.results SWEEP_DIR --headline [--replication SWEEP_B] [--study STUDY_DIR] [--write-readme README.md]
+    python -m studies.reward_budgeting.documents.results SWEEP_DIR --headline [--replication SWEEP_B] [--study STUDY_DIR] [--write-readme [README]]
 
 `--headline` prints only the principal verdicts and where they come from (the README's headline;
 with `--replication`, the Δ on the disjoint seeds beside them; with `--study`, the test over warm
 starts and the share of Δ's variance between them);
-`--write-readme` puts that between the README's `<!-- headline: begin -->` and `<!-- headline: end -->`.
+`--write-readme` puts that between the study README's (or the named file's) `<!-- headline: begin -->` and `<!-- headline: end -->`.
 
 Builds the report's data (`rbctl.report.report_data`) and prints only its tables, as the report shows
 them (`rbctl.report.render.report.shown_tables`), so the document is regenerated, never edited:
@@ -31,6 +31,7 @@ from rbctl.report.render.answer import verdict_table, warm_start_rows
 from rbctl.report.render.report import shown_tables
 from rbctl.report.render.tables import delta, markdown_table, pval
 from rbctl.report.stats import NOT_TESTABLE
+from studies.reward_budgeting.documents import STUDY_README
 
 # (table file, heading, what the document says about it)
 SECTIONS = (
@@ -218,7 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--study", type=Path, default=None, help="a second sweep, the full study (a section)")
     p.add_argument("--study-command", default=None, help="the command that ran the study")
     p.add_argument("--headline", action="store_true", help="print only the principal verdicts (the README's headline)")
-    p.add_argument("--write-readme", type=Path, default=None, help="with --headline: write it into this README's block")
+    p.add_argument("--write-readme", type=Path, nargs="?", const=STUDY_README, default=None,
+                   help="with --headline: write it into this README's block (no path: the study's README)")
     args = p.parse_args(argv)
 
     data = report_data([args.sweep])

@@ -152,6 +152,7 @@ def test_readme_block_is_the_arms_table_with_its_provenance(tmp_path):
     assert text.startswith("# x\n<!-- maze: begin -->\n| arm | paper's method |") and text.endswith("<!-- maze: end -->\nafter\n")
     assert "| `maxrl` | MaxRL | 2 | 71.9 [32.2, 100.0] | 100.0 [100.0, 100.0] | 84.4 | 92.0 | 94.3 |" in text
     assert "95% t-interval over seeds clipped to [0, 100]" in text
+    assert "Full results: [maze_results.md](docs/maze_results.md)." in text  # relative to the study's README, its target
     assert "10 runs from commit `0123abc` (10 of 10 runs record no dirty flag: unknown)" in text and "avg@4 over 4 held-out mazes" in text and "old" not in text
 
 
