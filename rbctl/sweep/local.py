@@ -101,10 +101,37 @@ class GpuPool:
             self.free.append(self.held.pop(key))
 
 
-def _worker(conn, queue) -> None:  # pragma: no cover - runs in the worker
+LAUNCHER_POLL_S = 2.0  # how often a worker checks that its launcher is alive
+
+
+def _watch_launcher(launcher: int) -> None:  # pragma: no cover - runs in the worker
+    """End the worker's run as a Ctrl-C ends it (the step saved, then stop) once the launcher process
+    ``launcher`` is gone: killed outright (SIGKILL, an out-of-memory kill), it forwards nothing, and a
+    worker left running would train on into run directories a new start may be using."""
+    import _thread
+    import threading
+
+    def watch():
+        while True:
+            time.sleep(LAUNCHER_POLL_S)
+            try:
+                os.kill(launcher, 0)
+            except ProcessLookupError:
+                _thread.interrupt_main()
+                return
+            except PermissionError:  # alive, another user's pid reused: not ours to judge
+                continue
+
+    threading.Thread(target=watch, name="rbctl-launcher-watch", daemon=True).start()
+
+
+def _worker(conn, queue, launcher: int | None = None) -> None:  # pragma: no cover - runs in the worker
     """A worker's loop: run each (target, key, args, env, cwd) the launcher sends, until it sends
-    None. An interrupted run (Ctrl-C) ends the worker: the launcher starts nothing more."""
+    None. An interrupted run (Ctrl-C, or the launcher gone: `_watch_launcher`) ends the worker: the
+    launcher starts nothing more."""
     signal.signal(signal.SIGINT, _interrupt_once)
+    if launcher is not None:
+        _watch_launcher(launcher)
     from rbctl.train.interrupt import MERGE_S
 
     MERGE_S["s"] = FORWARD_MERGE_S  # during training: the first Ctrl-C saves the step, its forwarded copy is merged
@@ -133,7 +160,7 @@ class _Worker:
 
     def __init__(self, ctx, queue, task=None):
         recv, self.conn = ctx.Pipe(duplex=False)
-        self.process = ctx.Process(target=_worker, args=(recv, queue), daemon=False)
+        self.process = ctx.Process(target=_worker, args=(recv, queue, os.getpid()), daemon=False)
         self.process.start()
         recv.close()
         if task is not None:
@@ -191,6 +218,7 @@ def execute(target, todo: list[tuple[str, int, tuple]], jobs: int, record, displ
         display.finished(key, res)
 
     old = signal.signal(signal.SIGINT, on_sigint)
+    old_term = signal.signal(signal.SIGTERM, on_sigint)  # `kill`, Slurm's preemption: stop as a Ctrl-C stops
     try:
         with display:
             for key, steps, _ in todo:
@@ -243,6 +271,7 @@ def execute(target, todo: list[tuple[str, int, tuple]], jobs: int, record, displ
         for w in idle:
             _retire(w)
         signal.signal(signal.SIGINT, old)
+        signal.signal(signal.SIGTERM, old_term)
         manager.shutdown()
     if stop["n"]:
         raise Interrupted

@@ -399,3 +399,60 @@ def test_a_disk_fault_writing_a_report_table_is_one_line_exit_1_and_a_rerun_comp
     fault(None)
     assert run(["report", str(straight), "-o", str(out)]) == 0
     assert (out / "report.md").read_text().startswith("#")
+
+
+@pytest.mark.slow
+def test_sigterm_to_ablate_stops_its_workers_as_a_ctrl_c_does(tiny_config, rbctl_cache, tmp_path):
+    """`kill PID` (SIGTERM, as `pkill` or a scheduler's preemption sends it) to the launcher: the running
+    run saves its step and stops, the state records it interrupted, exit 130. Before, the launcher died
+    at once and its worker trained on, writing into the run directory."""
+    import signal
+
+    from rbctl.store.jsonl import read_jsonl
+    from rbctl.store.read import read_sweep_state
+
+    _prewarm(tiny_config)
+    sweep = _sweep_file(tmp_path, {"grpo": {}}, steps=400, jobs=1)
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "rbctl", "ablate", str(sweep), "-o", str(out), "--no-report", "-q"],
+                            env=_env(rbctl_cache), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = out / "runs" / "grpo" / "seed_0"
+    _wait(lambda: len(read_jsonl(first / "metrics.jsonl")) >= 3, proc)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert read_sweep_state(out)["grpo/seed_0"]["status"] == "interrupted"
+    n = len(read_jsonl(first / "metrics.jsonl"))
+    import time
+
+    time.sleep(3)
+    assert len(read_jsonl(first / "metrics.jsonl")) == n < 400  # nothing trains on after the launcher ended
+
+
+@pytest.mark.slow
+def test_a_sigkilled_launcher_leaves_no_worker_training(tiny_config, rbctl_cache, tmp_path):
+    """SIGKILL (an out-of-memory kill) of the launcher forwards nothing: each worker notices its launcher
+    is gone within `LAUNCHER_POLL_S` and stops as after a Ctrl-C, its step saved."""
+    import signal
+    import time
+
+    from rbctl.store.jsonl import read_jsonl
+    from rbctl.sweep.local import LAUNCHER_POLL_S
+
+    _prewarm(tiny_config)
+    sweep = _sweep_file(tmp_path, {"grpo": {}}, steps=2000, jobs=1)
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "rbctl", "ablate", str(sweep), "-o", str(out), "--no-report", "-q"],
+                            env=_env(rbctl_cache), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    first = out / "runs" / "grpo" / "seed_0"
+    try:
+        _wait(lambda: len(read_jsonl(first / "metrics.jsonl")) >= 3, proc)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        time.sleep(LAUNCHER_POLL_S + 8)  # the watch notices, the step in flight ends and is saved
+        n = len(read_jsonl(first / "metrics.jsonl"))
+        time.sleep(4)
+        assert len(read_jsonl(first / "metrics.jsonl")) == n < 2000  # stopped, not training on
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # whatever is left of the session
