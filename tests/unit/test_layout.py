@@ -344,7 +344,6 @@ TOO_LONG_FOR_NOW = {
     "rbctl/eval/run.py",  # rbctl/eval/* is being changed
     "rbctl/eval/run.py::run_eval",
     "rbctl/eval/pipeline.py::_Benchmarks.evaluate",
-    "rbctl/report/analyses/plateau.py::plateau_check",  # rbctl/report/* is being changed
     "rbctl/sweep/local.py::execute",  # the local launcher is being changed
     "rbctl/sweep/plan.py::sweep_plan",  # the sweep's plan and display are being changed
     "rbctl/tools/gpu_check.py::_check",  # the GPU check: to be split where a GPU can run it after the change
