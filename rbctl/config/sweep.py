@@ -3,6 +3,8 @@ evaluation of every run and the launcher settings."""
 
 from __future__ import annotations
 
+import difflib
+import os
 import re
 from dataclasses import dataclass
 from typing import Any, Literal, Optional
@@ -201,6 +203,12 @@ class PlateauCriteria(Section):
     entropy_ratio: float = Field(1 / 3, gt=0.0, lt=1.0, description="Entropy collapsed: final token entropy below this fraction of the warm start's.")
 
 
+# The optional report sections rbctl ships (`rbctl.report.sections` registers them; a test keeps the two
+# equal); a plug-in's name is accepted where the environment variable names the module that registers it.
+OPTIONAL_SECTIONS = ("plateau", "entropy_cause")
+SECTIONS_ENV = "RBCTL_SECTIONS"
+
+
 class ReportBlock(Section):
     """Which optional sections the report adds to its generic ones, and their settings
     (docs/method.md, "Report sections")."""
@@ -217,6 +225,11 @@ class ReportBlock(Section):
         for name in sections:
             if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
                 raise ValueError(f"section name '{name}' is not a plain name (lower-case letters, digits, _)")
+            if name not in OPTIONAL_SECTIONS and not os.environ.get(SECTIONS_ENV):
+                close = difflib.get_close_matches(name, OPTIONAL_SECTIONS, n=1, cutoff=0.6)
+                raise ValueError(f"unknown section '{name}'" + (f" (did you mean '{close[0]}'?)" if close else "")
+                                 + f"; the optional sections: {', '.join(OPTIONAL_SECTIONS)}, or a plug-in's where "
+                                 f"{SECTIONS_ENV} names its module")
         if dup := [n for i, n in enumerate(sections) if n in sections[:i]]:
             raise ValueError(f"section '{dup[0]}' is listed twice")
         return sections

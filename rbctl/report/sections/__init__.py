@@ -13,12 +13,13 @@ from __future__ import annotations
 import importlib
 import os
 
+from rbctl.config.sweep import SECTIONS_ENV
 from rbctl.report.sections import (calls_sections, entropy_cause, escape_survival, exploratory,  # noqa: F401
                                    final_entropy, final_scores, premature_convergence, run_list, trajectory_figures)
 from rbctl.report.sections.base import (MANIFEST, SECTIONS, SWEEP, Need, ReportSection, arm, asked,  # noqa: F401
                                         declared_comparisons, final_evaluations, further_families, logged, need,
-                                        periodic_evaluations, plan, register, section, warm_starts)
+                                        periodic_evaluations, plan, register, section, settings_for,
+                                        warm_starts)
 
-PLUGINS_ENV = "RBCTL_SECTIONS"
-for _module in filter(None, (m.strip() for m in os.environ.get(PLUGINS_ENV, "").split(","))):
+for _module in filter(None, (m.strip() for m in os.environ.get(SECTIONS_ENV, "").split(","))):
     importlib.import_module(_module)

@@ -117,8 +117,15 @@ def section(name: str, title: str, **fields) -> Callable[[Callable], Callable]:
     return wrap
 
 
+def settings_for(name: str, data: ReportData) -> BaseModel | None:
+    """The settings of section ``name`` for the report of ``data`` (`ReportSection.settings_of`): what a
+    section's render function reads its thresholds from."""
+    return SECTIONS[name].settings_of(data)
+
+
 def optional_names() -> list[str]:
-    return [s.name for s in SECTIONS.values() if s.optional]
+    """The optional sections, in reading order."""
+    return [s.name for s in sorted(SECTIONS.values(), key=lambda s: s.order) if s.optional]
 
 
 def asked(data: ReportData) -> set[str]:
