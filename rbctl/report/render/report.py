@@ -8,7 +8,7 @@ and the answer first, the list of runs last; the HTML self-contained, its detail
 fractions in long form; Markdown/LaTeX: percent with 95% intervals); ``figures/<name>.{png,svg}``;
 ``data/*.csv`` (the numbers behind the curves). Statistics follow docs/method.md, "Comparing arms"
 and "Premature convergence". The sections are the registered ones (`rbctl.report.sections`), in
-reading order; those left out are listed last with why ("Not in this report").
+reading order; those left out are listed with why ("Not in this report") before the list of runs.
 """
 
 from __future__ import annotations
@@ -23,20 +23,24 @@ from rbctl.report.render.calls import missing_lines
 from rbctl.report.render.page import Page, TablePage
 from rbctl.report.render.summary import write_summary
 from rbctl.report.render.tables import finite, with_ci
-from rbctl.report.sections import plan
+from rbctl.report.sections import LAST, plan
 from rbctl.report.sections.final_scores import score_interval_caption
 from rbctl.store.atomic import write_atomic
 from rbctl.store.rundir import REPORT_HTML, REPORT_MD, REPORT_TABLES
 
 
 def render_sections(data: ReportData, page: Page) -> None:
-    """Every registered section that is on and whose needs are met, in reading order, then the list of
-    those left out, each with why."""
+    """Every registered section that is on and whose needs are met, in reading order, with the list of
+    those left out, each with why, after the analyses and before the list of runs (`LAST`)."""
     planned = plan(data)
+    left = [f"{s.title} (`{s.name}`): {why}" for s, why in planned if why is not None]
     for s, why in planned:
+        if left and s.order >= LAST:
+            page.doc.heading(2, "Not in this report")
+            page.doc.bullets(left)
+            left = []
         if why is None:
             s.render(data, page)
-    left = [f"{s.title} (`{s.name}`): {why}" for s, why in planned if why is not None]
     if left:
         page.doc.heading(2, "Not in this report")
         page.doc.bullets(left)

@@ -16,7 +16,7 @@ import os
 from rbctl.config.sweep import SECTIONS_ENV
 from rbctl.report.sections import (calls_sections, entropy_cause, escape_survival, exploratory,  # noqa: F401
                                    final_entropy, final_scores, premature_convergence, run_list, trajectory_figures)
-from rbctl.report.sections.base import (MANIFEST, SECTIONS, SWEEP, Need, ReportSection, arm, asked,  # noqa: F401
+from rbctl.report.sections.base import (LAST, MANIFEST, SECTIONS, SWEEP, Need, ReportSection, arm, asked,  # noqa: F401
                                         declared_comparisons, final_evaluations, further_families, logged, need,
                                         periodic_evaluations, plan, register, section, settings_for,
                                         warm_starts)

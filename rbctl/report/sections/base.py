@@ -9,7 +9,7 @@ needs of the runs (`Need`s: declared comparisons, final or periodic evaluations,
 arm...), whether it is optional (a study's question: on only where the sweep file asks for it, or by
 its source's defaults, `default_for`), its place in reading order, and the schema of its settings (a
 plug-in's, read from `report.settings.<name>`). A section that is off, or whose needs are not met, is
-left out with its reason, listed at the end of the report (`left_out`).
+left out with its reason, listed under "Not in this report" before the list of runs (`LAST`).
 
 Register one with the decorator on its render function::
 
@@ -36,7 +36,8 @@ from rbctl.errors import UserError
 from rbctl.report.data import ReportData
 
 SWEEP, MANIFEST = "sweep", "manifest"  # where runs come from: rbctl's own (a sweep file, or none), or trained elsewhere
-PLUGIN_ORDER = 900  # a section that names no place: after the built-in analyses, before the list of runs (1000)
+LAST = 1000  # the list of runs' place: the sections from here on come after the list of those left out
+PLUGIN_ORDER = 900  # a section that names no place: after the built-in analyses, before the list of runs
 METHOD_REF = 'docs/method.md, "Report sections"'
 
 

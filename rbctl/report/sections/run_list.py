@@ -9,11 +9,11 @@ from rbctl.report.data import ReportData
 from rbctl.report.render.calls import missing_lines
 from rbctl.report.render.page import Page
 from rbctl.report.render.tables import plural
-from rbctl.report.sections.base import section
+from rbctl.report.sections.base import LAST, section
 from rbctl.store.rundir import REPORT_TABLES
 
 
-@section("runs", "Runs", order=1000)
+@section("runs", "Runs", order=LAST)
 def runs(data: ReportData, page: Page) -> None:
     sw, doc = data.sweep, page.doc
     rows = []
