@@ -218,7 +218,7 @@ def test_a_plugin_named_in_the_environment_is_asked_for_by_the_sweep_file_with_i
     md = (tmp_path / "out" / "report.md").read_text()
     assert "## Seeds per arm\n\ngrpo: 3.00; grpo_budget: 3.00" in md  # its setting, from report.settings
     # asked for it alone: the study's optional sections are not
-    assert "- Plateau test (premature convergence) (`plateau`): not asked" in md and "## Plateau test" not in md
+    assert "- Plateau test (`plateau`): not asked" in md and "## Plateau test" not in md
 
     bad = sweep_with(tmp_path / "bad", {"sections": ["seed_count"], "settings": {"seed_count": {"digits": -1}}})
     out = subprocess.run([sys.executable, "-m", "rbctl", "report", str(bad), "-o", str(tmp_path / "bad_out")],

@@ -21,5 +21,9 @@ from rbctl.report.sections.base import (LAST, MANIFEST, SECTIONS, SWEEP, Need, R
                                         periodic_evaluations, plan, register, section, settings_for,
                                         warm_starts)
 
+__all__ = ["LAST", "MANIFEST", "SECTIONS", "SWEEP", "Need", "ReportSection", "arm", "asked", "declared_comparisons",
+           "final_evaluations", "further_families", "logged", "need", "periodic_evaluations", "plan", "register",
+           "section", "settings_for", "warm_starts"]
+
 for _module in filter(None, (m.strip() for m in os.environ.get(SECTIONS_ENV, "").split(","))):
     importlib.import_module(_module)

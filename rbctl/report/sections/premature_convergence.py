@@ -30,7 +30,7 @@ def criteria_text(t: PlateauCriteria) -> str:
             f"{fraction_text(t.entropy_ratio)} of the warm start's; each over units (means), then per unit.")
 
 
-@section("plateau", "Plateau test (premature convergence)", optional=True, default_for=(SWEEP,), order=60)
+@section("plateau", "Plateau test", optional=True, default_for=(SWEEP,), order=60)
 def plateau(data: ReportData, page: Page) -> None:
     p, doc = data.plateau, page.doc
     doc.heading(2, "Plateau test (premature convergence)")
