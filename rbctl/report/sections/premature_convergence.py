@@ -73,6 +73,7 @@ def plain_arms(data: ReportData, page: Page) -> None:
     cells = lambda key, d: [criterion_cell(v, h, d) for v, h in zip(table[f"{key}_value"], table[f"{key}_held"])]  # noqa: E731
     shown = pd.DataFrame({
         "arm": table["arm"], "units": table["units"], f"stalled (< {t.stall_points:g})": cells("stalled", 2),
-        f"below the ceiling (≥ {t.below_ceiling_points:g})": cells("below_ceiling", 1), "final entropy (collapsed)": cells("entropy_collapsed", 3),
+        f"below the ceiling (≥ {t.below_ceiling_points:g})": cells("below_ceiling", 1),
+        "final entropy (collapsed)": cells("entropy_collapsed", 3),
         "plateau": [yes_no(h) for h in table["plateau"]]})
     page.table(table, shown, "plateau_arms")
