@@ -18,7 +18,8 @@ from typing import Literal, Optional
 from pydantic import Field, field_validator, model_validator
 
 from rbctl.config.base import Section
-from rbctl.config.sweep import Ceiling, Comparisons, Escape, SequentialDesign, check_design_units, distinct_seeds
+from rbctl.config.sweep import (Ceiling, Comparisons, Escape, ReportBlock, SequentialDesign, check_design_units,
+                               distinct_seeds)
 from rbctl.store.rundir import run_key
 
 FORMATS = ("trl", "verl", "tensorboard", "table", "wandb", "mlflow")
@@ -123,6 +124,7 @@ class RunsManifest(Section):
     design: Optional[SequentialDesign] = Field(None, description="A sequential design over the manifest's units (a sweep file's `design`): its last look is the manifest's units (seeds × warm starts, or the units `runs` names), taken in that order.")
     escape: Optional[Escape] = Field(None, description="Escape-time analysis (a sweep file's `escape`; its metric is a name the runs log).")
     ceiling: Optional[Ceiling] = Field(None, description="A reachable held-out score for the plateau test (null = unknown).")
+    report: Optional[ReportBlock] = Field(None, description="The report's optional sections and their thresholds (a sweep file's `report`; null = none of the optional sections: docs/method.md, \"Report sections\").")
 
     @field_validator("runs_from", "names", mode="before")
     @classmethod

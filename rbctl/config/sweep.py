@@ -3,6 +3,8 @@ evaluation of every run and the launcher settings."""
 
 from __future__ import annotations
 
+import difflib
+import os
 import re
 from dataclasses import dataclass
 from typing import Any, Literal, Optional
@@ -192,6 +194,47 @@ class Ceiling(Section):
     source: str = Field(..., min_length=1, description="Where it was shown reachable (a longer run, a policy trained on correct solutions).")
 
 
+class PlateauCriteria(Section):
+    """The plateau test's thresholds (docs/method.md, "Premature convergence"); each default is the
+    reward-budgeting study's declared value."""
+
+    stall_points: float = Field(2.0, gt=0.0, description="Stalled: held-out pass@1 changes by less than this many points over the last quarter of training.")
+    below_ceiling_points: float = Field(15.0, ge=0.0, description="Below the ceiling: final held-out pass@1 at least this many points below the reachable ceiling.")
+    entropy_ratio: float = Field(1 / 3, gt=0.0, lt=1.0, description="Entropy collapsed: final token entropy below this fraction of the warm start's.")
+
+
+# The optional report sections rbctl ships (`rbctl.report.sections` registers them; a test keeps the two
+# equal); a plug-in's name is accepted where the environment variable names the module that registers it.
+OPTIONAL_SECTIONS = ("plateau", "entropy_cause")
+SECTIONS_ENV = "RBCTL_SECTIONS"
+
+
+class ReportBlock(Section):
+    """Which optional sections the report adds to its generic ones, and their settings
+    (docs/method.md, "Report sections")."""
+
+    sections: Optional[list[str]] = Field(None, description="The optional sections the report adds, by name: plateau (the plateau test), entropy_cause (entropy and κ_eff against held-out pass@1) or a plug-in's; [] = none; null = the defaults (a sweep file: plateau and entropy_cause; a runs manifest: none).")
+    plateau: PlateauCriteria = Field(default_factory=PlateauCriteria, description="The plateau test's thresholds.")
+    settings: dict[str, dict[str, Any]] = Field(default_factory=dict, description="A plug-in section's settings, by section name (checked against the section's own schema when the report is made).")
+
+    @field_validator("sections")
+    @classmethod
+    def _names(cls, sections):
+        if sections is None:
+            return sections
+        for name in sections:
+            if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
+                raise ValueError(f"section name '{name}' is not a plain name (lower-case letters, digits, _)")
+            if name not in OPTIONAL_SECTIONS and not os.environ.get(SECTIONS_ENV):
+                close = difflib.get_close_matches(name, OPTIONAL_SECTIONS, n=1, cutoff=0.6)
+                raise ValueError(f"unknown section '{name}'" + (f" (did you mean '{close[0]}'?)" if close else "")
+                                 + f"; the optional sections: {', '.join(OPTIONAL_SECTIONS)}, or a plug-in's where "
+                                 f"{SECTIONS_ENV} names its module")
+        if dup := [n for i, n in enumerate(sections) if n in sections[:i]]:
+            raise ValueError(f"section '{dup[0]}' is listed twice")
+        return sections
+
+
 class SweepConfig(Section):
     name: str = Field("sweep", description="Sweep name (shown in reports).")
     base: str = Field(..., description="Base training config YAML, relative to the sweep file.")
@@ -208,6 +251,7 @@ class SweepConfig(Section):
     design: Optional[SequentialDesign] = Field(None, description="A sequential design (docs/method.md, \"Sequential designs\"): the looks at which each declared comparison may be called, by α-spending boundaries (null = none).")
     escape: Optional[Escape] = Field(None, description="Escape-time analysis of the report (null = off).")
     ceiling: Optional[Ceiling] = Field(None, description="A reachable pass@1 for the plateau test, written to SWEEP_DIR/ceiling.json (null = the ceiling the built-in task states, else unknown).")
+    report: Optional[ReportBlock] = Field(None, description="The report's optional sections and their thresholds (null = the defaults: docs/method.md, \"Report sections\").")
 
     @field_validator("seeds")
     @classmethod

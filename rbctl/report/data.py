@@ -1,25 +1,27 @@
-"""The report's data: the runs as loaded (`SweepData`) and every analysis' result (`ReportData`),
-built once (`report_data`) and read by the renderers (`rbctl.report.render`) and by a study's
-document generators.
+"""The report's data: the runs as loaded (`SweepData`) and the shared analyses' results
+(`ReportData`), built once (`report_data`) and read by the report's sections
+(`rbctl.report.sections`) and by a study's document generators. An optional section's analysis (the
+plateau test) is computed when first read, by the thresholds the sweep file declares.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
-from rbctl.config.sweep import Comparisons, Escape
+from rbctl.config.sweep import Comparisons, Escape, ReportBlock
 from rbctl.errors import UserError
 from rbctl.report.analyses.comparisons import ComparisonSet, comparisons, stated_pairs
 from rbctl.report.analyses.design import DesignPower, design_power
 from rbctl.report.analyses.entropy import EntropyKappa, entropy_kappa
 from rbctl.report.analyses.escape_time import EscapeTimes, escape_times
-from rbctl.report.analyses.plateau import Plateau, eval_benchmark, plateau
+from rbctl.report.analyses.plateau import Ceiling, Plateau, eval_benchmark, plateau, reachable_ceiling
 from rbctl.report.analyses.scores import ArmScores, FinalScores, final_scores, score_arms
 from rbctl.report.analyses.trajectories import Trajectories, trajectories
 from rbctl.report.analyses.verdict import Verdict, verdict
 from rbctl.report.analyses.warm_starts import WarmStarts, warm_starts
-from rbctl.report.load import Issue, Run, data_remarks, find_runs, sweep_settings
+from rbctl.report.load import Issue, ReportAsk, Run, data_remarks, find_runs, report_ask, sweep_settings
 from rbctl.report.sequential_calls import Interim, interim_for
 from rbctl.store.rundir import EVAL_DIR, STEP_PREFIX
 
@@ -41,6 +43,12 @@ class SweepData:
     scores: dict[tuple[str, str], ArmScores]  # (arm, benchmark) -> its final scores
     n_boot: int
     remarks: tuple[str, ...] = ()  # what the runs do not log or do unlike each other (a runs manifest's)
+    ask: ReportAsk = field(default_factory=ReportAsk)  # the sweep file's `report` block: optional sections, thresholds
+
+    @property
+    def report(self) -> ReportBlock:
+        """The sweep file's (or runs manifest's) `report` block, its defaults where it has none."""
+        return self.ask.block if self.ask.block is not None else ReportBlock()
 
     @property
     def arms(self) -> list[str]:
@@ -102,26 +110,34 @@ def sweep_data(dirs: list[Path], n_boot: int = 2000) -> SweepData:
     return SweepData(tuple(dirs), tuple(runs), tuple(issues + unscored), tuple(notes), by_arm,
                      {a: (rs[0].baseline, rs[0].variant) for a, rs in by_arm.items()}, spec, escape,
                      tuple(sorted({r.warm_start for r in runs if r.warm_start})), scores, n_boot,
-                     tuple(data_remarks(runs)))
+                     tuple(data_remarks(runs)), report_ask(runs))
 
 
 @dataclass(frozen=True)
 class ReportData:
-    """Everything a report shows, by question: the answer (`verdict`), the design's power, the warm
-    starts, the plateau test, escape times, final scores, every comparison, entropy and κ_eff, and the
-    training trajectories. An analysis that does not apply to the runs is None."""
+    """The analyses the report's sections share, by question: the answer (`verdict`), the design's
+    power, the warm starts, escape times, final scores, every comparison, entropy and κ_eff, the
+    training trajectories, the plateau test's ceiling, and the plateau test (computed when first read,
+    by the sweep file's `report.plateau`). An analysis that does not apply to the runs is None."""
 
     sweep: SweepData
     comparisons: ComparisonSet
     verdict: Verdict
     power: DesignPower | None  # without principal comparisons
     warm_starts: WarmStarts | None  # without warm starts
-    plateau: Plateau
     escape: EscapeTimes | None  # off: no setting and no run logs the default metric
     final_scores: FinalScores | None  # without final evaluations
     entropy: EntropyKappa
     trajectories: Trajectories
+    ceiling: Ceiling  # the plateau test's, also drawn on the held-out trajectories
     sequential: Interim | None = None  # the runs' design: interim labels, a sequential design's looks (None: no sweep)
+
+    @cached_property
+    def plateau(self) -> Plateau:
+        """The plateau test (`rbctl.report.analyses.plateau.plateau`) by the declared thresholds."""
+        sw = self.sweep
+        return plateau(sw.by_arm, sw.info, eval_benchmark(list(sw.runs), sw.benchmarks), self.ceiling,
+                       sw.report.plateau)
 
 
 def analyse(sw: SweepData) -> ReportData:
@@ -138,12 +154,12 @@ def analyse(sw: SweepData) -> ReportData:
         sweep=sw, comparisons=compared, verdict=answer,
         power=design_power(sw.spec, compared.headline),
         warm_starts=warm_starts(list(sw.warm_starts), compared.headline, sw.spec is not None, answer.alpha),
-        plateau=plateau(sw.by_arm, sw.info, list(sw.dirs), bench),
         escape=esc,
         final_scores=final_scores(sw.scores, sw.info, sw.arms, sw.benchmarks, sw.spec, sw.n_boot),
         entropy=ent,
         trajectories=trajectories(list(sw.runs), sw.by_arm, esc.setting if esc is not None else None,
                                   bool(ent.kappa_eff_note)),
+        ceiling=reachable_ceiling(sw.by_arm, list(sw.dirs), bench),
         sequential=seq)
 
 

@@ -16,10 +16,11 @@ another framework's runs (TRL, verl, W&B, MLflow, TensorBoard) is read as the ma
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 from rbctl.config.base import validate
-from rbctl.config.sweep import Comparisons, Escape, arm_variant
+from rbctl.config.sweep import Comparisons, Escape, ReportBlock, arm_variant
 from rbctl.errors import UserError
 from rbctl.report import sources
 from rbctl.report.runs import Issue, Run, unit_label  # noqa: F401  (the report's modules import them from here)
@@ -215,6 +216,37 @@ def sweep_settings(runs: list[Run]) -> tuple[Comparisons | None, Escape | None, 
         raise UserError("the runs come from sweeps with different comparisons or escape settings ("
                         + ", ".join(found) + "); report them separately")
     return next(iter(found.values()), (None, None, []))
+
+
+@dataclass(frozen=True)
+class ReportAsk:
+    """What the runs' sweep file (or runs manifest) asks of the report: its `report` block (None: it
+    has none, so the defaults hold), the file that states it ("" when none does), and whether the runs
+    were trained elsewhere (every one named by a runs manifest or read from another framework's folder)."""
+
+    block: ReportBlock | None = None
+    source: str = ""
+    imported: bool = False
+
+
+def report_ask(runs: list[Run]) -> ReportAsk:
+    """The `report` block of the runs' sweep file or runs manifest (`ReportAsk`); runs of several sweeps
+    whose blocks differ are an error, as for their comparisons."""
+    found: dict[str, ReportBlock | None] = {}
+    for d in dict.fromkeys(r.sweep_dir for r in runs if r.sweep_dir):
+        if imported(d):
+            found[str(d)] = sources.read_manifest(d).report
+            continue
+        sweep = read.read_sweep_file(d)
+        if sweep:
+            source = str(d / SWEEP_FILE)
+            found[source] = validate(ReportBlock, sweep["report"], source + " report") if sweep.get("report") else None
+    if len({repr(b) for b in found.values()}) > 1:
+        raise UserError("the runs come from sweeps with different report settings (" + ", ".join(found)
+                        + "); report them separately")
+    given = next(((s, b) for s, b in found.items() if b is not None), ("", None))
+    return ReportAsk(given[1], given[0] or next(iter(found), ""),
+                     bool(runs) and all(r.provenance.get("imported") for r in runs))
 
 
 def data_remarks(runs: list[Run]) -> list[str]:

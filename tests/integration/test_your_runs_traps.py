@@ -199,7 +199,8 @@ def test_a_missing_tracker_package_is_one_line_naming_its_extra(tmp_path: Path, 
 
     (tmp_path / "runs" / "run-0").mkdir(parents=True)
     (tmp_path / "runs" / "run-0" / "events.out.tfevents.1.host").write_bytes(b"")
-    monkeypatch.setitem(sys.modules, module, None)  # as if not installed: `import wandb` raises ImportError
+    for name in [module, *(n for n in sys.modules if n.startswith(module + "."))]:  # as if not installed: `import
+        monkeypatch.setitem(sys.modules, name, None)  # wandb` raises ImportError, and so does a submodule another test loaded
     m = tmp_path / "m.yaml"
     m.write_text(yaml.safe_dump({"runs_from": runs_from, "root": str(tmp_path / "runs"), "arms": {"a": {}}, "seeds": [0],
                                  "path": "run-{seed}"}))

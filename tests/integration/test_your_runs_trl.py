@@ -99,7 +99,7 @@ def test_a_report_over_trl_runs_calls_the_declared_comparison_from_trls_own_file
     from rbctl.report.data import report_data
 
     assert not (trl_runs / "grpo" / "seed_2" / "trainer_state.json").exists()  # read from checkpoint-4/
-    path = manifest(trl_runs, "trl")
+    path = manifest(trl_runs, "trl", report={"sections": ["plateau"]})  # a runs manifest asks for the plateau test
     result = CliRunner().invoke(app, ["report", str(path), "-o", str(tmp_path / "trl")])
     assert result.exit_code == 0, result.output
 

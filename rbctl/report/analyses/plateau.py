@@ -2,7 +2,8 @@
 (a ceiling file, else the one the task states; never the compared runs'), the test of one arm criterion by
 criterion (`plateau_check`, on plain numbers), read from runs (`plateau_of_arm`), and the report's
 plateau analysis (`plateau`): the GRPO base arm, and every plain arm (each baseline X without a variant,
-or each setting of a sweep over settings).
+or each setting of a sweep over settings). The thresholds are a `PlateauCriteria` (the sweep file's
+`report.plateau`; its defaults are the reward-budgeting study's declared values).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from rbctl.config.sweep import PlateauCriteria
 from rbctl.errors import UserError
 from rbctl.report.load import Run, unit_label
 from rbctl.report.series import final_heldout, run_series
@@ -22,10 +24,7 @@ from rbctl.tasks.ceilings import task_ceiling
 
 PLATEAU_ARM = ("grpo", "base")  # (baseline, variant) of the arm the report tests
 
-STALL_POINTS = 2.0  # held-out pass@1 change over the last quarter, in points
 MIN_LAST_QUARTER_EVALS = 2  # evaluations at steps ≥ ¾T a seed needs for "stalled" to be measured at all
-BELOW_CEILING_POINTS = 15.0
-ENTROPY_RATIO = 1 / 3
 
 
 @dataclass(frozen=True)
@@ -89,11 +88,10 @@ def _stalled(heldout: dict, stall_points: float, fraction: float) -> tuple[Crite
                      f"{change:.2f} points ({'<' if change < stall_points else '≥'} {stall_points:g})"), finals, per_seed
 
 
-def plateau_check(heldout: dict, entropy: dict,
-                  ceiling: float | None, *, stall_points: float = STALL_POINTS,
-                  below_points: float = BELOW_CEILING_POINTS, entropy_ratio: float = ENTROPY_RATIO,
-                  fraction: float = 0.25) -> PlateauVerdict:
-    """Whether ONE arm is on a plateau, criterion by criterion, with the numbers.
+def plateau_check(heldout: dict, entropy: dict, ceiling: float | None, criteria: PlateauCriteria | None = None,
+                  *, fraction: float = 0.25) -> PlateauVerdict:
+    """Whether ONE arm is on a plateau, criterion by criterion, with the numbers; the thresholds are
+    ``criteria`` (None: `PlateauCriteria`'s defaults, the study's declared values).
 
     ``heldout[unit] = (steps, pass@1)``: held-out pass@1 (avg@n, fractions) at the periodic
     evaluation steps, step 0 (the warm start) included when logged. ``entropy[unit] = (steps,
@@ -106,14 +104,36 @@ def plateau_check(heldout: dict, entropy: dict,
       only when every seed has at least `MIN_LAST_QUARTER_EVALS` evaluations in its last quarter
       (steps ≥ ¾T): with one, the change would be 0 by construction, a stall no measurement showed.
     - **below_ceiling**: final pass@1 = pass@1(T) per seed, averaged over seeds; held when
-      ceiling − final ≥ ``below_points`` points. Not evaluated (``held=None``) without a ceiling.
+      ceiling − final ≥ ``below_ceiling_points`` points. Not evaluated (``held=None``) without a ceiling.
     - **entropy_collapsed**: per seed, warm = the entropy of its first logged step, final = the mean
       of the last ``fraction`` (at least one) of its logged values; held when mean final over seeds
       < ``entropy_ratio`` × mean warm over seeds.
     - **held**: all three held (a criterion not evaluated does not hold).
     Values are reported in points (percent) for pass@1 and nats/token for entropy.
     """
-    stalled, finals, per_seed = _stalled(heldout, stall_points, fraction)
+    c = criteria if criteria is not None else PlateauCriteria()
+    stalled, finals, per_seed = _stalled(heldout, c.stall_points, fraction)
+    below = _below_ceiling(finals, ceiling, c.below_ceiling_points)
+    entropy_c = _entropy_collapsed(entropy, per_seed, c.entropy_ratio, fraction)
+    held = all(x.held is True for x in (stalled, below, entropy_c))
+    warms = sum(1 for d in per_seed.values() if "entropy_warm" in d)
+    return PlateauVerdict(stalled, below, entropy_c, held, max(len(finals), warms), per_seed)
+
+
+def _below_ceiling(finals: list[float], ceiling: float | None, below_points: float) -> Criterion:
+    """The below-the-ceiling criterion of `plateau_check` from each unit's final pass@1 (points)."""
+    final = float(np.mean(finals)) if finals else None
+    if final is None or ceiling is None or not math.isfinite(ceiling):
+        why = "no held-out evaluation" if final is None else "ceiling unknown"
+        return Criterion("below_ceiling", None, None, below_points, f"not evaluated: {why}")
+    gap = 100 * ceiling - final
+    return Criterion("below_ceiling", gap >= below_points, gap, below_points,
+                     f"ceiling {100 * ceiling:.1f} − final pass@1 {final:.1f} = {gap:.1f} points "
+                     f"({'≥' if gap >= below_points else '<'} {below_points:g})")
+
+
+def _entropy_collapsed(entropy: dict, per_seed: dict, entropy_ratio: float, fraction: float) -> Criterion:
+    """The entropy criterion of `plateau_check`; each unit's warm and final entropy go into ``per_seed``."""
     warms, ends = [], []
     for seed, (steps, values) in sorted(entropy.items()):
         _, v = _points(steps, values)
@@ -122,34 +142,20 @@ def plateau_check(heldout: dict, entropy: dict,
         warms.append(v[0])
         ends.append(float(v[-max(1, math.ceil(fraction * len(v))):].mean()))
         per_seed.setdefault(seed, {}).update({"entropy_warm": warms[-1], "entropy_final": ends[-1]})
-
-    final = float(np.mean(finals)) if finals else None
-    if final is None or ceiling is None or not math.isfinite(ceiling):
-        why = "no held-out evaluation" if final is None else "ceiling unknown"
-        below = Criterion("below_ceiling", None, None, below_points, f"not evaluated: {why}")
-    else:
-        gap = 100 * ceiling - final
-        below = Criterion("below_ceiling", gap >= below_points, gap, below_points,
-                          f"ceiling {100 * ceiling:.1f} − final pass@1 {final:.1f} = {gap:.1f} points "
-                          f"({'≥' if gap >= below_points else '<'} {below_points:g})")
-    if warms:
-        warm, end = float(np.mean(warms)), float(np.mean(ends))
-        ok = end < entropy_ratio * warm
-        entropy_c = Criterion("entropy_collapsed", ok, end, entropy_ratio * warm,
-                              f"final entropy {end:.3f} vs warm start {warm:.3f} nats/token: ratio "
-                              f"{end / warm if warm else math.nan:.2f} ({'<' if ok else '≥'} {entropy_ratio:.3g})")
-    else:
-        entropy_c = Criterion("entropy_collapsed", None, None, None, "no entropy logged")
-    held = all(c.held is True for c in (stalled, below, entropy_c))
-    return PlateauVerdict(stalled, below, entropy_c, held, max(len(finals), len(warms)), per_seed)
+    if not warms:
+        return Criterion("entropy_collapsed", None, None, None, "no entropy logged")
+    warm, end = float(np.mean(warms)), float(np.mean(ends))
+    ok = end < entropy_ratio * warm
+    return Criterion("entropy_collapsed", ok, end, entropy_ratio * warm,
+                     f"final entropy {end:.3f} vs warm start {warm:.3f} nats/token: ratio "
+                     f"{end / warm if warm else math.nan:.2f} ({'<' if ok else '≥'} {entropy_ratio:.3g})")
 
 
-def per_unit_criteria(v: PlateauVerdict, ceiling: float | None, *, stall_points: float = STALL_POINTS,
-                      below_points: float = BELOW_CEILING_POINTS,
-                      entropy_ratio: float = ENTROPY_RATIO) -> list[dict]:
+def per_unit_criteria(v: PlateauVerdict, ceiling: float | None, criteria: PlateauCriteria | None = None) -> list[dict]:
     """Each unit's numbers and whether each criterion holds for it alone (the verdict itself is
     over units, `plateau_check`): change (points), final pass@1 (points), gap to ``ceiling``
     (points), entropy ratio final / warm start. None where not measurable."""
+    c = criteria if criteria is not None else PlateauCriteria()
     rows = []
     for unit, d in sorted(v.per_seed.items()):
         change, final = d.get("change"), d.get("final")
@@ -158,13 +164,14 @@ def per_unit_criteria(v: PlateauVerdict, ceiling: float | None, *, stall_points:
         ratio = end / warm if warm else None
         rows.append({"unit": unit, "t_ref": d.get("t_ref"), "t": d.get("t"), "change": change, "final": final,
                      "gap": gap, "entropy_ratio": ratio,
-                     "stalled": None if change is None else change < stall_points,
-                     "below_ceiling": None if gap is None else gap >= below_points,
-                     "entropy_collapsed": None if ratio is None else ratio < entropy_ratio})
+                     "stalled": None if change is None else change < c.stall_points,
+                     "below_ceiling": None if gap is None else gap >= c.below_ceiling_points,
+                     "entropy_collapsed": None if ratio is None else ratio < c.entropy_ratio})
     return rows
 
 
-def plateau_of_arm(runs: list[Run], benchmark: str, ceiling: float | None) -> PlateauVerdict:
+def plateau_of_arm(runs: list[Run], benchmark: str, ceiling: float | None,
+                   criteria: PlateauCriteria | None = None) -> PlateauVerdict:
     """`plateau_check` on one arm's runs: held-out avg@n on ``benchmark`` from the periodic
     evaluation (the final evaluation appended when it is later than the last periodic one) and the
     training metric ``entropy``."""
@@ -178,7 +185,7 @@ def plateau_of_arm(runs: list[Run], benchmark: str, ceiling: float | None) -> Pl
         e = run_series(r, "entropy")
         if len(e):
             entropy[r.unit] = (list(e.index), list(e.values))
-    return plateau_check(heldout, entropy, ceiling)
+    return plateau_check(heldout, entropy, ceiling, criteria)
 
 
 # --- the ceiling --------------------------------------------------------------------------------------
@@ -243,6 +250,7 @@ class Plateau:
     criteria: pd.DataFrame
     units: pd.DataFrame
     plain: dict[str, PlateauVerdict] = field(default_factory=dict)
+    thresholds: PlateauCriteria = field(default_factory=PlateauCriteria)  # the criteria it was tested by
 
     def held_for(self, arm: str) -> bool:
         """The plateau test holds for the plain arm ``arm`` against a stated ceiling."""
@@ -260,9 +268,9 @@ def criteria_table(arm: str, v: PlateauVerdict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def units_table(v: PlateauVerdict, ceiling: float | None) -> pd.DataFrame:
+def units_table(v: PlateauVerdict, ceiling: float | None, criteria: PlateauCriteria | None = None) -> pd.DataFrame:
     """Per unit: the numbers behind each criterion and whether it holds for that unit alone."""
-    rows = per_unit_criteria(v, ceiling)
+    rows = per_unit_criteria(v, ceiling, criteria)
     return pd.DataFrame([{**r, "unit": unit_label(r["unit"])} for r in rows])
 
 
@@ -298,18 +306,18 @@ def setting_by_rule(plain: dict[str, PlateauVerdict]) -> str | None:
     return min(plain.items(), key=key)[0] if plain else None
 
 
-def plateau(by_arm: dict[str, list[Run]], info: dict[str, tuple[str, str]], dirs: list[Path],
-            benchmark: str | None) -> Plateau:
-    """The plateau analysis of a report: the ceiling (`reachable_ceiling`), the test of the arm
-    whose (baseline, variant) is `PLATEAU_ARM` on ``benchmark`` (`eval_benchmark`), and the test of
-    every plain arm (variant "base")."""
-    ceiling = reachable_ceiling(by_arm, dirs, benchmark)
+def plateau(by_arm: dict[str, list[Run]], info: dict[str, tuple[str, str]], benchmark: str | None,
+            ceiling: Ceiling, criteria: PlateauCriteria | None = None) -> Plateau:
+    """The plateau analysis of a report against ``ceiling`` (`reachable_ceiling`) by ``criteria``
+    (None: the declared defaults): the test of the arm whose (baseline, variant) is `PLATEAU_ARM` on
+    ``benchmark`` (`eval_benchmark`), and the test of every plain arm (variant "base")."""
+    c = criteria if criteria is not None else PlateauCriteria()
     arm = next((a for a in sorted(by_arm) if info[a] == PLATEAU_ARM), None)
     if benchmark is None:
-        return Plateau(arm, benchmark, ceiling, None, pd.DataFrame(), pd.DataFrame())
-    plain = {a: plateau_of_arm(by_arm[a], benchmark, ceiling.value)
+        return Plateau(arm, benchmark, ceiling, None, pd.DataFrame(), pd.DataFrame(), thresholds=c)
+    plain = {a: plateau_of_arm(by_arm[a], benchmark, ceiling.value, c)
              for a in sorted(by_arm) if info[a][1] == PLATEAU_ARM[1]}
     if arm is None:
-        return Plateau(arm, benchmark, ceiling, None, pd.DataFrame(), pd.DataFrame(), plain)
+        return Plateau(arm, benchmark, ceiling, None, pd.DataFrame(), pd.DataFrame(), plain, c)
     v = plain[arm]
-    return Plateau(arm, benchmark, ceiling, v, criteria_table(arm, v), units_table(v, ceiling.value), plain)
+    return Plateau(arm, benchmark, ceiling, v, criteria_table(arm, v), units_table(v, ceiling.value, c), plain, c)

@@ -7,7 +7,8 @@ and the answer first, the list of runs last; the HTML self-contained, its detail
 ``summary.md`` and ``summary.tex`` (one page: `rbctl.report.render.summary`); ``tables/<name>.{csv,md,tex}`` (CSV:
 fractions in long form; Markdown/LaTeX: percent with 95% intervals); ``figures/<name>.{png,svg}``;
 ``data/*.csv`` (the numbers behind the curves). Statistics follow docs/method.md, "Comparing arms"
-and "Premature convergence".
+and "Premature convergence". The sections are the registered ones (`rbctl.report.sections`), in
+reading order; those left out are listed with why ("Not in this report") before the list of runs.
 """
 
 from __future__ import annotations
@@ -18,18 +19,31 @@ import pandas as pd
 
 from rbctl.report.data import ReportData, analyse, sweep_data
 from rbctl.report.load import default_out
-from rbctl.report.render import answer, convergence, lead, looks, sections
 from rbctl.report.render.calls import missing_lines
 from rbctl.report.render.page import Page, TablePage
 from rbctl.report.render.summary import write_summary
 from rbctl.report.render.tables import finite, with_ci
+from rbctl.report.sections import LAST, plan
+from rbctl.report.sections.final_scores import score_interval_caption
 from rbctl.store.atomic import write_atomic
 from rbctl.store.rundir import REPORT_HTML, REPORT_MD, REPORT_TABLES
 
-# the sections in reading order, each `section(data, page)`
-SECTIONS = (lead.lead, answer.answer, looks.looks, answer.families, answer.power, answer.warm_starts, convergence.plateau, convergence.escape,
-            sections.final_scores, sections.exploratory, sections.associations, sections.descriptives,
-            sections.trajectories, sections.runs)
+
+def render_sections(data: ReportData, page: Page) -> None:
+    """Every registered section that is on and whose needs are met, in reading order, with the list of
+    those left out, each with why, after the analyses and before the list of runs (`LAST`)."""
+    planned = plan(data)
+    left = [f"{s.title} (`{s.name}`): {why}" for s, why in planned if why is not None]
+    for s, why in planned:
+        if left and s.order >= LAST:
+            page.doc.heading(2, "Not in this report")
+            page.doc.bullets(left)
+            left = []
+        if why is None:
+            s.render(data, page)
+    if left:
+        page.doc.heading(2, "Not in this report")
+        page.doc.bullets(left)
 
 
 def write_report(data: ReportData, out: Path) -> Path:
@@ -38,8 +52,7 @@ def write_report(data: ReportData, out: Path) -> Path:
     page = Page(out, data.sweep.info)
     page.doc.heading(1, "rbctl report")
     page.doc.para("Inputs: " + ", ".join(f"`{d}`" for d in data.sweep.dirs))
-    for section in SECTIONS:
-        section(data, page)
+    render_sections(data, page)
     path = page.out / REPORT_MD
     write_atomic(path, page.doc.markdown(), kind="report")
     write_atomic(page.out / REPORT_HTML, page.doc.html("rbctl report"), kind="report")
@@ -51,8 +64,7 @@ def shown_tables(data: ReportData) -> dict[str, pd.DataFrame]:
     """Every table of the report as the document shows it (what ``tables/<name>.md`` holds), by
     name, rendered from ``data`` without writing anything."""
     page = TablePage(data.sweep.info)
-    for section in SECTIONS:
-        section(data, page)
+    render_sections(data, page)
     return page.shown
 
 
@@ -88,7 +100,7 @@ def final_scores_table(report_dir: Path):
     if not path.exists():
         return None
     df = pd.read_csv(path)
-    table = Table(title=f"final scores: % correct with {sections.score_interval_caption(df['interval'])}")
+    table = Table(title=f"final scores: % correct with {score_interval_caption(df['interval'])}")
     for col in ("arm", "benchmark", "units", "avg@n", "pass@n", "maj@k", "interval"):
         table.add_column(col, justify="left" if col in ("arm", "benchmark", "interval") else "right", overflow="fold")
     for r in df.itertuples(index=False):

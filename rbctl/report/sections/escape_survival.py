@@ -1,7 +1,6 @@
-"""The report's sections on premature convergence: the plateau test of the GRPO arm against a
-reachable ceiling, and escape times (docs/method.md, "Premature convergence"). Each renders its
-analysis of the `rbctl.report.data.ReportData` onto the page.
-"""
+"""Escape time: when each run leaves the plateau's shortcut, Kaplan–Meier per arm, RMST and log-rank
+tests (docs/method.md, "Premature convergence"); on where the sweep file sets `escape:` or the runs log
+its default metric."""
 
 from __future__ import annotations
 
@@ -9,10 +8,12 @@ import math
 
 import pandas as pd
 
+from rbctl.config.sweep import Escape
 from rbctl.report.data import ReportData
 from rbctl.report.render.figures import plot_survival
 from rbctl.report.render.page import Page
-from rbctl.report.render.tables import criterion_cell, num, pct, plural, pval, yes_no
+from rbctl.report.render.tables import num, pval
+from rbctl.report.sections.base import need, section
 
 
 def fmt_step(v: float) -> str:
@@ -20,55 +21,9 @@ def fmt_step(v: float) -> str:
     return "not reached" if not math.isfinite(v) else f"{v:g}"
 
 
-def plateau(data: ReportData, page: Page) -> None:
-    p, doc = data.plateau, page.doc
-    doc.heading(2, "Plateau test (premature convergence)")
-    if p.verdict is None:
-        doc.para("No GRPO base arm (baseline grpo, variant base) with held-out evaluations.")
-        plain_arms(data, page)
-        return
-    v, c = p.verdict, p.ceiling
-    ceiling = f"unknown ({c.source})" if c.value is None else f"{pct(c.value)}% ({c.source})"
-    doc.para(f"Arm `{p.arm}` on {p.benchmark}, {plural(v.seeds, 'unit')}: the plateau "
-             f"**{'held' if v.held else 'did not hold'}**. Ceiling: {ceiling}. Criteria (docs/method.md): held-out "
-             "pass@1 changes < 2 points over the last quarter, ≥ 15 points below a reachable ceiling, final "
-             "entropy < 1/3 of the warm start's; each over units (means), then per unit.")
-    table = p.criteria
-    shown = table.assign(held=[yes_no(h) for h in table["held"]])[["criterion", "held", "detail"]]
-    page.table(table, shown, "plateau")
-    units = p.units
-    if len(units):
-        shown = pd.DataFrame({
-            "unit": units["unit"], "steps ¾T, T": [f"{num(a, 0)}, {num(b, 0)}" for a, b in zip(units["t_ref"], units["t"])],
-            "|Δ pass@1| (points)": [num(x, 2) for x in units["change"]], "stalled": [yes_no(h) for h in units["stalled"]],
-            "final pass@1": [num(x, 1) for x in units["final"]], "below ceiling (points)": [num(x, 1) for x in units["gap"]],
-            "≥ 15 below": [yes_no(h) for h in units["below_ceiling"]],
-            "entropy final / warm": [num(x, 2) for x in units["entropy_ratio"]],
-            "collapsed": [yes_no(h) for h in units["entropy_collapsed"]]})
-        page.table(units, shown, "plateau_units")
-    plain_arms(data, page)
-
-
-def plain_arms(data: ReportData, page: Page) -> None:
-    """The plateau test of every plain arm (each baseline X without a variant, or each setting of a
-    sweep over settings), one row each, when there is more than one."""
-    from rbctl.report.analyses.plateau import plain_table
-
-    p, doc = data.plateau, page.doc
-    if len(p.plain) < 2:
-        return
-    table = plain_table(p.plain)
-    doc.para("Every plain arm (no budget, no bonus, no other variant), by the same test and ceiling: the "
-             "last-quarter change of held-out pass@1 (points), the distance below the ceiling (points), the "
-             "final token entropy beside the threshold (1/3 of the warm start's).")
-    cells = lambda key, d: [criterion_cell(v, h, d) for v, h in zip(table[f"{key}_value"], table[f"{key}_held"])]  # noqa: E731
-    shown = pd.DataFrame({
-        "arm": table["arm"], "units": table["units"], "stalled (< 2)": cells("stalled", 2),
-        "below the ceiling (≥ 15)": cells("below_ceiling", 1), "final entropy (collapsed)": cells("entropy_collapsed", 3),
-        "plateau": [yes_no(h) for h in table["plateau"]]})
-    page.table(table, shown, "plateau_arms")
-
-
+@section("escape", "Escape time", order=70,
+         needs=(need("an escape setting", lambda d: d.escape is not None,
+                     f"no `escape:` setting, and no run logs its default metric `{Escape().metric}`"),))
 def escape(data: ReportData, page: Page) -> None:
     e, doc = data.escape, page.doc
     if e is None:
