@@ -19,7 +19,8 @@ from rbctl.algo import registry
 from rbctl.config.train import TrainConfig, load_train_config
 from rbctl.errors import UserError
 from rbctl.rollout.base import Sample
-from rbctl.sweep.ablate import COMPUTE_KEYS, load_sweep
+from rbctl.sweep.ablate import load_sweep
+from rbctl.sweep.grid import COMPUTE_KEYS
 from rbctl.train.loop import train
 from rbctl.train.metric_names import STEP_METRICS
 from rbctl.train.objective import Objective
