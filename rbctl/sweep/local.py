@@ -2,10 +2,12 @@
 
 A worker is kept from run to run, so that a run after a worker's first skips what every run
 would repeat: the imports of the trainer's lazily loaded libraries (transformers' model code,
-torch._dynamo, sympy, scipy: ~1,500 modules, ~2 s of CPU time per run on the main job) and the
+torch._dynamo, sympy, scipy: ~1,500 modules, ~2 s of CPU time per run on the main job in the
+reward-budgeting study's performance journal, studies/reward_budgeting/docs/performance.md) and the
 other first-call costs (`python -m scripts.bench_main_job --split` prints them). A run's results
 do not depend on the worker it ran in: every run seeds its own random streams, and the main job's
-metrics, samples, evaluations and weights are byte-identical either way (docs/performance.md).
+metrics, samples, evaluations and weights are byte-identical either way (docs/performance.md, "The
+knobs").
 A worker killed by the kernel (out of memory) fails only the run it was running: that run is
 reported with the signal that ended it, a fresh worker takes the next run and the others go on.
 A run on a GPU (or with vLLM) gets a worker of its own, as before (`execute`'s `alone`), and, where
