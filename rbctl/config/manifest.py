@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from typing import Literal, Optional
+from typing import ClassVar, Literal, Optional
 
 from pydantic import Field, field_validator, model_validator
 
@@ -104,6 +104,10 @@ class RunsManifest(Section):
     """Runs trained outside rbctl, read as one sweep: which runs there are (arms × seeds × warm
     starts through `path`, or `runs` by hand), how they were logged (`runs_from`), whose metric
     names they use, and what the report compares."""
+
+    # added after manifests began recording their versions (`rbctl.config.sweep.version_content`);
+    # `design` is not among them: a manifest's recorded versions hold it, null, from the first
+    LATE_KEYS: ClassVar[tuple[str, ...]] = ("report",)
 
     runs_from: Literal["trl", "verl", "tensorboard", "table", "wandb", "mlflow"] = Field(..., description="How the runs were logged: trl (an output folder's trainer_state.json), verl (its file logger's JSON lines), tensorboard (event files, from any trainer), wandb (run folders the wandb SDK wrote, or history exports), mlflow (a tracking store or server), table (one CSV or JSON-lines file of run, step, key, value rows).")
     names: Optional[Literal["trl", "verl", "none"]] = Field(None, description="Whose metric names the `roles` preset takes: trl, verl or none (null = runs_from's for trl and verl, else none).")

@@ -262,7 +262,7 @@ class StudyConfig(Section):
     main: Optional[MainJob] = Field(None, description="The main job's sweep (its name in the study and its directory), or null.")
     families: dict[str, StudyFamily] = Field(default_factory=dict, description="Family name -> its members, metric and adjustment.")
     claims: dict[str, Claim] = Field(default_factory=dict, description="Claim id -> its hypothesis and rule (printed in this order).")
-    readme: Optional[str] = Field(None, description="The family whose members the README's claims block lists (`rbctl.report.study.readme_block`), or null.")
+    readme: Optional[str] = Field(None, description="The family `rbctl.report.study.readme_block` summarises, one line per member (its call on each sweep with the test that decided it), with the long horizons and what is pending: the block a study's own document generator writes into the study's README; null = none.")
     written_after_results: list[str] = Field(default_factory=list, description="Claim ids and families (families.NAME) first written after results of the same design had been seen (an earlier run set, a pilot): each prints 'declared after an earlier run set's results', whatever this directory's records show.")
     curves: list[Curves] = Field(default_factory=list, description="Figures of held-out curves over a sweep's evaluations (one line per arm, bands over units).")
     checks: Optional[str] = Field(None, description="A Python file of the study's own exact checks (relative to the study file): each a function returning (what was measured, whether it passed, a table or None), its docstring's first line printed as the rule; an exact rule's check names one.")

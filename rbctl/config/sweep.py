@@ -7,7 +7,7 @@ import difflib
 import os
 import re
 from dataclasses import dataclass
-from typing import Any, Literal, Optional
+from typing import Any, ClassVar, Literal, Optional
 
 from pydantic import Field, field_validator, model_validator
 
@@ -235,7 +235,18 @@ class ReportBlock(Section):
         return sections
 
 
+def version_content(content: dict, late: tuple[str, ...]) -> dict:
+    """A file's data as its version record keeps it (`rbctl.store.history`): `content` without each key
+    of `late` whose value is null. `late`: optional blocks added to the schema after files of its kind
+    were first recorded, so that a file that does not use one keeps the version (and hash) it was
+    recorded under before the key existed (`SweepConfig.LATE_KEYS`, `RunsManifest.LATE_KEYS`)."""
+    return {k: v for k, v in content.items() if not (k in late and v is None)}
+
+
 class SweepConfig(Section):
+    # added after sweep directories began recording their sweep file's versions (`version_content`)
+    LATE_KEYS: ClassVar[tuple[str, ...]] = ("design", "report")
+
     name: str = Field("sweep", description="Sweep name (shown in reports).")
     base: str = Field(..., description="Base training config YAML, relative to the sweep file.")
     set: dict[str, Any] = Field(default_factory=dict, description="Overrides applied to the base for every arm.")

@@ -146,29 +146,23 @@ class _Benchmarks:
         self.precision, self.resume, self.log = precision, resume, log
 
     def evaluate(self, name: str, probs: list[Problem]) -> dict:
-        from dataclasses import replace
-
+        """Evaluate benchmark `name` on `probs` into its folder; returns its summary. Under `resume`, a
+        complete result of the same protocol is kept as it is and a partial one continued."""
         from rbctl.eval import partial
-        from rbctl.tasks.prompting import encode_prompts, render_prompt
+        from rbctl.tasks.prompting import encode_prompts
 
         t0 = time.perf_counter()
-        policy, params, progress = self.policy, self.params, self.progress
-        template, instruction = self.protocol["template"], self.protocol["instruction"]
-        task = policy.builtin or "links"  # the `builtin` template of a policy that is not built in: links
+        policy, params = self.policy, self.params
         bench_dir = self.out_dir / bench_dir_name(name)
-        protocol = {
-            **self.protocol,
-            "example_prompt": render_prompt(policy.tokenizer, probs[0].problem, template, instruction or "", task),
-            "grader": benchmark_for(name).grader,
-            "extraction": _extraction_policy(name, self.protocol["answer_extraction"]),
-        }
+        protocol = self._bench_protocol(name, probs)
         key = partial.resume_key(name, policy.source, self.step, probs, protocol)
         if self.resume:
             kept = partial.complete_summary(bench_dir, key, probs)
             if kept is not None:
                 self.log(f"{name}: already evaluated in {bench_dir} with this protocol; kept")
                 return kept
-        prompts = encode_prompts(policy.tokenizer, [p.problem for p in probs], template, instruction or "", task)
+        prompts = encode_prompts(policy.tokenizer, [p.problem for p in probs], protocol["template"],
+                                 protocol["instruction"] or "", policy.builtin or "links")
         per_call = self.engine.prompts_per_call(max(map(len, prompts), default=0), params) or max(1, len(prompts))
         done = partial.resumable(bench_dir, key, probs, params.n, per_call, self.log) if self.resume else None
         if done is None:
@@ -178,7 +172,38 @@ class _Benchmarks:
             per_call, records, first = done.prompts_per_call, done.lines, done.problems
             if first:
                 self.log(f"{name}: resuming in {bench_dir}: {first} of {len(probs)} problems already graded")
-        meter = _Meter(progress, name, len(probs) * params.n, params.max_new_tokens, first * params.n)
+        gen_s, new_tokens = self._generate(name, probs, prompts, per_call, first, bench_dir, records)
+        summary = _summarize(name, probs, records, params.n, policy.source, self.step, protocol)
+        summary["time_s"] = round(time.perf_counter() - t0, 3)
+        summary["tokens_per_s"] = round(new_tokens / gen_s, 2) if gen_s > 0 else None
+        partial.finish(bench_dir, summary)
+        return summary
+
+    def _bench_protocol(self, name: str, probs: list[Problem]) -> dict:
+        """The evaluation's protocol with what is the benchmark's own: an example prompt, its grader
+        and how its answers are found."""
+        from rbctl.tasks.prompting import render_prompt
+
+        template, instruction = self.protocol["template"], self.protocol["instruction"]
+        task = self.policy.builtin or "links"  # the `builtin` template of a policy that is not built in: links
+        return {
+            **self.protocol,
+            "example_prompt": render_prompt(self.policy.tokenizer, probs[0].problem, template, instruction or "", task),
+            "grader": benchmark_for(name).grader,
+            "extraction": _extraction_policy(name, self.protocol["answer_extraction"]),
+        }
+
+    def _generate(self, name: str, probs: list[Problem], prompts: list, per_call: int, first: int, bench_dir: Path,
+                  records: list[dict]) -> tuple[float, int]:
+        """Generate and grade the problems from `first` on, in calls of `per_call` prompts, appending
+        each call's sample lines to the benchmark's folder and to `records`; returns (seconds spent
+        generating, new tokens)."""
+        from dataclasses import replace
+
+        from rbctl.eval import partial
+
+        params = self.params
+        meter = _Meter(self.progress, name, len(probs) * params.n, params.max_new_tokens, first * params.n)
         gen_s, new_tokens = 0.0, 0
         # call c holds problems c·per_call … and samples with seed + c; calls before `first` were kept
         # from the interrupted evaluation (whole calls)
@@ -201,11 +226,7 @@ class _Benchmarks:
                 lines = _sample_lines(owners, out, grades)
                 partial.append(bench_dir, lines)
                 records += lines
-        summary = _summarize(name, probs, records, params.n, policy.source, self.step, protocol)
-        summary["time_s"] = round(time.perf_counter() - t0, 3)
-        summary["tokens_per_s"] = round(new_tokens / gen_s, 2) if gen_s > 0 else None
-        partial.finish(bench_dir, summary)
-        return summary
+        return gen_s, new_tokens
 
 
 class _Meter:

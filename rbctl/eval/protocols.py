@@ -11,7 +11,7 @@ What is in the identity (`IDENTITY_KEYS`): n, temperature, top-p, the token limi
 seed, the answer extraction, the prompt template and instruction, the problem limit, the engine,
 the weights' dtype, the device and the precision's autocast. The checkpoint is the folder above
 (``eval/step_N``), the benchmark the folder below. Threads and batch limits are not: they change
-how fast, not what, is measured (`rbctl.eval.run.same_protocol`).
+how fast, not what, is measured (`rbctl.eval.reuse.same_protocol`).
 """
 
 from __future__ import annotations

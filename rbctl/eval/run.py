@@ -11,6 +11,7 @@ that it gives the run's own result, through the same engine path. Results are ke
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from rbctl.console import PlainProgress
@@ -19,6 +20,7 @@ from rbctl.errors import UserError
 from rbctl.eval import protocols
 from rbctl.eval.imported import imported_checkpoint, where_line
 from rbctl.eval.pipeline import evaluate_policy, load_problems, protocol_text, sanitize, summary_warnings
+from rbctl.eval.reuse import existing_results, kept_text, refuse_other_protocol
 from rbctl.rollout.factory import engine_class
 from rbctl.store.atomic import check_writable
 from rbctl.store.rundir import (BUILTIN_MARKER, CHECKPOINTS, CONFIG, EVAL_DIR, MODEL, RUNS_ROOT, final_eval_dir,
@@ -190,38 +192,6 @@ def samples_bytes(cfg: EvalConfig, problems: dict) -> int:
     return sum(len(p) for p in problems.values()) * cfg.n * (8 * tokens + 512) + (1 << 20)
 
 
-def kept_text(out_dir: Path, cfg: EvalConfig, problems: dict, protocol: dict) -> str:
-    """What an interrupted evaluation under `protocol` left in `out_dir`, in words: "kept amc23
-    complete, 48 of 256 gsm8k problems graded under n=4, … in OUT", one clause per benchmark started
-    under this protocol (a benchmark folder holding another protocol's samples is not counted)."""
-    from rbctl.eval.partial import kept_problems
-    from rbctl.eval.pipeline import bench_dir_name
-
-    parts = []
-    for name, probs in problems.items():
-        bench = Path(out_dir) / bench_dir_name(name)
-        if not bench.is_dir() or not _holds(bench, protocol):
-            continue
-        kept = kept_problems(bench, cfg.n)
-        parts.append(f"{name} complete" if kept is None else f"{min(kept, len(probs))} of {len(probs)} {name} problems graded")
-    return f"kept {', '.join(parts) or 'nothing yet'} under {protocols.words(protocol)} in {out_dir}"
-
-
-def _holds(bench: Path, protocol: dict) -> bool:
-    """Whether a benchmark folder holds samples of `protocol`: its partial evaluation's key, else its
-    summary, records it."""
-    import json
-
-    from rbctl.store.rundir import EVAL_PARTIAL, SUMMARY
-
-    try:
-        if (bench / EVAL_PARTIAL).is_file():
-            return protocols.summary_matches(json.loads((bench / EVAL_PARTIAL).read_text())["key"], protocol)
-        return protocols.summary_matches(json.loads((bench / SUMMARY).read_text()), protocol)
-    except (OSError, ValueError, KeyError, TypeError):
-        return False
-
-
 def default_out_dir(model: str, step: int | None, protocol: dict) -> Path:
     """The folder of `protocol` (`rbctl.store.rundir.protocol_eval_dir`) in ``RUN_DIR/eval/step_XXXXXX``
     for a run directory, else in ``runs/eval/<model name>``."""
@@ -256,59 +226,6 @@ def results_table(results: dict[str, dict]):
     return table
 
 
-def same_protocol(summary: dict, cfg: EvalConfig, step: int, problems: list) -> bool:
-    """Whether a benchmark's complete `summary` measured what evaluating checkpoint `step` with `cfg`
-    on `problems` would: the same step, problems, sampling (n, temperature, top-p, token limit,
-    seed), engine, prompt and answer extraction, and the dtype and device where `cfg` names them.
-    Threads, batch limits and library versions are not compared: they change how fast, not what, is
-    measured (up to kernel rounding)."""
-    p = summary.get("protocol") or {}
-    max_new = cfg.max_new_tokens or DEFAULT_MAX_NEW_TOKENS
-    checks = (
-        summary.get("step") == step,
-        [x.get("id") for x in summary.get("per_problem", [])] == [q.id for q in problems],
-        (p.get("n"), p.get("temperature"), p.get("top_p"), p.get("max_new_tokens"), p.get("seed"))
-        == (cfg.n, cfg.temperature, cfg.top_p, max_new, cfg.seed),
-        p.get("engine") == cfg.engine and p.get("answer_extraction") == cfg.extraction,
-        p.get("grader_timeout_s") == cfg.grader_timeout_s,
-        cfg.template in ("auto", p.get("template")),
-        p.get("instruction") in (None, cfg.instruction),  # None: a template without one (the built-in tasks')
-        cfg.dtype == "auto" or p.get("dtype") == cfg.dtype,
-        cfg.device == "auto" or str(p.get("device", "")).startswith(cfg.device),
-    )
-    return all(checks)
-
-
-def existing_results(run_dir: Path, step: int, cfg: EvalConfig, problems: dict,
-                     protocol: dict | None = None) -> dict[str, tuple[dict, Path]]:
-    """{benchmark: (summary, its folder)} of each benchmark the run already holds a complete result of
-    for checkpoint `step` under `cfg`'s protocol (`same_protocol`): a sweep's final evaluation (or an
-    older `rbctl eval`'s, RUN_DIR/eval/step_N/), an earlier `rbctl eval` of `protocol` (its folder
-    RUN_DIR/eval/step_N/protocol_X/), or the run's own periodic evaluation at that step
-    (RUN_DIR/eval/periodic/step_N/: the last step's is the final held-out score training printed)."""
-    from rbctl.eval.pipeline import bench_dir_name
-    from rbctl.store.read import read_json
-    from rbctl.store.rundir import EVAL_PARTIAL, SUMMARY, periodic_eval_dir
-
-    found = {}
-    places = [final_eval_dir(run_dir, step), periodic_eval_dir(run_dir, step)]
-    if protocol is not None:
-        places.insert(1, protocol_eval_dir(final_eval_dir(run_dir, step), protocol))
-    for name, probs in problems.items():
-        for where in places:
-            bench = where / bench_dir_name(name)
-            if not (bench / SUMMARY).is_file() or (bench / EVAL_PARTIAL).exists():
-                continue
-            try:
-                summary = read_json(bench / SUMMARY)
-            except Exception:  # an unreadable summary: evaluated again
-                continue
-            if summary.get("benchmark") == name and same_protocol(summary, cfg, step, probs):
-                found[name] = (summary, bench)
-                break
-    return found
-
-
 def run_eval(
     model: str, cfg: EvalConfig, out_dir: Path | None = None, step: int | None = None, console=None,
     note: str | None = None, force: bool = False, precision=None,
@@ -336,16 +253,56 @@ def run_eval(
     """
     import torch
     from rich.console import Console
-    from rich.markup import escape
 
     from rbctl.rollout.models import expand_model_name
-    from rbctl.store.checkpoint import run_checkpoints
 
     model = expand_model_name(model)  # a package's file (pkg:PACKAGE/FILE): its path here
     console = console or Console()
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     engine_class(cfg.engine)
+    t = _target(model, cfg, step, console)
+    if out_dir is not None:  # a folder that cannot take the results fails before the model loads, too
+        check_writable(out_dir, samples_bytes(t.cfg, t.problems))
+        if not force:
+            refuse_other_protocol(Path(out_dir), t.problems, t.protocol)
+    if note:
+        console.print(note, highlight=False)
+    record = _protocol_record(t.path, t.in_run, t.protocol, t.builtin)
+    if t.in_run and (t.path / CONFIG).is_file():
+        console.print(_role_line(record, t.cfg.benchmarks), highlight=False)
+    reused = _reused(t, console) if t.candidates and out_dir is None and not force else {}
+    results = {name: summary for name, (summary, _) in reused.items()}
+    todo = {name: probs for name, probs in t.problems.items() if name not in reused}
+    if todo:
+        out_dir, evaluated = _evaluate_loaded(model, t.cfg, out_dir, t.candidates, todo, console, not force, precision,
+                                              t.protocol, record, t.kind)
+        results.update(evaluated)
+    results = {name: results[name] for name in t.problems}  # in the benchmarks' order
+    folders = [where.parent for _, where in reused.values()] + ([Path(out_dir)] if todo else [])
+    _print_results(console, results, folders)
+    return results
+
+
+@dataclass(frozen=True)
+class _Target:
+    """What `run_eval` evaluates, settled before the model loads."""
+
+    path: Path  # the model's path (meaningless for a Hub id or `builtin`)
+    in_run: bool  # a run directory
+    candidates: list  # its checkpoints, newest first (`run_checkpoints`); [] outside a run
+    kind: str | None  # the task kind of a built-in policy's prompt format (`run_task`)
+    builtin: bool  # a built-in policy
+    cfg: EvalConfig  # with the token limit a built-in task's longest answer needs
+    problems: dict  # {benchmark: problems} (`load_problems`)
+    protocol: dict  # `rbctl.eval.protocols.identity`
+
+
+def _target(model: str, cfg: EvalConfig, step: int | None, console) -> _Target:
+    """The `_Target` of `run_eval`: bad model names, benchmark names and data fail here, before the
+    model loads. A run's checkpoint is chosen once, here."""
+    from rbctl.store.checkpoint import run_checkpoints
+
     check_model(model)
     path = Path(model).expanduser()
     in_run = model != "builtin" and is_run_dir(path)
@@ -360,59 +317,32 @@ def run_eval(
 
         longest = module_of(task_spec).max_answer_tokens(task_spec) if task_spec is not None else 0
         cfg = cfg.model_copy(update={"max_new_tokens": max(BUILTIN_MAX_NEW_TOKENS, longest)})
-    problems = load_problems(cfg, task_spec)  # bad names/data fail before the model loads
-    protocol = protocols.identity(cfg, builtin)
-    if out_dir is not None:  # a folder that cannot take the results fails before the model loads, too
-        check_writable(out_dir, samples_bytes(cfg, problems))
-        if not force:
-            _refuse_other_protocol(Path(out_dir), problems, protocol)
-    if note:
-        console.print(note, highlight=False)
-    record = _protocol_record(path, in_run, protocol, builtin)
-    if in_run and (path / CONFIG).is_file():
-        console.print(_role_line(record, cfg.benchmarks), highlight=False)
-    reused: dict[str, tuple[dict, Path]] = {}
-    if candidates and out_dir is None and not force:
-        reused = existing_results(path, candidates[0].step, cfg, problems, protocol)
-        for name, (_, where) in reused.items():
-            console.print(f"{name}: the run already holds this protocol's result for step {candidates[0].step} "
-                          f"({where}): reused; --force evaluates again", highlight=False)
-    results = {name: summary for name, (summary, _) in reused.items()}
-    todo = {name: probs for name, probs in problems.items() if name not in reused}
-    if todo:
-        out_dir, evaluated = _evaluate_loaded(model, cfg, out_dir, candidates, todo, console, not force, precision,
-                                              protocol, record, kind)
-        results.update(evaluated)
-    results = {name: results[name] for name in problems}  # in the benchmarks' order
+    problems = load_problems(cfg, task_spec)
+    return _Target(path, in_run, candidates, kind, builtin, cfg, problems, protocols.identity(cfg, builtin))
+
+
+def _reused(t: _Target, console) -> dict[str, tuple[dict, Path]]:
+    """The results the run already holds under this protocol at the chosen checkpoint
+    (`existing_results`), each said to be reused."""
+    step = t.candidates[0].step
+    reused = existing_results(t.path, step, t.cfg, t.problems, t.protocol)
+    for name, (_, where) in reused.items():
+        console.print(f"{name}: the run already holds this protocol's result for step {step} "
+                      f"({where}): reused; --force evaluates again", highlight=False)
+    return reused
+
+
+def _print_results(console, results: dict[str, dict], folders: list[Path]) -> None:
+    """The table, the protocol that measured each score, the warnings, and where the results are."""
+    from rich.markup import escape
+
     console.print(results_table(results))
     for line in dict.fromkeys(protocol_text(s) for s in results.values()):  # what measured the scores above
         console.print(f"protocol: {line}", highlight=False)
     for summary in results.values():
         for line in summary_warnings(summary):
             console.print(f"[bold yellow]warning:[/] {escape(line)}", highlight=False)
-    folders = dict.fromkeys([str(where.parent) for _, where in reused.values()] + ([str(out_dir)] if todo else []))
-    console.print(f"results in {', '.join(folders)}")
-    return results
-
-
-def _refuse_other_protocol(out_dir: Path, problems: dict, protocol: dict) -> None:
-    """A benchmark folder of `out_dir` holding another protocol's complete result is a one-line error:
-    evaluating into it would replace that result."""
-    import json
-
-    from rbctl.eval.partial import kept_problems
-    from rbctl.eval.pipeline import bench_dir_name
-    from rbctl.store.rundir import SUMMARY
-
-    for name in problems:
-        bench = out_dir / bench_dir_name(name)
-        if (bench / SUMMARY).is_file() and kept_problems(bench, 1) is None and not _holds(bench, protocol):
-            try:
-                theirs = protocol_text(json.loads((bench / SUMMARY).read_text()))
-            except (OSError, ValueError, KeyError, TypeError):
-                theirs = "unreadable"
-            raise UserError(f"{bench} holds a complete evaluation under another protocol ({theirs}); this one "
-                            f"({protocols.words(protocol)}) would replace it: write elsewhere (--out) or pass --force")
+    console.print(f"results in {', '.join(dict.fromkeys(map(str, folders)))}")
 
 
 def _protocol_record(path: Path, in_run: bool, protocol: dict, builtin: bool) -> dict:

@@ -18,6 +18,7 @@ one family) gets its call here (`Interim.attach`, through `Comparison.sequential
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
@@ -31,16 +32,21 @@ from rbctl.report.sequential_looks import (CONTINUE, EQUIVALENT, FUTILE, HIGHER,
 from rbctl.store import read
 
 INTERIM = "interim"  # the call word of a comparison that is not decided (yet): no call
+NO_TEST = "no test: interim"  # what decided an interim label without a sequential design: nothing
 Unit = tuple[str, int]  # a report's unit: (warm start or "", seed)
 
 
 @dataclass(frozen=True)
 class SequentialCall:
     """What `rbctl.report.analyses.comparisons.call` and `call_text` print for a comparison: ``word``
-    (higher, lower, equivalent, inconclusive, or `INTERIM`) and ``text`` (the row's call cell)."""
+    (higher, lower, equivalent, inconclusive, or `INTERIM`) and ``text`` (the row's call cell); and
+    ``test``, what decided the call (or withheld it) where a table prints the deciding test: the
+    look's |t| against its boundary ("look 1: |t| 4.67 ≥ 4.58"), or that no test did ("no test:
+    interim"). Never a fixed-design p: a Holm p over the units at hand decides nothing here."""
 
     word: str
     text: str
+    test: str
 
 
 @dataclass(frozen=True)
@@ -56,6 +62,21 @@ class DesignSource:
     @property
     def units(self) -> int:
         return len(self.order)
+
+
+def look_test(k: int, e, margin: Optional[float] = None) -> str:
+    """What look ``k`` found of a comparison (its `ComparisonLook` ``e``; ``margin``: its family's,
+    points), as a table's cell: the boundary it crossed (|t| for superiority; for equivalence |Δ̄|
+    within the margin less the TOST bound's multiple of its standard error; |t| below the futility
+    bound), else its |t| short of the superiority boundary."""
+    b = e.bounds
+    if e.decision in (HIGHER, LOWER):
+        return f"look {k}: |t| {abs(e.t):.2f} ≥ {b.t:.2f}"
+    if e.decision == EQUIVALENT and margin is not None:
+        return f"look {k}: TOST, |Δ̄| {abs(e.mean):.2f} ≤ {margin - b.equivalence_t * e.sd / math.sqrt(e.n):.2f}"
+    if e.decision == FUTILE:
+        return f"look {k}: |t| {abs(e.t):.2f} < futility {b.futility_t:.2f}"
+    return f"look {k}: |t| {abs(e.t):.2f} < {b.t:.2f}" if math.isfinite(e.t) else f"look {k}: not testable"
 
 
 def _report_units(units) -> tuple[Unit, ...]:
@@ -133,7 +154,7 @@ class Interim:
             for c in members:
                 note = interim_note(c.delta.n, self.units)
                 if note is not None and c.delta.testable:
-                    c.sequential, c.significant, c.equivalent = SequentialCall(INTERIM, note), False, False
+                    c.sequential, c.significant, c.equivalent = SequentialCall(INTERIM, note, NO_TEST), False, False
                     self.interim.append(c.label)
             return
         deltas = {(c.family, c.arm, c.ref): dict(zip(c.delta.units, c.delta.deltas)) for c in members}
@@ -157,22 +178,24 @@ class Interim:
             if last is None:  # no look yet (or none that tested it)
                 return SequentialCall(INTERIM, f"interim ({n} of {d.units} units): not a call; "
                                                f"{'next' if self.history else 'first'} look at "
-                                               f"{d.looks[len(self.history)] if len(self.history) < looks else d.units} units")
+                                               f"{d.looks[len(self.history)] if len(self.history) < looks else d.units} units",
+                                      "no test: no look yet")
             k = len(self.history)
             return SequentialCall(INTERIM, f"interim: not decided at look {k} of {looks} ({last.n} units, |t| = "
                                            f"{abs(last.t):.2f} < {last.bounds.t:.2f}); next look at "
-                                           f"{d.looks[k] if k < looks else d.units} units")
+                                           f"{d.looks[k] if k < looks else d.units} units", look_test(k, last))
         where = f"at look {s.look} of {looks} ({e.n} units; {e.crossed})" if e.crossed else \
             f"at look {s.look} of {looks} ({e.n} units; no boundary crossed)"
         sign = "Δ > 0" if e.mean > 0 else "Δ < 0" if e.mean < 0 else "Δ = 0"
+        margin = next((f.margin for f in self.families if f.name == e.family), None)
+        test = look_test(s.look, e, margin)
         if s.decision in (HIGHER, LOWER):
-            return SequentialCall(s.decision, f"{s.decision} {where}")
+            return SequentialCall(s.decision, f"{s.decision} {where}", test)
         if s.decision == EQUIVALENT:
-            margin = next(f.margin for f in self.families if f.name == e.family)
-            return SequentialCall(EQUIVALENT, f"equivalent within ±{margin:g} {where}")
+            return SequentialCall(EQUIVALENT, f"equivalent within ±{margin:g} {where}", test)
         if s.decision == FUTILE:
-            return SequentialCall(INCONCLUSIVE, f"inconclusive ({sign}): stopped for futility {where}")
-        return SequentialCall(INCONCLUSIVE, f"inconclusive ({sign}) {where}")
+            return SequentialCall(INCONCLUSIVE, f"inconclusive ({sign}): stopped for futility {where}", test)
+        return SequentialCall(INCONCLUSIVE, f"inconclusive ({sign}) {where}", test)
 
     def status(self) -> dict[Key, Status]:
         return status(self.families, self.history)
@@ -228,7 +251,7 @@ def mark_interim(pairs: Sequence[tuple]) -> None:
             units[path] = src.units if src is not None else None
         note = interim_note(c.delta.n, units[path]) if units[path] else None
         if note is not None and c.delta.testable and not c.same_config:
-            c.sequential, c.significant, c.equivalent = SequentialCall(INTERIM, note), False, False
+            c.sequential, c.significant, c.equivalent = SequentialCall(INTERIM, note, NO_TEST), False, False
 
 
 SPENDING_WORDS = {"obrien_fleming": "O'Brien–Fleming-type", "pocock": "Pocock-type"}

@@ -1,9 +1,11 @@
 """Which kernel runs a float32 model's Linear layers on the CPU (`model.cpu_linear`, `rbctl eval --cpu-linear`).
 
-torch's float32 matmul on x86 is MKL's sgemm. On AMD CPUs MKL takes its generic code path: on the
-2-core AMD EPYC (AVX-512) of docs/performance.md, one thread, SmolLM2-135M's training shapes (1024
-rows) ran at 77–96 GFLOP/s under MKL and 134–218 under oneDNN's float32 gemm (also in every torch CPU
-build), its decode shapes (16 rows) at 15–83 and 17–174 (`python -m scripts.bench_cpu_linear`). The
+torch's float32 matmul on x86 is MKL's sgemm. On AMD CPUs MKL takes its generic code path: on a
+2-core AMD EPYC (AVX-512), one thread, SmolLM2-135M's training shapes (1024 rows) ran at 77–96 GFLOP/s
+under MKL and 134–218 under oneDNN's float32 gemm (also in every torch CPU build), its decode shapes
+(16 rows) at 15–83 and 17–174 (`python -m scripts.bench_cpu_linear`; the reward-budgeting study's
+performance journal, studies/reward_budgeting/docs/performance.md, "How each framework runs the
+matched work", has the date and machine). The
 work and the precision are the same: float32 inputs, weights, accumulation and outputs; results
 differ from MKL's by summation-order rounding (≤ 1.1e-6 of the largest output there).
 

@@ -130,9 +130,10 @@ def lent_to_global_rng(generator: torch.Generator):
 
 # Several calls sample as one batch (`HFEngine.generate_calls`) for models of at most this many
 # parameters, up to this many rows: there a decoding step's time is mostly per-operation overhead,
-# whatever the rows (a fixpoint evaluation, 256 problems × 8 samples in calls of 64 rows on one
-# thread: 1.71 s in 32 loops, 0.62 s in one; docs/performance.md). SmolLM2-135M samples fastest
-# in calls of 64 rows (`default_batch_size`) and is not merged.
+# whatever the rows (an evaluation of a main-job checkpoint, 256 problems × 8 samples in 32 calls of 64
+# rows on one thread: 1.04 s in 32 loops, 0.45 s in one; the reward-budgeting study's performance
+# journal, studies/reward_budgeting/docs/performance.md). SmolLM2-135M samples fastest in calls of 64
+# rows (`default_batch_size`) and is not merged.
 MERGE_MAX_PARAMS = 10_000_000
 MERGE_ROWS = 4096
 
@@ -262,8 +263,10 @@ class HFEngine:
         alone up to float32 rounding (torch's CPU matmul takes another kernel for 1-3 rows than for
         more, so a call's last unfinished rows round differently alone than among others): a token
         could differ only where that rounding moves a draw across an interval's edge. None did in
-        the checks of docs/performance.md (every sample of a fixpoint and a maze evaluation, 2,048
-        and 8,192, identical); the recorded log-probs agree to ~1e-7 (tests/unit/test_merged_calls.py)."""
+        the checks of the reward-budgeting study's performance journal
+        (studies/reward_budgeting/docs/performance.md: every sample of a fixpoint and a maze
+        evaluation, 2,048 and 8,192, identical); the recorded log-probs agree to ~1e-7
+        (tests/unit/test_merged_calls.py)."""
         i = 0
         while i < len(calls):
             j = self._merged_run(calls, i)

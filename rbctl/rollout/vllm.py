@@ -2,8 +2,9 @@
 
 How it follows the colocated-vLLM pattern of TRL's GRPOTrainer (`trl/generation/vllm_generation.py`,
 TRL 1.16, vLLM 0.22–0.31), and where it departs:
-1. The engine runs in-process (`distributed_executor_backend="external_launcher"`, a world of one),
-   so the policy's tensors reach vLLM's model with no serialisation. Where the installed vLLM has the
+1. The engine runs in-process (`distributed_executor_backend="external_launcher"`: a world of one,
+   or under torchrun this rank of the training world, `engine_world`), so the policy's tensors reach
+   vLLM's model with no serialisation. Where the installed vLLM has the
    worker's in-place reload (`reload_weights(weights_iterator=...)`, through `LLM.collective_rpc`;
    vLLM's CPU build 0.32 has it; earlier releases' `reload_weights()` takes no argument and reads
    the checkpoint from disk: `has_inplace_reload` reads the signature) the whole policy is streamed through it in one call: it restores
@@ -70,6 +71,46 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def engine_world() -> dict[str, str]:
+    """The torch.distributed world the in-process engine joins, as the environment vLLM's
+    external_launcher executor reads when it is built (`ExecutorWithExternalLauncher`: RANK and
+    LOCAL_RANK, its worker's rank and device; MASTER_ADDR and MASTER_PORT, where it starts the world).
+
+    - No process group yet (one process: `rbctl train`, `rbctl eval`, a sweep's worker): a world of
+      its own, rank 0 of 1 on a free port of this host, whatever an enclosing launcher left in the
+      environment (a Slurm step's RANK 3 would have vLLM start rank 3 of a world of one and fail; a
+      MASTER_PORT left there may be taken).
+    - A rank of `rbctl train --nproc N` (torchrun: the trainer's process group exists): vLLM starts no
+      world of its own once one exists (`init_distributed_environment` skips `init_process_group`)
+      and builds its groups on the process's default one, so its engine is this rank of the training
+      world with a tensor-parallel group of itself (vLLM's external data parallelism: how verl and
+      TRL's colocate mode run it, TRL setting RANK, LOCAL_RANK and WORLD_SIZE to the training
+      world's). A process has one default group, so no environment gives it another world here; what
+      it must name is this rank and the device it trains on (LOCAL_RANK): told rank 0 of 1, every
+      rank's engine would load onto GPU 0. Every rank builds its engine together (vLLM's new groups
+      and its memory check are collectives over the world)."""
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return {"RANK": str(dist.get_rank()), "WORLD_SIZE": str(dist.get_world_size()),
+                "LOCAL_RANK": os.environ.get("LOCAL_RANK", "0")}
+    return {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
+
+
+@contextlib.contextmanager
+def environment(values: dict[str, str]):
+    """`values` in os.environ for the block; each variable's previous value, or its absence, after it."""
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def prompt_seed(seed: int, prompt_index: int) -> int:
@@ -221,29 +262,26 @@ class VLLMEngine:
         if sleep_mode and not current_platform.is_sleep_mode_available():
             raise UserError(f"rollout.vllm.sleep_mode: vLLM's {current_platform.device_type} build has no sleep mode "
                             "(set it to false; it frees GPU memory only)")
-        # external_launcher: a torch.distributed world of one, the engine in this process (TRL's setup).
-        for k, v in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
-                     "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}.items():
-            os.environ.setdefault(k, v)
-        os.environ.setdefault("MASTER_PORT", str(_free_port()))
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine in this process (external_launcher)
         platform = {}
         if current_platform.is_cpu():  # the module docstring, 7.
             platform = dict(enable_chunked_prefill=False, enforce_eager=CPU_ENFORCE_EAGER,
                             kv_cache_memory_bytes=CPU_KV_CACHE_BYTES)
         threads, set_threads = torch.get_num_threads(), torch.set_num_threads
         try:
-            llm = vllm.LLM(
-                model=str(path),
-                dtype=dtype,
-                gpu_memory_utilization=gpu_memory_utilization,
-                enable_sleep_mode=sleep_mode,
-                seed=seed,
-                max_model_len=max_model_len,
-                load_format=load_format,
-                distributed_executor_backend="external_launcher",
-                logprobs_mode="processed_logprobs",  # after temperature: what the trainer's old log-probs measure
-                **platform,
-            )
+            with environment(engine_world()):  # the world vLLM joins, as it reads it when built; the rank's own after
+                llm = vllm.LLM(
+                    model=str(path),
+                    dtype=dtype,
+                    gpu_memory_utilization=gpu_memory_utilization,
+                    enable_sleep_mode=sleep_mode,
+                    seed=seed,
+                    max_model_len=max_model_len,
+                    load_format=load_format,
+                    distributed_executor_backend="external_launcher",
+                    logprobs_mode="processed_logprobs",  # after temperature: what the trainer's old log-probs measure
+                    **platform,
+                )
         finally:
             # the CPU worker sets torch to one thread and replaces torch.set_num_threads by a no-op,
             # in this process, which is also the trainer's: its `threads` setting is given back

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from rbctl.config.base import apply_overrides, read_yaml, validate
 from rbctl.config.launcher import LauncherCfg
-from rbctl.config.sweep import SweepConfig, SweepEval
+from rbctl.config.sweep import SweepConfig, SweepEval, version_content
 from rbctl.config.train import TrainConfig, check_fits_run_engine, for_run
 from rbctl.config.presets import find_preset, is_sweep, preset, resolve_config
 from rbctl.errors import UserError
@@ -303,9 +303,7 @@ def sweep_file_content(sweep_path: Path) -> tuple[dict, Path]:
     version `record_sweep_version` keeps."""
     path = resolve_config(sweep_path, "sweep file")
     content = validate(SweepConfig, read_yaml(path), str(path)).model_dump(mode="json")
-    if content.get("design") is None:  # no design: the version recorded before `design:` existed, unchanged
-        content.pop("design", None)
-    return content, path
+    return version_content(content, SweepConfig.LATE_KEYS), path  # no design, no report: the version as before them
 
 
 def record_sweep_version(sweep_path: Path, sweep_dir: Path, state: dict) -> dict | None:

@@ -2,10 +2,12 @@
 
 A worker is kept from run to run, so that a run after a worker's first skips what every run
 would repeat: the imports of the trainer's lazily loaded libraries (transformers' model code,
-torch._dynamo, sympy, scipy: ~1,500 modules, ~2 s of CPU time per run on the main job) and the
+torch._dynamo, sympy, scipy: ~1,500 modules, ~2 s of CPU time per run on the main job in the
+reward-budgeting study's performance journal, studies/reward_budgeting/docs/performance.md) and the
 other first-call costs (`python -m scripts.bench_main_job --split` prints them). A run's results
 do not depend on the worker it ran in: every run seeds its own random streams, and the main job's
-metrics, samples, evaluations and weights are byte-identical either way (docs/performance.md).
+metrics, samples, evaluations and weights are byte-identical either way (docs/performance.md, "The
+knobs").
 A worker killed by the kernel (out of memory) fails only the run it was running: that run is
 reported with the signal that ended it, a fresh worker takes the next run and the others go on.
 A run on a GPU (or with vLLM) gets a worker of its own, as before (`execute`'s `alone`), and, where
@@ -199,82 +201,110 @@ def execute(target, todo: list[tuple[str, int, tuple]], jobs: int, record, displ
     (a GPU run: vLLM is built once per process, and a process keeps the GPU memory it cached), and
     one of the visible GPUs to itself (`gpu_worker_env`): at most as many run at once as there are
     GPUs. Raises Interrupted after a Ctrl-C."""
-    ctx = run_context()
-    gpus = GpuPool(visible_gpus() if alone else [])
-    manager = ctx.Manager()  # its server process ignores SIGINT
-    queue = manager.Queue()
-    waiting, running, idle, results = list(todo), {}, [], {}
-    stop = {"n": 0, "forwarded": False}
+    launch = _Launch(target, todo, jobs, record, display, alone)
+    old = signal.signal(signal.SIGINT, launch.on_signal)
+    old_term = signal.signal(signal.SIGTERM, launch.on_signal)  # `kill`, Slurm's preemption: stop as a Ctrl-C stops
+    try:
+        launch.run()
+    except BaseException:
+        launch.stop_running()  # nothing is left running behind us
+        raise
+    finally:
+        launch.retire_idle()
+        signal.signal(signal.SIGINT, old)
+        signal.signal(signal.SIGTERM, old_term)
+        launch.manager.shutdown()
+    if launch.stops:
+        raise Interrupted
 
-    def on_sigint(signum, frame):
-        stop["n"] += 1
-        if stop["n"] > 1:
+
+class _Launch:
+    """One `execute`: its workers, the runs waiting, running and ended, and the Ctrl-Cs received."""
+
+    def __init__(self, target, todo, jobs: int, record, display, alone):
+        self.target, self.todo, self.jobs, self.record, self.display, self.alone = target, todo, jobs, record, display, alone
+        self.ctx = run_context()
+        self.gpus = GpuPool(visible_gpus() if alone else [])
+        self.manager = self.ctx.Manager()  # its server process ignores SIGINT
+        self.queue = self.manager.Queue()
+        self.waiting, self.running, self.idle, self.results = list(todo), {}, [], {}
+        self.stops, self.forwarded = 0, False
+
+    def on_signal(self, signum, frame) -> None:
+        """The first Ctrl-C (or SIGTERM) stops the sweep at the runs' next step; a second one at once."""
+        self.stops += 1
+        if self.stops > 1:
             raise KeyboardInterrupt
 
-    def finish(key, res) -> None:
-        del running[key]
-        gpus.release(key)
-        record(key, res)
-        display.finished(key, res)
-
-    old = signal.signal(signal.SIGINT, on_sigint)
-    old_term = signal.signal(signal.SIGTERM, on_sigint)  # `kill`, Slurm's preemption: stop as a Ctrl-C stops
-    try:
-        with display:
-            for key, steps, _ in todo:
-                display.add(key, steps)
-            while waiting or running:
-                if stop["n"] and not stop["forwarded"]:
-                    waiting.clear()  # launch nothing more; the running runs stop at their next step
-                    for w in running.values():
+    def run(self) -> None:
+        with self.display:
+            for key, steps, _ in self.todo:
+                self.display.add(key, steps)
+            while self.waiting or self.running:
+                if self.stops and not self.forwarded:
+                    self.waiting.clear()  # launch nothing more; the running runs stop at their next step
+                    for w in self.running.values():
                         _signal(w.process, signal.SIGINT)
-                    stop["forwarded"] = True
-                while waiting and len(running) < jobs:
-                    key, _, args = waiting[0]
-                    env = gpus.env_for(key, dict(os.environ)) if key in alone else dict(os.environ)
-                    if env is None:
-                        break  # every GPU is held: wait for one
-                    waiting.pop(0)
-                    task = (target, key, args, env, os.getcwd())
-                    running[key] = _Worker(ctx, queue, task) if key in alone else _hand(idle, ctx, queue, task)
-                _drain(queue, display, results)
-                for key, w in list(running.items()):
-                    if key in results:  # the run ended; its worker waits for the next one
-                        if stop["n"] or key in alone:
-                            _retire(w)
-                        else:
-                            idle.append(w)  # before `record`, which may raise (a full disk): `finally` retires it
-                        finish(key, results.pop(key))
-                        continue
-                    if w.process.is_alive():
-                        continue
-                    w.process.join()
-                    _drain(queue, display, results)
-                    res = results.pop(key, None) or (
-                        {"key": key, "status": "interrupted", "error": None} if stop["n"]  # Ctrl-C before it was ready
-                        else {"key": key, "status": "failed", "error": died(w.process.exitcode)})
-                    w.conn.close()
-                    finish(key, res)
-                display.tick()
-                if running or waiting:
+                    self.forwarded = True
+                self._launch()
+                _drain(self.queue, self.display, self.results)
+                for key, w in list(self.running.items()):
+                    self._collect(key, w)
+                self.display.tick()
+                if self.running or self.waiting:
                     time.sleep(0.2)
-    except BaseException:
-        for w in running.values():  # nothing is left running behind us
+
+    def _launch(self) -> None:
+        """Start waiting runs while fewer than `jobs` run (an alone run only while a GPU is free)."""
+        while self.waiting and len(self.running) < self.jobs:
+            key, _, args = self.waiting[0]
+            env = self.gpus.env_for(key, dict(os.environ)) if key in self.alone else dict(os.environ)
+            if env is None:
+                return  # every GPU is held: wait for one
+            self.waiting.pop(0)
+            task = (self.target, key, args, env, os.getcwd())
+            self.running[key] = (_Worker(self.ctx, self.queue, task) if key in self.alone
+                                 else _hand(self.idle, self.ctx, self.queue, task))
+
+    def _collect(self, key: str, w: _Worker) -> None:
+        """Record run `key` if it ended: with its result, or as failed (interrupted) where its worker
+        died without one."""
+        if key in self.results:  # the run ended; its worker waits for the next one
+            if self.stops or key in self.alone:
+                _retire(w)
+            else:
+                self.idle.append(w)  # before `record`, which may raise (a full disk): `retire_idle` ends it
+            self._finish(key, self.results.pop(key))
+            return
+        if w.process.is_alive():
+            return
+        w.process.join()
+        _drain(self.queue, self.display, self.results)
+        res = self.results.pop(key, None) or (
+            {"key": key, "status": "interrupted", "error": None} if self.stops  # Ctrl-C before it was ready
+            else {"key": key, "status": "failed", "error": died(w.process.exitcode)})
+        w.conn.close()
+        self._finish(key, res)
+
+    def _finish(self, key: str, res: dict) -> None:
+        del self.running[key]
+        self.gpus.release(key)
+        self.record(key, res)
+        self.display.finished(key, res)
+
+    def stop_running(self) -> None:
+        """Interrupt every running run, and kill a worker that has not ended within 30 s."""
+        for w in self.running.values():
             _signal(w.process, signal.SIGINT)
-        for w in running.values():
+        for w in self.running.values():
             w.process.join(30)
             if w.process.is_alive():
                 w.process.kill()
                 w.process.join()
-        raise
-    finally:
-        for w in idle:
+
+    def retire_idle(self) -> None:
+        for w in self.idle:
             _retire(w)
-        signal.signal(signal.SIGINT, old)
-        signal.signal(signal.SIGTERM, old_term)
-        manager.shutdown()
-    if stop["n"]:
-        raise Interrupted
 
 
 def _hand(idle: list, ctx, queue, task) -> _Worker:

@@ -207,70 +207,89 @@ def sweep_plan(sweep_path, sweep_dir: Path, power, jobs: int | None = None, arms
     (write access; another sweep in it, unless `force`).
     `power`: the module of the power functions (`rbctl.report.power`, a layer above the sweep: the
     caller hands it down)."""
-    from rbctl.config.base import apply_overrides, read_yaml, validate
     from rbctl.config.presets import resolve_config
-    from rbctl.sweep.ablate import base_path, load_sweep, resolved_sweep, units
+    from rbctl.sweep.ablate import load_sweep, resolved_sweep, units
+    from rbctl.sweep.sequential_run import plan_lines
     from rbctl.sweep.start import check_sweep_start
     from rbctl.train.preflight import machine_problems
 
     path = resolve_config(sweep_path, "sweep file")
     sweep, configs = load_sweep(path, seed_offset, arms, seeds, overrides)
-    base_file = base_path(path, sweep.base)
+    jobs = jobs or sweep.jobs
+    design = _design_lines(path, sweep, configs, jobs, overrides)  # the base's and the shared config's checks first
+    check_sweep_start(sweep, configs, Path(sweep_dir), resolved_sweep(sweep, configs), force,
+                      machine=False)  # what the start checks before it writes anything; this machine below
+    lines = [f"rbctl ablate dry run: {path} (nothing is run, nothing is written)", ""] + design
+    lines += [""] + _power_lines(sweep, len(units(sweep)), power)
+    lines += plan_lines(path, sweep, list(configs), seeds)  # a sequential design: looks, boundaries, expected runs
+    lines += [""] + _time_lines(sweep, configs, sweep_dir, jobs, _base_file(path, sweep))
+    machine = list(dict.fromkeys(p for cfg in configs.values() for p in machine_problems(cfg)))
+    lines.append(_row("this machine", "cannot run it: " + "; ".join(machine) if machine else
+                      "can run it (every arm's checks passed: benchmarks and their data, model and data paths, engine, "
+                      "device, the sweep directory)"))
+    lines.append("\nrun it: " + shlex.join(["rbctl", "ablate", str(sweep_path), "-o", str(sweep_dir),
+                                           *_selection_args(arms, seeds, overrides, seed_offset),
+                                           *(["--force"] if force else [])]))
+    return "\n".join(lines) + "\n"
+
+
+def _row(label: str, text: str) -> str:
+    return f"{label:<14}{text}"
+
+
+def _base_file(path: Path, sweep) -> Path:
+    from rbctl.sweep.ablate import base_path
+
+    return base_path(path, sweep.base)
+
+
+def _design_lines(path: Path, sweep, configs: dict[str, TrainConfig], jobs: int, overrides) -> list[str]:
+    """The sweep, its design, each run, the seeds, what every arm shares, and each arm's resolved
+    difference from that."""
+    from rbctl.config.base import apply_overrides, read_yaml, validate
+    from rbctl.sweep.ablate import units
+
+    base_file = _base_file(path, sweep)
     base = validate(TrainConfig, read_yaml(base_file), str(base_file))
     shared_items = [f"{k}={json.dumps(v)}" for k, v in sweep.set.items()] + list(overrides)
     shared = validate(TrainConfig, apply_overrides(read_yaml(base_file), shared_items), str(base_file), list(overrides))
-    check_sweep_start(sweep, configs, Path(sweep_dir), resolved_sweep(sweep, configs), force,
-                      machine=False)  # what the start checks before it writes anything; this machine below
-    jobs = jobs or sweep.jobs
-    first = next(iter(configs.values()))
-    the_units = units(sweep)
-    total = len(configs) * len(the_units)
+    first, ev = next(iter(configs.values())), sweep.eval
+    total = len(configs) * len(units(sweep))
     ws = f"{len(sweep.warm_starts)} warm starts × " if sweep.warm_starts else ""
-    ev = sweep.eval
-    lines = [f"rbctl ablate dry run: {path} (nothing is run, nothing is written)", ""]
-
-    def row(label: str, text: str) -> None:
-        lines.append(f"{label:<14}{text}")
-
-    row("sweep", f"'{sweep.name}', base {sweep.base} ({base_file})")
-    row("design", f"{len(configs)} arms × {ws}{len(sweep.seeds)} seeds = {total} runs, {jobs} in parallel")
-    row("each run", f"{first.steps} steps of P {first.rollout.prompts_per_step} × G {first.rollout.group_size} "
-                    f"rollouts (≤ {first.rollout.max_new_tokens} tokens), then a final evaluation on "
-                    f"{', '.join(ev.benchmarks)} (n {ev.n}, temperature {ev.temperature:g})")
-    row("seeds", ", ".join(map(str, sweep.seeds)) + (f"; warm starts {', '.join(sweep.warm_starts)}" if sweep.warm_starts else ""))
+    lines = [_row("sweep", f"'{sweep.name}', base {sweep.base} ({base_file})"),
+             _row("design", f"{len(configs)} arms × {ws}{len(sweep.seeds)} seeds = {total} runs, {jobs} in parallel"),
+             _row("each run", f"{first.steps} steps of P {first.rollout.prompts_per_step} × G {first.rollout.group_size} "
+                              f"rollouts (≤ {first.rollout.max_new_tokens} tokens), then a final evaluation on "
+                              f"{', '.join(ev.benchmarks)} (n {ev.n}, temperature {ev.temperature:g})"),
+             _row("seeds", ", ".join(map(str, sweep.seeds))
+                  + (f"; warm starts {', '.join(sweep.warm_starts)}" if sweep.warm_starts else ""))]
     common = differences(base, shared)
     if common:
-        row("every arm", "; ".join(common) + " (the sweep's set:" + (" and --set" if overrides else "") + ")")
+        lines.append(_row("every arm", "; ".join(common) + " (the sweep's set:" + (" and --set" if overrides else "") + ")"))
     lines += ["", "arms (each one's resolved difference from the base, beside what every arm shares):"]
     width = max(map(len, configs))
     for arm, cfg in configs.items():
         diff = differences(shared, cfg)
         lines.append(f"  {arm:<{width}}  {'; '.join(diff) if diff else '(the base as it is)'}")
+    return lines
 
-    lines += [""] + _power_lines(sweep, len(the_units), power)
-    from rbctl.sweep.sequential_run import plan_lines
 
-    lines += plan_lines(path, sweep, list(configs), seeds)  # a sequential design: looks, boundaries, expected runs
+def _time_lines(sweep, configs: dict[str, TrainConfig], sweep_dir: Path, jobs: int, base_file: Path) -> list[str]:
+    """The wall-time estimate of the runs left (`wall_estimate`), or how to time one."""
+    from rbctl.sweep.ablate import units
 
     est = wall_estimate(sweep, configs, Path(sweep_dir), jobs)
-    lines.append("")
     if est is None:
-        row("time", f"unknown: no finished run of this shape on this machine (in {sweep_dir} or under {RUNS_ROOT}/); "
-                    f"time one: rbctl train {base_file} -o {RUNS_ROOT}/probe --set steps=5, then plan again")
-    else:
-        row("time", f"≈ {minutes(est.wall_s)} wall for {est.todo} runs ({total - est.todo} of {total} already done in "
-                    f"{sweep_dir}): ≈ {est.per_run_s:.0f} s a run ({est.time.step_s:.3g} s a step), {jobs} at a time")
-        row("", f"per-run time {est.time.source}")
-        if jobs > 1:
-            row("", "parallel runs share the cores: on a machine with fewer free cores than jobs, runs slow down")
-    machine = list(dict.fromkeys(p for cfg in configs.values() for p in machine_problems(cfg)))
-    row("this machine", "cannot run it: " + "; ".join(machine) if machine else
-        "can run it (every arm's checks passed: benchmarks and their data, model and data paths, engine, device, "
-        "the sweep directory)")
-    lines.append("\nrun it: " + shlex.join(["rbctl", "ablate", str(sweep_path), "-o", str(sweep_dir),
-                                           *_selection_args(arms, seeds, overrides, seed_offset),
-                                           *(["--force"] if force else [])]))
-    return "\n".join(lines) + "\n"
+        return [_row("time", f"unknown: no finished run of this shape on this machine (in {sweep_dir} or under "
+                             f"{RUNS_ROOT}/); time one: rbctl train {base_file} -o {RUNS_ROOT}/probe --set steps=5, "
+                             "then plan again")]
+    total = len(configs) * len(units(sweep))
+    lines = [_row("time", f"≈ {minutes(est.wall_s)} wall for {est.todo} runs ({total - est.todo} of {total} already done "
+                          f"in {sweep_dir}): ≈ {est.per_run_s:.0f} s a run ({est.time.step_s:.3g} s a step), {jobs} at a time"),
+             _row("", f"per-run time {est.time.source}")]
+    if jobs > 1:
+        lines.append(_row("", "parallel runs share the cores: on a machine with fewer free cores than jobs, runs slow down"))
+    return lines
 
 
 def _selection_args(arms, seeds, overrides, seed_offset) -> list[str]:

@@ -116,7 +116,7 @@ def test_the_result_training_left_is_reused_and_force_evaluates_again(tmp_path, 
 
 def test_same_protocol_compares_what_decides_the_score(tmp_path):
     from rbctl.config.eval import build_config
-    from rbctl.eval.run import same_protocol
+    from rbctl.eval.reuse import same_protocol
     from rbctl.tasks.benchmarks import Problem
 
     probs = [Problem(id="a", problem="q", answer="1"), Problem(id="b", problem="q", answer="2")]

@@ -158,3 +158,60 @@ def test_a_manifest_before_its_first_look_gets_no_call(tmp_path, capsys):
     assert c.p_holm < 0.05 and call(c) == "interim" and not data.sequential.history
     assert call_text(c) == "interim (3 of 12 units): not a call; first look at 4 units"
     assert next_lines(data) == ["next: look 1 of 3 at 4 units needs", "  a: seed 3", "  b: seed 3"]
+
+
+def test_the_calls_in_detail_under_a_sequential_design_print_each_looks_test_not_a_fixed_p(tmp_path):
+    """With a sequential design the "Calls in detail" paragraph says the calls are the looks' (the
+    looks, the spending, the multiplicity), and where a table or sentence prints the test that decided
+    a call, it is the look's |t| against its boundary: the fixed-design Holm p over the units at hand,
+    which decided nothing, is printed beside no call (report.md, summary.md, the terminal)."""
+    from rbctl.report.render.answer import LOOK_P, verdict_table
+    from rbctl.report.render.tables import pval
+
+    sweep = quarter(tmp_path / "sweep", design={"looks": [6, 12, 18, 24], "spending": "pocock", "futility": False},
+                    margin=5.0)
+    data = report_data([sweep], n_boot=50)
+    # Pocock-type boundaries at look 1 of 4 on the paired t with 5 df (graphical Holm over the 3 comparisons):
+    # superiority at α/3 (two-sided) before a rejection, α/2 after one; TOST at α/3 (one-sided)
+    sup3, sup2, tost3 = (t_bound(efficacy_bounds([0.25, 0.5, 0.75, 1.0], a, "pocock", final=False)[0], 6)
+                         for a in (0.05 / 3 / 2, 0.05 / 2 / 2, 0.05 / 3))
+    expected = {}
+    for c in data.verdict.comparisons:
+        mean, se = 100 * c.delta.mean, 100 * c.delta.sd / math.sqrt(6)
+        if call(c) in (HIGHER, LOWER):
+            expected[c.label] = f"look 1: |t| {abs(mean / se):.2f} ≥ {sup3:.2f}"
+        elif call(c) == EQUIVALENT:
+            expected[c.label] = f"look 1: TOST, |Δ̄| {abs(mean):.2f} ≤ {5.0 - tost3 * se:.2f}"
+        else:
+            expected[c.label] = f"look 1: |t| {abs(mean / se):.2f} < {sup2:.2f}"
+    # this plant decides one comparison by superiority and one by equivalence at look 1, and leaves one open
+    assert sorted(call(c) for c in data.verdict.comparisons) == [EQUIVALENT, "interim", LOWER]
+    shown = verdict_table(data.verdict.rows)
+    assert "Holm p" not in shown.columns and dict(zip(shown["comparison"], shown[LOOK_P])) == expected
+    assert set(shown.iloc[:, -2]) == {"±5: TOST's boundary at each look"}  # no TOST Holm p either
+
+    assert run(["report", str(sweep), "-o", str(tmp_path / "rep")]) == 0
+    report = (tmp_path / "rep" / "report.md").read_text()
+    detail = report.split("## Calls in detail", 1)[1].split("\n## ", 1)[0]
+    assert ("called at the looks of the sequential design (at 6, 12, 18, 24 units, Pocock-type α-spending; graphical "
+            "Holm over these 3 comparisons at α = 0.05)") in detail
+    assert "Holm–Bonferroni over" not in detail
+    answer = report.split("## The answer", 1)[1].split("**Design.**", 1)[0]
+    assert "Holm p" not in answer and "Each call is made at a look of the sequential design" in answer
+    summary = (tmp_path / "rep" / "summary.md").read_text()
+    assert "| decides the call |" in summary and "(Holm p)" not in summary
+    for c in data.verdict.comparisons:
+        cell = expected[c.label].replace("|", "\\|")  # as a Markdown table writes it
+        row = next(line for line in detail.splitlines() if line.startswith(f"| {c.label} |"))
+        assert f"| {cell} |" in row and f"| {pval(c.p_holm)} |" not in row
+        assert f"| {cell} |" in next(x for x in summary.splitlines() if f"| {c.label} |" in x)
+
+
+def test_an_interim_comparison_without_a_design_shows_no_p_as_deciding(tmp_path):
+    """Without a sequential design, a comparison read from fewer units than the design's is not a call:
+    its row prints no Holm p as if one had decided it."""
+    from rbctl.report.render.answer import INTERIM_P, verdict_table
+
+    data = report_data([quarter(tmp_path / "sweep", margin=None)], n_boot=50)
+    shown = verdict_table(data.verdict.rows)
+    assert set(shown[INTERIM_P]) == {"no test: interim"}

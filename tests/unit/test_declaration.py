@@ -173,3 +173,62 @@ def test_the_reports_sentence_names_the_version_and_each_sweep(tmp_path):
     assert declaration_sentence([a, b], "budget").endswith(
         f"`{b}`: no declaration record in this directory.")
     assert declaration_sentence([], "principal") == "Declaration: no sweep directory, so no declaration record."
+
+
+# A sweep file and a runs manifest that use no `report:` block, and the sha256 of each one's version as
+# rbctl recorded it before the block existed (computed at that schema: the sweep file's content without
+# `design`, null designs being left out already; the manifest's with `design: null`, as manifests were
+# always recorded). A schema change that moves these hashes gives every existing sweep directory or
+# manifest a new version of its file on its next start or report, as if its declaration had changed.
+VERSIONED_SWEEP = """\
+name: versions
+base: base.yaml
+seeds: [0, 1, 2]
+arms:
+  grpo: {}
+  budget: {algo.budget: 1.0}
+eval: {benchmarks: [builtin], n: 4}
+comparisons: {principal: [[budget, grpo]], mde: 10.0, planning_sd: 8.0}
+"""
+VERSIONED_SWEEP_SHA256 = "44fa135f9b4f438db076dbc084d09ab2a78354e9150f0dd071457694528f81e5"
+VERSIONED_MANIFEST = """\
+runs_from: table
+name: versions
+table: runs.csv
+arms:
+  grpo: {baseline: grpo, variant: base}
+  budget: {baseline: grpo, variant: budget}
+seeds: [0, 1, 2]
+comparisons: {principal: [[budget, grpo]], mde: 10.0, planning_sd: 8.0}
+"""
+VERSIONED_MANIFEST_SHA256 = "5abd392260596fd48df6c767ab7e3936bc861bf923cfdf47c9a747dc74f7ea93"
+
+
+def test_a_sweep_file_without_a_report_block_keeps_the_version_it_had_before_the_block(tmp_path):
+    from rbctl.sweep.ablate import sweep_file_content
+
+    (tmp_path / "base.yaml").write_text("steps: 2\n")
+    path = tmp_path / "sweep.yaml"
+    path.write_text(VERSIONED_SWEEP)
+    content, _ = sweep_file_content(path)
+    assert "report" not in content and "design" not in content
+    assert content_sha256(content) == VERSIONED_SWEEP_SHA256
+    path.write_text(VERSIONED_SWEEP + "report: {sections: []}\n")  # a stated block is a new version
+    stated, _ = sweep_file_content(path)
+    assert stated["report"]["sections"] == [] and content_sha256(stated) != VERSIONED_SWEEP_SHA256
+
+
+def test_a_manifest_without_a_report_block_keeps_the_version_it_had_before_the_block(tmp_path, monkeypatch):
+    from rbctl.report.sources import read_manifest
+    from rbctl.report.sources.declare import declare_manifest
+
+    monkeypatch.chdir(tmp_path)  # the manifest's root, ".", is the current directory
+    (tmp_path / "runs.csv").write_text("run,step,key,value\n")
+    path = tmp_path / "runs.yaml"
+    path.write_text(VERSIONED_MANIFEST)
+    record = declare_manifest(path, read_manifest(path))
+    assert "report" not in record["content"] and record["content"]["design"] is None
+    assert record["sha256"] == VERSIONED_MANIFEST_SHA256
+    assert declare_manifest(path, read_manifest(path)) is None  # reported again: no new version
+    path.write_text(VERSIONED_MANIFEST + "report: {sections: [plateau]}\n")
+    assert declare_manifest(path, read_manifest(path))["content"]["report"]["sections"] == ["plateau"]

@@ -2,8 +2,9 @@
 first 25, its two set-up commands the ones that work (`.ci/run` runs exactly its test command), the
 calls table it shows laid out as `rbctl ablate` prints it and holding the study's headline numbers,
 every command and option it shows existing, every module it names importing, and every relative
-link in it, in docs/, CHANGELOG.md and each study's README and docs/ pointing at a file. No document
-or config speaks of issue numbers or of one machine's paths."""
+link in it, in docs/, CHANGELOG.md and each study's README and docs/ pointing at a file, and every
+document the code and configs cite existing. No document or config speaks of issue numbers or of one
+machine's paths."""
 
 from __future__ import annotations
 
@@ -125,6 +126,20 @@ def test_every_relative_link_in_the_readme_and_docs_resolves():
             if not (doc.parent / target).exists():
                 missing.append(f"{doc.relative_to(REPO)} -> {target}")
     assert not missing, missing
+
+
+def test_every_document_the_code_and_configs_cite_exists():
+    """Every document path the package, scripts/ and the shipped configs cite (``docs/X.md``,
+    ``studies/NAME/docs/X.md``, their figures), comments and docstrings included, names a file: a
+    document moved (the study's results and journal to studies/reward_budgeting/docs/) is cited where
+    it is now. A path after ``git show REV:`` names a file of that revision."""
+    cited = re.compile(r"(?<![\w/.:-])((?:studies/[\w-]+/)?docs/[\w./-]+?\.(?:md|png))")
+    files = [*sorted((REPO / "rbctl").rglob("*.py")), *sorted((REPO / "scripts").glob("*.py")),
+             *sorted((REPO / "configs").rglob("*.yaml"))]
+    missing = [f"{path.relative_to(REPO)}:{n}: {ref}" for path in files
+               for n, line in enumerate(path.read_text().splitlines(), 1)
+               for ref in cited.findall(line) if not (REPO / ref).exists()]
+    assert len(files) > 100 and not missing, missing
 
 
 def test_every_config_and_path_the_readme_names_exists():

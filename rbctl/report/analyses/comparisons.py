@@ -341,6 +341,8 @@ def comparison_rows(scores: dict[tuple[str, str], ArmScores], comps: list[Compar
                      "ref_score": c.ref_score, "delta": d.mean, "delta_lo": d.lo, "delta_hi": d.hi, "sd": d.sd,
                      "p": d.p, "p_holm": c.p_holm, "significant": c.significant, "same_config": c.same_config,
                      "not_testable": d.untestable, "verdict": call(c), "call": call_text(c),
+                     # what decided a sequential design's call (its look's test), "" for a fixed design's
+                     "look_test": c.sequential.test if c.sequential is not None and not c.same_config else "",
                      "margin": c.margin, "p_tost": c.p_tost, "p_tost_holm": c.p_tost_holm, "equivalent": c.equivalent,
                      "detectable": c.detectable, "unequal_compute": c.unequal, "seeds": d.n,
                      "seed_list": ",".join(unit_label(u) for u in d.units),

@@ -17,6 +17,7 @@ from rbctl.report.declaration import declaration_sentence
 from rbctl.report.load import source_noun
 from rbctl.report.render.calls import source_word
 from rbctl.report.render.page import Page
+from rbctl.report.sequential_calls import SPENDING_WORDS
 from rbctl.report.stats import NOT_TESTABLE
 from rbctl.report.render.tables import call_cell, delta, num, plural, points_list, pval, unequal_cells
 
@@ -42,22 +43,47 @@ def holm_p_cell(p, untestable: str) -> str:
 
 
 TOST_P = "equivalence: margin, TOST Holm p"
+# The p column where a sequential design's look made (or withheld) a call: the look's |t| against its
+# boundary stands in that row, never the fixed-design Holm p, which decided nothing there; where a
+# comparison is interim without a design, nothing decided it ("no test: interim").
+LOOK_P = "Holm p, or the look's |t| against its boundary"
+INTERIM_P = "Holm p (no test where interim)"
+TOST_LOOK = "equivalence: margin, TOST Holm p or what stands in for it"
+
+
 def verdict_table(rows: pd.DataFrame) -> pd.DataFrame:
     """The table of a family's calls (tables/verdicts.md, the README's headline) from comparison rows;
-    a column of the equivalence test only where the family states a margin."""
+    a column of the equivalence test only where the family states a margin. A row called at a
+    sequential design's look shows the look's test (``look_test``) in the p columns, not a p."""
     untestable = rows["not_testable"].fillna("").astype(str)
+    looks = rows["look_test"].fillna("").astype(str) if "look_test" in rows else pd.Series("", index=rows.index)
     out = pd.DataFrame({
         "comparison": rows["arm"] + " − " + rows["ref"], "benchmark": rows["benchmark"], "metric": rows["metric"],
         "units": rows["seeds"], DELTA_T: [delta(*x) for x in zip(rows["delta"], rows["delta_lo"], rows["delta_hi"])],
-        "Holm p": [holm_p_cell(p, u) for p, u in zip(rows["p_holm"], untestable)],
+        _p_header(looks): [
+            look or holm_p_cell(p, u) for p, u, look in zip(rows["p_holm"], untestable, looks)],
         PI_PAIRED: [pi_cell(*x) for x in zip(rows["p_improve"], rows["p_improve_paired_lo"], rows["p_improve_paired_hi"])],
         PI_INDEP: [interval_cell(*x) for x in zip(rows["p_improve_indep_lo"], rows["p_improve_indep_hi"])]})
     if len(rows) and rows["margin"].notna().any():
-        out[TOST_P] = [f"±{100 * m:g}: {holm_p_cell(p, u)}" if math.isfinite(m) else "–"
-                       for m, p, u in zip(rows["margin"], rows["p_tost_holm"], untestable)]
+        out[TOST_P if (looks == "").all() else TOST_LOOK] = [
+            "–" if not math.isfinite(m) else f"±{100 * m:g}: " + _tost_cell(p, u, look)
+            for m, p, u, look in zip(rows["margin"], rows["p_tost_holm"], untestable, looks)]
     out["verdict"] = [call_cell(c, u) for c, u in zip(rows["call"], unequal_cells(rows))]
     return out
 
+
+def _tost_cell(p, untestable: str, look: str) -> str:
+    """The equivalence test's cell after the margin: its Holm p, or under a sequential design the
+    look's TOST boundary (the call's cell names it when crossed), or no test where interim."""
+    if look.startswith("look"):
+        return "TOST's boundary at each look"
+    return "no test (interim)" if look else holm_p_cell(p, untestable)
+
+
+def _p_header(looks: pd.Series) -> str:
+    if looks.str.startswith("look").any():
+        return LOOK_P
+    return INTERIM_P if (looks != "").any() else "Holm p"
 
 
 def answer(data: ReportData, page: Page) -> None:
@@ -69,14 +95,17 @@ def answer(data: ReportData, page: Page) -> None:
     doc.heading(2, "Calls in detail: the principal comparisons")
     units = "(warm start, seed) pairs" if sw.warm_starts else "seeds"
     m = v.tested
-    family = ("no comparison is testable, so no Holm–Bonferroni family is formed and no verdict is called" if not m else
-              f"Holm–Bonferroni over {'this comparison' if m == 1 else f'these {m} comparisons'} at α = {v.alpha:g}")
+    these = 'this comparison' if m == 1 else f'these {m} comparisons'
+    family = ("no comparison is testable, so no Holm–Bonferroni family is formed and no verdict is called [^2]" if not m
+              else f"Holm–Bonferroni over {these} at α = {v.alpha:g} [^2]")
+    if m and at_looks(data, comps):
+        family = f"{looks_words(data.sequential.design, f'graphical Holm over {these} at α = {v.alpha:g}')} [^2]"
     source = source_word(sw)
     if sw.spec is not None:
         s = sw.spec
         doc.para(f"The {plural(len(s.principal), 'comparison')} {source} declares, on "
                  f"{s.metric} ({comps[0].benchmark if comps else s.benchmark or 'the first benchmark'}). Δ in points, "
-                 f"paired by unit ({units}) [^1]; {family} [^2]; P(improvement) [^4]. Every other comparison in this "
+                 f"paired by unit ({units}) [^1]; {family}; P(improvement) [^4]. Every other comparison in this "
                  "report is in a declared family below or exploratory (no call).")
         doc.para(_declared(sw, PRINCIPAL_FAMILY))
     elif comps:
@@ -86,7 +115,7 @@ def answer(data: ReportData, page: Page) -> None:
                      "before running"}.get(noun, f"The {noun} declares no principal comparisons (`comparisons:`)")
         doc.para(f"{why}, so the report's verdicts "
                  f"are over every stated pair (each baseline + budget vs the baseline; each other arm vs its "
-                 f"baseline + budget and vs its baseline), avg@n and pass@n, as one family: {family} [^2]. Δ in points, "
+                 f"baseline + budget and vs its baseline), avg@n and pass@n, as one family: {family}. Δ in points, "
                  f"paired by unit ({units}) [^1]; P(improvement) [^4].")
     else:
         doc.para("No principal comparisons are declared (`comparisons:`) and the runs hold no stated pair of arms to "
@@ -105,6 +134,22 @@ def answer(data: ReportData, page: Page) -> None:
     if sw.remarks:
         doc.para("What the runs do not log, or do unlike each other (each analysis below uses what they do log):")
         doc.bullets(list(sw.remarks))
+
+
+def at_looks(data: ReportData, comps) -> bool:
+    """Whether a sequential design's looks make the calls of ``comps`` (some member has a look's call)."""
+    seq = data.sequential
+    return seq is not None and seq.design is not None and any(
+        c.sequential is not None and not c.same_config for c in comps)
+
+
+def looks_words(design, holm: str) -> str:
+    """How a family under a sequential design is called, in words (``holm``: its multiplicity)."""
+    return (f"called at the looks of the sequential design (at {', '.join(map(str, design.looks))} units, "
+            f"{SPENDING_WORDS[design.spending]} α-spending; {holm}): a decided comparison's call is that of the look "
+            "that decided it, made on that look's units by the boundary its |t| crossed, and the p column shows that "
+            "test, not a fixed-design p over the units at hand; an undecided one is interim, not a call "
+            "(\"Sequential design\" below)")
 
 
 def _declared(sw: SweepData, family: str) -> str:
@@ -126,9 +171,12 @@ def families(data: ReportData, page: Page) -> None:
         page.doc.heading(2, f"Declared family: {name}")
         margin = f"equivalence margin ±{fam.margin:g} points" if fam.margin is not None else "no equivalence margin"
         alpha = fam.alpha if fam.alpha is not None else spec.alpha
+        how = (f"Holm–Bonferroni over the {tested} tested at α = {alpha:g}, {margin}; called as the answer's "
+               "comparisons are")
+        if at_looks(data, comps):
+            how = f"{margin}; " + looks_words(data.sequential.design, f"graphical Holm over the {tested} tested at α = {alpha:g}")
         page.doc.para(f"Declared in {source_word(data.sweep)} (`comparisons.families.{name}`): "
-                      f"{plural(len(fam.pairs), 'comparison')} on {fam.metric or spec.metric}, Holm–Bonferroni over "
-                      f"the {tested} tested at α = {alpha:g}, {margin}; called as the answer's comparisons are.")
+                      f"{plural(len(fam.pairs), 'comparison')} on {fam.metric or spec.metric}, {how}.")
         page.doc.para(_declared(data.sweep, name))
         page.table(rows, verdict_table(rows), f"family_{name}")
         note = untestable_note(comps)

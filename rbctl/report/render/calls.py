@@ -14,7 +14,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 
 from rbctl.report.analyses.comparisons import (EQUIVALENT, HIGHER, INCONCLUSIVE, LOWER, PRINCIPAL, Comparison, call,
-                                               call_text, deciding_p)
+                                               call_text, deciding_p, reading_p)
 from rbctl.report.data import ReportData, SweepData
 from rbctl.report.render.tables import call_cell, delta, num, plural, pval
 from rbctl.store.rundir import parse_run_key
@@ -30,8 +30,8 @@ class CallRow:
     benchmark: str
     units: int
     delta: str  # "+12.3 [+8.1, +16.5]" (points, 95% t-interval)
-    p_name: str  # the p that decided the call: "Holm p" or "TOST Holm p"
-    p: str  # "< 0.001", "0.012", "–"
+    p_name: str  # the p that decided the call: "Holm p" or "TOST Holm p"; "" where no p did (`deciding_test`)
+    p: str  # "< 0.001", "0.012", "–"; with no p_name, the look's test ("look 1: |t| 4.67 ≥ 4.58") or "no test: interim"
     call: str  # as the comparison's row prints it ("higher", "inconclusive (Δ < 0; detectable ≥ 4.1 points)")
     sentence: str  # the call in plain words, with its evidence (Markdown)
 
@@ -71,14 +71,35 @@ def _gloss(c: Comparison) -> str:
     return ""
 
 
+def sequential(c: Comparison) -> bool:
+    """Whether a sequential design's look made the call (or withheld it as interim): no fixed-design p
+    decided it."""
+    return c.sequential is not None and not c.same_config
+
+
+def deciding_test(c: Comparison, missing: str = "–", word: str | None = None) -> str:
+    """What decided the call, as printed beside it: "Holm p 0.012", "TOST Holm p 0.003" (`deciding_p`;
+    `reading_p` of the call a rule reads, ``word``; ``missing`` for the p where no test ran), or, where
+    a sequential design's look made the call or withheld it, the look's |t| against its boundary
+    ("look 1: |t| 4.67 ≥ 4.58"; `SequentialCall.test`): never a fixed-design p, which decided nothing."""
+    if sequential(c):
+        return c.sequential.test
+    name, p = reading_p(c, word) if word is not None else deciding_p(c)
+    return f"{name} {pval(p, missing)}"
+
+
 def call_row(c: Comparison, units: str) -> CallRow:
     p_name, p = deciding_p(c)
     d = c.delta
     shown = delta(d.mean, d.lo, d.hi)
     text = call_cell(call_text(c), c.unequal)  # "(unequal compute: steps 12 ≠ 10)" where the arms' runs differ
     gloss = _gloss(c)
-    evidence = f"Δ = {shown} points over {d.n} {units}" + (f", {p_name} {pval(p)}" if math.isfinite(p) else "")
+    evidence = f"Δ = {shown} points over {d.n} {units}"
+    if not sequential(c) and math.isfinite(p):  # a look's call states its |t| and boundary itself
+        evidence += f", {p_name} {pval(p)}"
     sentence = f"**{c.label}** ({c.metric}): **{text}**" + (f": {gloss}" if gloss else "") + f". {evidence}."
+    if sequential(c):
+        return CallRow(c.family, c.label, c.metric, c.benchmark, d.n, shown, "", c.sequential.test, text, sentence)
     return CallRow(c.family, c.label, c.metric, c.benchmark, d.n, shown, p_name, pval(p), text, sentence)
 
 

@@ -26,6 +26,12 @@ CALLS = ("Each comparison gets one of four calls: **higher** or **lower** (the p
          "Holm), **equivalent within ±δ** (two one-sided tests, Holm-adjusted alike, reject |Δ| ≥ δ, the declared "
          "margin; without a margin nothing is called equivalent), or **inconclusive**, with the direction of Δ and "
          "the smallest |Δ| the test detects at power 0.8 with these units and their measured sd(Δ) (at α/m)")
+LOOK_CALLS = ("Under the sequential design each comparison is called at a look: the paired t over that look's units "
+              "against the look's α-spending boundary (graphical Holm within each declared family), **higher** or "
+              "**lower** where |t| crosses it, **equivalent within ±δ** where TOST's boundary is crossed, "
+              "**inconclusive** at the last look (or stopped for futility); until then **interim**, not a call. The "
+              "look's units, |t| and boundary are printed with the call: no fixed-design p over the units at hand "
+              "decides it")
 UNTESTABLE = (f"A comparison with fewer than {MIN_UNITS} units, or with the same Δ in every unit (sd(Δ) = 0), is not "
               "testable: no p-value, no call, and it is not counted in the Holm family.")
 P_IMPROVEMENT = ("P(improvement) = P(a run of the arm beats a run of the reference; rliable's unpaired form) with two "
@@ -45,19 +51,32 @@ def method_ref(out: Path, section: str) -> str:
     return f"[{text}]({Path(os.path.relpath(METHOD_MD, Path(out).resolve())).as_posix()}#{anchor})"
 
 
-def method_notes(out: Path) -> list[tuple[str, str]]:
-    """The footnotes of the first screen: how Δ, its interval and the calls are computed."""
+def method_notes(out: Path, at_looks: bool = False) -> list[tuple[str, str]]:
+    """The footnotes of the first screen: how Δ, its interval and the calls are computed (``at_looks``:
+    the calls are a sequential design's looks')."""
     ref = method_ref(out, "Comparing arms")
+    calls_note = (f"{LOOK_CALLS} ({method_ref(out, 'Sequential designs')})." if at_looks else
+                  f"{CALLS}. Holm–Bonferroni within each declared family at its α ({ref}).")
     return [("1", f"Δ = arm − reference, in points of the metric, paired by unit; {INTERVALS} ({ref})."),
-            ("2", f"{CALLS}. Holm–Bonferroni within each declared family at its α ({ref})."),
+            ("2", calls_note),
             ("3", UNTESTABLE),
             ("4", f"{P_IMPROVEMENT} ({ref}).")]
 
 
+def _at_looks(data: ReportData) -> bool:
+    """Whether the calls are a sequential design's looks'."""
+    seq = data.sequential
+    return seq is not None and seq.design is not None and any(calls.sequential(c) for _, cs in calls.declared(data)
+                                                              for c in cs)
+
+
 def delta_label(c: Comparison) -> str:
-    """A row label of the per-unit Δ figure: the comparison and, below it, its call and deciding p."""
+    """A row label of the per-unit Δ figure: the comparison and, below it, its call and deciding p (a
+    look's call: the look's test)."""
     if call(c) == NOT_TESTABLE:
         return f"{c.label} ({c.metric})\nnot testable: {c.delta.untestable}"
+    if calls.sequential(c):
+        return f"{c.label} ({c.metric})\n{call_text(c)}"  # the look's units, |t| and boundary
     if c.equivalent and not c.significant:  # the test that made the call: TOST's
         return f"{c.label} ({c.metric})\nTOST Holm p {pval(c.p_tost_holm)}: {call_text(c)}"
     return f"{c.label} ({c.metric})\nHolm p {pval(c.p_holm)}: {call_text(c)}"
@@ -87,8 +106,10 @@ def lead(data: ReportData, page: Page) -> None:
     if rows:
         families = {r.family for r in rows}
         doc.bullets([(f"{r.family}: " if len(families) > 1 else "") + r.sentence for r in rows])
-        doc.para("Each call is Holm-adjusted within its declared family [^2]; a comparison that is not testable gets "
-                 "none [^3].")
+        how = ("Each call is made at a look of the sequential design, with the look's units and the boundary |t| "
+               "crossed (or not yet: interim) [^2]" if _at_looks(data) else
+               "Each call is Holm-adjusted within its declared family [^2]")
+        doc.para(f"{how}; a comparison that is not testable gets none [^3].")
     else:
         doc.para("No call.")
     if data.verdict.missing:
@@ -101,5 +122,5 @@ def lead(data: ReportData, page: Page) -> None:
     if missing:
         doc.para("**Incomplete** (not scored; their logged steps are drawn): " + "; ".join(missing)
                  + f" (run by run: {REPORT_TABLES}/incomplete.csv).")
-    doc.notes(method_notes(page.out))
+    doc.notes(method_notes(page.out, _at_looks(data)))
     doc.fold()

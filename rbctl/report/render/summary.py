@@ -27,11 +27,19 @@ def calls_frame(rows: list[calls.CallRow]) -> pd.DataFrame:
     """The calls table as the summary shows it (a family column only where there are several)."""
     df = pd.DataFrame({"comparison": [r.comparison for r in rows], "metric": [r.metric for r in rows],
                        "units": [r.units for r in rows], "Δ points [95% CI]": [r.delta for r in rows],
-                       "p (decides the call)": [f"{r.p} ({r.p_name})" if r.p != "–" else "–" for r in rows],
+                       _p_header(rows): [(f"{r.p} ({r.p_name})" if r.p != "–" else "–") if r.p_name else r.p
+                                         for r in rows],
                        "call": [r.call for r in rows]})
     if len({r.family for r in rows}) > 1:
         df.insert(0, "family", [r.family for r in rows])
     return df
+
+
+def _p_header(rows: list[calls.CallRow]) -> str:
+    """The deciding p's column; where a sequential design's look made some call, the look's test stands
+    in its row instead (no fixed-design p decided it), and the column says so ("no test: interim" in the
+    row of a comparison that is not a call)."""
+    return "decides the call" if _at_looks(rows, "look") else "p (decides the call)"
 
 
 def summary_markdown(data: ReportData, figure: bool) -> str:
@@ -47,21 +55,30 @@ def summary_markdown(data: ReportData, figure: bool) -> str:
     missing = calls.missing_lines(data.sweep)
     if missing:
         out += ["**Incomplete** (not scored): " + "; ".join(missing) + ".", ""]
+    looked = ("; a call at a look: the paired |t| over the look's units against its α-spending boundary, not a "
+              "fixed-design p (docs/method.md, \"Sequential designs\")") if _at_looks(rows, "look") else ""
     out += ["Δ: 95% t-interval over units, unadjusted; p: Holm-adjusted within the declared family (TOST's for an "
-            "equivalence call); docs/method.md, \"Comparing arms\".", ""]
+            f"equivalence call); docs/method.md, \"Comparing arms\"{looked}.", ""]
     return "\n".join(out)
+
+
+def _at_looks(rows: list[calls.CallRow], start: str = "") -> bool:
+    """Whether no p decided some call (its row has none): a sequential design's look made it, or withheld it
+    as interim, or it is interim without a design; ``start`` "look": a look's only."""
+    return any(not r.p_name and r.p.startswith(start) for r in rows)
 
 
 def summary_latex(data: ReportData, figure: bool) -> str:
     rows = calls.call_rows(data)
     question = latex_text(calls.question(data))
     design = latex_text(" ".join(calls.design(data)))
+    how = ("at the sequential design's looks ($|t|$ against $\\alpha$-spending boundaries, graphical Holm within the "
+           "declared family)" if _at_looks(rows, "look") else "Holm-adjusted within the declared family")
     out = ["% rbctl report: the calls on one page. A fragment to \\input{} or paste into a document whose",
            "% preamble has \\usepackage{booktabs} and \\usepackage{graphicx}; the figure's path is relative to",
            "% the report folder.",
            "\\begin{table}[t]", "\\centering", "\\small",
-           f"\\caption{{{question} Calls: Holm-adjusted within the declared family; $\\Delta$ with its 95\\% "
-           f"t-interval over units.}}",
+           f"\\caption{{{question} Calls: {how}; $\\Delta$ with its 95\\% t-interval over units.}}",
            "\\label{tab:rbctl-calls}"]
     out += [latex_table(calls_frame(rows)).rstrip()] if rows else ["No call."]
     out += ["\\end{table}", ""]

@@ -31,11 +31,20 @@ def calls_table(data: ReportData):
     table.add_column("call", overflow="fold")
     for r in rows:
         label = (f"{r.family}: " if families else "") + f"{r.comparison} ({r.metric})"
-        p = "–" if r.p == "–" else (r.p if r.p_name == "Holm p" else f"{r.p} TOST")
-        table.add_row(*map(Text, (label, r.delta, str(r.units), p, r.call)))  # Text: "[n/a]" is no markup tag
+        table.add_row(*map(Text, (label, r.delta, str(r.units), _p_cell(r), r.call)))  # Text: "[n/a]" is no markup tag
     table.caption = "p: Holm-adjusted in its family (TOST: of the equivalence test)"
+    if any(not r.p_name and r.p.startswith("look") for r in rows):  # a look's call: no fixed-design p decided it
+        table.caption += "; look k: the sequential design's look k decides (its |t| and boundary in the call)"
     table.caption_justify = "left"
     return table
+
+
+def _p_cell(r) -> str:
+    """The p column's cell: the deciding p ("0.012", "0.003 TOST"), or, where none decided the call, the
+    sequential design's look that does ("look 1": its |t| and boundary are in the call), else "–"."""
+    if not r.p_name:
+        return r.p.split(":")[0] if r.p.startswith("look") else "–"
+    return "–" if r.p == "–" else (r.p if r.p_name == "Holm p" else f"{r.p} TOST")
 
 
 def report_paths(report_md: Path) -> list[str]:

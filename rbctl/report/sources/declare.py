@@ -12,6 +12,7 @@ import datetime as dt
 from pathlib import Path
 
 from rbctl.config.manifest import RunsManifest
+from rbctl.config.sweep import version_content
 from rbctl.errors import UserError
 from rbctl.report.sources.readers import Readers
 from rbctl.report.sources.safe_read import NoRecords
@@ -50,7 +51,8 @@ def declare_manifest(path: Path, m: RunsManifest) -> dict | None:
     record written, or None. Its runs finished are those ended by now."""
     ends = end_times(m)
     done = sum(1 for e in ends if e is not None)
-    return record_version(history_path(path), m.model_dump(mode="json"), str(path), done, len(ends))
+    content = version_content(m.model_dump(mode="json"), RunsManifest.LATE_KEYS)  # no report: the version as before it
+    return record_version(history_path(path), content, str(path), done, len(ends))
 
 
 def manifest_history(path: Path, m: RunsManifest) -> list[dict]:

@@ -14,10 +14,11 @@ import pandas as pd
 
 from rbctl.config.base import read_yaml
 from rbctl.config.study import AssociationRule, CallsRule, TrendRule
-from rbctl.report.analyses.comparisons import EQUIVALENT, call, call_text, deciding_p, in_family
+from rbctl.report.analyses.comparisons import EQUIVALENT, call, call_text, in_family
 from rbctl.report.analyses.plateau import setting_by_rule
 from rbctl.report.power import units_for_tost
 from rbctl.report.provenance import code_text, cpu_description, provenance, same_training_code
+from rbctl.report.render.calls import deciding_test
 from rbctl.report.render.figures import draw_curves
 from rbctl.report.render.tables import criterion_cell, markdown_table, pct, pval
 from rbctl.report.sequential_calls import family_note
@@ -146,10 +147,9 @@ def family_rows(fam: FamilyResult) -> pd.DataFrame:
     rows = []
     for m in fam.members:
         c, d = m.comparison, m.comparison.delta
-        name, p = deciding_p(c)
         row = {"sweep": m.sweep, "member": c.label, "units": d.n, "reference": _score(m, c.ref_score),
                "arm": _score(m, c.arm_score), f"Δ {m.unit} [95% CI]": delta_text(m),
-               "p that decided the call": f"{name} {pval(p, 'not testable')}",
+               "p that decided the call": deciding_test(c, "not testable"),  # a sequential look's: its test
                "TOST Holm p": (f"±{m.scale * c.margin:g}: {pval(c.p_tost_holm, '–')}" if math.isfinite(c.margin)
                                else "no margin"),
                "call": call_text(c, m.scale, m.unit) + (" (these warm starts)" if warm_start_caveat(m) else "")}
@@ -408,9 +408,8 @@ def readme_block(study: Study) -> str:
             parts = []
             for m in (m for m in fam.members if m.comparison.label == label):
                 c = m.comparison
-                p_name, p = deciding_p(c)
                 caveat = warm_start_caveat(m)
-                parts.append(f"{m.sweep} {call_text(c, m.scale, m.unit)} ({delta_text(m)}, {p_name} {pval(p, '–')}"
+                parts.append(f"{m.sweep} {call_text(c, m.scale, m.unit)} ({delta_text(m)}, {deciding_test(c)}"
                              + (f"; {caveat}" if caveat else "") + ")")
             out.append(f"- **{label}** — " + "; ".join(parts))
     for tb, main_step, family in study.long:

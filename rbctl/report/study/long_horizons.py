@@ -16,8 +16,9 @@ import math
 import numpy as np
 import pandas as pd
 
-from rbctl.report.analyses.comparisons import EQUIVALENT, HIGHER, Comparison, call, call_text, deciding_p
+from rbctl.report.analyses.comparisons import EQUIVALENT, HIGHER, Comparison, call, call_text
 from rbctl.report.analyses.warm_starts import warm_start_level
+from rbctl.report.render.calls import deciding_test
 from rbctl.report.render.tables import delta, pct, pval
 from rbctl.report.series import at_step, run_series
 from rbctl.report.stats import DELTA_BOUNDS, paired_delta
@@ -46,8 +47,7 @@ def _ahead(c: Comparison, ahead: FamilyResult | None, sweep: str) -> tuple[bool,
     m = ahead.member(sweep, c.arm, c.ref)
     if m is None:
         return False, f"not a member of `{ahead.name}`"
-    name, p = deciding_p(m.comparison)
-    return call(m.comparison) == HIGHER, f"`{ahead.name}` {call_text(m.comparison)}, {name} {pval(p, '–')}"
+    return call(m.comparison) == HIGHER, f"`{ahead.name}` {call_text(m.comparison)}, {deciding_test(m.comparison)}"
 
 
 def long_rows(tb: Testbed, main_step: int, family: str,
@@ -61,7 +61,6 @@ def long_rows(tb: Testbed, main_step: int, family: str,
         d0 = paired_delta(at_step(a, main_step, tb.benchmark), at_step(b, main_step, tb.benchmark), bounds=DELTA_BOUNDS)
         last = max((int(s) for r in a for s in run_series(r, "avg@n", tb.benchmark).index), default=math.nan)
         is_ahead, ahead_words = _ahead(c, ahead, tb.name)
-        name, p = deciding_p(c)
         final = call_text(c) + final_caveat(c)
         at = f"{delta(d0.mean, d0.lo, d0.hi)} at step {main_step} (p {pval(d0.p, 'not testable')}, unadjusted"
         at += f"; {ahead_words})" if ahead is not None else ", exploratory: no declared family reads this step)"
@@ -69,11 +68,11 @@ def long_rows(tb: Testbed, main_step: int, family: str,
                      f"Δ at step {main_step} (periodic)": f"{delta(d0.mean, d0.lo, d0.hi)}, p {pval(d0.p, 'not testable')}"
                      + (f" ({ahead_words})" if ahead is not None else " (unadj., exploratory)"),
                      "Δ final (declared family)": delta(c.delta.mean, c.delta.lo, c.delta.hi),
-                     "p that decided the call": f"{name} {pval(p, '–')}", "call (final level)": final})
+                     "p that decided the call": deciding_test(c), "call (final level)": final})
         what = ("faster, same final level" if is_ahead and call(c) == EQUIVALENT else
                 f"ahead at the horizon; final level {final}" if is_ahead else f"final level {final}")
         lines.append(f"{tb.name}, {c.label}: {at}, {delta(c.delta.mean, c.delta.lo, c.delta.hi)} at the final "
-                     f"evaluation{f' (step {last})' if math.isfinite(last) else ''}, {name} {pval(p, '–')}: **{what}**.")
+                     f"evaluation{f' (step {last})' if math.isfinite(last) else ''}, {deciding_test(c)}: **{what}**.")
     return pd.DataFrame(rows), lines
 
 

@@ -26,9 +26,9 @@ import pandas as pd
 
 from rbctl.config.study import AssociationRule, CallsRule, Claim, ExactRule, TrendRule
 from rbctl.errors import UserError
-from rbctl.report.analyses.comparisons import (EQUIVALENT, HIGHER, LOWER, NONINFERIOR, call, call_text,
-                                               reading_p)
+from rbctl.report.analyses.comparisons import EQUIVALENT, HIGHER, LOWER, NONINFERIOR, call, call_text
 from rbctl.report.analyses.crossing import crossing_step
+from rbctl.report.render.calls import deciding_test
 from rbctl.report.render.tables import pval
 from rbctl.report.series import run_series
 from rbctl.report.stats import finite, paired_delta
@@ -139,8 +139,8 @@ def member_text(m: Member, word: str | None = None) -> str:
     """A member's call with the p that decided the call the rule reads (``word``; default its own
     call), the population its units stand for, and the runs it shares."""
     c = m.comparison
-    name, p = reading_p(c, word or call(c))
-    out = f"{call_text(c, m.scale, m.unit)} (Δ {delta_text(m)}, {name} {pval(p, 'not testable')})"
+    test = deciding_test(c, "not testable", word or call(c))  # a sequential look's call: the look's test
+    out = f"{call_text(c, m.scale, m.unit)} (Δ {delta_text(m)}, {test})"
     if m.level == "warm_start":
         out += f"; units: the {c.delta.n} warm starts (each its seeds' mean Δ)"
     caveat = warm_start_caveat(m)
