@@ -301,7 +301,7 @@ def test_sweep_check_refuses_mixing_dynamic_and_fixed_batches(tmp_path):
 
 def test_the_shipped_arms_sweep_is_valid_and_otherwise_equal_compute():
     from rbctl.config.presets import preset
-    from rbctl.sweep.ablate import _flat_get
+    from rbctl.sweep.grid import _flat_get
 
     sweep, configs = load_sweep(preset("ablate_arms.yaml"))
     assert len(sweep.seeds) >= 5 and sweep.eval.n >= 8

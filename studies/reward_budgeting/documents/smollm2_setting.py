@@ -26,7 +26,7 @@ from rbctl.report.analyses.plateau import plain_table, setting_by_rule
 from rbctl.report.data import report_data
 from rbctl.report.provenance import cpu_description, provenance
 from rbctl.report.render.tables import markdown_table
-from rbctl.store.rundir import SUMMARY
+from rbctl.store.rundir import EVAL_DIR, RUNS_ROOT, SUMMARY
 from studies.reward_budgeting.smollm2_probe import row as probe_row, summary as probe_summary
 
 
@@ -97,8 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m studies.reward_budgeting.documents.smollm2_setting",
                                  description=__doc__.split("\n")[0])
     ap.add_argument("sweep", type=Path)
-    ap.add_argument("--probe", type=Path, default=Path("runs/smollm2_probe"))
-    ap.add_argument("--ceiling", type=Path, default=Path("runs/smollm2_ceiling_add2/eval"))
+    ap.add_argument("--probe", type=Path, default=Path(RUNS_ROOT) / "smollm2_probe")
+    ap.add_argument("--ceiling", type=Path, default=Path(RUNS_ROOT) / "smollm2_ceiling_add2" / EVAL_DIR)
     ap.add_argument("--command")
     a = ap.parse_args(argv)
     try:
