@@ -88,13 +88,14 @@ def test_every_engine_implements_the_protocol(monkeypatch):
         assert eng.record_logprobs() is True
 
 
-@pytest.mark.parametrize("dtype,rel", [("auto", 1e-4), ("bfloat16", 0.01)])
+@pytest.mark.parametrize("dtype,rel", [("auto", 1e-4), ("bfloat16", 0.03)])
 def test_tis_with_the_hf_engine_corrects_a_planted_mismatch(dtype, rel, tiny_config, tmp_path, monkeypatch):
     """`algo.tis_cap` with the hf engine: the engine's recorded log-probs are planted 0.3 low (as the
     vLLM stand-in's `logprob_shift` does), so w = exp(0.3) < cap 2 scales every token's policy-gradient
     term, and the gradient with it. In float32 that is all the mismatch there is (rel 1e-4); with
-    bf16 sampling each token's w also carries the bf16 replica's own mismatch (logprob_diff − 0.3 was
-    3e-4, the gradient-norm ratio off exp(0.3) by 1e-3: the tolerance is 1e-2)."""
+    bf16 sampling each token's w also carries the bf16 replica's own mismatch, which depends on the
+    CPU's bf16 kernels: the gradient-norm ratio was off exp(0.3) by 1e-3 on one machine and by 1.1e-2
+    on an Intel one (the CI's kind); the tolerance, 3e-2, still tells TIS (ratio 1.35) from none (1)."""
     import math
 
     import rbctl.rollout.hf as hf

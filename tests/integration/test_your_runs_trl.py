@@ -22,7 +22,7 @@ pytest.importorskip("rbctl.integrations.trl", reason="TRL is not installed (pip 
 
 ARMS = ("grpo", "budget")
 SEEDS = (0, 1, 2)
-STEPS, EVAL_EVERY, G, P = 4, 2, 4, 2
+STEPS, EVAL_EVERY, G, P = 4, 1, 4, 2  # an evaluation every step: two in the last quarter (steps 3, 4)
 LR = 0.3  # large: four steps of a tiny model then move its evaluation apart between arms
 
 
@@ -119,10 +119,10 @@ def test_a_report_over_trl_runs_calls_the_declared_comparison_from_trls_own_file
     assert "budget − grpo" in result.output and row.call.split(" (")[0] in result.output  # the call, printed
 
     report = (tmp_path / "trl" / "report.md").read_text()
-    # the plateau test of the plain arm: TRL's eval_reward at steps 2 and 4, its entropy from step 1
+    # the plateau test of the plain arm: TRL's eval_reward at steps 3 (nearest ¾T) and 4, its entropy from step 1
     plateau = data.plateau
     assert plateau.arm == "grpo" and "## Plateau test" in report
-    change = sum(abs(logged(trl_runs, "grpo", s, "eval_reward")[4] - logged(trl_runs, "grpo", s, "eval_reward")[2])
+    change = sum(abs(logged(trl_runs, "grpo", s, "eval_reward")[4] - logged(trl_runs, "grpo", s, "eval_reward")[3])
                  for s in SEEDS) / 3 * 100
     assert plateau.verdict.stalled.value == pytest.approx(change)
     warm = sum(logged(trl_runs, "grpo", s, "entropy")[1] for s in SEEDS) / 3

@@ -37,7 +37,7 @@ def test_the_wheel_runs_from_anywhere_with_its_packaged_presets(tmp_path):
     _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels), str(ROOT)])
     (wheel,) = wheels.glob("rbctl-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    assert {"rbctl/cli.py", "rbctl/configs/ablate_fixpoint.yaml", "rbctl/configs/quickstart.yaml",
+    assert {"rbctl/cli/__init__.py", "rbctl/configs/ablate_fixpoint.yaml", "rbctl/configs/quickstart.yaml",
             "rbctl/configs/study_quickstart.yaml", "rbctl/report/study/checks.py"} <= set(names)
     shipped_study = sorted(n for n in names if NOT_SHIPPED.search(n))
     assert not shipped_study, f"the wheel holds study or benchmark files: {shipped_study}"
