@@ -134,9 +134,12 @@ class ReportData:
 
     @cached_property
     def plateau(self) -> Plateau:
-        """The plateau test (`rbctl.report.analyses.plateau.plateau`) by the declared thresholds."""
+        """The plateau test (`rbctl.report.analyses.plateau.plateau`) by the declared thresholds, of the
+        finished runs only: a run still going has not reached its last evaluation, which the test reads
+        as its final one."""
         sw = self.sweep
-        return plateau(sw.by_arm, sw.info, eval_benchmark(list(sw.runs), sw.benchmarks), self.ceiling,
+        done = {a: kept for a, rs in sw.by_arm.items() if (kept := [r for r in rs if r.status in ("", "done")])}
+        return plateau(done, sw.info, eval_benchmark(list(sw.runs), sw.benchmarks), self.ceiling,
                        sw.report.plateau)
 
 

@@ -156,6 +156,21 @@ def test_the_plateau_test_uses_the_thresholds_the_sweep_file_declares(tmp_path):
     assert "≥ 40 below" in page.shown["plateau_units"].columns
 
 
+def test_the_plateau_test_reads_finished_runs_only(tmp_path):
+    # a run still going has not reached its last evaluation: its last one is not a final pass@1
+    sweep = sweep_with(tmp_path / "s", ceiling=0.98)
+    state = json.loads((sweep / "state.json").read_text())
+    assert state["runs"]["grpo/seed_2"]["status"] == "done"
+    full = report_data([sweep], n_boot=50).plateau.verdict
+    assert full.seeds == 3 and set(full.per_seed) == {("", 0), ("", 1), ("", 2)}  # (warm start, seed)
+    state["runs"]["grpo/seed_2"]["status"] = "running"
+    (sweep / "state.json").write_text(json.dumps(state))
+    v = report_data([sweep], n_boot=50).plateau.verdict
+    assert v.seeds == 2 and set(v.per_seed) == {("", 0), ("", 1)}
+    finals = [full.per_seed[("", s)]["final"] for s in (0, 1)]
+    assert v.below_ceiling.value == pytest.approx(98 - np.mean(finals))
+
+
 def test_a_section_name_the_report_does_not_know_is_one_line(tmp_path, monkeypatch):
     with pytest.raises(UserError, match=r"^x: config key 'sections': unknown section 'platau' \(did you mean "
                                          r"'plateau'\?\); the optional sections: plateau, entropy_cause, or a plug-in's "
