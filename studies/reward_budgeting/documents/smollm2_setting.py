@@ -51,6 +51,26 @@ def ceiling_line(folder: Path) -> tuple[str, float | None]:
             m["value"])
 
 
+def readable(table: pd.DataFrame) -> pd.DataFrame:
+    """`plain_table` for reading: values to two decimals (points; entropy in nats/token), a criterion
+    not evaluated as "not evaluated"."""
+    def cell(x):
+        if x is None or (isinstance(x, float) and pd.isna(x)):
+            return "not evaluated"
+        return f"{x:.2f}" if isinstance(x, float) and not isinstance(x, bool) else x
+    return table.apply(lambda col: col.map(cell))
+
+
+def partial_lines(done: int, going: list[str]) -> list[str]:
+    """What a settings sweep not yet finished leaves out: its runs not done are not tested (the plateau
+    test reads finished runs only), so a setting's row stands on fewer units than the sweep declares."""
+    if not going:
+        return []
+    return [f"The sweep has not finished: {done} runs done; not done, so not tested: {', '.join(going)}. "
+            "A setting with fewer units than the sweep's seeds is tested on those it has; one with none is "
+            "not in the table.", ""]
+
+
 def markdown(sweep: Path, probe: Path, ceiling: Path, command: str | None = None,
              cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     data = report_data([sweep], n_boot=200)
@@ -59,6 +79,8 @@ def markdown(sweep: Path, probe: Path, ceiling: Path, command: str | None = None
         raise UserError(f"{sweep}: no finished plain-GRPO run with periodic evaluations to test")
     kept = setting_by_rule(p.plain)
     held = p.plain[kept].held
+    done = sum(r.status in ("", "done") for r in data.sweep.runs)
+    going = sorted(i.name for i in data.sweep.issues if i.status not in ("done", "no final evaluation"))
     prov = provenance(sweep, short=True, runs=list(data.sweep.runs))
     text, _ = ceiling_line(ceiling)
     out = ["# The SmolLM2 testbed: the task family and the setting, chosen on plain GRPO alone", "",
@@ -84,8 +106,9 @@ def markdown(sweep: Path, probe: Path, ceiling: Path, command: str | None = None
            "## 3. The settings sweep: plain GRPO alone", "",
            "Every setting's plateau test (pooled over seeds; stalled: |pass@1(T) − pass@1(≈¾T)| < 2 points with two "
            "evaluations in the last quarter; below the ceiling by ≥ 15 points; entropy below 1/3 of step 1's):", "",
-           markdown_table(plain_table(p.plain)), "",
-           "## 4. The setting kept", "",
+           markdown_table(readable(plain_table(p.plain))), "",
+           *partial_lines(done, going),
+           "## 4. The setting kept" + (" (provisional: the sweep has not finished)" if going else ""), "",
            f"By the rule stated in the sweep file before it ran: **{kept}**, whose plateau test "
            + ("holds on all three criteria." if held else
               "does not hold on all three criteria: it passes the most of any setting (then the smallest change), and the "

@@ -1,0 +1,39 @@
+"""The SmolLM2 setting document (documents/smollm2_setting.py) over a hand-made settings sweep: every
+setting's plateau numbers as rbctl computes them, from finished runs only, and a sweep not yet finished
+said to be one, its kept setting provisional."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from studies.reward_budgeting.documents.smollm2_setting import markdown
+from tests.integration.report_sweeps import make_sweep
+
+
+def test_a_partial_settings_sweep_is_tested_on_its_finished_runs_and_says_so(tmp_path):
+    sweep = make_sweep(tmp_path / "sweep", arms=("grpo",), seeds=range(2))
+    (sweep / "ceiling.json").write_text(json.dumps({"value": 0.98, "source": "stated in the test"}))
+    state = json.loads((sweep / "state.json").read_text())
+    state["runs"]["grpo/seed_1"]["status"] = "running"
+    (sweep / "state.json").write_text(json.dumps(state))
+    text = markdown(sweep, tmp_path / "no_probe", tmp_path / "no_ceiling")
+
+    assert "(no probe results under" in text and "(no evaluation of the SFT policy under" in text
+    assert "## 4. The setting kept (provisional: the sweep has not finished)" in text
+    assert "1 runs done; not done, so not tested: sweep/grpo/seed_1." in text
+    evals = {json.loads(x)["step"]: json.loads(x)["avg@n"]
+             for x in (sweep / "runs" / "grpo" / "seed_0" / "eval.jsonl").read_text().splitlines()}
+    change, gap = abs(evals[160] - evals[120]) * 100, 98 - 100 * evals[160]  # seed 0 alone: ¾T = 120, T = 160
+    row = next(line for line in text.splitlines() if line.startswith("| grpo |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[:6] == ["grpo", "1", f"{change:.2f}", "False", f"{gap:.2f}", "True"]
+    assert change == pytest.approx(2.5)  # 0.1 · 40/160 points: not stalled (≥ 2)
+
+
+def test_a_finished_settings_sweep_keeps_its_setting_outright(tmp_path):
+    sweep = make_sweep(tmp_path / "sweep", arms=("grpo",), seeds=range(2))
+    text = markdown(sweep, tmp_path / "no_probe", tmp_path / "no_ceiling")
+    assert "## 4. The setting kept\n" in text and "not done" not in text
+    assert "By the rule stated in the sweep file before it ran: **grpo**" in text
