@@ -1,6 +1,6 @@
 """The README is a front door that stays true: at most 120 lines with the main job's command in its
 first 25, its two set-up commands the ones that work (`.ci/run` runs exactly its test command), the
-calls table it shows laid out as `rbctl ablate` prints it and holding the study's headline numbers,
+calls table it shows the generated docs/main_job.md's (what `rbctl ablate` printed at a stated commit),
 every command and option it shows existing, every module it names importing, and every relative
 link in it, in docs/, CHANGELOG.md and each study's README and docs/ pointing at a file, and every
 document the code and configs cite existing. No document or config speaks of issue numbers or of one
@@ -43,48 +43,17 @@ def test_the_two_set_up_commands_are_the_main_job_and_what_ci_runs():
     assert blocks[1] == ci and "&& python3 -m pytest &&" in ci and ci.endswith(".venv-vllm/bin/python -m pytest -m vllm tests/vllm")
 
 
-def _readme_calls() -> list[str]:
-    block = README.split("\ncalls: declared comparisons\n", 1)[1].split("```", 1)[0]
-    return [line for line in block.splitlines() if re.match(r" grpo", line)]
-
-
-def test_the_calls_table_is_laid_out_as_rbctl_ablate_prints_it():
-    """The README's rows, parsed and rendered again by `rbctl.report.render.terminal.calls_table` (the
-    table `rbctl ablate` and `rbctl report` end with), give the README's lines: the format is the code's."""
-    from types import SimpleNamespace
-
-    from rich.console import Console
-
-    from rbctl.report.render import calls, terminal
-
-    rows = []
-    for line in _readme_calls():
-        comparison, metric, delta, units, p, call = re.match(
-            r" (.+?) \((.+?)\)\s+([+-]\S+ \[\S+ \S+\])\s+(\d+)\s+(< 0\.001|[\d.]+)\s+(\w+)\s*$", line).groups()
-        rows.append(calls.CallRow("principal", comparison, metric, "builtin", int(units), delta, "Holm p", p, call, ""))
-    assert len(rows) == 3
-    original = calls.call_rows
-    calls.call_rows = lambda data: rows
-    try:
-        console = Console(width=100, record=True)
-        console.print(terminal.calls_table(SimpleNamespace(sweep=SimpleNamespace(spec=object()))))
-    finally:
-        calls.call_rows = original
-    printed = [line.rstrip() for line in console.export_text().splitlines()]
-    assert [line.rstrip() for line in _readme_calls()] == [line for line in printed if line.startswith(" grpo")]
-    header = next(line for line in printed if "Δ pts [95% CI]" in line)
-    assert header in README
-
-
-def test_the_calls_are_the_study_headlines_run_set():
-    """The README's three calls are the main job's documented run set: the study README's headline
-    block (written by studies/reward_budgeting/documents/results.py) holds the same Δ and interval."""
-    headline = STUDY_README.read_text().split("<!-- headline: begin -->", 1)[1].split("<!-- headline: end -->", 1)[0]
-    for line in _readme_calls():
-        comparison, delta = re.match(r" (.+?) \(avg@n\)\s+([+-]\S+ \[\S+ \S+\])", line).groups()
-        assert f"| {comparison} | builtin | avg@n | 24 | {delta} |" in headline, comparison
-    commit = re.search(r"from one commit `(\w+)`", headline).group(1)
-    assert f"`{commit}`" in README
+def test_the_calls_are_the_generated_main_job_documents():
+    """The README's calls table is docs/main_job.md's (written by scripts/main_job_calls.py from the main
+    job's sweep directory with the renderer `rbctl ablate` prints with), copied line for line, and the
+    README names its runs' commit and count."""
+    doc = (REPO / "docs" / "main_job.md").read_text()
+    printed = doc.split("\n```\n", 1)[1].split("```", 1)[0]
+    shown = "calls: declared comparisons\n" + README.split("```\ncalls: declared comparisons\n", 1)[1].split("```", 1)[0]
+    assert len(shown.splitlines()) >= 6 and shown in printed
+    commit = re.search(r"code one commit `(\w+)`", doc).group(1)
+    runs = re.search(r"\); (\d+) runs \(", doc).group(1)
+    assert f"at `{commit}`" in README and f"{runs} in the run below" in README
 
 
 def test_the_generated_blocks_live_in_the_study_readme():

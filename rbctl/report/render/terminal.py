@@ -31,12 +31,24 @@ def calls_table(data: ReportData):
     table.add_column("call", overflow="fold")
     for r in rows:
         label = (f"{r.family}: " if families else "") + f"{r.comparison} ({r.metric})"
-        table.add_row(*map(Text, (label, r.delta, str(r.units), _p_cell(r), r.call)))  # Text: "[n/a]" is no markup tag
+        table.add_row(*map(Text, (label, r.delta, str(r.units), _p_cell(r), _call_cell(r))))  # Text: "[n/a]" is no markup tag
     table.caption = "p: Holm-adjusted in its family (TOST: of the equivalence test)"
-    if any(not r.p_name and r.p.startswith("look") for r in rows):  # a look's call: no fixed-design p decided it
-        table.caption += "; look k: the sequential design's look k decides (its |t| and boundary in the call)"
+    if any(_at_look(r) for r in rows):  # a look's call: no fixed-design p decided it
+        table.caption += "; look k: the sequential design's look k, its |t| and boundary on the lines above"
     table.caption_justify = "left"
     return table
+
+
+def _at_look(r) -> bool:
+    """A row whose call a sequential design's look made (or left open): no fixed-design p decided it."""
+    return not r.p_name and r.p.startswith("look")
+
+
+def _call_cell(r) -> str:
+    """The call column's cell: the call; at a look, its word alone ("higher", "interim: not decided"),
+    since the look is the p column's and its test is on the lines printed above the table
+    (`rbctl.report.render.looks.decided_lines`)."""
+    return r.call.split(" at look ")[0] if _at_look(r) else r.call
 
 
 def _p_cell(r) -> str:
