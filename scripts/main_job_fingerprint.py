@@ -12,7 +12,8 @@ of the code that changes any number a run writes fails it.
 What is left out, and why: provenance.json (versions, commit, host: the provenance); the lock files
 (empty); every time, time/* and throughput/* value of the logs and summaries (the key stays, so its
 place in the line is compared; its value is wall time); an evaluation's `max_batch_tokens` (sized
-from the memory free at the time; it changes no sample); the first-seen time of a sweep version; the
+from the memory free at the time; it changes no sample); the first-seen time of a sweep version and the history's chain hashes (`prev`, `chain`: hashes over that
+time and the sweep file's path, so they differ from run to run; the record's content is compared); the
 Python and NumPy global random states inside trainer_state.pt (unseeded process state no run draws
 from: every stream a run uses is seeded) and that file's hash and size in its checkpoint's COMPLETE
 (its tensors and every other value are compared); the sweep and checkout paths (written as <SWEEP>
@@ -36,7 +37,8 @@ ARMS = ["grpo", "grpo_budget", "grpo_entropy"]
 STEPS = 4
 OVERRIDES = [f"steps={STEPS}", "eval.every=2", "save_every=2", "sample_every=2"]
 TIMED = ("time/", "throughput/")  # metric-name prefixes of wall-time values
-TIMED_KEYS = {"time_s", "tokens_per_s", "max_batch_tokens", "first_seen"}
+TIMED_KEYS = {"time_s", "tokens_per_s", "max_batch_tokens", "first_seen",
+              "prev", "chain"}  # a sweep history record's chain hashes cover its first-seen time and source path
 UNSEEDED_RNG = ("python", "numpy")  # keys of trainer_state.pt's "rng" left out
 
 

@@ -129,7 +129,7 @@ def test_a_report_over_trl_runs_calls_the_declared_comparison_from_trls_own_file
     assert plateau.verdict.entropy_collapsed.threshold == pytest.approx(warm / 3)
     assert plateau.verdict.below_ceiling.value == pytest.approx(100 - 100 * sum(final["grpo"]) / 3)
 
-    # κ_eff: BudgetGRPOTrainer's rbctl/kappa_eff, centred rolling mean of 5 per run then the mean over seeds
+    # κ_eff: BudgetGRPOTrainer's rbctl/kappa_eff, centred rolling mean of 5 logged values per run, then the mean over seeds
     traj = pd.read_csv(tmp_path / "trl" / "data" / "trajectories.csv")
     ke = traj[(traj.metric == "kappa_eff") & (traj.arm == "budget")].set_index("step")["mean"]
     runs = [logged(trl_runs, "budget", s, "rbctl/kappa_eff") for s in SEEDS]  # a step without a mixed group logs none
@@ -138,7 +138,9 @@ def test_a_report_over_trl_runs_calls_the_declared_comparison_from_trls_own_file
         if not having:
             assert step not in ke.index
             continue
-        smooth = [sum(v for s, v in r.items() if abs(s - step) <= 2) / sum(abs(s - step) <= 2 for s in r) for r in having]
+        # the window is 5 logged values (two either side), not 5 steps: a step without κ_eff is skipped
+        windows = [[r[k] for k in sorted(r)[max(0, sorted(r).index(step) - 2):sorted(r).index(step) + 3]] for r in having]
+        smooth = [sum(w) / len(w) for w in windows]
         assert ke[step] == pytest.approx(sum(smooth) / len(smooth))
     assert "traj_kappa_eff" in report
     # plain GRPOTrainer logs no κ_eff: named once, not filled in
