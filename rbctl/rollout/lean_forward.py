@@ -12,14 +12,17 @@ metrics, samples and evaluations are byte-identical with and without it).
 
 `use_lean_forward(model)` installs it as `model.forward` where it applies (`lean_forward_supported`):
 a plain `LlamaForCausalLM` of float32 weights on the CPU whose projections are `torch.nn.Linear`
-modules without hooks. At each call it falls back to the class's forward where anything differs
-from that — LoRA or another wrapper has replaced a projection, a hook was added (FSDP), gradient
-checkpointing is on, or an argument it does not take (`inputs_embeds`, `labels`, outputs of hidden
-states or attentions) is passed.
+modules without hooks, under a transformers whose interfaces it calls as they are (5.2x). At each
+call it falls back to the class's forward where anything differs from that — LoRA or another
+wrapper has replaced a projection, a hook was added (FSDP), gradient checkpointing is on, or an
+argument it does not take (`inputs_embeds`, `labels`, outputs of hidden states or attentions) is
+passed.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import types
 
 import torch
@@ -52,7 +55,7 @@ def lean_forward_supported(model) -> bool:
     """Whether `model` is one `lean_forward` computes exactly as its module tree (module docstring)."""
     from transformers import LlamaForCausalLM
 
-    if type(model) is not LlamaForCausalLM:
+    if type(model) is not LlamaForCausalLM or not _mirrors_installed_transformers():
         return False
     params = list(model.parameters())
     if not params or any(p.device.type != "cpu" or p.dtype != torch.float32 for p in params):
@@ -61,6 +64,18 @@ def lean_forward_supported(model) -> bool:
     if cfg.mlp_bias or cfg.attention_bias or cfg.hidden_act != "silu" or getattr(cfg, "pretraining_tp", 1) != 1:
         return False
     return sum(p.numel() for p in params) <= LEAN_MAX_PARAMS and _plain(model)
+
+
+@functools.lru_cache(maxsize=None)
+def _mirrors_installed_transformers() -> bool:
+    """Whether the installed transformers has the interfaces `lean_forward` calls as it calls them: the
+    Llama forward's and `create_causal_mask`'s `cache` argument (transformers 5.2x). Older releases
+    (5.19, which vLLM 0.32's CPU build pins) name it `past_key_values`: their models keep the module
+    tree's forward."""
+    from transformers import LlamaForCausalLM
+    from transformers.masking_utils import create_causal_mask
+
+    return all("cache" in inspect.signature(f).parameters for f in (create_causal_mask, LlamaForCausalLM.forward))
 
 
 def use_lean_forward(model) -> bool:

@@ -198,17 +198,31 @@ def has_inplace_reload(llm) -> bool:
     """Whether this vLLM's worker reloads weights in place from an iterator: `reload_weights` taking
     `weights_iterator` (vLLM's layerwise reload, January 2026; the CPU build 0.32 has it). Earlier
     releases have a `reload_weights()` of no argument, which reloads the checkpoint from disk: called
-    with `weights_iterator=` it raises TypeError, so they get the per-tensor path."""
+    with `weights_iterator=` it raises TypeError, so they get the per-tensor path. vLLM's worker
+    passes `reload_weights(*args, **kwargs)` on to its model runner, whose signature is read then."""
     if not hasattr(llm, "collective_rpc"):
         return False
-    reload = getattr(_driver_worker(llm), "reload_weights", None)
+    worker = _driver_worker(llm)
+    takes = _takes_weights_iterator(getattr(worker, "reload_weights", None))
+    if takes is None:  # vLLM's Worker.reload_weights(*args, **kwargs) hands them to its model runner's
+        takes = _takes_weights_iterator(getattr(getattr(worker, "model_runner", None), "reload_weights", None))
+    return takes is True
+
+
+def _takes_weights_iterator(reload) -> bool | None:
+    """Whether ``reload`` takes `weights_iterator`: True, False (not callable, no such parameter, or a
+    signature Python cannot read), or None where it only passes ``*args, **kwargs`` on."""
     if not callable(reload):
         return False
     try:
         params = inspect.signature(reload).parameters
     except (TypeError, ValueError):  # a signature Python cannot read: not the documented method
         return False
-    return "weights_iterator" in params
+    if "weights_iterator" in params:
+        return True
+    kinds = {p.kind for p in params.values()}
+    passes_on = kinds and kinds <= {inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD}
+    return None if passes_on else False
 
 
 def export_for_vllm(model, tokenizer) -> str:

@@ -260,6 +260,35 @@ def test_sync_weights_streams_through_the_inplace_reload_where_vllm_has_it(tiny)
     assert llm.model.calls == 0 and llm.calls[-1] == ("reset_prefix_cache",)
 
 
+@pytest.mark.parametrize("runner_takes_iterator", [True, False])
+def test_a_worker_that_passes_reload_weights_on_is_read_through_its_model_runner(tiny, runner_takes_iterator):
+    """vLLM 0.32's Worker (CPU and GPU) has `reload_weights(self, *args, **kwargs)`, which calls its
+    model runner's `reload_weights(weights_iterator=None, ...)`: the in-place path is the runner's to
+    say (reading the worker's signature alone sent the real CPU build down the per-tensor path, whose
+    weight loaders its processed layers no longer have)."""
+    model, _ = tiny
+    eng, llm = make_engine(tiny, lambda p, i: ([5, EOS], "stop"))
+    worker = llm.llm_engine.model_executor.driver_worker
+    streamed = []
+
+    def with_iterator(weights_iterator=None, weights_path=None, is_checkpoint_format=True):
+        streamed.append([name for name, _ in weights_iterator])
+
+    def from_disk():
+        streamed.append("from disk")
+
+    worker.model_runner.reload_weights = with_iterator if runner_takes_iterator else from_disk
+    worker.reload_weights = lambda *args, **kwargs: worker.model_runner.reload_weights(*args, **kwargs)
+    llm.collective_rpc = lambda method, kwargs=None: [getattr(worker, method)(**(kwargs or {}))]
+    assert vllm_engine.has_inplace_reload(llm) is runner_takes_iterator
+    n = eng.sync_weights(model)
+    names = [name for name, _ in model.named_parameters()]
+    if runner_takes_iterator:
+        assert streamed == [names[:1] + ["lm_head.weight"] + names[1:]] and llm.model.calls == 0
+    else:
+        assert streamed == [] and n == len(names) == llm.model.calls
+
+
 def test_a_vllm_whose_reload_weights_takes_no_argument_gets_the_per_tensor_path(tiny):
     """vLLM's GPU worker before the layerwise reload (0.14 and earlier, which `vllm>=0.10.2` admits)
     has `reload_weights(self)`: it re-reads the checkpoint from disk and takes no iterator. Called

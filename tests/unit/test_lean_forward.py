@@ -110,3 +110,24 @@ def test_it_is_installed_only_where_it_is_exact(monkeypatch):
     assert not lf.use_lean_forward(tiny_llama(12, mlp_bias=True))
     monkeypatch.setattr(lf, "LEAN_MAX_PARAMS", 10)
     assert not lf.use_lean_forward(tiny_llama(12))
+
+
+def test_an_older_transformers_keeps_the_module_tree(monkeypatch):
+    # transformers 5.19 (vLLM 0.32's CPU build pins it) names the cache `past_key_values` in
+    # create_causal_mask and the Llama forward: the lean forward would call them wrongly, so it is not installed
+    import transformers.masking_utils as masking
+
+    def old_create_causal_mask(config, inputs_embeds, attention_mask, cache_position=None, past_key_values=None,
+                               position_ids=None):
+        raise AssertionError("not called")
+
+    model = tiny_llama(12, seed=0, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    lf._mirrors_installed_transformers.cache_clear()
+    monkeypatch.setattr(masking, "create_causal_mask", old_create_causal_mask)
+    try:
+        assert not lf.lean_forward_supported(model) and not lf.use_lean_forward(model)
+        assert "forward" not in vars(model)
+    finally:
+        lf._mirrors_installed_transformers.cache_clear()
+    monkeypatch.undo()
+    assert lf.lean_forward_supported(model)  # the installed transformers (5.2x) has the interfaces it calls
