@@ -25,6 +25,7 @@ from rbctl.errors import UserError
 from rbctl.report.analyses.plateau import plain_table, setting_by_rule
 from rbctl.report.data import report_data
 from rbctl.report.provenance import cpu_description, provenance
+from rbctl.report.series import run_series
 from rbctl.report.render.tables import markdown_table
 from rbctl.store.rundir import EVAL_DIR, RUNS_ROOT, SUMMARY
 from studies.reward_budgeting.smollm2_probe import row as probe_row, summary as probe_summary
@@ -59,6 +60,22 @@ def readable(table: pd.DataFrame) -> pd.DataFrame:
             return "not evaluated"
         return f"{x:.2f}" if isinstance(x, float) and not isinstance(x, bool) else x
     return table.apply(lambda col: col.map(cell))
+
+
+def diverged_lines(by_arm: dict, plain: dict, benchmark: str | None) -> list[str]:
+    """The settings whose plain arm ended, in every finished unit, at or below its step-0 held-out pass@1:
+    they diverged (or never learned) rather than converged prematurely. The plateau criteria do not tell
+    the two apart (a policy at 0 "stalls" far below the ceiling), so the document says which they are."""
+    out = []
+    for arm in plain:
+        runs = [r for r in by_arm.get(arm, []) if r.status in ("", "done")]
+        pairs = [(s.iloc[0], s.iloc[-1]) for r in runs if len(s := run_series(r, "avg@n", benchmark)) > 1 and s.index[0] == 0]
+        if pairs and all(end <= start for start, end in pairs):
+            ends = ", ".join(f"{100 * start:.1f} → {100 * end:.1f}" for start, end in pairs)
+            out.append(f"- **{arm} diverged**: its held-out pass@1 ended at or below step 0's in every unit ({ends}). "
+                       "The plateau criteria do not tell divergence from premature convergence (a policy at 0 "
+                       "\"stalls\" far below the ceiling); the rule, as declared, does not either.")
+    return out + [""] if out else []
 
 
 def partial_lines(done: int, going: list[str]) -> list[str]:
@@ -107,6 +124,7 @@ def markdown(sweep: Path, probe: Path, ceiling: Path, command: str | None = None
            "Every setting's plateau test (pooled over seeds; stalled: |pass@1(T) − pass@1(≈¾T)| < 2 points with two "
            "evaluations in the last quarter; below the ceiling by ≥ 15 points; entropy below 1/3 of step 1's):", "",
            markdown_table(readable(plain_table(p.plain))), "",
+           *diverged_lines(data.sweep.by_arm, p.plain, p.benchmark),
            *partial_lines(done, going),
            "## 4. The setting kept" + (" (provisional: the sweep has not finished)" if going else ""), "",
            f"By the rule stated in the sweep file before it ran: **{kept}**, whose plateau test "

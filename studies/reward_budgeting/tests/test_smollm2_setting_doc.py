@@ -37,3 +37,18 @@ def test_a_finished_settings_sweep_keeps_its_setting_outright(tmp_path):
     text = markdown(sweep, tmp_path / "no_probe", tmp_path / "no_ceiling")
     assert "## 4. The setting kept\n" in text and "not done" not in text
     assert "By the rule stated in the sweep file before it ran: **grpo**" in text
+
+
+def test_a_setting_that_ended_below_its_start_is_said_to_have_diverged(tmp_path):
+    sweep = make_sweep(tmp_path / "sweep", arms=("grpo",), seeds=range(2))
+    assert "diverged" not in markdown(sweep, tmp_path / "no_probe", tmp_path / "no_ceiling")  # it rose
+    starts = []
+    for s in range(2):
+        path = sweep / "runs" / "grpo" / f"seed_{s}" / "eval.jsonl"
+        lines = [json.loads(x) for x in path.read_text().splitlines()]
+        starts.append(lines[0]["avg@n"])
+        lines[-1]["avg@n"] = 0.0  # a policy collapsed to no right answer: it "stalls" far below any ceiling
+        path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    text = markdown(sweep, tmp_path / "no_probe", tmp_path / "no_ceiling")
+    ends = ", ".join(f"{100 * a:.1f} → 0.0" for a in starts)
+    assert f"- **grpo diverged**: its held-out pass@1 ended at or below step 0's in every unit ({ends})." in text
