@@ -62,19 +62,25 @@ def readable(table: pd.DataFrame) -> pd.DataFrame:
     return table.apply(lambda col: col.map(cell))
 
 
-def diverged_lines(by_arm: dict, plain: dict, benchmark: str | None) -> list[str]:
-    """The settings whose plain arm ended, in every finished unit, at or below its step-0 held-out pass@1:
-    they diverged (or never learned) rather than converged prematurely. The plateau criteria do not tell
-    the two apart (a policy at 0 "stalls" far below the ceiling), so the document says which they are."""
-    out = []
+def diverged(by_arm: dict, plain: dict, benchmark: str | None) -> dict[str, list[tuple[float, float]]]:
+    """The settings whose plain arm ended, in every finished unit, at or below its step-0 held-out pass@1,
+    each with its units' (step 0, final) pass@1: they diverged (or never learned) rather than converged
+    prematurely. The plateau criteria do not tell the two apart (a policy at 0 "stalls" far below the
+    ceiling), so the document says which they are."""
+    out = {}
     for arm in plain:
         runs = [r for r in by_arm.get(arm, []) if r.status in ("", "done")]
         pairs = [(s.iloc[0], s.iloc[-1]) for r in runs if len(s := run_series(r, "avg@n", benchmark)) > 1 and s.index[0] == 0]
         if pairs and all(end <= start for start, end in pairs):
-            ends = ", ".join(f"{100 * start:.1f} → {100 * end:.1f}" for start, end in pairs)
-            out.append(f"- **{arm} diverged**: its held-out pass@1 ended at or below step 0's in every unit ({ends}). "
-                       "The plateau criteria do not tell divergence from premature convergence (a policy at 0 "
-                       "\"stalls\" far below the ceiling); the rule, as declared, does not either.")
+            out[arm] = pairs
+    return out
+
+
+def diverged_lines(gone: dict[str, list[tuple[float, float]]]) -> list[str]:
+    out = [f"- **{arm} diverged**: its held-out pass@1 ended at or below step 0's in every unit "
+           f"({', '.join(f'{100 * a:.1f} → {100 * b:.1f}' for a, b in pairs)}). The plateau criteria do not tell "
+           "divergence from premature convergence (a policy at 0 \"stalls\" far below the ceiling); the rule, as "
+           "declared, does not either." for arm, pairs in gone.items()]
     return out + [""] if out else []
 
 
@@ -96,6 +102,7 @@ def markdown(sweep: Path, probe: Path, ceiling: Path, command: str | None = None
         raise UserError(f"{sweep}: no finished plain-GRPO run with periodic evaluations to test")
     kept = setting_by_rule(p.plain)
     held = p.plain[kept].held
+    gone = diverged(data.sweep.by_arm, p.plain, p.benchmark)
     done = sum(r.status in ("", "done") for r in data.sweep.runs)
     going = sorted(i.name for i in data.sweep.issues if i.status not in ("done", "no final evaluation"))
     prov = provenance(sweep, short=True, runs=list(data.sweep.runs))
@@ -124,13 +131,15 @@ def markdown(sweep: Path, probe: Path, ceiling: Path, command: str | None = None
            "Every setting's plateau test (pooled over seeds; stalled: |pass@1(T) − pass@1(≈¾T)| < 2 points with two "
            "evaluations in the last quarter; below the ceiling by ≥ 15 points; entropy below 1/3 of step 1's):", "",
            markdown_table(readable(plain_table(p.plain))), "",
-           *diverged_lines(data.sweep.by_arm, p.plain, p.benchmark),
+           *diverged_lines(gone),
            *partial_lines(done, going),
            "## 4. The setting kept" + (" (provisional: the sweep has not finished)" if going else ""), "",
            f"By the rule stated in the sweep file before it ran: **{kept}**, whose plateau test "
            + ("holds on all three criteria." if held else
               "does not hold on all three criteria: it passes the most of any setting (then the smallest change), and the "
-              "claims that speak of \"the plateau\" are not called on this testbed.")]
+              "claims that speak of \"the plateau\" are not called on this testbed.")
+           + (" It diverged (above): the rule as declared keeps it, and it cannot be the testbed's setting until the "
+              "rule tells divergence from premature convergence." if kept in gone else "")]
     return "\n".join(out)
 
 

@@ -52,3 +52,5 @@ def test_a_setting_that_ended_below_its_start_is_said_to_have_diverged(tmp_path)
     text = markdown(sweep, tmp_path / "no_probe", tmp_path / "no_ceiling")
     ends = ", ".join(f"{100 * a:.1f} → 0.0" for a in starts)
     assert f"- **grpo diverged**: its held-out pass@1 ended at or below step 0's in every unit ({ends})." in text
+    assert text.endswith("It diverged (above): the rule as declared keeps it, and it cannot be the testbed's setting "
+                         "until the rule tells divergence from premature convergence.")
