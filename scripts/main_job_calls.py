@@ -16,10 +16,9 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import io
-import sys
 from pathlib import Path
 
-from rbctl.errors import UserError
+from rbctl.errors import UserError, exit_code
 from rbctl.report.data import report_data
 from rbctl.report.provenance import cpu_description, provenance
 
@@ -63,12 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m scripts.main_job_calls", description=__doc__.split("\n")[0])
     ap.add_argument("sweep", type=Path, nargs="?", default=Path("runs") / "ablate_fixpoint")
     a = ap.parse_args(argv)
-    try:
-        print(markdown(a.sweep))
-    except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
+    return exit_code(lambda: print(markdown(a.sweep)))
 
 
 if __name__ == "__main__":

@@ -10,10 +10,9 @@ study README's ``<!-- claims: begin -->`` and ``<!-- claims: end -->``.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-from rbctl.errors import UserError
+from rbctl.errors import exit_code
 from rbctl.report.study import load_study, readme_block
 from rbctl.report.provenance import write_block
 from studies.reward_budgeting.documents import STUDY_README
@@ -27,12 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--write-readme", type=Path, nargs="?", const=STUDY_README, default=STUDY_README,
                     help="the README whose claims block to rewrite (default: the study's README)")
     a = ap.parse_args(argv)
-    try:
-        write_block(a.write_readme, readme_block(load_study(a.study)), BEGIN, END)
-    except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
+    return exit_code(lambda: write_block(a.write_readme, readme_block(load_study(a.study)), BEGIN, END))
 
 
 if __name__ == "__main__":

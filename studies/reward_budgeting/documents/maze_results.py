@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rbctl.errors import UserError
+from rbctl.errors import UserError, exit_code
 from rbctl.config.sweep import Comparisons
 from rbctl.report import ReportData, report_data
 from rbctl.report.analyses.comparisons import call_text, deciding_p, untestable_note
@@ -358,19 +358,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--figures", type=Path, default=None,
                    help="where --horizon's curve figures are drawn (linked as figures/NAME.png: docs/figures beside the document)")
     args = p.parse_args(argv)
-    try:
+    invocation = "python -m studies.reward_budgeting.documents.maze_results " + shlex.join(sys.argv[1:] if argv is None else argv)
+
+    def run() -> None:
         if args.ceiling_run is not None:
             write_ceiling(args.sweep, args.ceiling_run, args.benchmark)
         if args.write_readme is not None:
             write_block(args.write_readme, readme_table(args.sweep), MAZE_BEGIN, MAZE_END)
-            return 0
-        argv = sys.argv[1:] if argv is None else argv
-        print(results_markdown(args.sweep, args.command, invocation="python -m studies.reward_budgeting.documents.maze_results " + shlex.join(argv),
-                               horizons=tuple(args.horizon), figures=args.figures))
-    except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
+            return
+        print(results_markdown(args.sweep, args.command, invocation=invocation, horizons=tuple(args.horizon),
+                               figures=args.figures))
+
+    return exit_code(run)
 
 
 if __name__ == "__main__":

@@ -15,13 +15,12 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from rbctl.errors import UserError
+from rbctl.errors import UserError, exit_code
 from rbctl.report.analyses.scores import arm_scores, common_problems
 from rbctl.report.load import Run, find_runs
 from rbctl.report.provenance import cpu_description, provenance
@@ -131,15 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--command")
     ap.add_argument("--best", action="store_true", help="print only the name of the setting kept")
     a = ap.parse_args(argv)
-    try:
-        if a.best:
-            print(best_setting(load(a.sweep)[3])[0])
-            return 0
-        print(markdown(a.sweep, a.command))
-    except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
+    return exit_code(lambda: print(best_setting(load(a.sweep)[3])[0] if a.best else markdown(a.sweep, a.command)))
 
 
 if __name__ == "__main__":

@@ -16,12 +16,11 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import sys
 from pathlib import Path
 
 import pandas as pd
 
-from rbctl.errors import UserError
+from rbctl.errors import UserError, exit_code
 from rbctl.report.analyses.plateau import plain_table, setting_by_rule
 from rbctl.report.data import report_data
 from rbctl.report.provenance import cpu_description, provenance
@@ -151,12 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ceiling", type=Path, default=Path(RUNS_ROOT) / "smollm2_ceiling_add2" / EVAL_DIR)
     ap.add_argument("--command")
     a = ap.parse_args(argv)
-    try:
-        print(markdown(a.sweep, a.probe, a.ceiling, a.command))
-    except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
+    return exit_code(lambda: print(markdown(a.sweep, a.probe, a.ceiling, a.command)))
 
 
 if __name__ == "__main__":
