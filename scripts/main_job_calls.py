@@ -43,7 +43,7 @@ def terminal_lines(data) -> list[str]:
 
 def markdown(sweep: Path, cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     data = report_data([sweep], n_boot=200)
-    runs = [r for r in data.sweep.runs if r.status in ("", "done")]
+    runs = [r for r in data.sweep.runs if r.finished]
     prov = provenance(sweep, short=True, runs=list(data.sweep.runs))
     per_arm = {a: sum(r.arm == a for r in runs) for a in data.sweep.by_arm}
     return "\n".join([

@@ -102,11 +102,11 @@ def sweep_data(dirs: list[Path], n_boot: int = 2000) -> SweepData:
     spec, escape, _ = sweep_settings(runs)
     named = {i.name for i in issues}
     issues = issues + [Issue(r.name, "no final evaluation", f"nothing under {r.path}/{EVAL_DIR}/{STEP_PREFIX}*")
-                       for r in runs if not r.finals and r.status in ("", "done") and r.name not in named]
+                       for r in runs if not r.finals and r.finished and r.name not in named]
     # a run its sweep records as not done (failed, interrupted, pending) is never scored, whatever final
     # evaluation its directory holds: one left by an earlier config (`rbctl ablate --force`) or attempt
     # is not this sweep's result; its logged steps are still drawn
-    scores, notes, unscored = score_arms([r for r in runs if r.status in ("", "done")], arms)
+    scores, notes, unscored = score_arms([r for r in runs if r.finished], arms)
     return SweepData(tuple(dirs), tuple(runs), tuple(issues + unscored), tuple(notes), by_arm,
                      {a: (rs[0].baseline, rs[0].variant) for a, rs in by_arm.items()}, spec, escape,
                      tuple(sorted({r.warm_start for r in runs if r.warm_start})), scores, n_boot,
@@ -138,7 +138,7 @@ class ReportData:
         finished runs only: a run still going has not reached its last evaluation, which the test reads
         as its final one."""
         sw = self.sweep
-        done = {a: kept for a, rs in sw.by_arm.items() if (kept := [r for r in rs if r.status in ("", "done")])}
+        done = {a: kept for a, rs in sw.by_arm.items() if (kept := [r for r in rs if r.finished])}
         return plateau(done, sw.info, eval_benchmark(list(sw.runs), sw.benchmarks), self.ceiling,
                        sw.report.plateau)
 

@@ -46,6 +46,11 @@ class Run:
     def name(self) -> str:
         return run_key(self.arm, self.seed, self.warm_start)
 
+    @property
+    def finished(self) -> bool:
+        """Whether its sweep's state file says done, or it was given on its own (no state to say otherwise)."""
+        return self.status in ("", "done")
+
     def training_config(self) -> dict:
         """The config without what may differ between runs of one arm (`rbctl.config.base.RUN_ONLY_KEYS`)."""
         return {k: v for k, v in self.config.items() if k not in RUN_ONLY_KEYS}

@@ -68,7 +68,7 @@ def diverged(by_arm: dict, plain: dict, benchmark: str | None) -> dict[str, list
     ceiling), so the document says which they are."""
     out = {}
     for arm in plain:
-        runs = [r for r in by_arm.get(arm, []) if r.status in ("", "done")]
+        runs = [r for r in by_arm.get(arm, []) if r.finished]
         pairs = [(s.iloc[0], s.iloc[-1]) for r in runs if len(s := run_series(r, "avg@n", benchmark)) > 1 and s.index[0] == 0]
         if pairs and all(end <= start for start, end in pairs):
             out[arm] = pairs
@@ -102,7 +102,7 @@ def markdown(sweep: Path, probe: Path, ceiling: Path, command: str | None = None
     kept = setting_by_rule(p.plain)
     held = p.plain[kept].held
     gone = diverged(data.sweep.by_arm, p.plain, p.benchmark)
-    done = sum(r.status in ("", "done") for r in data.sweep.runs)
+    done = sum(r.finished for r in data.sweep.runs)
     going = sorted(i.name for i in data.sweep.issues if i.status not in ("done", "no final evaluation"))
     prov = provenance(sweep, short=True, runs=list(data.sweep.runs))
     text, _ = ceiling_line(ceiling)
