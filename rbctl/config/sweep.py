@@ -201,6 +201,7 @@ class PlateauCriteria(Section):
     stall_points: float = Field(2.0, gt=0.0, description="Stalled: held-out pass@1 changes by less than this many points over the last quarter of training.")
     below_ceiling_points: float = Field(15.0, ge=0.0, description="Below the ceiling: final held-out pass@1 at least this many points below the reachable ceiling.")
     entropy_ratio: float = Field(1 / 3, gt=0.0, lt=1.0, description="Entropy collapsed: final token entropy below this fraction of the warm start's.")
+    improved_on_start: bool = Field(True, description="The divergence guard: premature convergence needs the arm to have improved on its warm start (final held-out pass@1 above step 0's, means over units); an arm that ended at or below it diverged, its plateau test does not hold and a settings sweep does not keep it. false: the three criteria alone.")
 
 
 # The optional report sections rbctl ships (`rbctl.report.sections` registers them; a test keeps the two

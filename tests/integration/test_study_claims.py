@@ -430,7 +430,9 @@ def test_the_setting_is_checked_against_the_rule_on_plain_arms(tmp_path: Path) -
 
     doc = "\n".join(selection_lines(study))
     assert "### How the fixpoint setting was chosen" in doc
-    assert "| grpo | 3 | 0.00 ✓ | 66.8 ✓ | 0.100 ✓ | holds |" in doc
+    # the guard: final (25 + 31.25 + 37.5)/3 = 31.25 − step 0's 20 = +11.25 points (printed 11.2)
+    assert "| grpo | 3 | 0.00 ✓ | 66.8 ✓ | 0.100 ✓ | 11.2 ✓ | holds |" in doc
+    assert "never one whose plain arm ended at or below its step-0 pass@1 (diverged)" in doc
     assert "The rule keeps **grpo**; the study file states `rloo` — **they differ**" in doc
 
 

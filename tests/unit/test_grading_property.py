@@ -95,6 +95,7 @@ def test_grader_fuzz_10000_no_call_over_the_time_limit_and_the_parent_memory_unt
     """10,000 generated inputs (RBCTL_GRADER_FUZZ_10K overrides the count): every call returns within
     the limit and the grading process's own peak memory stays where it was."""
     n = int(os.environ.get("RBCTL_GRADER_FUZZ_10K", "10000"))
+    _check("\\boxed{1}", "1")  # the grader's own imports (sympy, the LaTeX parser) first: they are no growth
     rss0 = _parent_rss_mib()
 
     @settings(max_examples=n, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True,

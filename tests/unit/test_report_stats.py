@@ -10,7 +10,8 @@ import pytest
 from scipy import stats as sps
 
 from rbctl.report.analyses.comparisons import verdicts
-from rbctl.report.analyses.plateau import plateau_check
+from rbctl.config.sweep import PlateauCriteria
+from rbctl.report.analyses.plateau import plateau_check, setting_by_rule
 from rbctl.report.stats import (
     hierarchical_bootstrap_delta,
     holm,
@@ -287,6 +288,36 @@ def test_stalled_needs_two_evaluations_in_the_last_quarter():
     assert v.stalled.held is None and v.stalled.detail.startswith("not evaluated: 1 of 2 units have fewer than 2")
     v = plateau_check({0: ([0, 80, 100], [0.1, 0.295, 0.30])}, {}, 0.8)
     assert v.stalled.held and v.stalled.value == pytest.approx(0.5) and v.per_seed[0]["t_ref"] == 80
+
+
+def test_a_run_that_ended_at_or_below_its_start_diverged_and_is_no_plateau():
+    # the SmolLM2 lr2e3 case: 8.6% at step 0, 0% from step 50 on: "stalled" (change 0), far below the
+    # ceiling, entropy collapsed, and yet not premature convergence: it never improved on its warm start
+    gone = {0: (STEPS, [0.086, 0.0, 0.0, 0.0, 0.0]), 1: (STEPS, [0.090, 0.01, 0.0, 0.0, 0.0])}
+    collapsed = {0: _entropy(0.9, 0.01), 1: _entropy(0.9, 0.02)}
+    v = plateau_check(gone, collapsed, 0.886)
+    assert all(c.held for c in v.criteria) and not v.held and v.diverged
+    # final (0 + 0)/2 = 0 points, step 0 (8.6 + 9.0)/2 = 8.8 points: −8.8
+    assert v.improved.held is False and v.improved.value == pytest.approx(-8.8)
+    assert v.improved.detail == "final pass@1 0.0 − step 0's 8.8 = -8.8 points over 2 units (≤ 0: diverged)"
+    # with the guard off (`report.plateau.improved_on_start: false`) the three criteria alone decide
+    off = plateau_check(gone, collapsed, 0.886, PlateauCriteria(improved_on_start=False))
+    assert off.held and off.diverged  # it still diverged: the guard, not the measurement, is off
+    # ending exactly at the start is "at or below": diverged
+    assert plateau_check({0: (STEPS, [0.3, 0.2, 0.3, 0.3, 0.3])}, {}, 0.8).improved.held is False
+    # no evaluation at step 0: the guard is not evaluated, so under it no plateau is claimed
+    late = plateau_check({0: ([25, 50, 75, 100], [0.45, 0.50, 0.51, 0.52])}, {0: _entropy(0.6, 0.1)}, 0.8)
+    assert late.improved.held is None and not late.held and not late.diverged
+    assert all(c.held for c in late.criteria)
+
+
+def test_setting_by_rule_never_keeps_a_diverged_setting():
+    collapsed = {0: _entropy(0.9, 0.01)}
+    gone = plateau_check({0: (STEPS, [0.086, 0.0, 0.0, 0.0, 0.0])}, collapsed, 0.886)  # 3 criteria, change 0
+    drifting = plateau_check({0: (STEPS, [0.086, 0.6, 0.64, 0.55, 0.68])}, collapsed, 0.886)  # 2 criteria, change 13
+    assert setting_by_rule({"lr2e3": gone, "lr5e4": drifting}) == "lr5e4"
+    assert setting_by_rule({"lr2e3": gone, "lr5e4": drifting}, PlateauCriteria(improved_on_start=False)) == "lr2e3"
+    assert setting_by_rule({"lr2e3": gone}) is None  # every setting diverged: none is kept
 
 
 def test_arm_variants_name_what_is_added_to_the_estimator():

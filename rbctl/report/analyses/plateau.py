@@ -43,9 +43,16 @@ class PlateauVerdict:
     stalled: Criterion
     below_ceiling: Criterion
     entropy_collapsed: Criterion
-    held: bool  # all three held (an unevaluated criterion does not hold)
+    held: bool  # all three held, and the guard where it is on (an unevaluated criterion does not hold)
     seeds: int  # units (seeds, or warm start × seed)
-    per_seed: dict = field(default_factory=dict)  # unit -> {"change", "final", "t", "t_ref", "entropy_warm", "entropy_final"}
+    per_seed: dict = field(default_factory=dict)  # unit -> {"change", "final", "t", "t_ref", "start", "entropy_warm", "entropy_final"}
+    improved: Criterion | None = None  # the divergence guard: final pass@1 above step 0's (`_improved`)
+
+    @property
+    def diverged(self) -> bool:
+        """The arm ended at or below its step-0 held-out pass@1 (means over units): it diverged, or never
+        learned, rather than converged prematurely."""
+        return self.improved is not None and self.improved.held is False
 
     @property
     def criteria(self) -> tuple[Criterion, Criterion, Criterion]:
@@ -69,6 +76,8 @@ def _stalled(heldout: dict, stall_points: float, fraction: float) -> tuple[Crite
         t = s[-1]
         finals.append(v[-1] * 100)
         per_seed[seed] = {"final": finals[-1], "t": float(t)}
+        if len(s) > 1 and s[0] == 0:
+            per_seed[seed]["start"] = v[0] * 100
         if np.sum(s >= (1 - fraction) * t) < MIN_LAST_QUARTER_EVALS:
             sparse += 1
             continue
@@ -108,16 +117,34 @@ def plateau_check(heldout: dict, entropy: dict, ceiling: float | None, criteria:
     - **entropy_collapsed**: per seed, warm = the entropy of its first logged step, final = the mean
       of the last ``fraction`` (at least one) of its logged values; held when mean final over seeds
       < ``entropy_ratio`` × mean warm over seeds.
-    - **held**: all three held (a criterion not evaluated does not hold).
+    - **improved** (the divergence guard, ``criteria.improved_on_start``): the mean over units of the
+      final pass@1 is above the mean of their step-0 pass@1 (units with an evaluation at step 0 and a
+      later one). A run that ended at or below its warm start diverged, or never learned: it "stalls"
+      far below the ceiling, often at a collapsed entropy, without having converged to anything.
+    - **held**: all three held, and the guard where it is on (a criterion not evaluated does not hold).
     Values are reported in points (percent) for pass@1 and nats/token for entropy.
     """
     c = criteria if criteria is not None else PlateauCriteria()
     stalled, finals, per_seed = _stalled(heldout, c.stall_points, fraction)
     below = _below_ceiling(finals, ceiling, c.below_ceiling_points)
     entropy_c = _entropy_collapsed(entropy, per_seed, c.entropy_ratio, fraction)
-    held = all(x.held is True for x in (stalled, below, entropy_c))
+    improved = _improved(per_seed)
+    held = all(x.held is True for x in (stalled, below, entropy_c)) and (not c.improved_on_start or improved.held is True)
     warms = sum(1 for d in per_seed.values() if "entropy_warm" in d)
-    return PlateauVerdict(stalled, below, entropy_c, held, max(len(finals), warms), per_seed)
+    return PlateauVerdict(stalled, below, entropy_c, held, max(len(finals), warms), per_seed, improved)
+
+
+def _improved(per_seed: dict) -> Criterion:
+    """The divergence guard of `plateau_check`: final pass@1 above step 0's, means over the units that
+    have both (points)."""
+    pairs = [(d["start"], d["final"]) for d in per_seed.values() if "start" in d]
+    if not pairs:
+        return Criterion("improved", None, None, None, "not evaluated: no unit has a held-out evaluation at step 0 and a later one")
+    start, final = (float(np.mean(x)) for x in zip(*pairs))
+    ok = final > start
+    return Criterion("improved", ok, final - start, 0.0,
+                     f"final pass@1 {final:.1f} − step 0's {start:.1f} = {final - start:+.1f} points over "
+                     f"{len(pairs)} unit{'s' * (len(pairs) != 1)} ({'> 0' if ok else '≤ 0: diverged'})")
 
 
 def _below_ceiling(finals: list[float], ceiling: float | None, below_points: float) -> Criterion:
@@ -162,7 +189,7 @@ def per_unit_criteria(v: PlateauVerdict, ceiling: float | None, criteria: Platea
         gap = 100 * ceiling - final if final is not None and ceiling is not None else None
         warm, end = d.get("entropy_warm"), d.get("entropy_final")
         ratio = end / warm if warm else None
-        rows.append({"unit": unit, "t_ref": d.get("t_ref"), "t": d.get("t"), "change": change, "final": final,
+        rows.append({"unit": unit, "t_ref": d.get("t_ref"), "t": d.get("t"), "change": change, "start": d.get("start"), "final": final,
                      "gap": gap, "entropy_ratio": ratio,
                      "stalled": None if change is None else change < c.stall_points,
                      "below_ceiling": None if gap is None else gap >= c.below_ceiling_points,
@@ -258,13 +285,14 @@ class Plateau:
         return bool(v is not None and v.held and self.ceiling.value is not None and self.ceiling.declared)
 
 
-def criteria_table(arm: str, v: PlateauVerdict) -> pd.DataFrame:
-    """One row per criterion, and the overall verdict."""
+def criteria_table(arm: str, v: PlateauVerdict, criteria: PlateauCriteria | None = None) -> pd.DataFrame:
+    """One row per criterion, the divergence guard where it is on, and the overall verdict."""
+    guarded = (criteria if criteria is not None else PlateauCriteria()).improved_on_start and v.improved is not None
     rows = [{"arm": arm, "criterion": c.name, "held": c.held, "value": c.value, "threshold": c.threshold,
-             "detail": c.detail} for c in v.criteria]
+             "detail": c.detail} for c in (*v.criteria, *((v.improved,) if guarded else ()))]
     rows.append({"arm": arm, "criterion": "plateau", "held": v.held, "value": None, "threshold": None,
-                 "detail": f"all three criteria held over {v.seeds} units" if v.held else
-                 "at least one criterion did not hold or was not evaluated"})
+                 "detail": (f"all three criteria held over {v.seeds} units" + (", and it improved on step 0" if guarded else ""))
+                 if v.held else "at least one criterion did not hold or was not evaluated"})
     return pd.DataFrame(rows)
 
 
@@ -287,23 +315,26 @@ def plain_table(plain: dict[str, PlateauVerdict]) -> pd.DataFrame:
     for arm, v in plain.items():
         row: dict = {"arm": arm, "units": v.seeds}
         for key, c in (("stalled", v.stalled), ("below_ceiling", v.below_ceiling),
-                       ("entropy_collapsed", v.entropy_collapsed)):
-            row[f"{key}_value"], row[f"{key}_held"] = c.value, c.held
+                       ("entropy_collapsed", v.entropy_collapsed), ("improved", v.improved)):
+            row[f"{key}_value"], row[f"{key}_held"] = (c.value, c.held) if c is not None else (None, None)
         row["plateau"] = v.held
         rows.append(row)
     return pd.DataFrame(rows)
 
 
-def setting_by_rule(plain: dict[str, PlateauVerdict]) -> str | None:
+def setting_by_rule(plain: dict[str, PlateauVerdict], criteria: PlateauCriteria | None = None) -> str | None:
     """The setting a testbed keeps (docs/method.md, "Premature convergence"): among the plain arms whose
     plateau test holds, the smallest last-quarter change; if none holds, the most criteria held, then
-    the smallest change. None without arms."""
+    the smallest change. Under the divergence guard (``criteria.improved_on_start``, the default) an arm
+    that diverged (`PlateauVerdict.diverged`) is never kept. None without arms, or when every arm diverged."""
+    guard = (criteria if criteria is not None else PlateauCriteria()).improved_on_start
     def key(item):
         arm, v = item
         held = sum(bool(c.held) for c in v.criteria)
         change = v.stalled.value if v.stalled.value is not None and math.isfinite(v.stalled.value) else math.inf
         return (not v.held, -held, change, arm)
-    return min(plain.items(), key=key)[0] if plain else None
+    eligible = {a: v for a, v in plain.items() if not (guard and v.diverged)}
+    return min(eligible.items(), key=key)[0] if eligible else None
 
 
 def plateau(by_arm: dict[str, list[Run]], info: dict[str, tuple[str, str]], benchmark: str | None,
@@ -320,4 +351,4 @@ def plateau(by_arm: dict[str, list[Run]], info: dict[str, tuple[str, str]], benc
     if arm is None:
         return Plateau(arm, benchmark, ceiling, None, pd.DataFrame(), pd.DataFrame(), plain, c)
     v = plain[arm]
-    return Plateau(arm, benchmark, ceiling, v, criteria_table(arm, v), units_table(v, ceiling.value, c), plain, c)
+    return Plateau(arm, benchmark, ceiling, v, criteria_table(arm, v, c), units_table(v, ceiling.value, c), plain, c)

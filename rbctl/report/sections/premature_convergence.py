@@ -27,7 +27,10 @@ def criteria_text(t: PlateauCriteria) -> str:
     where = "docs/method.md" if t == PlateauCriteria() else "declared in `report.plateau`; docs/method.md"
     return (f"Criteria ({where}): held-out pass@1 changes < {t.stall_points:g} points over the last quarter, "
             f"≥ {t.below_ceiling_points:g} points below a reachable ceiling, final entropy < "
-            f"{fraction_text(t.entropy_ratio)} of the warm start's; each over units (means), then per unit.")
+            f"{fraction_text(t.entropy_ratio)} of the warm start's; each over units (means), then per unit."
+            + (" The divergence guard: final pass@1 above step 0's (an arm that ended at or below its warm start "
+               "diverged, and is no plateau)." if t.improved_on_start else " The divergence guard is off "
+               "(`report.plateau.improved_on_start: false`)."))
 
 
 @section("plateau", "Plateau test", optional=True, default_for=(SWEEP,), order=60)
@@ -50,7 +53,7 @@ def plateau(data: ReportData, page: Page) -> None:
         shown = pd.DataFrame({
             "unit": units["unit"], "steps ¾T, T": [f"{num(a, 0)}, {num(b, 0)}" for a, b in zip(units["t_ref"], units["t"])],
             "|Δ pass@1| (points)": [num(x, 2) for x in units["change"]], "stalled": [yes_no(h) for h in units["stalled"]],
-            "final pass@1": [num(x, 1) for x in units["final"]], "below ceiling (points)": [num(x, 1) for x in units["gap"]],
+            "step-0 pass@1": [num(x, 1) for x in units["start"]], "final pass@1": [num(x, 1) for x in units["final"]], "below ceiling (points)": [num(x, 1) for x in units["gap"]],
             f"≥ {p.thresholds.below_ceiling_points:g} below": [yes_no(h) for h in units["below_ceiling"]],
             "entropy final / warm": [num(x, 2) for x in units["entropy_ratio"]],
             "collapsed": [yes_no(h) for h in units["entropy_collapsed"]]})
@@ -69,11 +72,13 @@ def plain_arms(data: ReportData, page: Page) -> None:
     table, t = plain_table(p.plain), p.thresholds
     doc.para("Every plain arm (no budget, no bonus, no other variant), by the same test and ceiling: the "
              "last-quarter change of held-out pass@1 (points), the distance below the ceiling (points), the "
-             f"final token entropy beside the threshold ({fraction_text(t.entropy_ratio)} of the warm start's).")
+             f"final token entropy beside the threshold ({fraction_text(t.entropy_ratio)} of the warm start's), and "
+             "final pass@1 − step 0's (points; at or below 0, the arm diverged).")
     cells = lambda key, d: [criterion_cell(v, h, d) for v, h in zip(table[f"{key}_value"], table[f"{key}_held"])]  # noqa: E731
     shown = pd.DataFrame({
         "arm": table["arm"], "units": table["units"], f"stalled (< {t.stall_points:g})": cells("stalled", 2),
         f"below the ceiling (≥ {t.below_ceiling_points:g})": cells("below_ceiling", 1),
         "final entropy (collapsed)": cells("entropy_collapsed", 3),
+        "final − step 0 (> 0)": cells("improved", 1),
         "plateau": [yes_no(h) for h in table["plateau"]]})
     page.table(table, shown, "plateau_arms")

@@ -71,12 +71,14 @@ def plateau_rows(beds) -> pd.DataFrame:
         p = tb.data.plateau
         if not p.plain:
             rows.append({"sweep": tb.name, "arm": "none", "stalled": "–", "below the ceiling": "–",
-                         "entropy collapsed": "–", "plateau": "not tested (no plain arm with evaluations)"})
+                         "entropy collapsed": "–", "improved on step 0": "–",
+                         "plateau": "not tested (no plain arm with evaluations)"})
             continue
         show = lambda c: "not evaluated" if c.held is None else ("holds" if c.held else "does not hold") + f" ({c.detail})"  # noqa: E731
         for arm, v in p.plain.items():
             rows.append({"sweep": tb.name, "arm": arm, "stalled": show(v.stalled),
                          "below the ceiling": show(v.below_ceiling), "entropy collapsed": show(v.entropy_collapsed),
+                         "improved on step 0": show(v.improved) if v.improved is not None else "–",
                          "plateau": "holds" if tb.plateau_held(arm) else
                          "not tested: no stated ceiling (the sweep's ceiling:)" if v.held else "does not hold"})
     return pd.DataFrame(rows)
@@ -94,15 +96,17 @@ def selection_lines(study: Study) -> list[str]:
             rows.append({"setting (plain arm)": arm, "units": v.seeds, "stalled: change (< 2 points)": show(v.stalled, 2),
                          "points below the ceiling (≥ 15)": show(v.below_ceiling, 1),
                          "final entropy (< 1/3 of the warm start's)": show(v.entropy_collapsed, 3),
+                         "final − step 0 (> 0)": show(v.improved, 1) if v.improved is not None else "–",
                          "plateau": "holds" if p.held_for(arm) else "does not hold"})
-        rule = setting_by_rule(p.plain)
+        rule = setting_by_rule(p.plain, p.thresholds)
         c = p.ceiling
         ceiling = f"{100 * c.value:.1f}% ({c.source})" if c.value is not None else f"unknown ({c.source})"
         out += [f"### How the {name} setting was chosen", "",
                 f"`{sw.path}`: plain {', '.join(sorted({sw.data.sweep.info[a][0] for a in p.plain})) or '–'} alone at each "
                 f"setting, before any other arm ran there; ceiling {ceiling}. The rule (docs/method.md): the setting "
                 "whose plain arm passes all three criteria, the smallest change among several; else the most criteria, "
-                "then the smallest change.", "", table(pd.DataFrame(rows), "No plain arm with evaluations."), "",
+                "then the smallest change" + ("; never one whose plain arm ended at or below its step-0 pass@1 (diverged)."
+                                              if p.thresholds.improved_on_start else "."), "", table(pd.DataFrame(rows), "No plain arm with evaluations."), "",
                 f"The rule keeps **{rule or '–'}**; the study file states `{kept}`"
                 + ("." if rule == kept else " — **they differ**: the claims sweep did not run the setting the rule keeps."), ""]
     return out

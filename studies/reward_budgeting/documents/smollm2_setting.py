@@ -24,7 +24,6 @@ from rbctl.errors import UserError, exit_code
 from rbctl.report.analyses.plateau import plain_table, setting_by_rule
 from rbctl.report.data import report_data
 from rbctl.report.provenance import cpu_description, provenance
-from rbctl.report.series import run_series
 from rbctl.report.render.tables import markdown_table
 from rbctl.store.rundir import EVAL_DIR, RUNS_ROOT, SUMMARY
 from studies.reward_budgeting.smollm2_probe import row as probe_row, summary as probe_summary
@@ -61,25 +60,20 @@ def readable(table: pd.DataFrame) -> pd.DataFrame:
     return table.apply(lambda col: col.map(cell))
 
 
-def diverged(by_arm: dict, plain: dict, benchmark: str | None) -> dict[str, list[tuple[float, float]]]:
-    """The settings whose plain arm ended, in every finished unit, at or below its step-0 held-out pass@1,
-    each with its units' (step 0, final) pass@1: they diverged (or never learned) rather than converged
-    prematurely. The plateau criteria do not tell the two apart (a policy at 0 "stalls" far below the
-    ceiling), so the document says which they are."""
-    out = {}
-    for arm in plain:
-        runs = [r for r in by_arm.get(arm, []) if r.finished]
-        pairs = [(s.iloc[0], s.iloc[-1]) for r in runs if len(s := run_series(r, "avg@n", benchmark)) > 1 and s.index[0] == 0]
-        if pairs and all(end <= start for start, end in pairs):
-            out[arm] = pairs
-    return out
+def diverged(plain: dict) -> dict[str, list[tuple[float, float]]]:
+    """The settings whose plain arm diverged (`PlateauVerdict.diverged`: final held-out pass@1 at or below
+    step 0's, means over units), each with its units' (step 0, final) pass@1 in points."""
+    return {arm: [(d["start"], d["final"]) for _, d in sorted(v.per_seed.items()) if "start" in d]
+            for arm, v in plain.items() if v.diverged}
 
 
-def diverged_lines(gone: dict[str, list[tuple[float, float]]]) -> list[str]:
-    out = [f"- **{arm} diverged**: its held-out pass@1 ended at or below step 0's in every unit "
-           f"({', '.join(f'{100 * a:.1f} → {100 * b:.1f}' for a, b in pairs)}). The plateau criteria do not tell "
-           "divergence from premature convergence (a policy at 0 \"stalls\" far below the ceiling); the rule, as "
-           "declared, does not either." for arm, pairs in gone.items()]
+def diverged_lines(gone: dict[str, list[tuple[float, float]]], guarded: bool) -> list[str]:
+    out = [f"- **{arm} diverged**: its held-out pass@1 ended at or below step 0's (per unit "
+           f"{', '.join(f'{a:.1f} → {b:.1f}' for a, b in pairs)}). The three criteria do not tell divergence from "
+           "premature convergence (a policy at 0 \"stalls\" far below the ceiling); "
+           + ("the divergence guard does: a diverged setting is not kept." if guarded else
+              "the divergence guard is off in this sweep file, so the rule does not either.")
+           for arm, pairs in gone.items()]
     return out + [""] if out else []
 
 
@@ -99,9 +93,9 @@ def markdown(sweep: Path, probe: Path, ceiling: Path, command: str | None = None
     p = data.plateau
     if not p.plain:
         raise UserError(f"{sweep}: no finished plain-GRPO run with periodic evaluations to test")
-    kept = setting_by_rule(p.plain)
-    held = p.plain[kept].held
-    gone = diverged(data.sweep.by_arm, p.plain, p.benchmark)
+    guarded = p.thresholds.improved_on_start
+    kept = setting_by_rule(p.plain, p.thresholds)
+    gone = diverged(p.plain)
     done = sum(r.finished for r in data.sweep.runs)
     going = sorted(i.name for i in data.sweep.issues if i.status not in ("done", "no final evaluation"))
     prov = provenance(sweep, short=True, runs=list(data.sweep.runs))
@@ -128,18 +122,29 @@ def markdown(sweep: Path, probe: Path, ceiling: Path, command: str | None = None
            "within \\boxed{}.' --epochs 1 --limit 1920`), then `rbctl eval` with the testbed's protocol: " + text + ".", "",
            "## 3. The settings sweep: plain GRPO alone", "",
            "Every setting's plateau test (pooled over seeds; stalled: |pass@1(T) − pass@1(≈¾T)| < 2 points with two "
-           "evaluations in the last quarter; below the ceiling by ≥ 15 points; entropy below 1/3 of step 1's):", "",
+           "evaluations in the last quarter; below the ceiling by ≥ 15 points; entropy below 1/3 of step 1's; and, "
+           "the divergence guard, final pass@1 above step 0's):", "",
            markdown_table(readable(plain_table(p.plain))), "",
-           *diverged_lines(gone),
+           *diverged_lines(gone, guarded),
            *partial_lines(done, going),
            "## 4. The setting kept" + (" (provisional: the sweep has not finished)" if going else ""), "",
-           f"By the rule stated in the sweep file before it ran: **{kept}**, whose plateau test "
-           + ("holds on all three criteria." if held else
-              "does not hold on all three criteria: it passes the most of any setting (then the smallest change), and the "
-              "claims that speak of \"the plateau\" are not called on this testbed.")
-           + (" It diverged (above): the rule as declared keeps it, and it cannot be the testbed's setting until the "
-              "rule tells divergence from premature convergence." if kept in gone else "")]
+           kept_line(kept, p.plain, gone, guarded)]
     return "\n".join(out)
+
+
+def kept_line(kept: str | None, plain: dict, gone: dict, guarded: bool) -> str:
+    """Section 4's sentence: the setting the rule keeps and whether its plateau test holds."""
+    guard = (" The divergence guard (the sweep file's `report.plateau.improved_on_start`) was declared on 2026-12-06, "
+             "after the lr2e3 arm's first seed had been seen to diverge and before the rule was applied; the sweep's "
+             "history records that version." if guarded else "")
+    if kept is None:
+        return "Every setting diverged: the rule keeps none, and this testbed has no setting." + guard
+    how = ("holds on all three criteria and the guard." if plain[kept].held else
+           "does not hold on every criterion: it passes the most of any setting it may keep (then the smallest "
+           "change), and the claims that speak of \"the plateau\" are not called on this testbed.")
+    return (f"By the rule stated in the sweep file before it ran: **{kept}**, whose plateau test {how}" + guard
+            + (" It diverged (above): with the guard off the rule keeps it, and it cannot be the testbed's setting."
+               if kept in gone else ""))
 
 
 def main(argv: list[str] | None = None) -> int:

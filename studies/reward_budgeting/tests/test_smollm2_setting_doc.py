@@ -39,18 +39,32 @@ def test_a_finished_settings_sweep_keeps_its_setting_outright(tmp_path):
     assert "By the rule stated in the sweep file before it ran: **grpo**" in text
 
 
-def test_a_setting_that_ended_below_its_start_is_said_to_have_diverged(tmp_path):
-    sweep = make_sweep(tmp_path / "sweep", arms=("grpo",), seeds=range(2))
-    assert "diverged" not in markdown(sweep, tmp_path / "no_probe", tmp_path / "no_ceiling")  # it rose
+def test_a_setting_that_ended_below_its_start_diverged_and_is_not_kept(tmp_path):
+    sweep = make_sweep(tmp_path / "sweep", arms=("grpo",), seeds=range(2), twin="grpo_lr")  # two plain settings
+    assert "diverged" not in markdown(sweep, tmp_path / "no_probe", tmp_path / "no_ceiling")  # both rose
     starts = []
     for s in range(2):
         path = sweep / "runs" / "grpo" / f"seed_{s}" / "eval.jsonl"
         lines = [json.loads(x) for x in path.read_text().splitlines()]
         starts.append(lines[0]["avg@n"])
-        lines[-1]["avg@n"] = 0.0  # a policy collapsed to no right answer: it "stalls" far below any ceiling
+        for x in lines[1:]:
+            x["avg@n"] = 0.0  # a policy collapsed to no right answer: it "stalls" far below any ceiling
         path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
     text = markdown(sweep, tmp_path / "no_probe", tmp_path / "no_ceiling")
     ends = ", ".join(f"{100 * a:.1f} → 0.0" for a in starts)
-    assert f"- **grpo diverged**: its held-out pass@1 ended at or below step 0's in every unit ({ends})." in text
-    assert text.endswith("It diverged (above): the rule as declared keeps it, and it cannot be the testbed's setting "
-                         "until the rule tells divergence from premature convergence.")
+    assert f"- **grpo diverged**: its held-out pass@1 ended at or below step 0's (per unit {ends})." in text
+    assert "the divergence guard does: a diverged setting is not kept." in text
+    # grpo "stalled" with a change of 0 and would win on the smallest change; the guard keeps grpo_lr
+    assert "By the rule stated in the sweep file before it ran: **grpo_lr**" in text
+    row = next(line for line in text.splitlines() if line.startswith("| grpo |"))
+    assert "| 0.00 | True |" in row  # stalled (change 0.00, held) ...
+    assert f"| {-50 * sum(starts):.2f} | False |" in row  # ... and final − step 0 = −(mean start) points: diverged
+
+
+def test_every_setting_diverged_keeps_none(tmp_path):
+    sweep = make_sweep(tmp_path / "sweep", arms=("grpo",), seeds=range(1))
+    path = sweep / "runs" / "grpo" / "seed_0" / "eval.jsonl"
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    path.write_text("\n".join(json.dumps({**x, "avg@n": 0.0 if x["step"] else x["avg@n"]}) for x in lines) + "\n")
+    text = markdown(sweep, tmp_path / "no_probe", tmp_path / "no_ceiling")
+    assert "Every setting diverged: the rule keeps none, and this testbed has no setting." in text
