@@ -254,7 +254,8 @@ def test_the_plateau_ceiling_is_never_read_off_the_compared_runs(two_arm_report)
     # ceiling shown reachable, so the criterion is not evaluated (it would read 10.0 points below)
     assert math.isnan(plateau.loc["below_ceiling", "value"])
     assert plateau.loc["below_ceiling", "detail"] == "not evaluated: ceiling unknown"
-    assert list(plateau.index) == ["stalled", "below_ceiling", "entropy_collapsed", "plateau"]
+    # the divergence guard is a row of its own, between the criteria and the verdict
+    assert list(plateau.index) == ["stalled", "below_ceiling", "entropy_collapsed", "improved", "plateau"]
     units = pd.read_csv(two_arm_report.parent / "tables" / "plateau_units.csv")
     assert units["gap"].isna().all()
     # evaluations at steps 0, 2, 4: one in the last quarter (≥ 3), so "stalled" is not measured (before: the change
