@@ -70,9 +70,8 @@ def plateau_rows(beds) -> pd.DataFrame:
     for tb in beds:
         p = tb.data.plateau
         if not p.plain:
-            rows.append({"sweep": tb.name, "arm": "none", "stalled": "–", "below the ceiling": "–",
-                         "entropy collapsed": "–", "improved on step 0": "–",
-                         "plateau": "not tested (no plain arm with evaluations)"})
+            rows.append({"sweep": tb.name, "arm": "none", **dict.fromkeys(("stalled", "below the ceiling", "entropy collapsed",
+                         "improved on step 0"), "–"), "plateau": "not tested (no plain arm with evaluations)"})
             continue
         show = lambda c: "not evaluated" if c.held is None else ("holds" if c.held else "does not hold") + f" ({c.detail})"  # noqa: E731
         for arm, v in p.plain.items():
