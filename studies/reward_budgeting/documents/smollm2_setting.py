@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from rbctl.config.sweep import PlateauCriteria
 from rbctl.errors import UserError, exit_code
 from rbctl.report.analyses.plateau import plain_table, setting_by_rule
 from rbctl.report.data import report_data
@@ -128,8 +129,20 @@ def markdown(sweep: Path, probe: Path, ceiling: Path, command: str | None = None
            *diverged_lines(gone, guarded),
            *partial_lines(done, going),
            "## 4. The setting kept" + (" (provisional: the sweep has not finished)" if going else ""), "",
-           kept_line(kept, p.plain, gone, guarded)]
+           kept_line(kept, p.plain, gone, guarded)
+           + unguarded_line(kept, p.plain, guarded)]
     return "\n".join(out)
+
+
+def unguarded_line(kept: str | None, plain: dict, guarded: bool) -> str:
+    """What the rule would keep without the divergence guard, where that differs."""
+    other = setting_by_rule(plain, PlateauCriteria(improved_on_start=False)) if guarded else kept
+    if other == kept:
+        return ""
+    v = plain[other]
+    n = sum(bool(c.held) for c in v.criteria)
+    return (f" Without the guard the rule would keep **{other}** ({n} criteri{'on' if n == 1 else 'a'} held, "
+            f"a change of {v.stalled.value:.2f} points), which diverged.")
 
 
 def kept_line(kept: str | None, plain: dict, gone: dict, guarded: bool) -> str:

@@ -56,6 +56,7 @@ def test_a_setting_that_ended_below_its_start_diverged_and_is_not_kept(tmp_path)
     assert "the divergence guard does: a diverged setting is not kept." in text
     # grpo "stalled" with a change of 0 and would win on the smallest change; the guard keeps grpo_lr
     assert "By the rule stated in the sweep file before it ran: **grpo_lr**" in text
+    assert text.endswith("Without the guard the rule would keep **grpo** (1 criterion held, a change of 0.00 points), which diverged.")  # stalled only
     row = next(line for line in text.splitlines() if line.startswith("| grpo |"))
     assert "| 0.00 | True |" in row  # stalled (change 0.00, held) ...
     assert f"| {-50 * sum(starts):.2f} | False |" in row  # ... and final − step 0 = −(mean start) points: diverged
