@@ -93,16 +93,22 @@ def _parent_rss_mib() -> float:
 @pytest.mark.slow
 def test_grader_fuzz_10000_no_call_over_the_time_limit_and_the_parent_memory_untouched():
     """10,000 generated inputs (RBCTL_GRADER_FUZZ_10K overrides the count): every call returns within
-    the limit and the grading process's own peak memory stays where it was."""
+    the limit and the grading process's own peak memory stays where it was. Hypothesis keeps its own
+    record of the examples it drew (~25 MiB per 1,000 here), so the same draws are made first without
+    grading: the peak they leave is the baseline the graded pass is held to."""
     n = int(os.environ.get("RBCTL_GRADER_FUZZ_10K", "10000"))
-    _check("\\boxed{1}", "1")  # the grader's own imports (sympy, the LaTeX parser) first: they are no growth
+
+    def draws(grade: bool) -> None:
+        @settings(max_examples=n, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True,
+                  database=None)
+        @given(body=latexish(), answer=latexish(), raw=st.text(max_size=200))
+        def fuzz(body, answer, raw):
+            if grade:
+                _check(f"\\boxed{{{body}}} {raw}", answer)
+
+        fuzz()
+
+    draws(grade=False)
     rss0 = _parent_rss_mib()
-
-    @settings(max_examples=n, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True,
-              database=None)
-    @given(body=latexish(), answer=latexish(), raw=st.text(max_size=200))
-    def fuzz(body, answer, raw):
-        _check(f"\\boxed{{{body}}} {raw}", answer)
-
-    fuzz()
+    draws(grade=True)
     assert _parent_rss_mib() - rss0 < 200
