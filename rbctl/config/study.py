@@ -244,6 +244,14 @@ class Curves(Section):
         return v
 
 
+class Previous(Section):
+    """The claims document this one replaces: the document prints every change of call since it."""
+
+    file: str = Field(..., description="The previous claims document (a path in the repository when `commit` is given, else relative to the current directory).")
+    commit: Optional[str] = Field(None, pattern=r"^[0-9a-fA-F]{4,40}$", description="The git commit to read `file` at (`git show COMMIT:FILE`, from the current directory's repository); null = the file on disk as it is.")
+    note: Optional[str] = Field(None, description="The author's words on why calls changed (new rules, new runs), printed with the changes as theirs, not a record.")
+
+
 class MainJob(Section):
     """The main job's sweep, read beside the testbeds (its commits are listed apart in the provenance)."""
 
@@ -265,6 +273,7 @@ class StudyConfig(Section):
     readme: Optional[str] = Field(None, description="The family `rbctl.report.study.readme_block` summarises, one line per member (its call on each sweep with the test that decided it), with the long horizons and what is pending: the block a study's own document generator writes into the study's README; null = none.")
     written_after_results: list[str] = Field(default_factory=list, description="Claim ids and families (families.NAME) first written after results of the same design had been seen (an earlier run set, a pilot): each prints 'declared after an earlier run set's results', whatever this directory's records show.")
     curves: list[Curves] = Field(default_factory=list, description="Figures of held-out curves over a sweep's evaluations (one line per arm, bands over units).")
+    previous: Optional[Previous] = Field(None, description="The claims document this one replaces: a section lists each claim and member whose call changed since it (read from its own tables).")
     checks: Optional[str] = Field(None, description="A Python file of the study's own exact checks (relative to the study file): each a function returning (what was measured, whether it passed, a table or None), its docstring's first line printed as the rule; an exact rule's check names one.")
 
     @field_validator("long", "selection")

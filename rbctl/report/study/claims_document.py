@@ -1,8 +1,7 @@
-"""A study's claims document (`rbctl report STUDY.yaml`): generic sections over whatever the study
-file declares — its sweeps (provenance, the plateau test of every plain arm, each declared family's
-design, how a setting was chosen), each study family's members and calls, the long horizons, and each
-claim with its rule, its call, the members it read and when it was declared — and the README's
-one-line-per-member block (`readme_block`)."""
+"""A study's claims document (`rbctl report STUDY.yaml`): generic sections over what the study file declares — its
+sweeps (provenance, each plain arm's plateau test, each declared family's design, how a setting was chosen), each
+study family's members and calls, the long horizons, each claim with its rule, call, the members it read and when it
+was declared, the changes of call since a previous document — and the README's block (`readme_block`)."""
 
 from __future__ import annotations
 
@@ -22,14 +21,13 @@ from rbctl.report.render.calls import deciding_test
 from rbctl.report.render.figures import draw_curves
 from rbctl.report.render.tables import criterion_cell, markdown_table, pct, pval
 from rbctl.report.sequential_calls import family_note
+from rbctl.report.study.changes import study_change_lines
 from rbctl.report.study.declared import families_read, declaration_lines
 from rbctl.report.study.families import FamilyResult, Member, families
 from rbctl.report.study.long_horizons import long_rows, pass_at_k_lines
 from rbctl.report.study.rules import Verdict, apply_rule, delta_format, delta_text, warm_start_caveat
 from rbctl.report.study.sweeps import Study, Testbed, load_study
 from rbctl.store.rundir import REPORT_FIGURES
-
-ALPHA = 0.05
 
 
 def table(df: pd.DataFrame, empty: str = "None.") -> str:
@@ -389,6 +387,7 @@ def claims_markdown(study: Study, command: str | None = None, today: dt.date | N
     if study.config.curves:
         out += curve_lines(study, figures, next(number))
     out += claim_lines(study, fams, verdict_of, next(number))
+    out += study_change_lines(study, fams, verdict_of, next(number), table)
     return "\n".join(out)
 
 
