@@ -247,8 +247,8 @@ class Curves(Section):
 class Previous(Section):
     """The claims document this one replaces: the document prints every change of call since it."""
 
-    file: str = Field(..., description="The previous claims document (a path in the repository when `commit` is given, else relative to the current directory).")
-    commit: Optional[str] = Field(None, pattern=r"^[0-9a-fA-F]{4,40}$", description="The git commit to read `file` at (`git show COMMIT:FILE`, from the current directory's repository); null = the file on disk as it is.")
+    file: str = Field(..., description="The previous claims document (a path from the repository's root when `commit` is given, else relative to the current directory).")
+    commit: Optional[str] = Field(None, pattern=r"^[0-9a-fA-F]{4,40}$", description="The git commit to read `file` at (`git show COMMIT:FILE` in the repository that holds the study file); null = the file on disk as it is. A document that cannot be read is said in the section, not an error.")
     note: Optional[str] = Field(None, description="The author's words on why calls changed (new rules, new runs), printed with the changes as theirs, not a record.")
 
 

@@ -38,6 +38,16 @@ Generated on 2026-12-05 by `rbctl report s.yaml`; do not edit by hand.
 | --- | --- | --- | --- |
 | fixpoint | grpo_budget − grpo | mean of \\|a − b\\| = 3.64 | inconclusive (Δ > 0; detectable ≥ 7.3 points) |
 
+## 4. The long horizons
+
+### maze_long
+
+maze_long, grpo_budget − grpo: -4.6 at step 250, -5.5 at the final evaluation: **final level lower**.
+
+| comparison | units | Δ at step 250 (periodic; p unadj.) | Δ final (declared family) | call (final level) |
+| --- | --- | --- | --- | --- |
+| grpo_budget − grpo | 5 | -4.6 [-6.1, -3.2], p < 0.001 | -5.5 [-8.7, -2.2] | lower |
+
 ## 6. The claims
 
 | claim | hypothesis | rule | call |
@@ -56,7 +66,8 @@ def test_a_previous_document_is_read_from_its_own_tables() -> None:
                            ("budget", "fixpoint", "rloo_budget − rloo"): "equivalent within ±5 (these warm starts)",
                            ("budget", "maze", "grpo_budget − grpo"): "lower",
                            ("budget_entropy", "fixpoint", "grpo_budget − grpo"):
-                               "inconclusive (Δ > 0; detectable ≥ 7.3 points)"}  # an escaped \| is one cell
+                               "inconclusive (Δ > 0; detectable ≥ 7.3 points)",
+                           ("long horizon", "maze_long", "grpo_budget − grpo"): "lower"}  # an escaped \| is one cell
 
 
 @pytest.mark.parametrize("text, kind", [
@@ -74,7 +85,8 @@ def test_the_changes_name_both_calls_and_what_either_document_lacks() -> None:
     now_members = {("budget", "fixpoint", "grpo_budget − grpo"): "higher",
                    ("budget", "fixpoint", "rloo_budget − rloo"): "inconclusive (Δ > 0; detectable ≥ 6.1 points)",
                    ("budget_entropy", "fixpoint", "grpo_budget − grpo"): "inconclusive (Δ > 0; detectable ≥ 5.0 points)",
-                   ("budget", "smollm2", "grpo_budget − grpo"): "higher"}
+                   ("budget", "smollm2", "grpo_budget − grpo"): "higher",
+                   ("long horizon", "maze_long", "grpo_budget − grpo"): "inconclusive (Δ < 0; detectable ≥ 4.6 points)"}
     now_claims = {"a": ("inconclusive", "1 of the 2 needed members called higher"), "d": ("supported", "κ 1.000"),
                   "g": ("supported", "2 of 2")}
     text = "\n".join(change_lines(prev, "New rules.", now_claims, now_members, 7, table, {"a": ["maze"]}))
@@ -87,7 +99,8 @@ def test_the_changes_name_both_calls_and_what_either_document_lacks() -> None:
     assert "its call may move again when they finish" in text
     assert "Claims new in this document: g." in text
     # rloo: equivalent -> inconclusive is a change; budget_entropy's detectable effect moved, its call did not
-    assert "Members whose call changed: 1; the same call: 2." in text
+    assert "Members whose call changed: 2; the same call: 2." in text
+    assert "| long horizon | maze_long | grpo_budget − grpo | lower | inconclusive (Δ < 0; detectable ≥ 4.6 points) |" in text
     assert "| budget | fixpoint | rloo_budget − rloo | equivalent within ±5 (these warm starts) | inconclusive" in text
     assert "not read in this one (a sweep pending, or a member no longer formed): budget maze grpo_budget − grpo." in text
     assert "Read in this document, not in the previous one: budget smollm2 grpo_budget − grpo." in text
@@ -143,3 +156,36 @@ def test_a_study_document_lists_its_changes_since_the_document_at_a_commit(tmp_p
     assert "Claims whose call changed: 1 of 1." in text
     assert f"| a | contradicted: {prev.claims['a'][1]} | {prev.claims['a'][0]}: {prev.claims['a'][1]} |" in text
     assert member[2] and was == "higher"
+
+
+def test_a_long_horizons_final_level_is_compared_too(tmp_path: Path, monkeypatch) -> None:
+    from tests.integration.test_study_claims import BUDGET, CORRECT, long_sweep, make_sweep
+
+    fix = make_sweep(tmp_path / "fix", CORRECT, {"principal": BUDGET})
+    long = long_sweep(tmp_path / "long", 20.0)  # final level: equivalent within ±20 (TOST p 0.025 on 3 units)
+    cfg = {"testbeds": {"fixpoint": str(fix)},
+           "long": {"fixpoint": {"dir": str(long), "main_step": 100, "name": "fixpoint_long"}}}
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(cfg, allow_unicode=True))
+    first = claims.claims_markdown(claims.load_study(path, n_boot=20))
+    row = next(line for line in first.splitlines() if line.startswith("| grpo_budget − grpo | 3 |"))
+    assert row.endswith("| equivalent within ±20 |")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "prev.md").write_text(first.replace(row, row.removesuffix("equivalent within ±20 |") + "lower |"))
+    cfg["previous"] = {"file": "prev.md"}
+    path.write_text(yaml.safe_dump(cfg, allow_unicode=True))
+    text = claims.claims_markdown(claims.load_study(path, n_boot=20))
+    assert "Members whose call changed: 1; the same call: 0." in text
+    assert "| long horizon | fixpoint_long | grpo_budget − grpo | lower | equivalent within ±20 |" in text
+
+
+def test_a_previous_document_that_cannot_be_read_is_said_in_the_section(tmp_path: Path, monkeypatch) -> None:
+    path = study(tmp_path, claims_={"a": SEVERAL})
+    monkeypatch.chdir(tmp_path)  # not a git repository: a shallow clone's missing commit reads the same way
+    cfg = yaml.safe_load(path.read_text())
+    cfg["previous"] = {"file": "claims.md", "commit": "4a31d28"}
+    path.write_text(yaml.safe_dump(cfg, allow_unicode=True))
+    text = claims.claims_markdown(claims.load_study(path, n_boot=20))
+    assert "Changes of call since the previous document\n\nNot compared: previous: cannot read claims.md at " \
+           "commit 4a31d28 (fatal: not a git repository" in text
+    assert "### (a) The budget improves several baselines" in text  # the rest of the document stands

@@ -15,10 +15,15 @@ from rbctl.errors import UserError
 from rbctl.config.study import AssociationRule, CallsRule, TrendRule
 from rbctl.report.analyses.comparisons import call_text
 from rbctl.report.study.declared import families_read
+from rbctl.report.study.long_horizons import ahead_family, long_rows
 
 _CELL = re.compile(r"(?<!\\)\|")
 _FAMILY = re.compile(r"^### Family `([^`]+)`")
 _CLAIMS = re.compile(r"^## \d+\. The claims")
+_LONG = re.compile(r"^## \d+\. The long horizons")
+_SECTION = re.compile(r"^## ")
+_SUB = re.compile(r"^### (\S+)$")
+LONG = "long horizon"  # the family column of a long horizon's final-level call
 _OUTCOME = re.compile(r"^\*\*([^*]+)\*\*:?\s*(.*)$")
 _DATE = re.compile(r"^Generated on (\d{4}-\d{2}-\d{2})")
 
@@ -59,10 +64,18 @@ def parse_claims_document(text: str, where: str) -> PreviousDocument:
     """The calls a claims document printed (its summary table of claims and its family tables)."""
     doc = PreviousDocument(where)
     lines = text.splitlines()
+    in_long = False
     for i, line in enumerate(lines):
         if doc.date is None and (m := _DATE.match(line)):
             doc.date = m.group(1)
-        if m := _FAMILY.match(line):
+        if _SECTION.match(line):
+            in_long = bool(_LONG.match(line))
+        if in_long and (m := _SUB.match(line)):
+            header, rows = _tables(lines, i + 1)
+            if header and {"comparison", "call (final level)"} <= set(header):
+                for r in rows:
+                    doc.members[(LONG, m.group(1), r["comparison"])] = r["call (final level)"]
+        elif m := _FAMILY.match(line):
             header, rows = _tables(lines, i + 1)
             if header and {"sweep", "member", "call"} <= set(header):
                 for r in rows:
@@ -78,16 +91,18 @@ def parse_claims_document(text: str, where: str) -> PreviousDocument:
     return doc
 
 
-def read_previous(file: str, commit: str | None) -> PreviousDocument:
-    """The previous document: ``file`` at git ``commit`` (from the current directory's repository), or the
-    file itself when no commit is named."""
+def read_previous(file: str, commit: str | None, repo: Path = Path(".")) -> PreviousDocument:
+    """The previous document: ``file`` (a path from the repository's root) at git ``commit`` in the repository
+    that holds ``repo`` (the study file's folder), or the file itself (from the current directory) when no
+    commit is named."""
     if commit is None:
         path = Path(file)
         if not path.is_file():
             raise UserError(f"previous.file: {file} does not exist")
         return parse_claims_document(path.read_text(), file)
     try:
-        text = subprocess.run(["git", "show", f"{commit}:{file}"], capture_output=True, text=True, check=True).stdout
+        text = subprocess.run(["git", "-C", str(repo), "show", f"{commit}:{file}"], capture_output=True, text=True,
+                              check=True).stdout
     except (OSError, subprocess.CalledProcessError) as e:
         why = (getattr(e, "stderr", "") or str(e)).strip().splitlines()
         raise UserError(f"previous: cannot read {file} at commit {commit} ({why[0] if why else 'git failed'})") from None
@@ -122,9 +137,16 @@ def study_change_lines(study, fams, verdict_of, number: int, table) -> list[str]
         return []
     members = {(name, m.sweep, m.comparison.label): call_text(m.comparison, m.scale, m.unit)
                for name, fam in fams.items() for m in fam.members}
+    for tb, main_step, family in study.long:  # each long horizon's final-level call, as its table prints it
+        rows = long_rows(tb, main_step, family, ahead_family(study, tb, fams))[0]
+        members.update({(LONG, tb.name, r["comparison"]): r["call (final level)"] for _, r in rows.iterrows()})
     claims = {cid: (v.outcome, v.reason) for cid, v in verdict_of.items()}
     unread = {cid: [n for n, _ in study.unread(sweeps_read(c, fams))] for cid, c in study.config.claims.items()}
-    return change_lines(read_previous(spec.file, spec.commit), spec.note, claims, members, number, table, unread)
+    try:
+        previous = read_previous(spec.file, spec.commit, study.source.resolve().parent)
+    except UserError as e:  # e.g. a shallow clone without the commit: the document says so, the rest stands
+        return [f"## {number}. Changes of call since the previous document", "", f"Not compared: {e}.", ""]
+    return change_lines(previous, spec.note, claims, members, number, table, unread)
 
 
 def sweeps_read(claim, fams) -> list[str] | None:

@@ -24,7 +24,7 @@ from rbctl.report.sequential_calls import family_note
 from rbctl.report.study.changes import study_change_lines
 from rbctl.report.study.declared import families_read, declaration_lines
 from rbctl.report.study.families import FamilyResult, Member, families
-from rbctl.report.study.long_horizons import long_rows, pass_at_k_lines
+from rbctl.report.study.long_horizons import ahead_family, long_rows, pass_at_k_lines
 from rbctl.report.study.rules import Verdict, apply_rule, delta_format, delta_text, warm_start_caveat
 from rbctl.report.study.sweeps import Study, Testbed, load_study
 from rbctl.store.rundir import REPORT_FIGURES
@@ -389,12 +389,6 @@ def claims_markdown(study: Study, command: str | None = None, today: dt.date | N
     out += claim_lines(study, fams, verdict_of, next(number))
     out += study_change_lines(study, fams, verdict_of, next(number), table)
     return "\n".join(out)
-
-
-def ahead_family(study: Study, tb: Testbed, fams: dict[str, FamilyResult]) -> FamilyResult | None:
-    """The study family that says whether a long horizon's member is ahead at the testbed's horizon."""
-    spec = study.config.long.get(tb.name.removesuffix("_long"))
-    return fams.get(spec.ahead_family) if spec is not None and spec.ahead_family else None
 
 
 def readme_block(study: Study) -> str:

@@ -93,3 +93,9 @@ def pass_at_k_lines(tb: Testbed) -> list[str]:
         out.append(f"{arm}: {kk} {pct(np.mean(list(first.values())))} → {pct(np.mean(list(last.values())))}, "
                    f"pass@1 {pct(np.mean(list(p1.values())) if p1 else math.nan)} at step {steps[-1]}")
     return out
+
+
+def ahead_family(study, tb, fams):
+    """The study family that says whether a long horizon's member is ahead at the testbed's horizon."""
+    spec = study.config.long.get(tb.name.removesuffix("_long"))
+    return fams.get(spec.ahead_family) if spec is not None and spec.ahead_family else None
