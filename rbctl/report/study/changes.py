@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from rbctl.errors import UserError
 from rbctl.config.study import AssociationRule, CallsRule, TrendRule
+from rbctl.errors import UserError
 from rbctl.report.analyses.comparisons import call_text
 from rbctl.report.study.declared import families_read
 from rbctl.report.study.long_horizons import ahead_family, long_rows
