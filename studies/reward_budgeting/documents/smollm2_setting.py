@@ -3,7 +3,8 @@ the setting it runs, from the zero-shot probe, the SFT ceiling and the plain-GRP
 
     python -m studies.reward_budgeting.documents.smollm2_setting runs/ablate_smollm2_setting \
         --probe runs/smollm2_probe --ceiling runs/smollm2_ceiling_add2/eval \
-        [--command "rbctl ablate ..."] > studies/reward_budgeting/docs/smollm2_setting.md
+        [--command "rbctl ablate ..."] [--second runs/ablate_smollm2_setting2] \
+        > studies/reward_budgeting/docs/smollm2_setting.md
 
 The settings sweep (configs/ablate_smollm2_setting.yaml) runs plain GRPO alone at each setting; its
 plateau test per setting (docs/method.md, "Premature convergence"; rbctl's own `plateau` analysis with
@@ -88,8 +89,38 @@ def partial_lines(done: int, going: list[str]) -> list[str]:
             "not in the table.", ""]
 
 
+def second_lines(sweep: Path, first_kept: str | None) -> list[str]:
+    """Section 5: a second settings sweep, written before any of its runs with the first one's rule: a setting
+    of it is kept only where its plateau test holds (all three criteria and the guard); else the first sweep's
+    selection stands."""
+    out = ["## 5. The second settings sweep", "",
+           f"`{sweep}`, written before any of its runs (its sweep file's header says why): the first sweep's rule over "
+           "its own settings, a setting kept only where its plateau test holds (all three criteria and the guard); "
+           "if none does, the first sweep's selection stands.", ""]
+    data = report_data([sweep], n_boot=200)
+    p = data.plateau
+    if not p.plain:
+        return out + ["No finished plain-GRPO run with periodic evaluations yet: nothing tested.", ""]
+    done = sum(r.finished for r in data.sweep.runs)
+    going = sorted(i.name for i in data.sweep.issues if i.status not in ("done", "no final evaluation"))
+    prov = provenance(sweep, short=True, runs=list(data.sweep.runs))
+    kept = setting_by_rule(p.plain, p.thresholds) if any(v.held for v in p.plain.values()) else None
+    out += [f"Runs from {prov.code}, last logged {prov.last}; {len(data.sweep.runs)} runs.", "",
+            markdown_table(readable(plain_table(p.plain))), "",
+            *diverged_lines(diverged(p.plain), p.thresholds.improved_on_start), *partial_lines(done, going)]
+    when = " (provisional: the sweep has not finished)" if going else ""
+    if kept is not None:
+        out.append(f"Kept{when}: **{kept}**, whose plateau test holds on all three criteria and the guard; the "
+                   "comparison's setting is rewritten to it before the comparison's first run.")
+    else:
+        out.append(f"No setting of this sweep passes all three criteria and the guard{when}: the first sweep's "
+                   f"selection, **{first_kept}**, stands, and the claims that speak of \"the plateau\" are not called "
+                   "on this testbed.")
+    return out
+
+
 def markdown(sweep: Path, probe: Path, ceiling: Path, command: str | None = None,
-             cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+             cpuinfo: Path = Path("/proc/cpuinfo"), second: Path | None = None) -> str:
     data = report_data([sweep], n_boot=200)
     p = data.plateau
     if not p.plain:
@@ -131,6 +162,8 @@ def markdown(sweep: Path, probe: Path, ceiling: Path, command: str | None = None
            "## 4. The setting kept" + (" (provisional: the sweep has not finished)" if going else ""), "",
            kept_line(kept, p.plain, gone, guarded)
            + unguarded_line(kept, p.plain, guarded)]
+    if second is not None:
+        out += ["", *second_lines(second, kept)]
     return "\n".join(out)
 
 
@@ -167,8 +200,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--probe", type=Path, default=Path(RUNS_ROOT) / "smollm2_probe")
     ap.add_argument("--ceiling", type=Path, default=Path(RUNS_ROOT) / "smollm2_ceiling_add2" / EVAL_DIR)
     ap.add_argument("--command")
+    ap.add_argument("--second", type=Path, help="a second settings sweep (section 5): e.g. runs/ablate_smollm2_setting2")
     a = ap.parse_args(argv)
-    return exit_code(lambda: print(markdown(a.sweep, a.probe, a.ceiling, a.command)))
+    return exit_code(lambda: print(markdown(a.sweep, a.probe, a.ceiling, a.command, second=a.second)))
 
 
 if __name__ == "__main__":

@@ -69,3 +69,35 @@ def test_every_setting_diverged_keeps_none(tmp_path):
     path.write_text("\n".join(json.dumps({**x, "avg@n": 0.0 if x["step"] else x["avg@n"]}) for x in lines) + "\n")
     text = markdown(sweep, tmp_path / "no_probe", tmp_path / "no_ceiling")
     assert "Every setting diverged: the rule keeps none, and this testbed has no setting." in text
+
+
+def _plateau(sweep, arm: str, seeds) -> None:
+    """Make `arm`'s runs a plateau: held-out pass@1 flat from ¾T (step 120) on, entropy falling to 5% of its start."""
+    for s in seeds:
+        run = sweep / "runs" / arm / f"seed_{s}"
+        evals = [json.loads(x) for x in (run / "eval.jsonl").read_text().splitlines()]
+        at = next(x["avg@n"] for x in evals if x["step"] == 120)
+        (run / "eval.jsonl").write_text("\n".join(json.dumps({**x, "avg@n": at if x["step"] >= 120 else x["avg@n"]})
+                                                  for x in evals) + "\n")
+        rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+        (run / "metrics.jsonl").write_text("\n".join(json.dumps({**r, "entropy": 0.36 * (1 - 0.95 * r["step"] / 160)})
+                                                     for r in rows) + "\n")
+
+
+def test_a_second_settings_sweep_keeps_a_setting_only_where_its_plateau_holds(tmp_path):
+    first = make_sweep(tmp_path / "first", arms=("grpo",), seeds=range(2))
+    second = make_sweep(tmp_path / "second", arms=("grpo",), seeds=range(2), twin="grpo_lr")
+    for d in (first, second):
+        (d / "ceiling.json").write_text(json.dumps({"value": 0.98, "source": "stated in the test"}))
+    text = markdown(first, tmp_path / "no_probe", tmp_path / "no_ceiling", second=second)
+    assert "## 5. The second settings sweep" in text
+    # neither setting of the second sweep stalls (its pass@1 still rises 2.5 points a quarter): the first stands
+    assert text.endswith("No setting of this sweep passes all three criteria and the guard: the first sweep's "
+                         "selection, **grpo**, stands, and the claims that speak of \"the plateau\" are not called "
+                         "on this testbed.")
+    _plateau(second, "grpo_lr", range(2))
+    text = markdown(first, tmp_path / "no_probe", tmp_path / "no_ceiling", second=second)
+    row = next(line for line in text.split("## 5.")[1].splitlines() if line.startswith("| grpo_lr |"))
+    assert "| 0.00 | True |" in row  # stalled: pass@1 at T equals pass@1 at ¾T in both units
+    assert text.endswith("Kept: **grpo_lr**, whose plateau test holds on all three criteria and the guard; the "
+                         "comparison's setting is rewritten to it before the comparison's first run.")
