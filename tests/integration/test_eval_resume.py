@@ -153,10 +153,12 @@ def run_dir(tmp_path) -> Path:
 
 
 def _eval_cmd(run_dir: Path, out: Path) -> list[str]:
-    # 24 test problems × 64 samples, one prompt per call: 24 calls, the samples of each appended as it is graded
+    # 24 test problems × 64 samples, one prompt per call: 24 calls, the samples of each appended as it is
+    # graded. --max-batch-tokens below one call's 64 × (prompt + 24) keeps each call its own batch (a tiny
+    # model's calls otherwise sample as one, and all 24 are appended within milliseconds of the first)
     return [sys.executable, "-m", "rbctl", "eval", str(run_dir), "-b", "builtin", "--limit", "24", "--n", "64",
-            "--temperature", "2.0",
-            "--max-new-tokens", "24", "--batch-size", "64", "--threads", "1", "--device", "cpu", "-o", str(out)]
+            "--temperature", "2.0", "--max-new-tokens", "24", "--batch-size", "64", "--max-batch-tokens", "1536",
+            "--threads", "1", "--device", "cpu", "-o", str(out)]
 
 
 @pytest.mark.slow
@@ -172,7 +174,7 @@ def test_sigint_to_eval_keeps_the_graded_samples_and_the_same_command_resumes_to
     while not (samples.is_file() and samples.stat().st_size > 0):
         assert proc.poll() is None, proc.communicate()
         assert time.time() < deadline, "timed out"
-        time.sleep(0.05)
+        time.sleep(0.005)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
