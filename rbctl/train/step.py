@@ -27,6 +27,7 @@ the sampler of the prompts (`sampling.Sampler`) and the entropy coefficient α t
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass
 
 from rbctl import algo
@@ -66,7 +67,11 @@ def train_step(state: TrainState, sampler: Sampler, step: int, alpha: float) -> 
     t1 = time.perf_counter()
     lr_used = state.opt.param_groups[0]["lr"]  # the lr of this batch's optimizer steps
     result = update(state, batch, alpha)
-    state.sched.step()  # the learning-rate schedule moves once per rollout batch
+    with warnings.catch_warnings():
+        # the schedule moves once per rollout batch, an update or not: where every optimizer step so far was
+        # skipped (non-finite), torch warns of a schedule stepped before the optimizer, which is intended here
+        warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step\\(\\)` before")
+        state.sched.step()
     state.engine.sync_weights(state.model)  # the next rollout samples from the updated policy
     t2 = time.perf_counter()
     # κ_eff is measured after the last optimizer step of the batch; when every step was skipped

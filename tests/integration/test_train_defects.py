@@ -21,6 +21,7 @@ def test_warm_start_steps_zero_trains_from_the_untrained_policy(tiny_config, tmp
     assert [r["step"] for r in done] == [1]
 
 
+@pytest.mark.filterwarnings("error::UserWarning")  # the schedule stepped with every update skipped: no torch warning
 def test_a_step_skipped_for_a_nonfinite_loss_logs_kappa_eff_as_null(tiny_config, tmp_path, monkeypatch):
     tr = Trainer(tiny_config(kappa_eff_every=1), tmp_path / "run", log=lambda *a: None)
     real = update_mod.aggregation_weights
