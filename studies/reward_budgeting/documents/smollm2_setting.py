@@ -69,6 +69,26 @@ def diverged(plain: dict) -> dict[str, list[tuple[float, float]]]:
             for arm, v in plain.items() if v.diverged}
 
 
+def units_diverged(plain: dict) -> dict[str, list[tuple[float, float]]]:
+    """The settings not diverged on the mean over units (the guard's reading) of which some unit ended at or
+    below its step 0 pass@1, each with every unit's (step 0, final) pass@1 in points."""
+    out = {}
+    for arm, v in plain.items():
+        pairs = [(d["start"], d["final"]) for _, d in sorted(v.per_seed.items()) if "start" in d]
+        if not v.diverged and any(b <= a for a, b in pairs):
+            out[arm] = pairs
+    return out
+
+
+def units_diverged_lines(some: dict[str, list[tuple[float, float]]]) -> list[str]:
+    out = [f"- **{arm}: {sum(b <= a for a, b in pairs)} of its {len(pairs)} units diverged** (per unit "
+           f"{', '.join(f'{a:.1f} → {b:.1f}' for a, b in pairs)}). The guard reads the mean over units, which rose, "
+           "so it does not stop this setting; the three criteria, pooled over units, mix a diverged unit with the "
+           "others. Were such a setting kept, its comparison's seeds could diverge as well."
+           for arm, pairs in some.items()]
+    return out + [""] if out else []
+
+
 def diverged_lines(gone: dict[str, list[tuple[float, float]]], guarded: bool) -> list[str]:
     out = [f"- **{arm} diverged**: its held-out pass@1 ended at or below step 0's (per unit "
            f"{', '.join(f'{a:.1f} → {b:.1f}' for a, b in pairs)}). The three criteria do not tell divergence from "
@@ -107,7 +127,8 @@ def second_lines(sweep: Path, first_kept: str | None) -> list[str]:
     kept = setting_by_rule(p.plain, p.thresholds) if any(v.held for v in p.plain.values()) else None
     out += [f"Runs from {prov.code}, last logged {prov.last}; {len(data.sweep.runs)} runs.", "",
             markdown_table(readable(plain_table(p.plain))), "",
-            *diverged_lines(diverged(p.plain), p.thresholds.improved_on_start), *partial_lines(done, going)]
+            *diverged_lines(diverged(p.plain), p.thresholds.improved_on_start), *units_diverged_lines(units_diverged(p.plain)),
+            *partial_lines(done, going)]
     when = " (provisional: the sweep has not finished)" if going else ""
     if kept is not None:
         out.append(f"Kept{when}: **{kept}**, whose plateau test holds on all three criteria and the guard; the "
@@ -157,7 +178,7 @@ def markdown(sweep: Path, probe: Path, ceiling: Path, command: str | None = None
            "evaluations in the last quarter; below the ceiling by ≥ 15 points; entropy below 1/3 of step 1's; and, "
            "the divergence guard, final pass@1 above step 0's):", "",
            markdown_table(readable(plain_table(p.plain))), "",
-           *diverged_lines(gone, guarded),
+           *diverged_lines(gone, guarded), *units_diverged_lines(units_diverged(p.plain)),
            *partial_lines(done, going),
            "## 4. The setting kept" + (" (provisional: the sweep has not finished)" if going else ""), "",
            kept_line(kept, p.plain, gone, guarded)

@@ -101,3 +101,21 @@ def test_a_second_settings_sweep_keeps_a_setting_only_where_its_plateau_holds(tm
     assert "| 0.00 | True |" in row  # stalled: pass@1 at T equals pass@1 at ¾T in both units
     assert text.endswith("Kept: **grpo_lr**, whose plateau test holds on all three criteria and the guard; the "
                          "comparison's setting is rewritten to it before the comparison's first run.")
+
+
+def test_a_setting_one_of_whose_units_diverged_says_so_though_its_mean_rose(tmp_path):
+    sweep = make_sweep(tmp_path / "sweep", arms=("grpo",), seeds=range(2), twin="grpo_lr")
+    assert "units diverged" not in markdown(sweep, tmp_path / "no_probe", tmp_path / "no_ceiling")
+    path = sweep / "runs" / "grpo" / "seed_0" / "eval.jsonl"
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    path.write_text("\n".join(json.dumps({**x, "avg@n": 0.0 if x["step"] else x["avg@n"]}) for x in lines) + "\n")
+    path1 = sweep / "runs" / "grpo" / "seed_1" / "eval.jsonl"
+    other = [json.loads(x) for x in path1.read_text().splitlines()]
+    other = [{**x, "avg@n": x["avg@n"] + 0.35 if x["step"] else 0.05} for x in other]  # seed 1 from 5% to ~100%
+    path1.write_text("\n".join(json.dumps(x) for x in other) + "\n")
+    assert other[-1]["avg@n"] > other[0]["avg@n"] + lines[0]["avg@n"]  # seed 1's rise outweighs seed 0's fall
+    text = markdown(sweep, tmp_path / "no_probe", tmp_path / "no_ceiling")
+    assert "- **grpo diverged**" not in text  # the guard reads the mean over units, which rose
+    pairs = f"{100 * lines[0]['avg@n']:.1f} → 0.0, {100 * other[0]['avg@n']:.1f} → {100 * other[-1]['avg@n']:.1f}"
+    assert f"- **grpo: 1 of its 2 units diverged** (per unit {pairs}). The guard reads the mean over units" in text
+    assert "grpo_lr: " not in text  # both of its units rose
