@@ -62,27 +62,31 @@ def readable(table: pd.DataFrame) -> pd.DataFrame:
     return table.apply(lambda col: col.map(cell))
 
 
+def unit_pairs(verdict) -> list[tuple[float, float]]:
+    """Each unit's (step 0, final) held-out pass@1 in points, of a `PlateauVerdict`'s units evaluated at step 0."""
+    return [(d["start"], d["final"]) for _, d in sorted(verdict.per_seed.items()) if "start" in d]
+
+
+def pairs_text(pairs: list[tuple[float, float]]) -> str:
+    return ", ".join(f"{a:.1f} → {b:.1f}" for a, b in pairs)
+
+
 def diverged(plain: dict) -> dict[str, list[tuple[float, float]]]:
     """The settings whose plain arm diverged (`PlateauVerdict.diverged`: final held-out pass@1 at or below
     step 0's, means over units), each with its units' (step 0, final) pass@1 in points."""
-    return {arm: [(d["start"], d["final"]) for _, d in sorted(v.per_seed.items()) if "start" in d]
-            for arm, v in plain.items() if v.diverged}
+    return {arm: unit_pairs(v) for arm, v in plain.items() if v.diverged}
 
 
 def units_diverged(plain: dict) -> dict[str, list[tuple[float, float]]]:
     """The settings not diverged on the mean over units (the guard's reading) of which some unit ended at or
     below its step 0 pass@1, each with every unit's (step 0, final) pass@1 in points."""
-    out = {}
-    for arm, v in plain.items():
-        pairs = [(d["start"], d["final"]) for _, d in sorted(v.per_seed.items()) if "start" in d]
-        if not v.diverged and any(b <= a for a, b in pairs):
-            out[arm] = pairs
-    return out
+    pairs = {arm: unit_pairs(v) for arm, v in plain.items() if not v.diverged}
+    return {arm: ps for arm, ps in pairs.items() if any(b <= a for a, b in ps)}
 
 
 def units_diverged_lines(some: dict[str, list[tuple[float, float]]]) -> list[str]:
     out = [f"- **{arm}: {sum(b <= a for a, b in pairs)} of its {len(pairs)} units diverged** (per unit "
-           f"{', '.join(f'{a:.1f} → {b:.1f}' for a, b in pairs)}). The guard reads the mean over units, which rose, "
+           f"{pairs_text(pairs)}). The guard reads the mean over units, which rose, "
            "so it does not stop this setting; the three criteria, pooled over units, mix a diverged unit with the "
            "others. Were such a setting kept, its comparison's seeds could diverge as well."
            for arm, pairs in some.items()]
@@ -91,7 +95,7 @@ def units_diverged_lines(some: dict[str, list[tuple[float, float]]]) -> list[str
 
 def diverged_lines(gone: dict[str, list[tuple[float, float]]], guarded: bool) -> list[str]:
     out = [f"- **{arm} diverged**: its held-out pass@1 ended at or below step 0's (per unit "
-           f"{', '.join(f'{a:.1f} → {b:.1f}' for a, b in pairs)}). The three criteria do not tell divergence from "
+           f"{pairs_text(pairs)}). The three criteria do not tell divergence from "
            "premature convergence (a policy at 0 \"stalls\" far below the ceiling); "
            + ("the divergence guard does: a diverged setting is not kept." if guarded else
               "the divergence guard is off in this sweep file, so the rule does not either.")
@@ -127,8 +131,8 @@ def second_lines(sweep: Path, first_kept: str | None) -> list[str]:
     kept = setting_by_rule(p.plain, p.thresholds) if any(v.held for v in p.plain.values()) else None
     out += [f"Runs from {prov.code}, last logged {prov.last}; {len(data.sweep.runs)} runs.", "",
             markdown_table(readable(plain_table(p.plain))), "",
-            *diverged_lines(diverged(p.plain), p.thresholds.improved_on_start), *units_diverged_lines(units_diverged(p.plain)),
-            *partial_lines(done, going)]
+            *diverged_lines(diverged(p.plain), p.thresholds.improved_on_start),
+            *units_diverged_lines(units_diverged(p.plain)), *partial_lines(done, going)]
     when = " (provisional: the sweep has not finished)" if going else ""
     if kept is not None:
         out.append(f"Kept{when}: **{kept}**, whose plateau test holds on all three criteria and the guard; the "
