@@ -3,7 +3,7 @@ the setting it runs, from the zero-shot probe, the SFT ceiling and the plain-GRP
 
     python -m studies.reward_budgeting.documents.smollm2_setting runs/ablate_smollm2_setting \
         --probe runs/smollm2_probe --ceiling runs/smollm2_ceiling_add2/eval \
-        [--command "rbctl ablate ..."] [--second runs/ablate_smollm2_setting2] \
+        [--command "rbctl ablate ..."] [--later runs/ablate_smollm2_setting2 --later ...] \
         > studies/reward_budgeting/docs/smollm2_setting.md
 
 The settings sweep (configs/ablate_smollm2_setting.yaml) runs plain GRPO alone at each setting; its
@@ -113,18 +113,23 @@ def partial_lines(done: int, going: list[str]) -> list[str]:
             "not in the table.", ""]
 
 
-def second_lines(sweep: Path, first_kept: str | None) -> list[str]:
-    """Section 5: a second settings sweep, written before any of its runs with the first one's rule: a setting
-    of it is kept only where its plateau test holds (all three criteria and the guard); else the first sweep's
-    selection stands."""
-    out = ["## 5. The second settings sweep", "",
-           f"`{sweep}`, written before any of its runs (its sweep file's header says why): the first sweep's rule over "
-           "its own settings, a setting kept only where its plateau test holds (all three criteria and the guard); "
-           "if none does, the first sweep's selection stands.", ""]
+ORDINALS = ("second", "third", "fourth", "fifth", "sixth")
+
+
+def later_lines(sweep: Path, standing: str | None, number: int) -> tuple[list[str], str | None]:
+    """Section 3 + `number`: a later settings sweep, declared in its sweep file before the runs it reads
+    (its header says why, and how its runs were made), with the first one's rule: a setting of it is kept
+    only where its plateau test holds (all three criteria and the guard); else the selection standing
+    (`standing`: the first sweep's, or an earlier later sweep's) stands. Returns the lines and the
+    selection that stands after this sweep."""
+    out = [f"## {number + 3}. The {ORDINALS[number - 2]} settings sweep", "",
+           f"`{sweep}`, declared in its sweep file before the runs it reads (its header says why, and how its runs "
+           "were made): the first sweep's rule over its own settings, a setting kept only where its plateau test holds "
+           "(all three criteria and the guard); if none does, the selection standing stands.", ""]
     data = report_data([sweep], n_boot=200)
     p = data.plateau
     if not p.plain:
-        return out + ["No finished plain-GRPO run with periodic evaluations yet: nothing tested.", ""]
+        return out + ["No finished plain-GRPO run with periodic evaluations yet: nothing tested.", ""], standing
     done = sum(r.finished for r in data.sweep.runs)
     going = sorted(i.name for i in data.sweep.issues if i.status not in ("done", "no final evaluation"))
     prov = provenance(sweep, short=True, runs=list(data.sweep.runs))
@@ -136,16 +141,15 @@ def second_lines(sweep: Path, first_kept: str | None) -> list[str]:
     when = " (provisional: the sweep has not finished)" if going else ""
     if kept is not None:
         out.append(f"Kept{when}: **{kept}**, whose plateau test holds on all three criteria and the guard; the "
-                   "comparison's setting is rewritten to it before the comparison's first run.")
-    else:
-        out.append(f"No setting of this sweep passes all three criteria and the guard{when}: the first sweep's "
-                   f"selection, **{first_kept}**, stands, and the claims that speak of \"the plateau\" are not called "
-                   "on this testbed.")
-    return out
+                   "comparison is declared at it before any of its arms but plain GRPO runs there.")
+        return out, kept
+    out.append(f"No setting of this sweep passes all three criteria and the guard{when}: the selection standing, "
+               f"**{standing}**, stands, and the claims that speak of \"the plateau\" are not called on this testbed.")
+    return out, standing
 
 
 def markdown(sweep: Path, probe: Path, ceiling: Path, command: str | None = None,
-             cpuinfo: Path = Path("/proc/cpuinfo"), second: Path | None = None) -> str:
+             cpuinfo: Path = Path("/proc/cpuinfo"), later: tuple[Path, ...] = ()) -> str:
     data = report_data([sweep], n_boot=200)
     p = data.plateau
     if not p.plain:
@@ -187,8 +191,10 @@ def markdown(sweep: Path, probe: Path, ceiling: Path, command: str | None = None
            "## 4. The setting kept" + (" (provisional: the sweep has not finished)" if going else ""), "",
            kept_line(kept, p.plain, gone, guarded)
            + unguarded_line(kept, p.plain, guarded)]
-    if second is not None:
-        out += ["", *second_lines(second, kept)]
+    standing = kept
+    for number, sweep_n in enumerate(later, start=2):
+        lines, standing = later_lines(sweep_n, standing, number)
+        out += ["", *lines]
     return "\n".join(out)
 
 
@@ -225,9 +231,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--probe", type=Path, default=Path(RUNS_ROOT) / "smollm2_probe")
     ap.add_argument("--ceiling", type=Path, default=Path(RUNS_ROOT) / "smollm2_ceiling_add2" / EVAL_DIR)
     ap.add_argument("--command")
-    ap.add_argument("--second", type=Path, help="a second settings sweep (section 5): e.g. runs/ablate_smollm2_setting2")
+    ap.add_argument("--later", type=Path, action="append", default=[],
+                    help="a later settings sweep, in order (sections 5, 6, ...): e.g. runs/ablate_smollm2_setting2")
     a = ap.parse_args(argv)
-    return exit_code(lambda: print(markdown(a.sweep, a.probe, a.ceiling, a.command, second=a.second)))
+    if len(a.later) > len(ORDINALS):
+        ap.error(f"--later: at most {len(ORDINALS)} later sweeps")
+    return exit_code(lambda: print(markdown(a.sweep, a.probe, a.ceiling, a.command, later=tuple(a.later))))
 
 
 if __name__ == "__main__":

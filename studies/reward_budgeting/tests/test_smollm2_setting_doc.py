@@ -89,18 +89,37 @@ def test_a_second_settings_sweep_keeps_a_setting_only_where_its_plateau_holds(tm
     second = make_sweep(tmp_path / "second", arms=("grpo",), seeds=range(2), twin="grpo_lr")
     for d in (first, second):
         (d / "ceiling.json").write_text(json.dumps({"value": 0.98, "source": "stated in the test"}))
-    text = markdown(first, tmp_path / "no_probe", tmp_path / "no_ceiling", second=second)
+    text = markdown(first, tmp_path / "no_probe", tmp_path / "no_ceiling", later=(second,))
     assert "## 5. The second settings sweep" in text
     # neither setting of the second sweep stalls (its pass@1 still rises 2.5 points a quarter): the first stands
-    assert text.endswith("No setting of this sweep passes all three criteria and the guard: the first sweep's "
-                         "selection, **grpo**, stands, and the claims that speak of \"the plateau\" are not called "
-                         "on this testbed.")
+    assert text.endswith("No setting of this sweep passes all three criteria and the guard: the selection standing, "
+                         "**grpo**, stands, and the claims that speak of \"the plateau\" are not called on this testbed.")
     _plateau(second, "grpo_lr", range(2))
-    text = markdown(first, tmp_path / "no_probe", tmp_path / "no_ceiling", second=second)
+    text = markdown(first, tmp_path / "no_probe", tmp_path / "no_ceiling", later=(second,))
     row = next(line for line in text.split("## 5.")[1].splitlines() if line.startswith("| grpo_lr |"))
     assert "| 0.00 | True |" in row  # stalled: pass@1 at T equals pass@1 at ¾T in both units
     assert text.endswith("Kept: **grpo_lr**, whose plateau test holds on all three criteria and the guard; the "
-                         "comparison's setting is rewritten to it before the comparison's first run.")
+                         "comparison is declared at it before any of its arms but plain GRPO runs there.")
+
+
+def test_each_later_sweep_gets_its_section_and_the_selection_standing_carries_from_one_to_the_next(tmp_path):
+    first = make_sweep(tmp_path / "first", arms=("grpo",), seeds=range(2))
+    second = make_sweep(tmp_path / "second", arms=("grpo",), seeds=range(2), twin="grpo_lr")
+    third = make_sweep(tmp_path / "third", arms=("grpo",), seeds=range(2), twin="grpo_long")
+    for d in (first, second, third):
+        (d / "ceiling.json").write_text(json.dumps({"value": 0.98, "source": "stated in the test"}))
+    _plateau(second, "grpo_lr", range(2))  # the second sweep keeps grpo_lr; the third's settings do not stall
+    text = markdown(first, tmp_path / "no_probe", tmp_path / "no_ceiling", later=(second, third))
+    fifth, sixth = text.split("## 5. The second settings sweep")[1].split("## 6. The third settings sweep")
+    assert "Kept: **grpo_lr**" in fifth
+    assert sixth.endswith("the selection standing, **grpo_lr**, stands, and the claims that speak of \"the plateau\" "
+                          "are not called on this testbed.")
+    _plateau(third, "grpo_long", range(2))
+    text = markdown(first, tmp_path / "no_probe", tmp_path / "no_ceiling", later=(second, third))
+    assert text.split("## 6. The third settings sweep")[1].endswith("Kept: **grpo_long**, whose plateau test holds on "
+                                                                    "all three criteria and the guard; the comparison is "
+                                                                    "declared at it before any of its arms but plain "
+                                                                    "GRPO runs there.")
 
 
 def test_a_setting_one_of_whose_units_diverged_says_so_though_its_mean_rose(tmp_path):
