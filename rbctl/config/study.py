@@ -226,21 +226,26 @@ class Claim(Section):
     rule: Rule = Field(..., description="The rule the library applies (kind: calls, association, trend or exact).")
 
 
+# The metrics-log keys a study's curves may draw: the sweep report's training curves
+# (`rbctl.report.analyses.trajectories.TRAINING_CURVES`, which draws them; a test keeps the two equal).
+CURVE_TRAINING_KEYS = ("reward/mean", "entropy", "kappa", "kappa_eff", "clip/frac_low", "clip/frac_high")
+
+
 class Curves(Section):
-    """Figures of held-out curves over a sweep's periodic evaluations: per metric, one line per arm (the
-    mean over units) with its 95% t-band over units (`rbctl report STUDY.yaml -o OUT` writes them to
-    OUT/figures/ and the document shows them)."""
+    """Figures of a sweep's curves over steps: held-out metrics of its periodic evaluations, or training
+    curves of its metrics log; per metric, one line per arm (the mean over units) with its 95% t-band over
+    units (`rbctl report STUDY.yaml -o OUT` writes them to OUT/figures/ and the document shows them)."""
 
     sweep: str = Field(..., description="The study's sweep (a testbed name, <testbed>_long, or main).")
-    metrics: list[str] = Field(default_factory=lambda: ["avg@n"], min_length=1, description="Held-out metrics of the periodic evaluations (avg@n, pass@k), one figure each.")
+    metrics: list[str] = Field(default_factory=lambda: ["avg@n"], min_length=1, description="One figure each: a held-out metric of the periodic evaluations (avg@n, pass@k), or a training curve of the metrics log (reward/mean, entropy, kappa, kappa_eff, clip/frac_low, clip/frac_high; kappa_eff as a rolling mean, as the sweep report draws it).")
     arms: Optional[list[str]] = Field(None, description="The arms drawn (null = every arm of the sweep).")
 
     @field_validator("metrics")
     @classmethod
     def _metrics(cls, v):
         for m in v:
-            if not re.fullmatch(r"avg@n|pass@[1-9][0-9]*", m):
-                raise ValueError(f"curve metric '{m}' is neither avg@n nor pass@k")
+            if not re.fullmatch(r"avg@n|pass@[1-9][0-9]*", m) and m not in CURVE_TRAINING_KEYS:
+                raise ValueError(f"curve metric '{m}' is none of avg@n, pass@k, {', '.join(CURVE_TRAINING_KEYS)}")
         return v
 
 

@@ -769,7 +769,7 @@ def test_a_calls_rule_with_crossing_reports_when_the_mean_curves_cross(tmp_path:
         "; crossing of the mean avg@n curves: step 2 (95% bootstrap interval over 3 units, every resample: step 1 to "
         "none within the horizon; 74% of resamples cross by step 2)")
     # the same study asks for the curves: one figure per metric, drawn where the document is written
-    study["curves"] = [{"sweep": "fixpoint", "metrics": ["avg@n"], "arms": ["grpo", "grpo_budget"]}]
+    study["curves"] = [{"sweep": "fixpoint", "metrics": ["avg@n", "entropy"], "arms": ["grpo", "grpo_budget"]}]
     study["note"] = "Written after a pilot of the same design had been seen."
     path.write_text(yaml.safe_dump(study, allow_unicode=True))
     doc = claims.make_study_report(path, tmp_path / "out", n_boot=50).read_text()
@@ -777,6 +777,13 @@ def test_a_calls_rule_with_crossing_reports_when_the_mean_curves_cross(tmp_path:
             "been seen.") in doc
     assert "![fixpoint: held-out avg@n](figures/study_fixpoint_avg_n.png)" in doc
     assert (tmp_path / "out" / "figures" / "study_fixpoint_avg_n.png").stat().st_size > 10_000
+    # a training curve of the metrics log: the sweep report's entropy figure, per arm over steps
+    assert "![fixpoint: Token entropy (pre-update policy)](figures/study_fixpoint_entropy.png)" in doc
+    assert (tmp_path / "out" / "figures" / "study_fixpoint_entropy.png").stat().st_size > 10_000
+    study["curves"] = [{"sweep": "fixpoint", "metrics": ["entropy_mean"]}]
+    path.write_text(yaml.safe_dump(study, allow_unicode=True))
+    with pytest.raises(UserError, match="curve metric 'entropy_mean' is none of avg@n, pass@k, reward/mean, entropy"):
+        claims.load_study(path)
     study["curves"] = [{"sweep": "nowhere"}]
     path.write_text(yaml.safe_dump(study, allow_unicode=True))
     with pytest.raises(UserError, match="curves: sweep 'nowhere' is not one of the study's"):

@@ -26,6 +26,11 @@ TRAINING_CURVES = (
 )
 
 
+def training_curve(key: str) -> tuple | None:
+    """The `TRAINING_CURVES` entry of a metrics-log key, or None where ``key`` is not one."""
+    return next((c for c in TRAINING_CURVES if c[0] == key), None)
+
+
 @dataclass(frozen=True)
 class Curve:
     """One trajectory figure's numbers: ``bands[arm]`` (columns mean, lo, hi, seeds by step) of

@@ -286,22 +286,36 @@ def plot_association(between: pd.DataFrame, within: pd.DataFrame, styles: dict[s
     return fig
 
 
-def draw_curves(by_arm: dict, metric: str, benchmark: str, figures_dir: Path, slug: str, title: str,
-                arms: list[str] | None = None) -> bool:
-    """One figure of the held-out ``metric`` over the periodic evaluations of ``by_arm``'s runs (arm ->
-    runs): per arm the mean over units with its 95% t-band (`rbctl.report.series.band`), all arms in
-    one panel, written as ``figures_dir/slug.png`` (and .svg); False when no arm has such evaluations."""
+def curve_bands(by_arm: dict, metric: str, benchmark: str, arms: list[str] | None = None) -> dict[str, pd.DataFrame]:
+    """`draw_curves`'s numbers: per arm that has ``metric``, its per-step band over units
+    (`rbctl.report.series.band`); a training curve's key is read from the metrics log with that curve's
+    rolling window (`rbctl.report.analyses.trajectories.TRAINING_CURVES`), else ``benchmark``'s evaluations."""
+    from rbctl.report.analyses.trajectories import training_curve
     from rbctl.report.series import band, unit_frame
 
-    bands = {}
-    for arm in sorted(arms or by_arm):
-        frame = unit_frame(by_arm.get(arm, []), metric, benchmark=benchmark)
-        if len(frame):
-            bands[arm] = band(frame)
+    spec = training_curve(metric)
+    frames = {arm: unit_frame(by_arm.get(arm, []), metric, window=spec[4] if spec else 1,
+                              benchmark=None if spec else benchmark) for arm in sorted(arms or by_arm)}
+    return {arm: band(frame) for arm, frame in frames.items() if len(frame)}
+
+
+def draw_curves(by_arm: dict, metric: str, benchmark: str, figures_dir: Path, slug: str, title: str,
+                arms: list[str] | None = None) -> bool:
+    """One figure of ``metric`` over steps for ``by_arm``'s runs (arm -> runs): the held-out ``metric``
+    (avg@n, pass@k) of ``benchmark``'s periodic evaluations, or a training curve's key of the metrics log
+    (`rbctl.report.analyses.trajectories.TRAINING_CURVES`: entropy, κ_eff, ..., smoothed and bounded as
+    the sweep report draws it). Per arm the mean over units with its 95% t-band
+    (`rbctl.report.series.band`), all arms in one panel, written as ``figures_dir/slug.png`` (and .svg);
+    False when no arm has the metric."""
+    from rbctl.report.analyses.trajectories import training_curve
+
+    spec = training_curve(metric)
+    limits = spec[5] if spec else (0, 1)
+    bands = curve_bands(by_arm, metric, benchmark, arms)
     if not bands:
         return False
     figures_dir.mkdir(parents=True, exist_ok=True)
     styles = arm_styles({a: ("", "") for a in by_arm})
-    label = "held-out pass@1 (avg@n)" if metric == "avg@n" else f"held-out {metric}"
-    save_figure(plot_trajectory(bands, styles, [("", list(bands))], title, label, limits=(0, 1)), figures_dir, slug)
+    label = spec[3] if spec else "held-out pass@1 (avg@n)" if metric == "avg@n" else f"held-out {metric}"
+    save_figure(plot_trajectory(bands, styles, [("", list(bands))], title, label, limits=limits), figures_dir, slug)
     return True

@@ -15,6 +15,7 @@ from rbctl.config.base import read_yaml
 from rbctl.config.study import AssociationRule, CallsRule, TrendRule
 from rbctl.report.analyses.comparisons import EQUIVALENT, call, call_text, in_family
 from rbctl.report.analyses.plateau import setting_by_rule
+from rbctl.report.analyses.trajectories import training_curve
 from rbctl.report.power import units_for_tost
 from rbctl.report.provenance import code_text, cpu_description, provenance, same_training_code
 from rbctl.report.render.calls import deciding_test
@@ -244,13 +245,16 @@ def curve_lines(study: Study, figures: Path | None, number: int) -> list[str]:
             out += [f"{spec.sweep}: not finished yet, no curves.", ""]
             continue
         for metric in spec.metrics:
-            slug = f"{study.source.stem}_{spec.sweep}_{metric.replace('@', '_')}"
+            slug = f"{study.source.stem}_{spec.sweep}_{metric.replace('@', '_').replace('/', '_')}"
+            train = training_curve(metric)
+            what = train[2] if train else f"held-out {metric}"
             drawn = figures is not None and draw_curves(tb.data.sweep.by_arm, metric, tb.benchmark, Path(figures), slug,
-                                                        f"{spec.sweep}: held-out {metric} over the periodic evaluations",
+                                                        f"{spec.sweep}: {what}" + ("" if train else
+                                                                                   " over the periodic evaluations"),
                                                         spec.arms)
-            out += [f"![{spec.sweep}: held-out {metric}]({REPORT_FIGURES}/{slug}.png)" if drawn else
+            out += [f"![{spec.sweep}: {what}]({REPORT_FIGURES}/{slug}.png)" if drawn else
                     f"{spec.sweep}, {metric}: no figure (the document was written without an output folder, or no "
-                    "arm has periodic evaluations of it)", ""]
+                    f"arm has {'logged it' if train else 'periodic evaluations of it'})", ""]
     return out
 
 
