@@ -135,3 +135,26 @@ def test_a_checkpoint_whose_recorded_schedule_differs_is_refused_by_the_trainer(
     train(tiny_config(steps=2), run, **QUIET)
     with pytest.raises(UserError, match="ran with the learning-rate schedule .*'lr': 0.001"):
         Trainer(tiny_config(steps=4, optim__lr=5e-4), run, log=lambda *a: None)
+
+
+def test_a_run_lengthened_with_extend_under_a_constant_lr_equals_the_longer_run_from_the_start(tiny_config, tmp_path):
+    """What a settings probe at a longer horizon rests on: a run of 2 steps (periodic evaluations every 2,
+    so a held-out score at its last step) lengthened to 4 with --extend logs, evaluates and ends exactly as
+    the 4-step run does: no step, evaluation or random draw depends on the horizon it first ran with."""
+    straight, short = tmp_path / "straight", tmp_path / "short"
+    evals = dict(eval__every=2, eval__n=2, eval__limit=4, eval__temperature=1.0)
+    train(tiny_config(steps=4, **evals), straight, **QUIET)
+    train(tiny_config(steps=2, **evals), short, **QUIET)
+    train(tiny_config(steps=4, **evals), short, extend=True, **QUIET)
+
+    def lines(run: Path, name: str) -> list[dict]:
+        return [{k: v for k, v in json.loads(x).items() if not k.startswith(("time/", "throughput/"))}
+                for x in (run / name).read_text().splitlines()]
+
+    assert [r["step"] for r in lines(short, "metrics.jsonl")] == [1, 2, 3, 4]
+    assert lines(short, "metrics.jsonl") == lines(straight, "metrics.jsonl")
+    assert [e["step"] for e in lines(short, "eval.jsonl")] == [0, 2, 4]
+    assert lines(short, "eval.jsonl") == lines(straight, "eval.jsonl")
+    assert (short / "samples.jsonl").read_text() == (straight / "samples.jsonl").read_text()
+    a, b = (load_file(str(next((r / "checkpoints" / "step_000004").rglob("*.safetensors")))) for r in (straight, short))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
