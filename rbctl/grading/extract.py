@@ -33,7 +33,7 @@ from dataclasses import dataclass
 MAX_ANSWER_CHARS = 1000
 MAX_BRACE_DEPTH = 50
 MAX_RESULT_DIGITS = 1e6  # 3^{10^6} (477k digits) grades in 0.15 s; 9^{9^9} (3.7e8 digits) hangs.
-STATUSES = ("ok", "no_answer", "timeout", "error")
+STATUSES = ("ok", "no_answer", "unevaluated", "timeout", "error")
 EXTRACTIONS = ("boxed", "phrase", "number", "none")  # how an answer was found, in the order they are tried
 EXTRACTION_MODES = ("final", "last_number")  # final: boxed, then phrase; last_number: then the last number
 
@@ -43,8 +43,10 @@ class GradeResult:
     """Verdict of one grading call.
 
     status: ``ok`` (compared; ``correct`` is the verdict), ``no_answer`` (no answer, or an empty
-    box), ``timeout`` (exceeded ``timeout_s`` or rejected by a pre-check), ``error`` (math-verify
-    raised, the gold did not parse, or the worker died). Only ``ok`` can be correct.
+    box), ``unevaluated`` (a number is asked and the answer is a computation left undone,
+    `unevaluated_computation`), ``timeout`` (exceeded ``timeout_s`` or rejected by a pre-check),
+    ``error`` (math-verify raised, the gold did not parse, or the worker died). Only ``ok`` can be
+    correct.
     extracted: the answer as written in the completion (before `join_digit_groups`).
     extraction: how ``extracted`` was found: one of EXTRACTIONS (``none``: it is None), or ``task``
     where a benchmark's own extractor found it (rbctl.eval.pipeline, the built-in tasks).
@@ -291,6 +293,9 @@ EXTRACTION_POLICY = {
                "joined across \\, \\: \\; \\thinspace '\\ ' {,} ,\\! and spaces (U+0020, U+00A0, U+2009, "
                "U+202F); across plain commas only when every comma of the answer is such a separator "
                "and the answer has no brackets",
+    "computation": "where the gold is a plain number, an answer whose last side (after its last '=') joins two "
+                   "numbers by +, -, *, ×, ·, ÷, \\times, \\cdot or \\div is wrong (status unevaluated), "
+                   "never evaluated by math-verify; fractions and powers are values",
 }
 
 
@@ -375,6 +380,30 @@ def _tower_log10(s: str, i: int) -> tuple[float, int] | None:
         return 0.0, end
     exponent = math.inf if exp_log > 300 else 10.0**exp_log
     return exponent * base_log, end
+
+
+# A number as a gold answer: optionally signed, with an optional decimal part, optionally in $...$.
+_PLAIN_NUMBER = re.compile(r"\$?\s*-?\d+(\.\d+)?\s*\$?")
+# Two numbers joined by an arithmetic operator (a fraction's / and \frac, and a power, are values here).
+_OPERATION = re.compile(r"\d\s*(?:[-+*×·÷]|\\times|\\cdot|\\div|\\ast)\s*[{(]?\s*-?\d")
+
+
+def unevaluated_computation(pred: str, gold: str) -> str | None:
+    """Why ``pred`` is no answer to ``gold``, or None: where the gold is a plain number, the answer
+    must be a value, not a computation left for the grader to do. Its last side (after its last
+    ``=``, so ``11 + 94 = 105`` answers 105) may not join two numbers by an arithmetic operator
+    (+, -, *, ×, ·, ÷, \\times, \\cdot, \\div): math-verify would evaluate ``40 + 32`` to 72, and a
+    policy rewarded for it learns to restate the question (docs/method.md, "Answer extraction").
+    A fraction (``1/2``, ``\\frac{1}{2}``), a power (``2^{10}``, a closed form) and a leading minus
+    are values. Both arguments are as
+    given to math-verify (thousands separators joined)."""
+    if not _PLAIN_NUMBER.fullmatch(gold.strip()):
+        return None
+    last = pred.rsplit("=", 1)[-1]
+    m = _OPERATION.search(last)
+    if m is None:
+        return None
+    return f"a number is asked and the answer is a computation: '{last.strip()}'"
 
 
 def precheck(answer: str) -> str | None:

@@ -10,6 +10,9 @@ Contract
    such as ``025`` or ``336^\\circ`` goes through the same LaTeX path as a model answer) and
    compared with ``math_verify.verify(gold, pred)``. math-verify supplies: fractions vs decimals,
    ``\\dfrac``, leading zeros, ``^\\circ``, ``x = 5`` vs ``5``, intervals, percentages, ``\\sqrt``, ``\\pi``.
+   One rule of ours first: where the gold is a plain number, an answer that is a computation left
+   undone (``40 + 32`` for 72, which math-verify would evaluate) is wrong, status ``unevaluated``
+   (`rbctl.grading.extract.unevaluated_computation`).
 3. Multiple-choice letters: math-verify compares ``B``, ``(B)``, ``\\text{(B)}`` as the symbol
    ``b``. One addition of ours: when the gold is a single letter A-E, a prediction that starts with
    a parenthesised letter (``\\textbf{(B) }12``, the AMC style) is reduced to that letter.
@@ -49,7 +52,7 @@ from pathlib import Path
 
 from rbctl.grading.extract import (  # noqa: F401  (re-exported: the grading API)
     EXTRACTIONS, MAX_ANSWER_CHARS, STATUSES, GradeResult, _CHOICE_PRED, _strip_text_commands, choice_letter,
-    extract_boxed, extract_final_answer, join_digit_groups, precheck,
+    extract_boxed, extract_final_answer, join_digit_groups, precheck, unevaluated_computation,
 )
 
 WORKER_STARTUP_TIMEOUT_S = 120.0  # importing sympy on a loaded 2-core machine can take a while
@@ -362,6 +365,9 @@ def grade_answer(extracted: str, answer: str, timeout_s: float = 5.0, extraction
         m = _CHOICE_PRED.match(_strip_text_commands(pred))
         if m is not None:
             return GradeResult(m.group(1) == gold_letter, extracted, "ok", "choice letter", extraction)
+    undone = unevaluated_computation(pred, gold)
+    if undone is not None:
+        return GradeResult(False, extracted, "unevaluated", undone, extraction)
     status, correct, detail = _run("grade", gold, pred, timeout_s)
     return GradeResult(correct, extracted, status, detail, extraction)
 

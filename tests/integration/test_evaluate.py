@@ -190,7 +190,7 @@ def test_math_metrics_by_hand(tiny: LoadedPolicy, tmp_path: Path) -> None:
         "maj@2": 0.5,  # p0 "27" vs none -> right; p1 "3" vs "0.5" tie -> first ("3") wrong
         "maj@4": 0.5,  # p0 "26" x2 beats "27" -> wrong; p1 three equivalent halves -> right
     })
-    assert summary["grader"] == {"ok": 7, "no_answer": 1, "timeout": 0, "error": 0}
+    assert summary["grader"] == {"ok": 7, "no_answer": 1, "unevaluated": 0, "timeout": 0, "error": 0}
     assert summary["extraction"] == {"boxed": 7, "phrase": 0, "none": 1}
     assert [p["correct"] for p in summary["per_problem"]] == [1, 3]
     assert summary["protocol"]["engine"] == "scripted"
@@ -228,7 +228,7 @@ def test_amc23_from_shared_data_dir(tiny: LoadedPolicy, tmp_path: Path) -> None:
     summary = evaluate_policy(tiny, cfg, tmp_path)["amc23"]
     assert [p["id"] for p in summary["per_problem"]] == ["amc23-0", "amc23-1"]
     # the character tokenizer has no backslash, so no sample can hold a \boxed answer
-    assert summary["grader"] == {"ok": 0, "no_answer": 2, "timeout": 0, "error": 0}
+    assert summary["grader"] == {"ok": 0, "no_answer": 2, "unevaluated": 0, "timeout": 0, "error": 0}
     assert summary["protocol"]["example_prompt"].endswith("\\boxed{}.\n")
     samples = read_samples(tmp_path / "amc23" / "samples.jsonl")
     assert [s["gold"] for s in samples] == ["27", "36"]

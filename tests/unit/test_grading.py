@@ -306,3 +306,32 @@ def test_a_worker_over_its_memory_limit_is_a_grader_error_and_the_parent_is_unto
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0 < 50 * 1024  # kB: the parent did not grow
     assert grading._run("allocate", str(1 << 20), "", 30.0)[0] == "ok"  # under the limit it works
     assert grade_detailed("\\boxed{1/2}", "0.5").correct  # the replacement worker grades
+
+
+@pytest.mark.parametrize("pred, gold, status, correct", [
+    ("40 + 32", "72", "unevaluated", False),           # the question restated: math-verify alone says 72
+    ("x = 40+32", "72", "unevaluated", False),
+    ("6 \\times 12", "72", "unevaluated", False),
+    ("2^{10}", "1024", "ok", True),                    # a power is a closed form, as math-verify reads it
+    ("3-1", "2", "unevaluated", False),
+    ("11 + 94 = 105", "105", "ok", True),              # the last side is the value
+    ("-5", "-5", "ok", True),                          # a leading minus is a sign
+    ("1/2", "0.5", "ok", True),                        # fractions are values
+    ("\\frac{1}{2}", "0.5", "ok", True),
+    ("30^\\circ", "30", "ok", True),
+    ("1\\,000", "1000", "ok", True),
+    ("\\sqrt{2}+1", "1+\\sqrt{2}", "ok", True),        # a gold that is no plain number: math-verify decides
+    ("40 + 33", "72", "unevaluated", False),
+])
+def test_a_number_asked_is_not_answered_by_a_computation_left_undone(pred, gold, status, correct) -> None:
+    r = grading.grade_answer(pred, gold)
+    assert (r.status, r.correct) == (status, correct), r
+    if status == "unevaluated":
+        assert r.detail == f"a number is asked and the answer is a computation: '{pred.rsplit('=', 1)[-1].strip()}'"
+
+
+def test_a_policy_that_restates_the_question_in_a_final_answer_phrase_earns_no_reward() -> None:
+    # SmolLM2 after 300 GRPO steps on two-digit sums, graded with the last-number extraction
+    completion = "40 + 32 = 72\nYour final answer is 40 + 32\n#### 40 + 32 = 74\n#### 40 + 32 = 76"
+    r = grade_detailed(completion, "72", extraction="last_number")
+    assert (r.extracted, r.extraction, r.status, r.correct) == ("40 + 32", "phrase", "unevaluated", False)
