@@ -33,6 +33,7 @@ class Groups:
     samples: list[list[Sample]] = field(default_factory=list)  # [P][G]
     correct: torch.Tensor | None = None  # [P, G] bool
     grader_failures: int = 0
+    grader_unevaluated: int = 0  # answers that were a computation left undone (scored wrong)
     generated: int = 0  # rollouts sampled this step (all rounds)
     rounds: int = 1  # rounds sampled (1 = no resampling)
     topped_up: int = 0  # filtered-out groups put back to fill P

@@ -100,6 +100,9 @@ STEP_METRICS: tuple[Metric, ...] = (
            "not finite", UPDATE),
     Metric("grader/failures", "rollouts whose math-grader call timed out or errored this step (scored wrong, never "
            "string-compared); 0 for the built-in tasks' checker", "rbctl.train.training_data.reward_function"),
+    Metric("grader/unevaluated", "rollouts whose answer was a computation left undone where a number is asked "
+           "(`40 + 32` for 72: scored wrong, status `unevaluated`); a policy learning to restate the question shows "
+           "here; 0 for the built-in tasks' checker", "rbctl.train.training_data.reward_function"),
     Metric("lr", "the learning rate of this step's optimizer steps", STEP),
     Metric("time/step_s", "wall seconds of the step (rollout + update + κ_eff)", STEP),
     Metric("time/rollout_s", "wall seconds of the step's sampling and grading", STEP),

@@ -73,6 +73,7 @@ def collect_groups(sample_round: Callable[[int], Groups], share: int, hooks: Seq
         out.rounds += 1
         out.generated += g.generated
         out.grader_failures += g.grader_failures
+        out.grader_unevaluated += g.grader_unevaluated
         keep = functools.reduce(operator.and_, (hook(g.correct) for hook in hooks)).tolist()
         for p, k in enumerate(keep):
             (kept if k else dropped).append((g.idx[p], g.samples[p], g.correct[p]))
@@ -99,7 +100,7 @@ class Sampler:
     precision: Precision
     dist: DistContext
     problems: list  # the training problems (rbctl.tasks Problem)
-    reward_fn: Callable[[list[str], list], tuple[list[bool], int]]
+    reward_fn: Callable[[list[str], list], tuple[list[bool], int, int]]
     tokenizer: object
     template: str
     prompt_task: str  # the task whose format the `builtin` template uses
@@ -131,7 +132,7 @@ class Sampler:
         # hf samples in the training precision (same autocast); vLLM in its own dtype (logprob_diff, TIS)
         with self.engine.sampling_context(self.precision):
             samples = self.engine.generate(prompts, params)
-        flags, failures = self.reward_fn([s.text for group in samples for s in group],
-                                         [self.problems[i] for i in idx for _ in range(r.group_size)])
+        flags, failures, unevaluated = self.reward_fn([s.text for group in samples for s in group],
+                                                      [self.problems[i] for i in idx for _ in range(r.group_size)])
         correct = torch.tensor(flags, dtype=torch.bool).reshape(len(idx), r.group_size)
-        return Groups(idx, samples, correct, failures, generated=len(flags))
+        return Groups(idx, samples, correct, failures, unevaluated, generated=len(flags))

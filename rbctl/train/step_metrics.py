@@ -24,7 +24,7 @@ BATCH_ORDER = (
 )
 STEP_ORDER = (
     "entropy", "kappa_eff", "clip/frac_low", "clip/frac_high", "clip/frac_dual", "kl", "loss/total",
-    "entropy/alpha", "grad_norm", "nonfinite/skipped", "grader/failures", "lr",
+    "entropy/alpha", "grad_norm", "nonfinite/skipped", "grader/failures", "grader/unevaluated", "lr",
     "time/step_s", "time/rollout_s", "time/train_s", "time/kappa_eff_s", "throughput/tokens_per_s",
     "rollout/logprob_diff",
 )
@@ -74,5 +74,6 @@ def batch_metrics(dist: DistContext, batch: RolloutBatch, resampled: bool,
         metrics.update({"rollout/rounds": rounds / dist.world, "rollout/topped_up": int(topped_up)})
     if shaped:
         metrics["reward/shaped_mean"] = dist.gather_rows(batch.shaped_rewards).mean().item()
-    metrics["grader/failures"] = int(dist.sum(g.grader_failures)[0])
+    failures, unevaluated = dist.sum(g.grader_failures, g.grader_unevaluated)
+    metrics["grader/failures"], metrics["grader/unevaluated"] = int(failures), int(unevaluated)
     return metrics, int(resp_len.sum().item())

@@ -41,19 +41,22 @@ def base_model(cfg: TrainConfig, log=print) -> str:
 
 
 def reward_function(cfg: TrainConfig):
-    """(completions, problems) -> (correct flags, grader failures), one problem per completion.
-    Binary reward: 1 if correct.
+    """(completions, problems) -> (correct flags, grader failures, unevaluated answers), one problem per
+    completion. Binary reward: 1 if correct.
 
     The built-in task is graded by its evaluation grader (its benchmark `builtin`:
     `Benchmark.task_grade`); everything else goes through the shared math grader, in parallel worker
-    processes, and its time-outs and errors are counted (as wrong)."""
+    processes, and its time-outs and errors are counted (as wrong), as are its answers that are a
+    computation left undone (`rbctl.grading.extract.unevaluated_computation`, wrong: a policy that
+    learns to restate the question shows there)."""
     if cfg.data.source == "builtin":
         bench = builtin.benchmark(task_spec(cfg))
-        return lambda completions, problems: ([bench.task_grade(c, p)[0] for c, p in zip(completions, problems)], 0)
+        return lambda completions, problems: ([bench.task_grade(c, p)[0] for c, p in zip(completions, problems)], 0, 0)
     from rbctl.grading.verify import grade_many
 
-    def fn(completions: list[str], problems: list) -> tuple[list[bool], int]:
+    def fn(completions: list[str], problems: list) -> tuple[list[bool], int, int]:
         results = grade_many(completions, [p.answer for p in problems], extraction=cfg.data.extraction)
-        return [r.correct for r in results], sum(r.status in ("timeout", "error") for r in results)
+        return ([r.correct for r in results], sum(r.status in ("timeout", "error") for r in results),
+                sum(r.status == "unevaluated" for r in results))
 
     return fn

@@ -335,3 +335,14 @@ def test_a_policy_that_restates_the_question_in_a_final_answer_phrase_earns_no_r
     completion = "40 + 32 = 72\nYour final answer is 40 + 32\n#### 40 + 32 = 74\n#### 40 + 32 = 76"
     r = grade_detailed(completion, "72", extraction="last_number")
     assert (r.extracted, r.extraction, r.status, r.correct) == ("40 + 32", "phrase", "unevaluated", False)
+
+
+def test_the_training_reward_counts_answers_that_restate_the_question_apart_from_grader_failures() -> None:
+    from types import SimpleNamespace
+
+    from rbctl.train.training_data import reward_function
+
+    fn = reward_function(SimpleNamespace(data=SimpleNamespace(source="sums.jsonl", extraction="last_number")))
+    completions = ["40 + 32 = 72.", "Your final answer is 40 + 32", "The final answer is $6 \\times 12$.", "71"]
+    flags, failures, unevaluated = fn(completions, [SimpleNamespace(answer="72")] * 4)
+    assert (flags, failures, unevaluated) == ([True, False, False, False], 0, 2)

@@ -68,8 +68,8 @@ def test_benchmark_and_reward_grade_with_the_checker(tiny_config):
     assert bench.task_grade(SHORTEST, problem) == (False, None)
     assert bench.grader == "rbctl.tasks.maze.check"
     cfg = tiny_config(data__builtin="{task: maze, size: 7, train_size: 8, test_size: 4}")
-    flags, failures = reward_function(cfg)([SHORTEST + " DONE", "RIGHT RIGHT DOWN DONE"], [problem, problem])
-    assert (flags, failures) == ([True, False], 0)
+    flags, failures, unevaluated = reward_function(cfg)([SHORTEST + " DONE", "RIGHT RIGHT DOWN DONE"], [problem, problem])
+    assert (flags, failures, unevaluated) == ([True, False], 0, 0)
 
 
 def _open_squares_and_edges(grid):
