@@ -395,8 +395,7 @@ def unevaluated_computation(pred: str, gold: str) -> str | None:
     (+, -, *, ×, ·, ÷, \\times, \\cdot, \\div): math-verify would evaluate ``40 + 32`` to 72, and a
     policy rewarded for it learns to restate the question (docs/method.md, "Answer extraction").
     A fraction (``1/2``, ``\\frac{1}{2}``), a power (``2^{10}``, a closed form) and a leading minus
-    are values. Both arguments are as
-    given to math-verify (thousands separators joined)."""
+    are values. Both arguments are as given to math-verify (thousands separators joined)."""
     if not _PLAIN_NUMBER.fullmatch(gold.strip()):
         return None
     last = pred.rsplit("=", 1)[-1]
