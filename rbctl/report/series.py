@@ -58,6 +58,14 @@ def band(frame: pd.DataFrame, level: float = 0.95) -> pd.DataFrame:
                         index=frame.index)
 
 
+def arm_bands(by_arm: dict[str, list[Run]], key: str, window: int = 1, benchmark: str | None = None,
+              arms: list[str] | None = None) -> dict[str, pd.DataFrame]:
+    """Per arm (sorted; ``arms``, else every arm of ``by_arm``) that logged ``key``: the `band` of its
+    `unit_frame`. Arms without it are left out."""
+    frames = {arm: unit_frame(by_arm.get(arm, []), key, window, benchmark) for arm in sorted(arms or by_arm)}
+    return {arm: band(frame) for arm, frame in frames.items() if not frame.empty}
+
+
 def final_metric(run: Run, key: str, fraction: float = FINAL_FRACTION) -> float:
     """A run's mean over the last ``fraction`` of its finite logged ``key`` values (NaN if none)."""
     return tail_mean([m.get(key) for m in run.metrics if finite(m.get(key))], fraction)

@@ -10,7 +10,7 @@ import pandas as pd
 
 from rbctl.config.sweep import Escape
 from rbctl.report.load import Run
-from rbctl.report.series import KAPPA_EFF_WINDOW, band, unit_frame
+from rbctl.report.series import KAPPA_EFF_WINDOW, arm_bands
 from rbctl.report.stats import finite
 
 # (metrics key, file slug, title, y label, rolling window, range of the metric). No response-length
@@ -87,11 +87,7 @@ def trajectories(runs: list[Run], by_arm: dict[str, list[Run]], escape: Escape |
     curves = []
     for metric, bench, name, title, ylabel, window, limits in specs:
         key = metric if bench is None else ("heldout" if metric == "avg@n" else metric) + f":{bench}"
-        bands = {}
-        for arm in sorted(by_arm):
-            frame = unit_frame(by_arm[arm], metric, window, benchmark=bench)
-            if not frame.empty:
-                bands[arm] = band(frame)
+        bands = arm_bands(by_arm, metric, window, bench)
         if bands:
             curves.append(Curve(metric, bench, key, name, title, ylabel, limits, bands))
     return Trajectories(tuple(curves))

@@ -291,12 +291,10 @@ def curve_bands(by_arm: dict, metric: str, benchmark: str, arms: list[str] | Non
     (`rbctl.report.series.band`); a training curve's key is read from the metrics log with that curve's
     rolling window (`rbctl.report.analyses.trajectories.TRAINING_CURVES`), else ``benchmark``'s evaluations."""
     from rbctl.report.analyses.trajectories import training_curve
-    from rbctl.report.series import band, unit_frame
+    from rbctl.report.series import arm_bands
 
     spec = training_curve(metric)
-    frames = {arm: unit_frame(by_arm.get(arm, []), metric, window=spec[4] if spec else 1,
-                              benchmark=None if spec else benchmark) for arm in sorted(arms or by_arm)}
-    return {arm: band(frame) for arm, frame in frames.items() if len(frame)}
+    return arm_bands(by_arm, metric, spec[4] if spec else 1, None if spec else benchmark, arms)
 
 
 def draw_curves(by_arm: dict, metric: str, benchmark: str, figures_dir: Path, slug: str, title: str,
