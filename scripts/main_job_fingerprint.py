@@ -6,8 +6,9 @@ every file it writes, times and provenance aside. tests/integration/test_main_jo
 compares a fresh fingerprint with the one recorded in tests/fixtures/main_job_fingerprint.json: a change
 of the code that changes any number a run writes fails it.
 
-    python -m scripts.main_job_fingerprint            # compare with the recorded fingerprint
+    python -m scripts.main_job_fingerprint            # compare with the fingerprint recorded for this machine
     python -m scripts.main_job_fingerprint --write    # record it (only for a change meant to change the runs)
+    python -m scripts.main_job_fingerprint --add      # record this machine's beside the others (runs unchanged)
 
 What is left out, and why: provenance.json (versions, commit, host: the provenance); the lock files
 (empty); every time, time/* and throughput/* value of the logs and summaries (the key stays, so its
@@ -17,8 +18,14 @@ time and the sweep file's path, so they differ from run to run; the record's con
 Python and NumPy global random states inside trainer_state.pt (unseeded process state no run draws
 from: every stream a run uses is seeded) and that file's hash and size in its checkpoint's COMPLETE
 (its tensors and every other value are compared); the sweep and checkout paths (written as <SWEEP>
-and <REPO>). A fingerprint holds the torch version and the CPU's capability it was made with:
-float arithmetic may differ on another (the test skips there, saying so).
+and <REPO>).
+
+A fingerprint holds what it was made with: the torch version, the CPU's capability and the CPU's
+vendor. Float arithmetic may differ on another machine, so the file keeps one fingerprint per such
+machine and the test compares with this machine's (it skips where none is recorded, saying so).
+`--write` keeps this machine's alone: a change meant to change the runs leaves every other machine's
+stale. `--add` records this machine's beside the others, for code whose runs the others still
+fingerprint.
 """
 
 from __future__ import annotations
@@ -51,11 +58,35 @@ def run_main_job_arms(out: Path) -> Path:
     return out
 
 
+def cpu_vendor() -> str:
+    """The CPU's vendor string (GenuineIntel, AuthenticAMD, ...): MKL picks its kernels by it, so the same
+    capability can round differently on another vendor's CPU; "" where /proc/cpuinfo does not say."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return ""
+    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("vendor_id")), "")
+
+
 def machine() -> dict:
     """What the float arithmetic of a fingerprint depends on beside the code."""
     import torch
 
-    return {"torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+    return {"torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "cpu_vendor": cpu_vendor()}
+
+
+def recorded_files(recorded: dict, here: dict) -> dict[str, str] | None:
+    """The files of the fingerprint `recorded` (the fixture's content) holds for machine `here`, or None."""
+    return next((m["files"] for m in recorded["machines"] if m["machine"] == here), None)
+
+
+def with_fingerprint(recorded: dict | None, here: dict, files: dict[str, str], keep_others: bool) -> dict:
+    """The fixture's content with `files` as machine `here`'s fingerprint; every other machine's kept
+    only if `keep_others` (`--add`), and only if it was made with the same arms and overrides."""
+    same_run = recorded is not None and (recorded["arms"], recorded["overrides"]) == (ARMS, OVERRIDES)
+    others = [m for m in recorded["machines"] if m["machine"] != here] if keep_others and same_run else []
+    return {"arms": ARMS, "overrides": OVERRIDES, "machines": [*others, {"machine": here, "files": files}]}
 
 
 def _blank_times(value, key: str = ""):
@@ -135,19 +166,27 @@ def differences(recorded: dict[str, str], now: dict[str, str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--write", action="store_true", help=f"record the fingerprint in {REFERENCE.relative_to(REPO)}")
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--write", action="store_true",
+                      help=f"record this machine's fingerprint alone in {REFERENCE.relative_to(REPO)}")
+    mode.add_argument("--add", action="store_true", help="record this machine's fingerprint beside the others")
     args = ap.parse_args(argv)
+    here = machine()
+    recorded = json.loads(REFERENCE.read_text()) if REFERENCE.exists() else None
+    if not (args.write or args.add) and (recorded is None or recorded_files(recorded, here) is None):
+        print(f"no fingerprint recorded for {here} in {REFERENCE.relative_to(REPO)}: --add records one")
+        return 2
     with tempfile.TemporaryDirectory() as tmp:
         now = fingerprint(run_main_job_arms(Path(tmp) / "sweep"))
-    if args.write:
+    if args.write or args.add:
+        fixture = with_fingerprint(recorded, here, now, keep_others=args.add)
         REFERENCE.parent.mkdir(parents=True, exist_ok=True)
-        REFERENCE.write_text(json.dumps({"machine": machine(), "arms": ARMS, "overrides": OVERRIDES, "files": now},
-                                        indent=1) + "\n")
-        print(f"recorded {len(now)} files in {REFERENCE}")
+        REFERENCE.write_text(json.dumps(fixture, indent=1) + "\n")
+        print(f"recorded {len(now)} files for {here} in {REFERENCE.relative_to(REPO)}; machines there: "
+              + "; ".join(str(m["machine"]) for m in fixture["machines"]))
         return 0
-    recorded = json.loads(REFERENCE.read_text())
-    diff = differences(recorded["files"], now)
-    print("\n".join(diff) if diff else f"the same {len(now)} files as recorded")
+    diff = differences(recorded_files(recorded, here), now)
+    print("\n".join(diff) if diff else f"the same {len(now)} files as recorded for {here}")
     return 1 if diff else 0
 
 
