@@ -58,19 +58,11 @@ def run_main_job_arms(out: Path) -> Path:
     return out
 
 
-def cpu_vendor() -> str:
-    """The CPU's vendor string (GenuineIntel, AuthenticAMD, ...): MKL picks its kernels by it, so the same
-    capability can round differently on another vendor's CPU; "" where /proc/cpuinfo does not say."""
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return ""
-    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("vendor_id")), "")
-
-
 def machine() -> dict:
     """What the float arithmetic of a fingerprint depends on beside the code."""
     import torch
+
+    from rbctl.rollout.cpu_linear import cpu_vendor  # MKL picks its kernels by vendor: same capability, other rounding
 
     return {"torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "cpu_vendor": cpu_vendor()}
